@@ -1,0 +1,67 @@
+"""The AMQP 1.0 codec: types, composite types and framing (Sans-IO).
+
+``encode(value) -> bytes`` and ``decode(data) -> value`` handle one AMQP value; ``encode_into`` and ``decode_at``
+are the incremental forms the engine uses (append to a buffer; decode at an offset and learn where the value
+ends). Nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import DecodeError, EncodeError
+from ._decoder import MAX_DEPTH, Buffer, decode_value, register_described
+from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
+
+__all__ = [
+    "MAX_DEPTH",
+    "TYPE_ENCODERS",
+    "DecodeError",
+    "EncodeError",
+    "decode",
+    "decode_at",
+    "decode_value",
+    "encode",
+    "encode_array",
+    "encode_into",
+    "encode_value",
+    "register_described",
+    "register_encoder",
+]
+
+
+def encode(value: Any) -> bytes:
+    """Return the AMQP encoding of one value, in its smallest form.
+
+    Raises:
+        EncodeError: the value has no AMQP type or is out of its type's range.
+    """
+    buf = bytearray()
+    encode_value(buf, value)
+    return bytes(buf)
+
+
+def encode_into(buf: bytearray, value: Any) -> None:
+    """Append the AMQP encoding of ``value`` to ``buf``."""
+    encode_value(buf, value)
+
+
+def decode(data: Buffer) -> Any:
+    """Decode exactly one AMQP value that fills ``data``.
+
+    Raises:
+        DecodeError: the bytes are malformed, or bytes remain after the value.
+    """
+    value, end = decode_value(data, 0)
+    if end != len(data):
+        raise DecodeError(f"{len(data) - end} bytes remain after the value", offset=end)
+    return value
+
+
+def decode_at(data: Buffer, offset: int = 0) -> tuple[Any, int]:
+    """Decode the value starting at ``offset``; return it and the offset just past it.
+
+    Raises:
+        DecodeError: the bytes at ``offset`` are not a valid AMQP value.
+    """
+    return decode_value(data, offset)

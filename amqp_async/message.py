@@ -1,0 +1,683 @@
+"""The AMQP message (spec §3.2), with python-qpid-proton's ``Message`` interface.
+
+A message is a sequence of sections: header, delivery-annotations, message-annotations, properties,
+application-properties, a body (one amqp-value, one or more data sections, or one or more amqp-sequence
+sections) and a footer. ``Message`` holds them as proton's ``Message`` does (``durable``, ``subject``,
+``properties``, ``body``, ...), with the same units (``ttl``, ``creation_time`` and ``expiry_time`` in seconds
+as floats) and defaults.
+
+Body mapping, as the product contract states it: ``bytes`` go in a data section, lists, strings, maps and
+scalars in an amqp-value section. ``inferred`` refines that as proton defines it: set ``inferred = True`` and a
+list body goes in an amqp-sequence section; set ``inferred = False`` and a ``bytes`` body goes in an amqp-value
+section (proton 0.40's default). Explicit sections are available too: a body of :class:`~amqp_async.codec.
+sections.Data` or :class:`~amqp_async.codec.sections.AmqpSequence` objects, alone or in a list, is written
+section by section, and a received message with several body sections decodes to such a list.
+
+Differences from proton 0.40, on purpose: a binary body decodes to ``bytes`` (proton gives a ``memoryview``);
+unset ``user_id`` and ``content_type`` read as ``None`` (proton gives ``b''`` and ``symbol('None')``); sections
+whose fields are all defaults are left out of the encoding (proton writes empty header and properties lists).
+
+Encoding and decoding take fast paths: each list section is written straight from the message's fields
+(already held in their AMQP types), and decoded straight back into them, without intermediate objects.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from .codec import sections as _sections
+from .codec._decoder import _DECODERS, decode_value
+from .codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
+from .errors import DecodeError, EncodeError
+from .types import char, symbol, timestamp, ubyte, uint, ulong
+
+__all__ = ["Message"]
+
+# Section descriptor codes, §3.2.
+_HEADER = 0x70
+_DELIVERY_ANNOTATIONS = 0x71
+_MESSAGE_ANNOTATIONS = 0x72
+_PROPERTIES = 0x73
+_APPLICATION_PROPERTIES = 0x74
+_DATA = 0x75
+_AMQP_SEQUENCE = 0x76
+_AMQP_VALUE = 0x77
+_FOOTER = 0x78
+
+_SECTION_NAMES = {
+    "amqp:header:list": _HEADER,
+    "amqp:delivery-annotations:map": _DELIVERY_ANNOTATIONS,
+    "amqp:message-annotations:map": _MESSAGE_ANNOTATIONS,
+    "amqp:properties:list": _PROPERTIES,
+    "amqp:application-properties:map": _APPLICATION_PROPERTIES,
+    "amqp:data:binary": _DATA,
+    "amqp:amqp-sequence:list": _AMQP_SEQUENCE,
+    "amqp:amqp-value:*": _AMQP_VALUE,
+    "amqp:footer:map": _FOOTER,
+}
+
+_DEFAULT_PRIORITY = 4
+_new_int = int.__new__
+_new_str = str.__new__
+
+# The properties section's fields in spec order (§3.2.4), as held in ``Message._props``.
+_ID, _USER_ID, _TO, _SUBJECT, _REPLY_TO, _CORRELATION_ID = range(6)
+_CONTENT_TYPE, _CONTENT_ENCODING, _EXPIRY, _CREATION, _GROUP_ID, _GROUP_SEQUENCE, _REPLY_TO_GROUP_ID = range(6, 13)
+_PROPERTY_FIELD_TYPES = (
+    "message-id",
+    "binary",
+    "string",
+    "string",
+    "string",
+    "message-id",
+    "symbol",
+    "symbol",
+    "timestamp",
+    "timestamp",
+    "string",
+    "uint",
+    "string",
+)
+
+_Data = _sections.Data
+_AmqpSequence = _sections.AmqpSequence
+
+
+def _message_id(value: Any, name: str) -> Any:
+    """§3.2.11-3.2.15: a message-id is a ulong, uuid, binary or string; proton maps a Python int to ulong."""
+    if value is None or isinstance(value, (ulong, uuid.UUID, str)):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return ulong(value)
+        except EncodeError:
+            raise EncodeError(f"{name} must be a ulong, uuid, bytes or str; {value!r} is negative") from None
+    raise EncodeError(f"{name} must be a ulong, uuid, bytes or str, got {type(value).__name__}")
+
+
+def _optional_str(value: Any, name: str) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    raise EncodeError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def _optional_symbol(value: Any, name: str) -> symbol | None:
+    if value is None or type(value) is symbol:
+        return value
+    if isinstance(value, str):
+        return symbol(value)
+    raise EncodeError(f"{name} must be a str or symbol, got {type(value).__name__}")
+
+
+def _seconds_to_timestamp(value: Any, name: str) -> timestamp | None:
+    """Proton gives times in seconds (floats); the wire carries milliseconds (§3.2.4)."""
+    if value is None or value == 0:
+        return None
+    try:
+        return timestamp(int(value * 1000))
+    except (TypeError, ValueError) as exc:
+        raise EncodeError(f"{name} must be seconds as a number: {exc}") from None
+
+
+def _annotation_keys(value: Any, name: str) -> dict[Any, Any] | None:
+    """§3.2.10: annotation keys are symbols or ulongs; like proton's AnnotationDict, str keys become symbols."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise EncodeError(f"{name} must be a dict, got {type(value).__name__}")
+    result: dict[Any, Any] = {}
+    for key, item in value.items():
+        if type(key) is symbol or type(key) is ulong:
+            result[key] = item
+        elif isinstance(key, str):
+            result[symbol(key)] = item
+        else:
+            result[key] = item  # proton keeps such keys (raise_on_error=False); the peer decides.
+    return result
+
+
+def _check_property_keys(properties: dict[Any, Any]) -> dict[Any, Any]:
+    """§3.2.5: application-properties keys are strings. As proton does, plain str subclasses are converted,
+    while symbol, char and non-strings are refused."""
+    for key in properties:
+        if key.__class__ is not str:
+            break
+    else:
+        return properties
+    checked: dict[Any, Any] = {}
+    for key, item in properties.items():
+        if isinstance(key, str) and not isinstance(key, (symbol, char)):
+            checked[str(key)] = item
+        else:
+            raise EncodeError(f"application property key {key!r} is not a str ({type(key).__name__})")
+    return checked
+
+
+class Message:
+    """A mutable AMQP message, compatible with ``proton.Message``.
+
+    Args:
+        body: the message body (see the module documentation for how each type is carried).
+        **properties: any of the message's attributes (``subject="x"``, ``durable=True``, ``ttl=1.5``, ...);
+            an unknown name raises AttributeError, as in proton.
+    """
+
+    DEFAULT_PRIORITY = _DEFAULT_PRIORITY
+
+    # Defaults live on the class, so a new message costs no attribute writes and ``decode`` resets every field
+    # with one ``__dict__.clear()``. ``_props`` holds the properties section's 13 fields in spec order; the
+    # shared default is an immutable tuple, replaced by a list on the first write.
+    body: Any = None
+    durable: bool = False
+    #: application properties (§3.2.5): a dict with str keys, or None.
+    properties: dict[str, Any] | None = None
+    #: the footer section (§3.2.9): a dict of annotations, or None.
+    footer: dict[Any, Any] | None = None
+    _priority: int = _DEFAULT_PRIORITY
+    _ttl: uint | None = None
+    _first_acquirer: bool = False
+    _delivery_count: uint | None = None
+    _instructions: dict[Any, Any] | None = None
+    _annotations: dict[Any, Any] | None = None
+    _props: Any = (None,) * 13
+    _inferred: bool | None = None
+
+    def __init__(self, body: Any = None, **properties: Any) -> None:
+        if body is not None:
+            self.body = body
+        for name, value in properties.items():
+            if name.startswith("_") or not hasattr(Message, name):
+                raise AttributeError(f"'Message' object has no attribute {name!r}")
+            setattr(self, name, value)
+
+    def clear(self) -> None:
+        """Reset every field to its default."""
+        self.__dict__.clear()
+
+    def _set_property(self, index: int, value: Any) -> None:
+        props = self._props
+        if props.__class__ is tuple:
+            props = self._props = [None] * 13
+        props[index] = value
+
+    # --- header (§3.2.1) ---------------------------------------------------------------------------------
+
+    @property
+    def priority(self) -> int:
+        """Relative message priority, 0-255 (default 4)."""
+        return self._priority
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        self._priority = ubyte(value)
+
+    @property
+    def ttl(self) -> float:
+        """Time to live in seconds (0 for none)."""
+        return 0.0 if self._ttl is None else self._ttl / 1000.0
+
+    @ttl.setter
+    def ttl(self, value: float) -> None:
+        self._ttl = uint(int(value * 1000)) if value else None
+
+    @property
+    def first_acquirer(self) -> bool:
+        """True if no earlier acquirer of this message exists."""
+        return self._first_acquirer
+
+    @first_acquirer.setter
+    def first_acquirer(self, value: bool) -> None:
+        self._first_acquirer = bool(value)
+
+    @property
+    def delivery_count(self) -> int:
+        """The number of prior unsuccessful delivery attempts."""
+        return 0 if self._delivery_count is None else self._delivery_count
+
+    @delivery_count.setter
+    def delivery_count(self, value: int) -> None:
+        self._delivery_count = uint(value) if value else None
+
+    # --- annotations (§3.2.2, §3.2.3) --------------------------------------------------------------------
+
+    @property
+    def instructions(self) -> dict[Any, Any] | None:
+        """Delivery annotations: a dict with symbol (or ulong) keys; str keys are made symbols."""
+        return self._instructions
+
+    @instructions.setter
+    def instructions(self, value: dict[Any, Any] | None) -> None:
+        self._instructions = _annotation_keys(value, "instructions")
+
+    @property
+    def annotations(self) -> dict[Any, Any] | None:
+        """Message annotations: a dict with symbol (or ulong) keys; str keys are made symbols."""
+        return self._annotations
+
+    @annotations.setter
+    def annotations(self, value: dict[Any, Any] | None) -> None:
+        self._annotations = _annotation_keys(value, "annotations")
+
+    # --- properties (§3.2.4) -----------------------------------------------------------------------------
+
+    @property
+    def id(self) -> Any:
+        """The message-id: a ulong, uuid.UUID, bytes or str (a Python int is stored as ulong)."""
+        return self._props[_ID]
+
+    @id.setter
+    def id(self, value: Any) -> None:
+        self._set_property(_ID, _message_id(value, "id"))
+
+    @property
+    def user_id(self) -> bytes | None:
+        """The identity of the user who produced the message, as bytes (a str is UTF-8 encoded)."""
+        return self._props[_USER_ID]  # type: ignore[no-any-return]
+
+    @user_id.setter
+    def user_id(self, value: bytes | str | None) -> None:
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        elif value is not None and not isinstance(value, bytes):
+            value = bytes(value)
+        self._set_property(_USER_ID, value or None)
+
+    @property
+    def address(self) -> str | None:
+        """The node the message is destined for (the properties section's ``to``)."""
+        return self._props[_TO]  # type: ignore[no-any-return]
+
+    @address.setter
+    def address(self, value: str | None) -> None:
+        self._set_property(_TO, _optional_str(value, "address"))
+
+    @property
+    def subject(self) -> str | None:
+        """The message subject."""
+        return self._props[_SUBJECT]  # type: ignore[no-any-return]
+
+    @subject.setter
+    def subject(self, value: str | None) -> None:
+        self._set_property(_SUBJECT, _optional_str(value, "subject"))
+
+    @property
+    def reply_to(self) -> str | None:
+        """The node to send replies to."""
+        return self._props[_REPLY_TO]  # type: ignore[no-any-return]
+
+    @reply_to.setter
+    def reply_to(self, value: str | None) -> None:
+        self._set_property(_REPLY_TO, _optional_str(value, "reply_to"))
+
+    @property
+    def correlation_id(self) -> Any:
+        """The correlation-id: a ulong, uuid.UUID, bytes or str."""
+        return self._props[_CORRELATION_ID]
+
+    @correlation_id.setter
+    def correlation_id(self, value: Any) -> None:
+        self._set_property(_CORRELATION_ID, _message_id(value, "correlation_id"))
+
+    @property
+    def content_type(self) -> symbol | None:
+        """The MIME type of the body (a symbol)."""
+        return self._props[_CONTENT_TYPE]  # type: ignore[no-any-return]
+
+    @content_type.setter
+    def content_type(self, value: str | None) -> None:
+        self._set_property(_CONTENT_TYPE, _optional_symbol(value, "content_type"))
+
+    @property
+    def content_encoding(self) -> symbol | None:
+        """The content encoding of the body (a symbol)."""
+        return self._props[_CONTENT_ENCODING]  # type: ignore[no-any-return]
+
+    @content_encoding.setter
+    def content_encoding(self, value: str | None) -> None:
+        self._set_property(_CONTENT_ENCODING, _optional_symbol(value, "content_encoding"))
+
+    @property
+    def expiry_time(self) -> float:
+        """The absolute expiry time, in seconds since the epoch (0 for none)."""
+        value = self._props[_EXPIRY]
+        return 0.0 if value is None else value / 1000.0
+
+    @expiry_time.setter
+    def expiry_time(self, value: float) -> None:
+        self._set_property(_EXPIRY, _seconds_to_timestamp(value, "expiry_time"))
+
+    @property
+    def creation_time(self) -> float:
+        """The creation time, in seconds since the epoch (0 for none)."""
+        value = self._props[_CREATION]
+        return 0.0 if value is None else value / 1000.0
+
+    @creation_time.setter
+    def creation_time(self, value: float) -> None:
+        self._set_property(_CREATION, _seconds_to_timestamp(value, "creation_time"))
+
+    @property
+    def group_id(self) -> str | None:
+        """The group this message belongs to."""
+        return self._props[_GROUP_ID]  # type: ignore[no-any-return]
+
+    @group_id.setter
+    def group_id(self, value: str | None) -> None:
+        self._set_property(_GROUP_ID, _optional_str(value, "group_id"))
+
+    @property
+    def group_sequence(self) -> int:
+        """The position of this message within its group."""
+        value = self._props[_GROUP_SEQUENCE]
+        return 0 if value is None else value  # type: ignore[no-any-return]
+
+    @group_sequence.setter
+    def group_sequence(self, value: int) -> None:
+        self._set_property(_GROUP_SEQUENCE, None if value is None else uint(value))
+
+    @property
+    def reply_to_group_id(self) -> str | None:
+        """The group replies belong to."""
+        return self._props[_REPLY_TO_GROUP_ID]  # type: ignore[no-any-return]
+
+    @reply_to_group_id.setter
+    def reply_to_group_id(self, value: str | None) -> None:
+        self._set_property(_REPLY_TO_GROUP_ID, _optional_str(value, "reply_to_group_id"))
+
+    # --- body --------------------------------------------------------------------------------------------
+
+    @property
+    def inferred(self) -> bool:
+        """Whether ``bytes`` and list bodies travel as data and amqp-sequence sections (proton's flag).
+
+        Left unset, ``bytes`` go in a data section and lists in an amqp-value section; set False, every body
+        goes in an amqp-value section; set True, lists go in an amqp-sequence section. A decoded message
+        reports True when its body came in data or amqp-sequence sections.
+        """
+        return bool(self._inferred)
+
+    @inferred.setter
+    def inferred(self, value: bool) -> None:
+        self._inferred = bool(value)
+
+    # --- encoding ----------------------------------------------------------------------------------------
+
+    def encode(self) -> bytes:
+        """Return the message's wire encoding (its sections, one after another).
+
+        Raises:
+            EncodeError: a field holds a value AMQP cannot carry (e.g. an application property key that is
+                not a str).
+        """
+        buf = bytearray()
+        if (
+            self.durable
+            or self._priority != _DEFAULT_PRIORITY
+            or self._ttl is not None
+            or self._first_acquirer
+            or self._delivery_count is not None
+        ):
+            header = [
+                True if self.durable else None,
+                None if self._priority == _DEFAULT_PRIORITY else self._priority,
+                self._ttl,
+                True if self._first_acquirer else None,
+                self._delivery_count,
+            ]
+            while header[-1] is None:
+                header.pop()
+            buf += b"\x00\x53\x70"
+            _enc_list(buf, header)
+        if self._instructions is not None:
+            buf += b"\x00\x53\x71"
+            _enc_map(buf, self._instructions)
+        if self._annotations is not None:
+            buf += b"\x00\x53\x72"
+            _enc_map(buf, self._annotations)
+        props = self._props
+        last = 12
+        while last >= 0 and props[last] is None:
+            last -= 1
+        if last >= 0:
+            buf += b"\x00\x53\x73"
+            _enc_list(buf, props[: last + 1])
+        properties = self.properties
+        if properties is not None:
+            buf += b"\x00\x53\x74"
+            _enc_map(buf, _check_property_keys(properties))
+        body = self.body
+        body_class = body.__class__
+        if (body_class is bytes or body_class is bytearray or body_class is memoryview) and self._inferred is not False:
+            # A data section (§3.2.6); the body is copied once, into the result.
+            size = body.nbytes if body_class is memoryview else len(body)
+            if size <= 0xFF:
+                buf += b"\x00\x53\x75\xa0"
+                buf.append(size)
+            else:
+                buf += b"\x00\x53\x75\xb0"
+                buf += size.to_bytes(4, "big")
+            if self.footer is None:
+                return b"".join((buf, body))
+            buf += body
+        elif body_class is _Data or body_class is _AmqpSequence:
+            encode_value(buf, body)
+        elif body_class is list and self._inferred and not _is_section_list(body):
+            buf += b"\x00\x53\x76"
+            _enc_list(buf, body)
+        elif body_class is list and body and _is_section_list(body):
+            for section in body:
+                encode_value(buf, section)
+        elif body is not None:
+            buf += b"\x00\x53\x77"
+            encoder = _ENCODERS.get(body_class)
+            if encoder is None:
+                encoder = _lookup_encoder(body)
+            encoder(buf, body)
+        if self.footer is not None:
+            buf += b"\x00\x53\x78"
+            _enc_map(buf, _annotation_keys(self.footer, "footer"))
+        return bytes(buf)
+
+    def decode(self, data: bytes | bytearray | memoryview) -> None:
+        """Replace this message's content with the message encoded in ``data``.
+
+        Raises:
+            DecodeError: the bytes are not a valid AMQP message.
+        """
+        if data.__class__ is not bytes:
+            data = bytes(data)  # the decoders work on bytes (see codec._decoder)
+        self.__dict__.clear()
+        decoders = _DECODERS
+        end = len(data)
+        position = 0
+        previous = 0
+        start = 0
+        body_sections: list[Any] | None = None
+        try:
+            while position < end:
+                start = position
+                if data[position] == 0 and data[position + 1] == 0x53:
+                    code = data[position + 2]
+                    position += 3
+                else:
+                    code, position = _section_code(data, position)
+                # §3.2: sections come in order, each at most once, except repeated data or amqp-sequence sections.
+                if code <= previous and not (code == previous and (code == _DATA or code == _AMQP_SEQUENCE)):
+                    raise DecodeError(f"message section {code:#x} out of order or repeated", offset=start)
+                previous = code
+                value, position = decoders[data[position]](data, position + 1, 1)
+                if code == _AMQP_VALUE:
+                    if body_sections is not None:
+                        raise DecodeError("a message body is either amqp-value, data or amqp-sequence", offset=start)
+                    self.body = value
+                    self._inferred = False
+                elif code == _PROPERTIES:
+                    self._decode_properties(value, start)
+                elif code == _APPLICATION_PROPERTIES:
+                    if value.__class__ is not dict:
+                        raise DecodeError("the application-properties section must be a map", offset=start)
+                    self.properties = value
+                elif code == _DATA or code == _AMQP_SEQUENCE:
+                    if code == _DATA and value.__class__ is not bytes:
+                        raise DecodeError("a data section must hold binary", offset=start)
+                    if code == _AMQP_SEQUENCE and value.__class__ is not list:
+                        raise DecodeError("an amqp-sequence section must hold a list", offset=start)
+                    if body_sections is None:
+                        body_sections = []
+                    elif body_sections[0].__class__ is not (_Data if code == _DATA else _AmqpSequence):
+                        raise DecodeError("a message body mixes data and amqp-sequence sections", offset=start)
+                    body_sections.append(_Data(value) if code == _DATA else _AmqpSequence(value))
+                elif code == _HEADER:
+                    self._decode_header(value, start)
+                elif code == _MESSAGE_ANNOTATIONS:
+                    self._annotations = _expect_map(value, "message-annotations", start)
+                elif code == _DELIVERY_ANNOTATIONS:
+                    self._instructions = _expect_map(value, "delivery-annotations", start)
+                elif code == _FOOTER:
+                    self.footer = _expect_map(value, "footer", start)
+                else:
+                    raise DecodeError(f"unknown message section {code:#x}", offset=start)
+        except IndexError:
+            raise DecodeError("message section is truncated", offset=start) from None
+        if body_sections is not None:
+            self._inferred = True
+            self.body = body_sections[0].value if len(body_sections) == 1 else body_sections
+
+    def _decode_header(self, fields: Any, offset: int) -> None:
+        if fields.__class__ is not list:
+            raise DecodeError("the header section must be a list", offset=offset)
+        count = len(fields)
+        try:
+            if count > 0 and fields[0] is not None:
+                self.durable = bool(fields[0])
+            if count > 1 and fields[1] is not None:
+                self._priority = ubyte(fields[1])
+            if count > 2 and fields[2] is not None:
+                self._ttl = uint(fields[2]) or None
+            if count > 3 and fields[3] is not None:
+                self._first_acquirer = bool(fields[3])
+            if count > 4 and fields[4] is not None:
+                self._delivery_count = uint(fields[4]) or None
+        except (TypeError, ValueError) as exc:
+            raise DecodeError(f"invalid header field: {exc}", offset=offset) from None
+
+    def _decode_properties(self, fields: Any, offset: int) -> None:
+        if fields.__class__ is not list:
+            raise DecodeError("the properties section must be a list", offset=offset)
+        count = len(fields)
+        if count > 13:
+            del fields[13:]  # §1.4: later versions may add fields; ignore them.
+        for value, allowed in zip(fields, _PROPERTY_CLASSES):
+            if value is not None and value.__class__ not in allowed:
+                index = fields.index(value)
+                raise DecodeError(
+                    f"properties field {index} must be {_PROPERTY_FIELD_TYPES[index]}, got {value!r}", offset=offset
+                )
+        if count < 13:
+            fields.extend([None] * (13 - count))
+        self._props = fields
+
+    def __repr__(self) -> str:
+        shown = []
+        for name in (
+            "inferred",
+            "address",
+            "reply_to",
+            "durable",
+            "ttl",
+            "priority",
+            "first_acquirer",
+            "delivery_count",
+            "id",
+            "correlation_id",
+            "user_id",
+            "subject",
+            "content_type",
+            "group_id",
+            "group_sequence",
+            "reply_to_group_id",
+            "instructions",
+            "annotations",
+            "properties",
+            "body",
+        ):
+            value = getattr(self, name)
+            if value and not (name == "priority" and value == _DEFAULT_PRIORITY):
+                shown.append(f"{name}={value!r}")
+        return f"Message({', '.join(shown)})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _COMPARED)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+# The classes a decoded properties field may hold (§3.2.4), by field position. String fields also take a
+# symbol: it reads the same, and some peers send one.
+_MESSAGE_ID_CLASSES = frozenset((ulong, uuid.UUID, bytes, str))
+_STRING_CLASSES = frozenset((str, symbol))
+_PROPERTY_CLASSES: tuple[frozenset[type], ...] = (
+    _MESSAGE_ID_CLASSES,
+    frozenset((bytes,)),
+    _STRING_CLASSES,
+    _STRING_CLASSES,
+    _STRING_CLASSES,
+    _MESSAGE_ID_CLASSES,
+    frozenset((symbol,)),
+    frozenset((symbol,)),
+    frozenset((timestamp,)),
+    frozenset((timestamp,)),
+    _STRING_CLASSES,
+    frozenset((uint,)),
+    _STRING_CLASSES,
+)
+
+
+_COMPARED = (
+    "body",
+    "durable",
+    "priority",
+    "ttl",
+    "first_acquirer",
+    "delivery_count",
+    "instructions",
+    "annotations",
+    "properties",
+    "footer",
+    "_props",
+)
+
+
+def _section_code(data: bytes, position: int) -> tuple[int, int]:
+    """Read a section descriptor in its less common forms (a ulong other than smallulong, or a symbol)."""
+    if data[position] != 0:
+        raise DecodeError("expected a message section (a described value)", offset=position)
+    descriptor, after = decode_value(data, position + 1, 1)
+    if type(descriptor) is symbol:
+        code = _SECTION_NAMES.get(descriptor)
+    elif type(descriptor) is ulong:
+        code = descriptor
+    else:
+        code = None
+    if code is None:
+        raise DecodeError(f"unknown message section descriptor {descriptor!r}", offset=position)
+    if after >= len(data):
+        raise DecodeError("message section has no value", offset=after)
+    return code, after
+
+
+def _expect_map(value: Any, name: str, offset: int) -> dict[Any, Any]:
+    if value.__class__ is not dict:
+        raise DecodeError(f"the {name} section must be a map", offset=offset)
+    return value  # type: ignore[no-any-return]
+
+
+def _is_section_list(body: list[Any]) -> bool:
+    return all(item.__class__ is _Data or item.__class__ is _AmqpSequence for item in body)

@@ -1,0 +1,59 @@
+"""Development sessions.
+
+`python3 -m nox` runs tests, lint and typecheck; `python3 -m nox -s bench` runs the benchmarks. Every session
+builds its own virtualenv with the interpreter that runs nox. Development dependencies live in the PEP 735
+``[dependency-groups]`` table of pyproject.toml and are read here with ``nox.project.dependency_groups``, so
+any pip can install them (pip's own ``--group`` option needs pip >= 25.1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2024.10.9"  # nox.project.dependency_groups
+nox.options.sessions = ["tests", "lint", "typecheck"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+LINT_PATHS = ("amqp_async", "tests", "benchmarks", "examples", "noxfile.py")
+
+
+def _group(*names: str) -> tuple[str, ...]:
+    return nox.project.dependency_groups(PYPROJECT, *names)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass pytest arguments after `--`)."""
+    session.install(".", *_group("test"))
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Check style and formatting with ruff."""
+    session.install(*_group("lint"))
+    paths = [p for p in LINT_PATHS if (ROOT / p).exists()]
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """Type-check the package with mypy in strict mode."""
+    session.install(".", *_group("typecheck"))
+    session.run("mypy", "--strict", "amqp_async")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Run every benchmarks/*.py in sorted order (not a default session); `_*.py` are helpers, not run."""
+    scripts = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+    if not scripts:
+        session.skip("no benchmarks/*.py yet")
+    session.install(".", *_group("bench"))
+    for script in scripts:
+        session.run("python", str(script.relative_to(ROOT)), *session.posargs)
