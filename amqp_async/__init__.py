@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from . import codec, types
 from .errors import AMQPError, DecodeError, EncodeError
+from .message import Message
 
-__all__ = ["AMQPError", "DecodeError", "EncodeError", "codec", "types"]
+__all__ = ["AMQPError", "DecodeError", "EncodeError", "Message", "codec", "types"]
 __version__ = "0.1.0"

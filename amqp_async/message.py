@@ -119,7 +119,8 @@ def _seconds_to_timestamp(value: Any, name: str) -> timestamp | None:
     if value is None or value == 0:
         return None
     try:
-        return timestamp(int(value * 1000))
+        stamp: timestamp = timestamp(int(value * 1000))
+        return stamp
     except (TypeError, ValueError) as exc:
         raise EncodeError(f"{name} must be seconds as a number: {exc}") from None
 
@@ -374,7 +375,7 @@ class Message:
     def group_sequence(self) -> int:
         """The position of this message within its group."""
         value = self._props[_GROUP_SEQUENCE]
-        return 0 if value is None else value  # type: ignore[no-any-return]
+        return 0 if value is None else int(value)
 
     @group_sequence.setter
     def group_sequence(self, value: int) -> None:
@@ -507,7 +508,7 @@ class Message:
                 else:
                     code, position = _section_code(data, position)
                 # §3.2: sections come in order, each at most once, except repeated data or amqp-sequence sections.
-                if code <= previous and not (code == previous and (code == _DATA or code == _AMQP_SEQUENCE)):
+                if code <= previous and not (code == previous and code in (_DATA, _AMQP_SEQUENCE)):
                     raise DecodeError(f"message section {code:#x} out of order or repeated", offset=start)
                 previous = code
                 value, position = decoders[data[position]](data, position + 1, 1)
@@ -522,7 +523,7 @@ class Message:
                     if value.__class__ is not dict:
                         raise DecodeError("the application-properties section must be a map", offset=start)
                     self.properties = value
-                elif code == _DATA or code == _AMQP_SEQUENCE:
+                elif code in (_DATA, _AMQP_SEQUENCE):
                     if code == _DATA and value.__class__ is not bytes:
                         raise DecodeError("a data section must hold binary", offset=start)
                     if code == _AMQP_SEQUENCE and value.__class__ is not list:
@@ -572,7 +573,7 @@ class Message:
         count = len(fields)
         if count > 13:
             del fields[13:]  # §1.4: later versions may add fields; ignore them.
-        for value, allowed in zip(fields, _PROPERTY_CLASSES):
+        for value, allowed in zip(fields, _PROPERTY_CLASSES, strict=False):
             if value is not None and value.__class__ not in allowed:
                 index = fields.index(value)
                 raise DecodeError(
@@ -676,7 +677,8 @@ def _section_code(data: bytes, position: int) -> tuple[int, int]:
 def _expect_map(value: Any, name: str, offset: int) -> dict[Any, Any]:
     if value.__class__ is not dict:
         raise DecodeError(f"the {name} section must be a map", offset=offset)
-    return value  # type: ignore[no-any-return]
+    mapping: dict[Any, Any] = value
+    return mapping
 
 
 def _is_section_list(body: list[Any]) -> bool:

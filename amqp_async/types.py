@@ -303,9 +303,7 @@ class Array:
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Array):
             return bool(
-                self.descriptor == other.descriptor
-                and self.type == other.type
-                and self.elements == other.elements
+                self.descriptor == other.descriptor and self.type == other.type and self.elements == other.elements
             )
         return NotImplemented
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import amqp_async  # noqa: E402
-from amqp_async.message import Message  # noqa: E402
+import amqp_async
+from amqp_async.message import Message
 
 SMALL = {
     "id": "msg-0000000000000001",
@@ -104,7 +104,8 @@ def proton_figures(number: int, large_number: int) -> dict[str, float] | None:
 def pyamqp_figures(number: int, large_number: int) -> dict[str, float] | None:
     try:
         from azure.servicebus._pyamqp import _decode, _encode
-        from azure.servicebus._pyamqp.message import Header, Message as AzureMessage, Properties
+        from azure.servicebus._pyamqp.message import Header, Properties
+        from azure.servicebus._pyamqp.message import Message as AzureMessage
     except ImportError:
         return None
     small = AzureMessage(

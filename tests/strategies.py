@@ -313,9 +313,7 @@ def boundary_count_arrays() -> st.SearchStrategy[T.Array]:
     """Arrays around the array8/array32 boundary: count 255/256 of nulls (zero-width) and ubytes."""
     return st.one_of(
         st.builds(lambda n: T.Array(T.UNDESCRIBED, TypeCode.NULL, *([None] * n)), st.sampled_from([255, 256])),
-        st.builds(
-            lambda n: T.Array(T.UNDESCRIBED, TypeCode.UBYTE, *([T.ubyte(7)] * n)), st.sampled_from([253, 254])
-        ),
+        st.builds(lambda n: T.Array(T.UNDESCRIBED, TypeCode.UBYTE, *([T.ubyte(7)] * n)), st.sampled_from([253, 254])),
     )
 
 
@@ -390,7 +388,7 @@ def first_difference(a: Any, b: Any, path: str = "$") -> str | None:
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return f"{path}: length {len(a)} != {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             diff = first_difference(x, y, f"{path}[{i}]")
             if diff:
                 return diff
@@ -398,7 +396,7 @@ def first_difference(a: Any, b: Any, path: str = "$") -> str | None:
     if isinstance(a, dict):
         if len(a) != len(b):
             return f"{path}: map size {len(a)} != {len(b)}"
-        for i, ((ka, va), (kb, vb)) in enumerate(zip(a.items(), b.items())):
+        for i, ((ka, va), (kb, vb)) in enumerate(zip(a.items(), b.items(), strict=True)):
             diff = first_difference(ka, kb, f"{path}.key{i}") or first_difference(va, vb, f"{path}[{ka!r}]")
             if diff:
                 return diff
@@ -445,9 +443,9 @@ __all__ = [
     "bytes_",
     "chars",
     "compound",
-    "decimal128s",
     "decimal32s",
     "decimal64s",
+    "decimal128s",
     "descriptors",
     "doubles",
     "first_difference",

@@ -50,6 +50,7 @@ def test_nested_round_trip(value: Any) -> None:
     assert_typed_equal(codec.decode(data), value)
     assert_typed_equal(codec.decode(bytearray(data)), value)
     assert_typed_equal(codec.decode(memoryview(data)), value)
+    assert_typed_equal(codec.decode(memoryview(b"\x00\x01" + data)[2:]), value)  # a view not at offset 0
 
 
 @given(amqp_values())
@@ -70,7 +71,7 @@ def test_decode_at_walks_concatenated_values(values: list[Any], prefix: bytes) -
     parts = [codec.encode(v) for v in values]
     data = prefix + b"".join(parts)
     offset = len(prefix)
-    for value, part in zip(values, parts):
+    for value, part in zip(values, parts, strict=True):
         decoded, end = codec.decode_at(data, offset)
         assert end == offset + len(part)
         assert_typed_equal(decoded, value)

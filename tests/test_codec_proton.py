@@ -285,3 +285,22 @@ def test_scalars_byte_identical_with_proton(value: Any) -> None:
 @given(st.one_of(S.float32s(), S.doubles()).filter(lambda f: not math.isnan(f)))
 def test_floats_byte_identical_with_proton(value: float) -> None:
     assert codec.encode(value).hex() == proton_encode(value).hex()
+
+
+DIFFERENT_FORMS: list[tuple[Any, str, str]] = [
+    # value, our smallest form, proton's form
+    ([1], "c0 03 01 5501", "d0 00000006 00000001 5501"),
+    ({1: 2}, "c1 05 02 5501 5502", "d1 00000008 00000002 5501 5502"),
+    (T.Array(T.UNDESCRIBED, T.TypeCode.UINT, T.uint(1)), "e0 03 01 52 01", "f0 00000009 00000001 70 00000001"),
+    (T.Array(T.UNDESCRIBED, T.TypeCode.STRING, "a"), "e0 04 01 a1 01 61", "f0 0000000a 00000001 b1 00000001 61"),
+]
+
+
+@pytest.mark.parametrize(("value", "ours", "theirs"), DIFFERENT_FORMS, ids=lambda v: repr(v)[:24])
+def test_documented_form_differences(value: Any, ours: str, theirs: str) -> None:
+    ours_bytes = bytes.fromhex(ours.replace(" ", ""))
+    theirs_bytes = bytes.fromhex(theirs.replace(" ", ""))
+    assert codec.encode(value) == ours_bytes
+    assert proton_encode(value) == theirs_bytes
+    S.assert_typed_equal(codec.decode(theirs_bytes), value)
+    S.assert_typed_equal(proton_decode(ours_bytes), value)

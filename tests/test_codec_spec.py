@@ -544,6 +544,7 @@ def test_binary_from_memoryview_input_is_a_copy() -> None:
         lambda: T.symbol("é"),
         lambda: T.char("ab"),
         lambda: T.char(""),
+        lambda: T.char("\ud800"),
         lambda: T.decimal128(b"x"),
         lambda: T.float32(1e39),
     ],

@@ -448,6 +448,14 @@ def test_multiple_field_single_value_or_array() -> None:
 def test_typed_fields_coerce_on_encode() -> None:
     # handle is a uint: a plain int is sent as uint, strings are refused.
     assert encode(Transfer(handle=300))[6:11] == h("70 00 00 01 2c")
+    assert encode(Transfer(handle=uint(0xFFFFFFFF)))[6:11] == h("70 ff ff ff ff")
+    assert encode(Transfer(handle=uint(255)))[6:8] == h("52 ff")
+    assert encode(Transfer(handle=ubyte(0)))[6:7] == h("43")
+    assert encode(Transfer(handle=0, settled=1)) == h("00 53 14 c0 06 05 43 40 40 40 41")
+    with pytest.raises(EncodeError):
+        encode(Transfer(handle=True))
+    with pytest.raises(EncodeError):
+        encode(Transfer(handle=1 << 32))
     with pytest.raises(EncodeError):
         encode(Transfer(handle="x"))
     with pytest.raises(EncodeError):

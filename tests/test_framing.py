@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from amqp_async.codec import DecodeError, EncodeError, encode
 from amqp_async.codec.delivery_states import Accepted
@@ -431,3 +433,43 @@ def test_proton_sasl_client_bytes() -> None:
     assert isinstance(init, SaslInit)
     assert init.mechanism == "PLAIN"
     assert init.initial_response == b"\x00guest\x00secret"
+
+
+# --- hostile input: frames, None, or DecodeError, and nothing else --------------------------------------------
+
+
+def _valid_stream() -> bytes:
+    buf = bytearray()
+    encode_frame(buf, FRAME_AMQP, 0, Open(container_id="c", offered_capabilities=["A"], properties={"k": [1]}))
+    encode_frame(buf, FRAME_AMQP, 1, Attach(name="l", handle=0, role=SENDER, source=Source(address="s")))
+    encode_frame(buf, FRAME_AMQP, 1, Transfer(handle=0, delivery_id=1, delivery_tag=b"t"), b"body")
+    encode_frame(buf, FRAME_AMQP, 1, Disposition(role=RECEIVER, first=1, settled=True, state=Accepted()))
+    return bytes(buf)
+
+
+VALID_STREAM = _valid_stream()
+
+
+def _drain(data: bytes) -> None:
+    decoder = FrameDecoder(max_frame_size=4096)
+    decoder.feed(data)
+    try:
+        while decoder.next_frame() is not None:
+            pass
+    except DecodeError:
+        pass
+
+
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_give_frames_or_decode_errors(data: bytes) -> None:
+    _drain(data)
+    _drain(h("00 00 00 40 02 00 00 00") + data)
+
+
+@given(st.data())
+def test_corrupted_stream_gives_frames_or_decode_errors(data: st.DataObject) -> None:
+    stream = bytearray(VALID_STREAM)
+    for _ in range(data.draw(st.integers(1, 4))):
+        index = data.draw(st.integers(0, len(stream) - 1))
+        stream[index] = data.draw(st.integers(0, 255))
+    _drain(bytes(stream))

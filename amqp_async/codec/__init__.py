@@ -13,6 +13,9 @@ from ..errors import DecodeError, EncodeError
 from ._decoder import MAX_DEPTH, Buffer, decode_value, register_described
 from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
 
+# Importing the composite modules registers their classes with the encoder and the decoder.
+from . import delivery_states, performatives, sasl_frames, sections, terminus, transactions  # noqa: E402, I001
+
 __all__ = [
     "MAX_DEPTH",
     "TYPE_ENCODERS",

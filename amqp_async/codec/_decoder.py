@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any
 
 from ..errors import DecodeError
 from ..types import (
@@ -43,7 +43,7 @@ from ..types import (
 
 __all__ = ["MAX_DEPTH", "MAX_ZERO_WIDTH_ELEMENTS", "Buffer", "decode_value", "register_described"]
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 Decoder = Callable[[Any, int, int], tuple[Any, int]]
 
 #: Deepest nesting of lists, maps, arrays and described values that decoding accepts.
@@ -74,6 +74,10 @@ _new_bytes = bytes.__new__
 
 def _truncated(offset: int, needed: int, data: Any) -> DecodeError:
     return DecodeError(f"needs {needed} more bytes but only {max(len(data) - offset, 0)} remain", offset=offset)
+
+
+def _overrun(offset: int, what: str, container: str) -> DecodeError:
+    return DecodeError(f"{what} runs past the end of its {container}", offset=offset)
 
 
 # --- fixed-width values ------------------------------------------------------------------------------------
@@ -123,7 +127,7 @@ def _fixed(unpack: Callable[[Any, int], tuple[Any, ...]], width: int, cls: type 
 
 
 def _zero(cls: type) -> Decoder:
-    zero = _new_int(cls, 0)
+    zero: Any = _new_int(cls, 0)
 
     def decode_zero(data: Any, offset: int, depth: int) -> tuple[Any, int]:
         return zero, offset
@@ -322,7 +326,7 @@ def _dec_list8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
     # _list_items inlined: lists are the most common compound (every performative and section is one).
     depth += 1
     decoders = _DECODERS
-    items = []
+    items: list[Any] = []
     start = position
     try:
         while count:
@@ -335,6 +339,8 @@ def _dec_list8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
             elif code == 0xA1:
                 start = position + 2
                 position = start + data[position + 1]
+                if position > end:
+                    raise _overrun(start - 2, "string", "list")
                 items.append(data[start:position].decode())
             else:
                 value, position = decoders[code](data, position + 1, depth)
@@ -358,7 +364,7 @@ def _dec_list32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
 
 def _list_items(data: Any, position: int, end: int, count: int, depth: int, offset: int) -> tuple[Any, int]:
     decoders = _DECODERS
-    items = []
+    items: list[Any] = []
     append = items.append
     # An item that runs past the list's end is caught by the size check below; one that runs past the data's
     # end raises IndexError (or a truncation error) in its decoder.
@@ -412,10 +418,14 @@ def _map_items(data: Any, position: int, end: int, count: int, depth: int, offse
             if code == 0xA1:
                 start = position + 2
                 position = start + data[position + 1]
+                if position > end:
+                    raise _overrun(start - 2, "string", "map")
                 key = data[start:position].decode()
             elif code == 0xA3:
                 start = position + 2
                 position = start + data[position + 1]
+                if position > end:
+                    raise _overrun(start - 2, "symbol", "map")
                 key = _SYMBOL_CACHE.get(data[start:position]) or _symbol(data, start, position)
             else:
                 key, position = decoders[code](data, position + 1, depth)
@@ -423,6 +433,8 @@ def _map_items(data: Any, position: int, end: int, count: int, depth: int, offse
             if code == 0xA1:
                 start = position + 2
                 position = start + data[position + 1]
+                if position > end:
+                    raise _overrun(start - 2, "string", "map")
                 value = data[start:position].decode()
             else:
                 value, position = decoders[code](data, position + 1, depth)

@@ -1,0 +1,63 @@
+"""A delivery (§2.6.12): one message's transfer over a link, and the state both ends keep about it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .link import Link
+
+__all__ = ["Delivery"]
+
+
+class Delivery:
+    """One delivery, on either end of a link.
+
+    Attributes:
+        link: the link it travels on.
+        delivery_id: the session-scoped delivery-id (§2.7.5).
+        tag: the delivery-tag, unique among the link's unsettled deliveries.
+        message_format: the message-format (0 for the AMQP 1.0 message format).
+        payload: the message bytes (for an incoming delivery, once complete).
+        settled: True once this end has settled it.
+        remote_settled: True once the peer has said it settled it.
+        state: the delivery state this end last set (e.g. ``Accepted()``), or None.
+        remote_state: the delivery state the peer last sent, or None.
+        aborted: True when the sender aborted it (§2.6.14); its payload is then empty.
+    """
+
+    __slots__ = (
+        "aborted",
+        "delivery_id",
+        "link",
+        "message_format",
+        "payload",
+        "remote_settled",
+        "remote_state",
+        "settled",
+        "state",
+        "tag",
+        "user_data",
+    )
+
+    def __init__(
+        self, link: Link, delivery_id: int, tag: bytes, message_format: int, payload: bytes, settled: bool
+    ) -> None:
+        self.link = link
+        self.delivery_id = delivery_id
+        self.tag = tag
+        self.message_format = message_format
+        self.payload = payload
+        self.settled = settled
+        self.remote_settled = False
+        self.state: Any = None
+        self.remote_state: Any = None
+        self.aborted = False
+        #: free for the layer above (the driver keeps its tracker here).
+        self.user_data: Any = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(id={self.delivery_id}, tag={self.tag!r}, settled={self.settled}, "
+            f"remote_settled={self.remote_settled}, remote_state={self.remote_state!r})"
+        )

@@ -1,0 +1,137 @@
+"""Events the engine reports, named in the past tense: what the peer (or the transport) did.
+
+Events are small frozen values. The engine returns them from :meth:`Connection.next_events` in the order things
+happened. Per-message work never creates an event per message: complete incoming deliveries wait in their link's
+:attr:`~amqp_async.protocol.link.ReceiverLink.incoming` queue, announced by one :class:`DeliveriesReceived` per link
+per batch of input, and one :class:`DeliveriesUpdated` covers every delivery a disposition frame names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from ..codec.performatives import Error, Open
+    from .delivery import Delivery
+    from .link import Link
+    from .session import Session
+
+__all__ = [
+    "Authenticated",
+    "ConnectionClosed",
+    "ConnectionOpened",
+    "DeliveriesReceived",
+    "DeliveriesUpdated",
+    "Event",
+    "FlowReceived",
+    "LinkAttached",
+    "LinkDetached",
+    "SessionBegun",
+    "SessionEnded",
+]
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """Base of every engine event."""
+
+
+@attrs.frozen(kw_only=True)
+class Authenticated(Event):
+    """The SASL exchange succeeded (§5.3). On a server, ``identity`` is the authenticated user (or None)."""
+
+    mechanism: str
+    identity: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ConnectionOpened(Event):
+    """The peer's open frame arrived (§2.4.1); ``open`` holds what the peer announced."""
+
+    open: Open
+
+
+@attrs.frozen(kw_only=True)
+class ConnectionClosed(Event):
+    """The connection ended.
+
+    Attributes:
+        error: why, or None for a clean close. For a violation the engine detected, the condition it sent.
+        remote: True when the peer closed it (its close frame, or the transport ending); False when this engine
+            closed it because the peer broke the protocol or went idle.
+        sasl_code: the SASL outcome code when authentication failed (§5.3.3.6), else None.
+    """
+
+    error: Error | None = None
+    remote: bool = True
+    sasl_code: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SessionBegun(Event):
+    """The peer's begin frame arrived (§2.5.1): an answer to ours, or a new session the peer started.
+
+    For a session the peer started, ``session.locally_begun`` is False until :meth:`Session.begin` answers it.
+    """
+
+    session: Session
+
+
+@attrs.frozen(kw_only=True)
+class SessionEnded(Event):
+    """The peer ended the session (§2.5.1) or the engine ended it for a session error."""
+
+    session: Session
+    error: Error | None = None
+    remote: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class LinkAttached(Event):
+    """The peer's attach frame arrived (§2.6.3): an answer to ours, or a new link the peer started.
+
+    For a link the peer started, ``link.locally_attached`` is False until :meth:`Link.attach` answers it.
+    """
+
+    link: Link
+
+
+@attrs.frozen(kw_only=True)
+class LinkDetached(Event):
+    """The peer detached the link (§2.6.4) or the engine detached it for a link error."""
+
+    link: Link
+    error: Error | None = None
+    closed: bool = True
+    remote: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class FlowReceived(Event):
+    """A flow frame arrived (§2.7.4): the session's window, and for ``link`` its credit, may have changed.
+
+    Attributes:
+        drained: for a receiving link: a drain we asked for has completed (its credit is now zero).
+    """
+
+    session: Session
+    link: Link | None = None
+    drained: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class DeliveriesReceived(Event):
+    """Complete (or aborted) incoming deliveries are waiting in ``link.incoming``."""
+
+    link: Link
+
+
+@attrs.frozen(kw_only=True)
+class DeliveriesUpdated(Event):
+    """A disposition frame changed the remote state and/or settlement of these deliveries (§2.7.6)."""
+
+    deliveries: list[Delivery]
+    state: Any = None
+    settled: bool = False
