@@ -287,13 +287,16 @@ class FrameDecoder:
         self._consume(pos + 8, 8)
         return parse_protocol_header(raw)
 
-    def next_frame(self) -> Frame | None:
-        """Consume and return the next complete frame, or ``None`` if its bytes have not all arrived.
+    def next_raw_frame(self) -> tuple[int, int, bytes, int, int] | None:
+        """Consume the next complete frame without decoding its body, or return ``None`` if it is incomplete.
+
+        Returns:
+            ``(frame_type, channel, data, body, end)``: the frame's body is ``data[body:end]`` (empty for an
+            empty frame). The engine decodes the body itself, so that it can take fast paths for transfers.
 
         Raises:
             FramingError: the frame's size is below 8 or above :attr:`max_frame_size`, or its data offset is
                 below 2 or beyond the frame (condition ``amqp:connection:framing-error``).
-            DecodeError: the frame body is not a valid AMQP encoding or its performative overruns the frame.
         """
         avail = self._avail
         if avail < 8:
@@ -315,7 +318,7 @@ class FrameDecoder:
         end = pos + size
         if doff < 2 or body > end:
             raise FramingError(f"frame data offset {doff} is invalid for a frame of {size} bytes")
-        # consume the frame before decoding it, so that a decode error cannot make the caller loop on it
+        # consume the frame before the caller decodes it, so that a decode error cannot make it loop on it
         avail -= size
         self._avail = avail
         if avail == 0:
@@ -326,6 +329,19 @@ class FrameDecoder:
             self._pos = 0
         else:
             self._pos = end
+        return frame_type, channel, data, body, end
+
+    def next_frame(self) -> Frame | None:
+        """Consume and return the next complete frame, or ``None`` if its bytes have not all arrived.
+
+        Raises:
+            FramingError: as :meth:`next_raw_frame`.
+            DecodeError: the frame body is not a valid AMQP encoding or its performative overruns the frame.
+        """
+        raw = self.next_raw_frame()
+        if raw is None:
+            return None
+        frame_type, channel, data, body, end = raw
         if body == end:
             return Frame(frame_type, channel, None, b"")
         performative, after = decode_value(data, body)

@@ -1,0 +1,640 @@
+"""The connection state machine (§2.4, §2.7.1, §2.7.9, §5.3): bytes in, events and bytes out, no I/O.
+
+Theory of operation (h11's three verbs):
+
+- :meth:`Connection.receive_data` takes received bytes (``b""`` when the transport ended) and the current time;
+- :meth:`Connection.next_events` returns what happened, in order;
+- :meth:`Connection.data_to_send` returns the bytes to write (queued flows and dispositions are written then).
+
+Commands (:meth:`open`, :meth:`close`, :meth:`begin_session`, and those of sessions and links) queue frames.
+:meth:`tick` takes the current time, writes a heartbeat when the peer's idle timeout calls for one, closes the
+connection when the peer has been silent past ours, and says when to call it next.
+
+Phases of the byte stream: a protocol header each way (§2.2); if SASL is on, SASL frames, then the AMQP header each
+way again (§5.3.1); then AMQP frames. A client pipelines its AMQP header and open frame (§2.4.1 permits it);
+with SASL it must wait for the outcome first.
+
+Errors: a peer that breaks the protocol gets the connection closed with the condition that names the breach
+(§2.8.15-§2.8.17) and a :class:`ConnectionClosed` event with ``remote=False``; session- and link-scoped breaches end
+only the session (§2.5.5) or detach only the link. A caller's misuse raises :class:`LocalProtocolError` at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..codec import conditions
+from ..codec._decoder import _DECODERS, decode_value
+from ..codec.framing import (
+    AMQP_HEADER,
+    EMPTY_FRAME,
+    FRAME_AMQP,
+    FRAME_SASL,
+    MIN_MAX_FRAME_SIZE,
+    PROTOCOL_AMQP,
+    PROTOCOL_SASL,
+    SASL_HEADER,
+    FrameDecoder,
+    FramingError,
+    UnsupportedProtocolError,
+    encode_frame,
+)
+from ..codec.performatives import Attach, Begin, Close, Detach, Disposition, End, Error, Flow, Open, Transfer
+from ..errors import DecodeError, EncodeError
+from ..types import symbol
+from .endpoint import Endpoint, EndpointState
+from .errors import ConnectionClosedError, LocalProtocolError, RemoteProtocolError
+from .events import (
+    Authenticated,
+    ConnectionClosed,
+    ConnectionOpened,
+    DeliveriesReceived,
+    Event,
+    LinkDetached,
+    SessionBegun,
+    SessionEnded,
+)
+from .link import Link, as_symbols
+from .sasl import SaslClient, SaslServer
+from .sasl_mechanisms import SaslMechanismError
+from .session import TRANSFER_OVERHEAD, Session
+
+__all__ = ["CLIENT", "SERVER", "Connection"]
+
+CLIENT = "client"
+SERVER = "server"
+
+# Phases of the input stream.
+_AWAIT_SASL_HEADER = "await-sasl-header"
+_SASL = "sasl"
+_AWAIT_AMQP_HEADER = "await-amqp-header"
+_AMQP = "amqp"
+_DONE = "done"
+
+
+def error(condition: str, description: str | None = None, info: dict[Any, Any] | None = None) -> Error:
+    """An AMQP ``error`` (§2.8.14) with a symbol condition."""
+    return Error(condition=symbol(condition), description=description, info=info)
+
+
+class Connection(Endpoint):
+    """One AMQP connection, either role, with no I/O.
+
+    Args:
+        role: :data:`CLIENT` (sends the first protocol header) or :data:`SERVER`.
+        container_id: our container id (§2.7.1); a client without one gets a random one from the caller.
+        hostname: the hostname the client asks for (open's ``hostname``, and sasl-init's).
+        max_frame_size: the largest frame we accept (at least 512).
+        channel_max: the highest channel we accept.
+        idle_timeout: seconds of silence after which we declare the peer dead (None: never); the peer is asked,
+            through open's ``idle-time-out``, to send something at least that often.
+        properties, offered_capabilities, desired_capabilities: open's fields.
+        sasl: a :class:`SaslClient` (client) or :class:`SaslServer` (server) to run SASL first, or None.
+        incoming_window: the default incoming window of our sessions, in frames.
+        require_sasl: a server with ``sasl`` refuses clients that skip it (default True).
+    """
+
+    def __init__(
+        self,
+        *,
+        role: str = CLIENT,
+        container_id: str,
+        hostname: str | None = None,
+        max_frame_size: int = 65536,
+        channel_max: int = 65535,
+        idle_timeout: float | None = None,
+        properties: dict[Any, Any] | None = None,
+        offered_capabilities: Any = None,
+        desired_capabilities: Any = None,
+        sasl: SaslClient | SaslServer | None = None,
+        incoming_window: int = 2048,
+        require_sasl: bool = True,
+    ) -> None:
+        super().__init__()
+        if role not in (CLIENT, SERVER):
+            raise ValueError(f"role must be {CLIENT!r} or {SERVER!r}")
+        if max_frame_size < MIN_MAX_FRAME_SIZE:
+            raise ValueError(f"max_frame_size must be at least {MIN_MAX_FRAME_SIZE}")
+        if sasl is not None and isinstance(sasl, SaslServer) != (role == SERVER):
+            raise ValueError("a client takes a SaslClient and a server a SaslServer")
+        self.role = role
+        self.container_id = container_id
+        self.hostname = hostname
+        self.max_frame_size = max_frame_size
+        self.channel_max = channel_max
+        self.idle_timeout = idle_timeout
+        self.properties = properties
+        self.offered_capabilities = as_symbols(offered_capabilities)
+        self.desired_capabilities = as_symbols(desired_capabilities)
+        self.sasl = sasl
+        self.require_sasl = require_sasl
+        self.incoming_window = incoming_window
+        #: the peer's open frame, once received.
+        self.remote_open: Open | None = None
+        #: how the SASL exchange ended (None before, or without SASL).
+        self.sasl_outcome: Any = None
+
+        self._out = bytearray()
+        self._events: list[Event] = []
+        self._decoder = FrameDecoder(max_frame_size)
+        self._phase = _AWAIT_SASL_HEADER if sasl is not None else _AWAIT_AMQP_HEADER
+        self._header_sent = False
+        self._open_pending = False
+        self._sessions_by_channel: dict[int, Session] = {}
+        self._sessions_by_remote_channel: dict[int, Session] = {}
+        self._dirty_sessions: dict[Session, None] = {}
+        self._announced: dict[Link, None] = {}
+        self._remote_max_frame_size = MIN_MAX_FRAME_SIZE
+        self._max_transfer_payload = MIN_MAX_FRAME_SIZE - TRANSFER_OVERHEAD
+        self._remote_channel_max = 0
+        self._remote_idle_timeout = 0.0
+        self._last_received = 0.0
+        self._last_sent = 0.0
+        self._transport_closed = False
+        if role == CLIENT and sasl is not None:
+            self._write_header(SASL_HEADER)
+
+    # --- the three verbs ---------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray | memoryview, now: float = 0.0) -> None:
+        """Take bytes received from the peer (``b""``: the transport ended). ``now`` is the current time in
+        seconds (any monotonic clock; the same one :meth:`tick` gets)."""
+        self._last_received = now
+        if self._phase == _DONE:
+            return
+        if not data:
+            self._on_transport_end()
+            return
+        self._decoder.feed(data)
+        self._announced.clear()
+        try:
+            self._process_input()
+        except SaslMechanismError as exc:
+            self._fail(exc.condition, exc.description, sasl_code=getattr(exc, "sasl_code", None))
+        except RemoteProtocolError as exc:
+            self._fail(exc.condition, exc.description)
+        except DecodeError as exc:  # FramingError is a DecodeError carrying amqp:connection:framing-error
+            self._fail(exc.condition, exc.description)
+
+    def next_events(self) -> list[Event]:
+        """Return the events since the last call, oldest first."""
+        events = self._events
+        if events:
+            self._events = []
+        return events
+
+    def data_to_send(self, now: float | None = None) -> bytes:
+        """Return the bytes to write to the peer, writing queued flows and dispositions first."""
+        if self._dirty_sessions:
+            for session in list(self._dirty_sessions):
+                session._flush()
+            self._dirty_sessions.clear()
+        out = self._out
+        if not out:
+            return b""
+        data = bytes(out)
+        out.clear()
+        if now is not None:
+            self._last_sent = now
+        return data
+
+    def tick(self, now: float) -> float | None:
+        """Do what time calls for (§2.4.5): a heartbeat when the peer's idle timeout is half gone since we last
+        wrote, a close when the peer has been silent past our idle timeout. Return when to call again (None:
+        there is nothing to wait for)."""
+        if self._phase == _DONE or self.local_state is EndpointState.CLOSED:
+            return None
+        deadlines = []
+        if self.idle_timeout and self.remote_state is EndpointState.ACTIVE:
+            expires = self._last_received + self.idle_timeout
+            if now >= expires:
+                self._fail(conditions.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
+                return None
+            deadlines.append(expires)
+        if self._remote_idle_timeout and self.local_state is EndpointState.ACTIVE:
+            # Write at half the peer's timeout, so that a delay on the way does not make it give up on us.
+            interval = self._remote_idle_timeout / 2
+            due = self._last_sent + interval
+            if now >= due:
+                if not self._out:
+                    self._out += EMPTY_FRAME
+                self._last_sent = now
+                due = now + interval
+            deadlines.append(due)
+        return min(deadlines) if deadlines else None
+
+    # --- commands ----------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Send our open (§2.4.1): a client starts with it (pipelined after the header), a server answers."""
+        if self.local_state is not EndpointState.UNINIT:
+            raise LocalProtocolError("the connection is already open on our side")
+        self.local_state = EndpointState.ACTIVE
+        if self.role == CLIENT and not self._header_sent and self.sasl is None:
+            self._write_header(AMQP_HEADER)
+        if self._phase in (_AWAIT_SASL_HEADER, _SASL) or not self._header_sent:
+            self._open_pending = True  # written once SASL is done and our AMQP header is out
+            return
+        self._write_open()
+
+    def close(self, error: Error | None = None) -> None:
+        """Send our close (§2.4.3), ending every session; answer the peer's close (the engine does so itself)."""
+        if self.local_state is EndpointState.CLOSED:
+            return
+        if self.local_state is EndpointState.UNINIT and not self._header_sent:
+            self.local_state = EndpointState.CLOSED
+            self._phase = _DONE
+            return
+        if self.local_state is EndpointState.UNINIT:
+            self._write_open()  # §2.4.1: a close must follow an open
+        self.flush()
+        self.local_state = EndpointState.CLOSED
+        self.local_error = error
+        self._write_frame(0, Close(error=error))
+
+    def begin_session(self, **options: Any) -> Session:
+        """Start a session (§2.5.1); ``options`` are those of :class:`Session` (``incoming_window``, ...)."""
+        self._require_open_for_sessions()
+        options.setdefault("incoming_window", self.incoming_window)
+        session = Session(self, **options)
+        session.begin()
+        return session
+
+    def flush(self) -> None:
+        """Write queued flows and dispositions into the output now."""
+        for session in list(self._dirty_sessions):
+            session._flush()
+        self._dirty_sessions.clear()
+
+    # --- state -------------------------------------------------------------------------------------------
+
+    @property
+    def sessions(self) -> list[Session]:
+        """Our sessions (begun on either side, not yet ended on both)."""
+        return list({*self._sessions_by_channel.values(), *self._sessions_by_remote_channel.values()})
+
+    @property
+    def remote_max_frame_size(self) -> int:
+        """The largest frame the peer accepts (512 until its open arrives, §2.7.1)."""
+        return self._remote_max_frame_size
+
+    @property
+    def remote_idle_timeout(self) -> float:
+        """The peer's idle timeout in seconds (0: none)."""
+        return self._remote_idle_timeout
+
+    @property
+    def closed(self) -> bool:
+        """True once no more input will be processed (closed both ways, failed, or the transport ended)."""
+        return self._phase == _DONE
+
+    def _require_open_for_sessions(self) -> None:
+        if self.local_state is not EndpointState.ACTIVE:
+            raise ConnectionClosedError("the connection is not open on our side")
+        if self.remote_state is EndpointState.CLOSED:
+            raise ConnectionClosedError("the peer closed the connection")
+
+    # --- output helpers ----------------------------------------------------------------------------------
+
+    def _write_header(self, header: bytes) -> None:
+        self._out += header
+        self._header_sent = True
+
+    def _write_open(self) -> None:
+        self._write_frame(
+            0,
+            Open(
+                container_id=self.container_id,
+                hostname=self.hostname,
+                max_frame_size=self.max_frame_size,
+                channel_max=self.channel_max,
+                idle_time_out=int(self.idle_timeout * 1000) if self.idle_timeout else None,
+                offered_capabilities=self.offered_capabilities,
+                desired_capabilities=self.desired_capabilities,
+                properties=self.properties,
+            ),
+        )
+
+    def _write_frame(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = FRAME_AMQP) -> None:
+        try:
+            encode_frame(
+                self._out, frame_type, channel, performative, payload, max_frame_size=self._remote_max_frame_size
+            )
+        except EncodeError as exc:
+            raise LocalProtocolError(f"cannot send {type(performative).__name__}: {exc.description}") from exc
+
+    def _emit(self, event: Event) -> None:
+        self._events.append(event)
+
+    def _announce_deliveries(self, link: Link) -> None:
+        if link not in self._announced:
+            self._announced[link] = None
+            self._events.append(DeliveriesReceived(link=link))
+
+    def _flush_session(self, session: Session) -> None:
+        if self._dirty_sessions.pop(session, 0) is None:
+            session._flush()
+
+    # --- channels ----------------------------------------------------------------------------------------
+
+    def _allocate_channel(self, session: Session) -> int:
+        limit = self.channel_max if self.remote_open is None else min(self.channel_max, self._remote_channel_max)
+        channel = 0
+        while channel in self._sessions_by_channel:
+            channel += 1
+        if channel > limit:
+            raise LocalProtocolError(
+                f"no free channel: channel-max is {limit}", condition=conditions.RESOURCE_LIMIT_EXCEEDED
+            )
+        self._sessions_by_channel[channel] = session
+        return channel
+
+    def _release_channel(self, session: Session) -> None:
+        if session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
+            if session.remote_state is not EndpointState.ACTIVE:
+                del self._sessions_by_channel[session.channel]
+        if session.remote_state is not EndpointState.ACTIVE and session.remote_channel is not None:
+            if self._sessions_by_remote_channel.get(session.remote_channel) is session:
+                del self._sessions_by_remote_channel[session.remote_channel]
+
+    # --- input -------------------------------------------------------------------------------------------
+
+    def _process_input(self) -> None:
+        decoder = self._decoder
+        while self._phase != _DONE:
+            if self._phase in (_AWAIT_SASL_HEADER, _AWAIT_AMQP_HEADER):
+                try:
+                    parsed = decoder.next_protocol_header()
+                except UnsupportedProtocolError as exc:
+                    header = exc.header.to_bytes()
+                except FramingError:
+                    header = b"non-AMQP"
+                else:
+                    if parsed is None:
+                        return
+                    header = parsed.to_bytes()
+                self._on_protocol_header(header)
+                continue
+            raw = decoder.next_raw_frame()
+            if raw is None:
+                return
+            self._on_raw_frame(*raw)
+
+    def _on_protocol_header(self, header: bytes) -> None:
+        """§2.2 / §5.3.1: accept the header we expect; otherwise answer with the one we support and stop."""
+        expected = SASL_HEADER if self._phase == _AWAIT_SASL_HEADER else AMQP_HEADER
+        if self.role == SERVER and self._phase == _AWAIT_SASL_HEADER and header == AMQP_HEADER and not self.require_sasl:
+            expected = AMQP_HEADER  # SASL is offered but optional: go straight to AMQP
+            self._phase = _AWAIT_AMQP_HEADER
+        if header != expected:
+            if not self._header_sent:
+                self._write_header(expected)
+            protocol = header[4] if header[:4] == b"AMQP" else None
+            described = {PROTOCOL_AMQP: "AMQP", PROTOCOL_SASL: "SASL"}.get(protocol or -1, repr(bytes(header)))
+            self._phase = _DONE
+            self._emit(
+                ConnectionClosed(
+                    error=error(
+                        conditions.NOT_ALLOWED, f"unsupported protocol header {described}; {expected!r} expected"
+                    ),
+                    remote=False,
+                )
+            )
+            return
+        if self._phase == _AWAIT_SASL_HEADER:
+            self._phase = _SASL
+            if self.role == SERVER:
+                self._write_header(SASL_HEADER)
+                assert isinstance(self.sasl, SaslServer)
+                for body in self.sasl.start():
+                    self._write_frame(0, body, frame_type=FRAME_SASL)
+            return
+        self._phase = _AMQP
+        if self.role == SERVER:
+            self._write_header(AMQP_HEADER)
+            self._header_sent = True
+        if self._open_pending:
+            self._open_pending = False
+            self._write_open()
+
+    def _on_raw_frame(self, frame_type: int, channel: int, data: bytes, body: int, end: int) -> None:
+        if self._phase == _SASL:
+            if frame_type != FRAME_SASL:
+                raise RemoteProtocolError("an AMQP frame during SASL", condition=conditions.CONNECTION_FRAMING_ERROR)
+            self._on_sasl_frame(self._decode_body(data, body, end))
+            return
+        if frame_type != FRAME_AMQP:
+            raise RemoteProtocolError(
+                f"frame type {frame_type} after SASL", condition=conditions.CONNECTION_FRAMING_ERROR
+            )
+        if body == end:
+            return  # an empty frame: the peer is alive (§2.4.5)
+        if self.remote_state is EndpointState.CLOSED:
+            return  # §2.4.3: nothing may follow close; ignore it
+        if data[body] == 0 and data[body + 1] == 0x53 and data[body + 2] == 0x14 and self.remote_open is not None:
+            # The hot path: a transfer, decoded as a bare field list (no Transfer object).
+            code = data[body + 3]
+            if code != 0xC0 and code != 0xD0:
+                raise RemoteProtocolError("a transfer whose fields are not a list", condition=conditions.DECODE_ERROR)
+            fields, after = _DECODERS[code](data, body + 4, 1)
+            if after > end:
+                raise DecodeError("the transfer performative overruns its frame", offset=body)
+            _session_transfer(self._session_for(channel), fields, data[after:end])
+            return
+        performative, after = decode_value(data, body)
+        if after > end:
+            raise DecodeError("the performative overruns its frame", offset=body)
+        if isinstance(performative, Transfer):
+            # A transfer in an unusual encoding (a symbolic or wide descriptor): the slow path.
+            if self.remote_open is None:
+                raise RemoteProtocolError("the first frame must be open, got Transfer", condition=conditions.NOT_ALLOWED)
+            fields = [getattr(performative, field.name) for field in Transfer.fields]
+            _session_transfer(self._session_for(channel), fields, data[after:end])
+            return
+        if after != end:
+            raise DecodeError("bytes follow the performative in a frame that carries no payload", offset=after)
+        if self.remote_open is None:
+            if not isinstance(performative, Open):
+                raise RemoteProtocolError(
+                    f"the first frame must be open, got {type(performative).__name__}",
+                    condition=conditions.NOT_ALLOWED,
+                )
+            self._on_open(performative)
+            return
+        handler = _HANDLERS.get(type(performative))
+        if handler is None:
+            raise RemoteProtocolError(
+                f"{type(performative).__name__} is not a performative", condition=conditions.CONNECTION_FRAMING_ERROR
+            )
+        handler(self, channel, performative)
+
+    def _decode_body(self, data: bytes, body: int, end: int) -> Any:
+        performative, after = decode_value(data, body)
+        if after != end:
+            raise DecodeError("bytes follow the performative in a frame that carries no payload", offset=after)
+        return performative
+
+    def _on_sasl_frame(self, body: Any) -> None:
+        sasl = self.sasl
+        assert sasl is not None
+        for reply in sasl.on_frame(body):
+            self._write_frame(0, reply, frame_type=FRAME_SASL)
+        result = sasl.result
+        if result is None:
+            return
+        self.sasl_outcome = result
+        if not result.ok:
+            self._phase = _DONE
+            err = result.error
+            self._emit(
+                ConnectionClosed(
+                    error=error(
+                        conditions.UNAUTHORIZED_ACCESS, err.description if err is not None else "authentication failed"
+                    ),
+                    remote=self.role == CLIENT,
+                    sasl_code=result.code,
+                )
+            )
+            return
+        self._emit(Authenticated(mechanism=result.mechanism, identity=result.identity))
+        self._phase = _AWAIT_AMQP_HEADER
+        if self.role == CLIENT:
+            self._write_header(AMQP_HEADER)
+            if self._open_pending:
+                self._open_pending = False
+                self._write_open()
+        else:
+            self._header_sent = False  # the server answers the client's AMQP header with its own
+
+    def _session_for(self, channel: int) -> Session:
+        session = self._sessions_by_remote_channel.get(channel)
+        if session is None:
+            raise RemoteProtocolError(f"no session on channel {channel}", condition=conditions.NOT_ALLOWED)
+        return session
+
+    def _on_open(self, frame: Open) -> None:
+        if frame.max_frame_size < MIN_MAX_FRAME_SIZE:
+            raise RemoteProtocolError(
+                f"max-frame-size {frame.max_frame_size} is below {MIN_MAX_FRAME_SIZE}",
+                condition=conditions.FRAME_SIZE_TOO_SMALL,
+            )
+        self.remote_open = frame
+        self.remote_state = EndpointState.ACTIVE
+        self._remote_max_frame_size = frame.max_frame_size
+        self._max_transfer_payload = frame.max_frame_size - TRANSFER_OVERHEAD
+        self._remote_channel_max = frame.channel_max
+        self._remote_idle_timeout = (frame.idle_time_out or 0) / 1000.0
+        self._emit(ConnectionOpened(open=frame))
+
+    def _on_close(self, channel: int, frame: Close) -> None:
+        self.remote_state = EndpointState.CLOSED
+        self.remote_error = frame.error
+        if self.local_state is not EndpointState.CLOSED:
+            self.close()  # §2.4.3: answer the close
+        self._phase = _DONE
+        self._emit(ConnectionClosed(error=frame.error, remote=True))
+
+    def _on_begin(self, channel: int, frame: Begin) -> None:
+        if channel > self.channel_max:
+            raise RemoteProtocolError(
+                f"begin on channel {channel} beyond channel-max {self.channel_max}", condition=conditions.NOT_ALLOWED
+            )
+        if channel in self._sessions_by_remote_channel:
+            raise RemoteProtocolError(f"begin on channel {channel}, which is in use", condition=conditions.NOT_ALLOWED)
+        if frame.remote_channel is not None:
+            session = self._sessions_by_channel.get(frame.remote_channel)
+            if session is None or session.remote_state is not EndpointState.UNINIT:
+                raise RemoteProtocolError(
+                    f"begin answers channel {frame.remote_channel}, where we began no session",
+                    condition=conditions.NOT_ALLOWED,
+                )
+        else:
+            session = Session(self, incoming_window=self.incoming_window)
+        session.remote_channel = channel
+        self._sessions_by_remote_channel[channel] = session
+        session._on_begin(frame)
+        self._emit(SessionBegun(session=session))
+
+    def _on_end(self, channel: int, frame: End) -> None:
+        session = self._session_for(channel)
+        session._on_end(frame)
+        del self._sessions_by_remote_channel[channel]
+        if session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
+            if session.local_state is not EndpointState.ACTIVE:
+                del self._sessions_by_channel[session.channel]
+
+    def _on_session_frame(self, channel: int, frame: Any) -> None:
+        session = self._session_for(channel)
+        try:
+            _SESSION_HANDLERS[type(frame)](session, frame)
+        except RemoteProtocolError as exc:
+            if exc.scope == "connection":
+                raise
+            self._end_session_for_error(session, exc)
+
+    def _end_session_for_error(self, session: Session, exc: RemoteProtocolError) -> None:
+        if exc.scope == "link":
+            return  # handled by _on_link_error where a link is known
+        err = error(exc.condition, exc.description)
+        session.end(err)
+        self._emit(SessionEnded(session=session, error=err, remote=False))
+
+    def _on_transport_end(self) -> None:
+        self._phase = _DONE
+        self._transport_closed = True
+        if self.remote_state is not EndpointState.CLOSED:
+            self._emit(
+                ConnectionClosed(
+                    error=error(conditions.CONNECTION_FORCED, "the transport ended before the peer closed"),
+                    remote=True,
+                )
+            )
+
+    def _fail(self, condition: str, description: str, sasl_code: int | None = None) -> None:
+        """Close the connection because of the peer (or of a timeout): our close carries the condition."""
+        err = error(condition, description)
+        if self._phase in (_AMQP,) and self.local_state is not EndpointState.CLOSED:
+            if self.local_state is EndpointState.UNINIT:
+                self._write_open()
+            self.local_state = EndpointState.CLOSED
+            self.local_error = err
+            self._dirty_sessions.clear()
+            self._write_frame(0, Close(error=err))
+        self._phase = _DONE
+        self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code))
+
+
+def _session_transfer(session: Session, fields: Any, payload: bytes) -> None:
+    try:
+        session._on_transfer(fields, payload)
+    except RemoteProtocolError as exc:
+        if exc.scope == "link":
+            link = session._links_by_remote_handle.get(fields[0])
+            if link is not None and link.local_state is EndpointState.ACTIVE:
+                err = error(exc.condition, exc.description)
+                link.detach(closed=True, error=err)
+                session.connection._emit(LinkDetached(link=link, error=err, closed=True, remote=False))
+                return
+            raise RemoteProtocolError(exc.description, condition=exc.condition, scope="session") from exc
+        if exc.scope == "session":
+            session.connection._end_session_for_error(session, exc)
+            return
+        raise
+
+
+_SESSION_HANDLERS: dict[type, Any] = {
+    Attach: Session._on_attach,
+    Flow: Session._on_flow,
+    Disposition: Session._on_disposition,
+    Detach: Session._on_detach,
+}
+
+_HANDLERS: dict[type, Any] = {
+    Begin: Connection._on_begin,
+    End: Connection._on_end,
+    Close: Connection._on_close,
+    Attach: Connection._on_session_frame,
+    Flow: Connection._on_session_frame,
+    Disposition: Connection._on_session_frame,
+    Detach: Connection._on_session_frame,
+}

@@ -1,0 +1,512 @@
+"""Links (§2.6): attach/detach, link credit (§2.6.7) and the per-link side of deliveries.
+
+A :class:`SenderLink` refuses to send without credit (:class:`NoCreditError`): the driver waits for a
+:class:`~amqp_async.protocol.events.FlowReceived` instead. A :class:`ReceiverLink` detaches a peer that sends
+beyond the credit it was given (``amqp:link:transfer-limit-exceeded``).
+
+Flow-control state follows §2.6.7: the sender's ``link_credit`` is
+``delivery-count(receiver) + link-credit(receiver) - delivery-count(sender)``, computed in serial-number arithmetic.
+A receiver keeps the same limit as ``delivery_count + link_credit``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..codec import conditions
+from ..codec.performatives import (
+    RCV_FIRST,
+    RCV_SECOND,
+    RECEIVER,
+    SENDER,
+    SND_MIXED,
+    SND_SETTLED,
+    SND_UNSETTLED,
+    Attach,
+    Detach,
+    Error,
+    Flow,
+)
+from ..codec.terminus import Source, Target
+from ..types import symbol, uint
+from .delivery import Delivery
+from .endpoint import Endpoint, EndpointState
+from .errors import LocalProtocolError, NoCreditError, RemoteProtocolError
+from .serial import MASK, serial_diff
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["Link", "ReceiverLink", "SenderLink"]
+
+_pack_I = struct.Struct(">I").pack
+_pack_Q = struct.Struct(">Q").pack
+
+
+class Link(Endpoint):
+    """One end of a link. Create links with :meth:`Session.attach_sender` / :meth:`Session.attach_receiver`;
+    links the peer starts arrive in a :class:`~amqp_async.protocol.events.LinkAttached` event.
+
+    Attributes:
+        session: the session the link belongs to.
+        name: the link name.
+        role: :data:`SENDER` (False) or :data:`RECEIVER` (True): our end's role.
+        handle: our handle for the link, or None before we attach.
+        remote_handle: the peer's handle, or None before its attach.
+        source, target: the termini we asked for (or answered with).
+        remote_source, remote_target: the termini the peer sent (for a dynamic node, the address it made).
+        snd_settle_mode, rcv_settle_mode: the settle modes we asked for; ``remote_*`` what the peer sent.
+        delivery_count: the link's delivery-count (§2.6.7).
+        link_credit: the link credit as this end sees it.
+        remote_attach: the peer's attach frame, once received.
+    """
+
+    __slots__ = (
+        "delivery_count",
+        "desired_capabilities",
+        "handle",
+        "link_credit",
+        "max_message_size",
+        "name",
+        "offered_capabilities",
+        "properties",
+        "rcv_settle_mode",
+        "remote_attach",
+        "remote_handle",
+        "role",
+        "session",
+        "snd_settle_mode",
+        "source",
+        "target",
+        "user_data",
+    )
+
+    role: bool
+
+    def __init__(self, session: Session, name: str) -> None:
+        super().__init__()
+        self.session = session
+        self.name = name
+        self.handle: int | None = None
+        self.remote_handle: int | None = None
+        self.source: Source | None = None
+        self.target: Target | None = None
+        self.snd_settle_mode = SND_MIXED
+        self.rcv_settle_mode = RCV_FIRST
+        self.properties: dict[Any, Any] | None = None
+        self.offered_capabilities: tuple[Any, ...] | None = None
+        self.desired_capabilities: tuple[Any, ...] | None = None
+        self.max_message_size: int | None = None
+        self.remote_attach: Attach | None = None
+        self.delivery_count = 0
+        self.link_credit = 0
+        #: free for the layer above.
+        self.user_data: Any = None
+
+    # --- what the peer said ------------------------------------------------------------------------------
+
+    @property
+    def remote_source(self) -> Source | None:
+        """The source the peer's attach carried."""
+        return None if self.remote_attach is None else self.remote_attach.source
+
+    @property
+    def remote_target(self) -> Target | None:
+        """The target the peer's attach carried."""
+        return None if self.remote_attach is None else self.remote_attach.target
+
+    @property
+    def remote_snd_settle_mode(self) -> int:
+        """The sender settle mode in the peer's attach (§2.8.2)."""
+        return SND_MIXED if self.remote_attach is None else self.remote_attach.snd_settle_mode
+
+    @property
+    def remote_rcv_settle_mode(self) -> int:
+        """The receiver settle mode in the peer's attach (§2.8.3)."""
+        return RCV_FIRST if self.remote_attach is None else self.remote_attach.rcv_settle_mode
+
+    @property
+    def remote_max_message_size(self) -> int | None:
+        """The largest message the peer accepts (None or 0: no limit)."""
+        return None if self.remote_attach is None else self.remote_attach.max_message_size
+
+    @property
+    def locally_attached(self) -> bool:
+        """True once we sent our attach."""
+        return self.local_state is not EndpointState.UNINIT
+
+    # --- commands ----------------------------------------------------------------------------------------
+
+    def attach(
+        self,
+        *,
+        source: Source | None = None,
+        target: Target | None = None,
+        snd_settle_mode: int | None = None,
+        rcv_settle_mode: int | None = None,
+        properties: dict[Any, Any] | None = None,
+        offered_capabilities: Any = None,
+        desired_capabilities: Any = None,
+        max_message_size: int | None = None,
+        initial_delivery_count: int = 0,
+    ) -> None:
+        """Send our attach (§2.6.3): to start the link, or to answer a link the peer started.
+
+        Raises:
+            LocalProtocolError: the link is already attached on our side, or the session is not usable.
+        """
+        if self.local_state is not EndpointState.UNINIT:
+            raise LocalProtocolError(f"link {self.name!r} is already attached")
+        self.session._require_usable()
+        if source is not None:
+            self.source = source
+        if target is not None:
+            self.target = target
+        if snd_settle_mode is not None:
+            if snd_settle_mode not in (SND_UNSETTLED, SND_SETTLED, SND_MIXED):
+                raise LocalProtocolError(f"invalid sender settle mode {snd_settle_mode!r}")
+            self.snd_settle_mode = snd_settle_mode
+        if rcv_settle_mode is not None:
+            if rcv_settle_mode not in (RCV_FIRST, RCV_SECOND):
+                raise LocalProtocolError(f"invalid receiver settle mode {rcv_settle_mode!r}")
+            self.rcv_settle_mode = rcv_settle_mode
+        if properties is not None:
+            self.properties = properties
+        if offered_capabilities is not None:
+            self.offered_capabilities = offered_capabilities
+        if desired_capabilities is not None:
+            self.desired_capabilities = desired_capabilities
+        if max_message_size is not None:
+            self.max_message_size = max_message_size
+        self.handle = self.session._allocate_handle(self)
+        if self.role is SENDER:
+            self.delivery_count = initial_delivery_count & MASK
+        self.local_state = EndpointState.ACTIVE
+        frame = Attach(
+            name=self.name,
+            handle=self.handle,
+            role=self.role,
+            snd_settle_mode=self.snd_settle_mode,
+            rcv_settle_mode=self.rcv_settle_mode,
+            source=self.source,
+            target=self.target,
+            # §2.7.3: initial-delivery-count MUST be set by the sender and is ignored from a receiver.
+            initial_delivery_count=self.delivery_count if self.role is SENDER else None,
+            max_message_size=self.max_message_size,
+            offered_capabilities=self.offered_capabilities,
+            desired_capabilities=self.desired_capabilities,
+            properties=self.properties,
+        )
+        self.session._send_frame(frame)
+        self._after_local_attach()
+
+    def detach(self, *, closed: bool = True, error: Error | None = None) -> None:
+        """Send our detach (§2.6.4); ``closed=True`` closes the link, ``False`` only suspends it.
+
+        Unsettled deliveries of the link are forgotten by this end (the peer learns their fate, if it cares, when
+        the link is resumed, which this engine does not do).
+        """
+        if self.local_state is EndpointState.CLOSED:
+            return
+        if self.local_state is EndpointState.UNINIT:
+            # §2.6.3: to refuse a link the peer started, attach (with null termini) and detach at once.
+            if self.remote_state is EndpointState.UNINIT:
+                self.local_state = EndpointState.CLOSED
+                return
+            self.attach()
+        self.local_state = EndpointState.CLOSED
+        self.local_error = error
+        self.session._send_frame(Detach(handle=self.handle, closed=closed, error=error))
+        self.session._release_handle(self)
+
+    # --- hooks for the session ---------------------------------------------------------------------------
+
+    def _after_local_attach(self) -> None:
+        """Subclass hook: runs once our attach is sent."""
+
+    def _on_flow(self, flow: Flow) -> bool:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _write_flow(self, echo: bool = False) -> None:
+        """Send a flow frame carrying this link's state (§2.7.4)."""
+        delivery_count, link_credit, available, drain = self._flow_fields()
+        self.session._send_flow(self, delivery_count, link_credit, available, drain, echo)
+
+
+class SenderLink(Link):
+    """Our end sends messages on this link.
+
+    Attributes:
+        available: the number of messages we could send now, told to the receiver (§2.6.7 ``available``).
+        drain: the receiver asked us to use up or give back all credit (§2.6.7 ``drain``).
+    """
+
+    __slots__ = ("_next_tag", "_transfer_prefix", "available", "drain")
+
+    role = SENDER
+
+    def __init__(self, session: Session, name: str) -> None:
+        super().__init__(session, name)
+        self.available = 0
+        self.drain = False
+        self._next_tag = 0
+        self._transfer_prefix = b""
+
+    @property
+    def credit(self) -> int:
+        """How many more deliveries the receiver accepts now (0: wait for a flow)."""
+        return self.link_credit
+
+    def _after_local_attach(self) -> None:
+        self._transfer_prefix = self.session._transfer_prefix(self.handle or 0)
+
+    def next_tag(self) -> bytes:
+        """A delivery tag unique on this link: a counter, 4 bytes until it passes 2**32, then 8."""
+        tag_number = self._next_tag
+        self._next_tag = tag_number + 1
+        return _pack_I(tag_number) if tag_number <= MASK else _pack_Q(tag_number)
+
+    def send(
+        self,
+        payload: bytes | bytearray | memoryview,
+        *,
+        tag: bytes | None = None,
+        settled: bool | None = None,
+        message_format: int = 0,
+    ) -> Delivery:
+        """Transfer one message (its encoded bytes) as a new delivery (§2.6.12), splitting it across frames
+        that fit the peer's max-frame-size; frames beyond the session's outgoing window wait in the session
+        until the peer's flow opens it (they are bounded by the credit each one used).
+
+        Args:
+            payload: the encoded message.
+            tag: the delivery tag (default: :meth:`next_tag`).
+            settled: send it settled (at-most-once). Default: as the link's sender settle mode says.
+            message_format: §2.7.5 message-format (0: the AMQP message format).
+
+        Returns:
+            The delivery: unsettled deliveries stay tracked until the peer settles them.
+
+        Raises:
+            NoCreditError: the link has no credit (wait for a :class:`FlowReceived`).
+            LocalProtocolError: the link or session is not attached, or ``settled`` contradicts the settle mode.
+        """
+        if self.link_credit <= 0:
+            raise NoCreditError(f"link {self.name!r} has no credit")
+        if self.local_state is not EndpointState.ACTIVE or self.remote_state is not EndpointState.ACTIVE:
+            raise LocalProtocolError(f"link {self.name!r} is not attached")
+        mode = self.snd_settle_mode
+        if settled is None:
+            settled = mode == SND_SETTLED
+        elif (settled and mode == SND_UNSETTLED) or (not settled and mode == SND_SETTLED):
+            raise LocalProtocolError(f"settled={settled} contradicts the sender settle mode {mode}")
+        remote_max = self.remote_max_message_size
+        if remote_max and len(payload) > remote_max:
+            raise LocalProtocolError(
+                f"message of {len(payload)} bytes exceeds the peer's max-message-size {remote_max}",
+                condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
+            )
+        if tag is None:
+            tag = self.next_tag()
+        elif len(tag) > 32:
+            raise LocalProtocolError("§2.8.7: a delivery tag is at most 32 bytes")
+        self.link_credit -= 1
+        self.delivery_count = (self.delivery_count + 1) & MASK
+        if self.available:
+            self.available -= 1
+        return self.session._send_transfer(self, payload, tag, settled, message_format)
+
+    def drained(self) -> None:
+        """Answer a drain request (§2.6.7): give back the credit we will not use, by advancing delivery-count."""
+        if not self.drain:
+            return
+        self.delivery_count = (self.delivery_count + self.link_credit) & MASK
+        self.link_credit = 0
+        self._write_flow()
+
+    def set_available(self, available: int) -> None:
+        """Tell the receiver how many messages we could send now (§2.6.7 ``available``)."""
+        self.available = available
+        self._write_flow()
+
+    def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:
+        return self.delivery_count, self.link_credit, self.available, self.drain
+
+    def _on_flow(self, flow: Flow) -> bool:
+        # §2.6.7: link-credit(snd) := delivery-count(rcv) + link-credit(rcv) - delivery-count(snd); a receiver
+        # that has not seen our attach yet sends a null delivery-count: use our initial one.
+        receiver_count = flow.delivery_count
+        if receiver_count is None:
+            receiver_count = self.remote_attach_initial_count()
+        credit = flow.link_credit or 0
+        self.link_credit = max(serial_diff((receiver_count + credit) & MASK, self.delivery_count), 0)
+        self.drain = bool(flow.drain)
+        return False
+
+    def remote_attach_initial_count(self) -> int:
+        """Our initial delivery-count, which the receiver's first flow refers to when it omits its own."""
+        return self.delivery_count
+
+
+class ReceiverLink(Link):
+    """Our end receives messages on this link.
+
+    Attributes:
+        incoming: complete (and aborted) deliveries in arrival order, for the layer above to take.
+        available: what the sender last said it could send now.
+        drain: we asked the sender to use up or give back all credit, and it has not done so yet.
+    """
+
+    __slots__ = ("_current", "_current_parts", "available", "drain", "incoming")
+
+    role = RECEIVER
+
+    def __init__(self, session: Session, name: str) -> None:
+        super().__init__(session, name)
+        self.incoming: deque[Delivery] = deque()
+        self.available = 0
+        self.drain = False
+        self._current: Delivery | None = None
+        self._current_parts: list[bytes] = []
+
+    @property
+    def credit(self) -> int:
+        """The credit the sender still has on this link, as far as we know."""
+        return self.link_credit
+
+    def grant_credit(self, credit: int, *, drain: bool = False) -> None:
+        """Set the link credit to ``credit`` (§2.6.7) and tell the sender (in the next flow frame).
+
+        With ``drain=True`` the sender must use up the credit or give it back; a :class:`FlowReceived` with
+        ``drained=True`` reports that it has.
+        """
+        if credit < 0 or credit > MASK:
+            raise LocalProtocolError(f"link credit must be in [0, 2**32-1], got {credit}")
+        if self.local_state is not EndpointState.ACTIVE:
+            raise LocalProtocolError(f"link {self.name!r} is not attached")
+        self.link_credit = credit
+        self.drain = drain
+        self.session._queue_link_flow(self)
+
+    def add_credit(self, credit: int) -> None:
+        """Raise the link credit by ``credit`` (prefetch top-up)."""
+        self.grant_credit(self.link_credit + credit, drain=self.drain)
+
+    def settle(self, delivery: Delivery, state: Any = None, *, settled: bool = True) -> None:
+        """Set the delivery's state (an outcome such as ``Accepted()``, or ``Received``) and/or settle it.
+
+        The disposition goes out with the next data (consecutive deliveries with the same state and settlement
+        share one disposition frame). With receiver settle mode second (§2.6.12), pass ``settled=False`` with
+        the outcome first and settle once the sender has settled.
+        """
+        if delivery.link is not self:
+            raise LocalProtocolError("the delivery does not belong to this link")
+        if delivery.settled:
+            return
+        if state is not None:
+            delivery.state = state
+        if settled:
+            delivery.settled = True
+        self.session._queue_disposition(RECEIVER, delivery, settled, state)
+
+    def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:
+        return self.delivery_count, self.link_credit, None, self.drain
+
+    def _on_flow(self, flow: Flow) -> bool:
+        """Update from the sender's flow; return True when a drain we asked for has completed."""
+        limit = (self.delivery_count + self.link_credit) & MASK
+        if flow.delivery_count is not None:
+            self.delivery_count = flow.delivery_count & MASK
+        self.link_credit = max(serial_diff(limit, self.delivery_count), 0)
+        self.available = flow.available or 0
+        if self.drain and self.link_credit == 0:
+            self.drain = False
+            return True
+        return False
+
+    def _on_transfer(self, fields: list[Any], payload: bytes, offset: int) -> Delivery | None:
+        """Take one transfer frame (§2.7.5); return the delivery once it is complete or aborted."""
+        count = len(fields)
+        more = count > 5 and fields[5] is True
+        aborted = count > 9 and fields[9] is True
+        current = self._current
+        if current is None:
+            # The first frame of a delivery: it uses a credit (§2.6.7), and must carry id and tag (§2.7.5).
+            if self.link_credit <= 0:
+                raise RemoteProtocolError(
+                    f"transfer on link {self.name!r} beyond the credit granted",
+                    condition=conditions.LINK_TRANSFER_LIMIT_EXCEEDED,
+                    scope="link",
+                )
+            delivery_id = fields[1] if count > 1 else None
+            tag = fields[2] if count > 2 else None
+            if delivery_id is None or tag is None:
+                raise RemoteProtocolError(
+                    "the first transfer of a delivery must carry delivery-id and delivery-tag",
+                    condition=conditions.INVALID_FIELD,
+                    scope="connection",
+                )
+            message_format = fields[3] if count > 3 and fields[3] is not None else 0
+            settled = count > 4 and fields[4] is True
+            self.link_credit -= 1
+            self.delivery_count = (self.delivery_count + 1) & MASK
+            current = Delivery(self, delivery_id, tag, message_format, b"", False)
+            current.remote_settled = settled
+            if count > 7 and fields[7] is not None:
+                current.remote_state = fields[7]
+            self.session._track_incoming(current)
+            if not more or aborted:
+                current.payload = payload
+                current.aborted = aborted
+                if aborted:
+                    current.payload = b""
+                return current
+            self._current = current
+            self._current_parts = [payload]
+            return None
+        # A continuation frame: its delivery-id, if present, must be the current one.
+        if count > 1 and fields[1] is not None and fields[1] != current.delivery_id:
+            raise RemoteProtocolError(
+                "a transfer interleaves deliveries on one link", condition=conditions.INVALID_FIELD, scope="link"
+            )
+        if count > 4 and fields[4] is True:
+            current.remote_settled = True
+        if aborted:
+            self._current = None
+            self._current_parts = []
+            current.aborted = True
+            return current
+        parts = self._current_parts
+        parts.append(payload)
+        max_size = self.max_message_size
+        if max_size and sum(len(part) for part in parts) > max_size:
+            raise RemoteProtocolError(
+                f"message on link {self.name!r} exceeds max-message-size {max_size}",
+                condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
+                scope="link",
+            )
+        if more:
+            return None
+        self._current = None
+        self._current_parts = []
+        current.payload = b"".join(parts)
+        return current
+
+
+def as_symbols(values: Any) -> tuple[symbol, ...] | None:
+    """Capabilities as a tuple of symbols (a str, or a sequence of str, or None)."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        return (symbol(values),)
+    return tuple(symbol(value) for value in values)
+
+
+def uint_or_none(value: int | None) -> uint | None:
+    """An optional uint field."""
+    return None if value is None else uint(value)

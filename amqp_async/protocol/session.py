@@ -1,0 +1,589 @@
+"""Sessions (§2.5): begin/end, the transfer windows of §2.5.6, handles, and the session-scoped delivery ids.
+
+Window accounting (§2.5.6), from this end's point of view:
+
+- ``next_outgoing_id`` numbers our transfer frames; ``remote_incoming_window`` is how many more the peer accepts,
+  ``next-incoming-id(peer) + incoming-window(peer) - next-outgoing-id(us)`` as of its last flow. A transfer frame
+  is written only while it is positive: frames beyond it wait in the session (never more than the deliveries
+  the link credit allowed), and go out when a flow opens the window.
+- ``next_incoming_id`` is the transfer-id we expect; ``incoming_window`` how many more we accept. A peer that sends
+  beyond it breaks the session: ``amqp:session:window-violation``.
+
+Replenish policy (documented, as the issue asks): our incoming window starts at ``incoming_window`` frames and is
+reset to that value, with a flow frame, whenever it falls below half of it. The memory it admits is bounded by
+link credit (complete deliveries) and max-message-size (a partial one), not by the window.
+
+Dispositions (§2.7.6) and flows (§2.7.4) are queued and written when the connection's output is taken: runs of
+consecutive delivery ids with the same role, settlement and state share one disposition frame.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..codec import conditions
+from ..codec._encoder import encode_value
+from ..codec.delivery_states import Accepted, Modified, Rejected, Released
+from ..codec.performatives import RECEIVER, SENDER, Attach, Begin, Detach, Disposition, End, Error, Flow
+from ..types import uint
+from .delivery import Delivery
+from .endpoint import Endpoint, EndpointState
+from .errors import LocalProtocolError, RemoteProtocolError
+from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
+from .link import Link, ReceiverLink, SenderLink
+from .serial import MASK
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["Session"]
+
+_TERMINAL_OUTCOMES = (Accepted, Rejected, Released, Modified)
+_pack_frame_head = struct.Struct(">IBBHBBBBBB").pack
+_pack_BI = struct.Struct(">BI").pack
+_OUTGOING_WINDOW = 0x7FFFFFFF
+
+# The largest transfer performative we write (handle, id, a 32-byte tag, format, settled, more, aborted...) plus
+# the frame header: payload per frame is the peer's max-frame-size less this.
+TRANSFER_OVERHEAD = 128
+
+
+def _encode_handle(handle: int) -> bytes:
+    if handle == 0:
+        return b"\x43"
+    if handle < 256:
+        return bytes((0x52, handle))
+    return _pack_BI(0x70, handle)
+
+
+class Session(Endpoint):
+    """One session of a connection. Create it with :meth:`Connection.begin_session`; sessions the peer starts
+    arrive in a :class:`~amqp_async.protocol.events.SessionBegun` event and are answered with :meth:`begin`.
+
+    Attributes:
+        connection: the connection.
+        channel: our channel number, or None before we begin.
+        remote_channel: the peer's channel number, or None before its begin.
+        next_outgoing_id, incoming_window, outgoing_window, next_incoming_id: our window state (§2.5.6).
+        remote_incoming_window, remote_outgoing_window: the peer's, as of its last begin or flow.
+        handle_max: the highest handle we accept; ``remote_handle_max`` the peer's.
+        remote_begin: the peer's begin frame, once received.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        incoming_window: int = 2048,
+        handle_max: int = 0xFFFFFFFF,
+        offered_capabilities: Any = None,
+        desired_capabilities: Any = None,
+        properties: dict[Any, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.connection = connection
+        self.channel: int | None = None
+        self.remote_channel: int | None = None
+        self.remote_begin: Begin | None = None
+        self.next_outgoing_id = 0
+        self.initial_incoming_window = incoming_window
+        self.incoming_window = incoming_window
+        self.outgoing_window = _OUTGOING_WINDOW
+        self.next_incoming_id = 0
+        self.remote_incoming_window = 0
+        self.remote_outgoing_window = 0
+        self.handle_max = handle_max
+        self.remote_handle_max = 0xFFFFFFFF
+        self.offered_capabilities = offered_capabilities
+        self.desired_capabilities = desired_capabilities
+        self.properties = properties
+        #: free for the layer above.
+        self.user_data: Any = None
+        self._links_by_handle: dict[int, Link] = {}
+        self._links_by_remote_handle: dict[int, Link] = {}
+        self._links_by_name: dict[tuple[str, bool], Link] = {}
+        self._next_delivery_id = 0
+        self._outgoing_unsettled: dict[int, Delivery] = {}
+        self._incoming_unsettled: dict[int, Delivery] = {}
+        self._pending_dispositions: list[tuple[bool, int, bool, Any]] = []
+        self._flow_links: dict[Link, None] = {}
+        self._session_flow_pending = False
+        # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset].
+        self._outgoing_queue: deque[list[Any]] = deque()
+
+    # --- state -------------------------------------------------------------------------------------------
+
+    @property
+    def locally_begun(self) -> bool:
+        """True once we sent our begin."""
+        return self.local_state is not EndpointState.UNINIT
+
+    @property
+    def links(self) -> list[Link]:
+        """The session's links (attached on either side, not yet detached on both)."""
+        return list(self._links_by_name.values())
+
+    @property
+    def outgoing_backlog(self) -> int:
+        """Bytes of transfer frames waiting for the peer's incoming window."""
+        return sum(len(item[2]) - item[3] for item in self._outgoing_queue)
+
+    @property
+    def unsettled_outgoing(self) -> int:
+        """How many deliveries we sent are not settled yet."""
+        return len(self._outgoing_unsettled)
+
+    @property
+    def unsettled_incoming(self) -> int:
+        """How many deliveries we received are not settled yet."""
+        return len(self._incoming_unsettled)
+
+    def _require_usable(self) -> None:
+        if self.local_state is not EndpointState.ACTIVE:
+            raise LocalProtocolError("the session is not begun (or already ended) on our side")
+        if self.remote_state is EndpointState.CLOSED:
+            raise LocalProtocolError("the peer ended the session")
+
+    # --- commands ----------------------------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Send our begin (§2.5.1): to start the session, or to answer one the peer started."""
+        if self.local_state is not EndpointState.UNINIT:
+            raise LocalProtocolError("the session is already begun")
+        self.connection._require_open_for_sessions()
+        if self.channel is None:
+            self.channel = self.connection._allocate_channel(self)
+        self.local_state = EndpointState.ACTIVE
+        self._send_frame(
+            Begin(
+                remote_channel=self.remote_channel,
+                next_outgoing_id=self.next_outgoing_id,
+                incoming_window=self.incoming_window,
+                outgoing_window=self.outgoing_window,
+                handle_max=self.handle_max,
+                offered_capabilities=self.offered_capabilities,
+                desired_capabilities=self.desired_capabilities,
+                properties=self.properties,
+            )
+        )
+
+    def end(self, error: Error | None = None) -> None:
+        """Send our end (§2.5.1), detaching nothing explicitly: links end with the session."""
+        if self.local_state is not EndpointState.ACTIVE:
+            return
+        self.connection._flush_session(self)
+        self.local_state = EndpointState.CLOSED
+        self.local_error = error
+        self._send_frame(End(error=error))
+        for link in self._links_by_name.values():
+            link.local_state = EndpointState.CLOSED
+        self._outgoing_queue.clear()
+        self.connection._release_channel(self)
+
+    def attach_sender(self, name: str, **options: Any) -> SenderLink:
+        """Start a link on which we send (§2.6.3); ``options`` are those of :meth:`Link.attach`."""
+        return self._attach(SenderLink(self, name), options)
+
+    def attach_receiver(self, name: str, **options: Any) -> ReceiverLink:
+        """Start a link on which we receive (§2.6.3); ``options`` are those of :meth:`Link.attach`."""
+        return self._attach(ReceiverLink(self, name), options)
+
+    def _attach(self, link: Any, options: dict[str, Any]) -> Any:
+        self._require_usable()
+        key = (link.name, link.role)
+        if key in self._links_by_name:
+            # §2.6.1: a link name identifies the link (with the role) between two containers.
+            raise LocalProtocolError(f"a link named {link.name!r} with that role is already attached")
+        self._links_by_name[key] = link
+        try:
+            link.attach(**options)
+        except BaseException:
+            del self._links_by_name[key]
+            raise
+        return link
+
+    # --- handles -----------------------------------------------------------------------------------------
+
+    def _allocate_handle(self, link: Link) -> int:
+        limit = min(self.handle_max, self.remote_handle_max)
+        handle = 0
+        in_use = self._links_by_handle
+        while handle in in_use:
+            handle += 1
+        if handle > limit:
+            raise LocalProtocolError(f"no free handle: handle-max is {limit}", condition=conditions.RESOURCE_LIMIT_EXCEEDED)
+        in_use[handle] = link
+        self._links_by_name[(link.name, link.role)] = link
+        return handle
+
+    def _release_handle(self, link: Link) -> None:
+        if link.handle is not None and self._links_by_handle.get(link.handle) is link:
+            del self._links_by_handle[link.handle]
+        self._forget_link_if_done(link)
+
+    def _forget_link_if_done(self, link: Link) -> None:
+        if link.local_state is not EndpointState.ACTIVE and link.remote_state is not EndpointState.ACTIVE:
+            if self._links_by_name.get((link.name, link.role)) is link:
+                del self._links_by_name[(link.name, link.role)]
+            self._flow_links.pop(link, None)
+            self._drop_unsettled(link)
+
+    def _drop_unsettled(self, link: Link) -> None:
+        """Forget the unsettled deliveries of a link that is gone, so the maps stay bounded."""
+        for unsettled in (self._outgoing_unsettled, self._incoming_unsettled):
+            stale = [delivery_id for delivery_id, delivery in unsettled.items() if delivery.link is link]
+            for delivery_id in stale:
+                del unsettled[delivery_id]
+        if self._outgoing_queue:
+            self._outgoing_queue = deque(item for item in self._outgoing_queue if item[0] is not link)
+
+    # --- output ------------------------------------------------------------------------------------------
+
+    def _send_frame(self, performative: Any, payload: bytes = b"") -> None:
+        self.connection._write_frame(self.channel or 0, performative, payload)
+
+    def _transfer_prefix(self, handle: int) -> bytes:
+        return _encode_handle(handle)
+
+    def _send_transfer(
+        self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int
+    ) -> Delivery:
+        delivery_id = self._next_delivery_id
+        self._next_delivery_id = (delivery_id + 1) & MASK
+        delivery = Delivery(link, delivery_id, tag, message_format, payload, settled)
+        if not settled:
+            self._outgoing_unsettled[delivery_id] = delivery
+        connection = self.connection
+        if (
+            not self._outgoing_queue
+            and self.remote_incoming_window > 0
+            and len(payload) <= connection._max_transfer_payload
+        ):
+            # The common case: one frame, written at once from the link's template.
+            self._write_transfer(link, delivery, payload, False)
+        else:
+            self._outgoing_queue.append([link, delivery, payload, 0])
+            self._pump_outgoing()
+        return delivery
+
+    def _write_transfer(self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False) -> None:
+        """Write one transfer frame (§2.7.5) by hand: this is the hot path of sending."""
+        fields = bytearray(link._transfer_prefix)
+        delivery_id = delivery.delivery_id
+        if delivery_id == 0:
+            fields.append(0x43)
+        elif delivery_id < 256:
+            fields.append(0x52)
+            fields.append(delivery_id)
+        else:
+            fields += _pack_BI(0x70, delivery_id)
+        tag = delivery.tag
+        fields.append(0xA0)
+        fields.append(len(tag))
+        fields += tag
+        message_format = delivery.message_format
+        if message_format == 0:
+            fields.append(0x43)
+        else:
+            fields += _pack_BI(0x70, message_format)
+        count = 4
+        if delivery.settled or more or aborted:
+            fields.append(0x41 if delivery.settled else 0x42)
+            count = 5
+        if more or aborted:
+            fields.append(0x41 if more else 0x42)
+            count = 6
+        if aborted:
+            fields += b"\x40\x40\x40\x41"  # rcv-settle-mode, state, resume: null; aborted: true
+            count = 10
+        out = self.connection._out
+        size = len(fields) + 1
+        out += _pack_frame_head(13 + size + len(payload), 2, 0, self.channel or 0, 0x00, 0x53, 0x14, 0xC0, size, count)
+        out += fields
+        out += payload
+        self.next_outgoing_id = (self.next_outgoing_id + 1) & MASK
+        self.remote_incoming_window -= 1
+
+    def _pump_outgoing(self) -> None:
+        """Write queued transfer frames while the peer's incoming window allows."""
+        queue = self._outgoing_queue
+        chunk = self.connection._max_transfer_payload
+        while queue and self.remote_incoming_window > 0:
+            item = queue[0]
+            link, delivery, payload, offset = item
+            end = offset + chunk
+            if end >= len(payload):
+                queue.popleft()
+                self._write_transfer(link, delivery, memoryview(payload)[offset:] if offset else payload, False)
+            else:
+                item[3] = end
+                self._write_transfer(link, delivery, memoryview(payload)[offset:end], True)
+
+    def abort(self, delivery: Delivery) -> None:
+        """Abort a delivery whose frames are not all written yet (§2.6.14); a written one cannot be aborted."""
+        for index, item in enumerate(self._outgoing_queue):
+            if item[1] is delivery:
+                del self._outgoing_queue[index]
+                if item[3]:  # frames went out: tell the receiver to discard them
+                    self._write_transfer(item[0], delivery, b"", False, aborted=True)
+                self._outgoing_unsettled.pop(delivery.delivery_id, None)
+                delivery.aborted = True
+                delivery.settled = True
+                return
+        raise LocalProtocolError("the delivery is fully written and cannot be aborted")
+
+    def _queue_link_flow(self, link: Link) -> None:
+        self._flow_links[link] = None
+        self.connection._dirty_sessions[self] = None
+
+    def _queue_session_flow(self) -> None:
+        self._session_flow_pending = True
+        self.connection._dirty_sessions[self] = None
+
+    def _send_flow(
+        self, link: Link | None, delivery_count: int | None, link_credit: int | None, available: int | None,
+        drain: bool, echo: bool,
+    ) -> None:
+        self._send_frame(
+            Flow(
+                next_incoming_id=self.next_incoming_id if self.remote_state is not EndpointState.UNINIT else None,
+                incoming_window=self.incoming_window,
+                next_outgoing_id=self.next_outgoing_id,
+                outgoing_window=self.outgoing_window,
+                handle=None if link is None else link.handle,
+                delivery_count=delivery_count,
+                link_credit=link_credit,
+                available=available,
+                drain=drain,
+                echo=echo,
+            )
+        )
+
+    def _queue_disposition(self, role: bool, delivery: Delivery, settled: bool, state: Any) -> None:
+        if delivery.remote_settled and settled:
+            # The peer settled first (§2.6.12): it has forgotten the delivery, so nothing need be said.
+            (self._incoming_unsettled if role is RECEIVER else self._outgoing_unsettled).pop(delivery.delivery_id, None)
+            return
+        if settled:
+            (self._incoming_unsettled if role is RECEIVER else self._outgoing_unsettled).pop(delivery.delivery_id, None)
+        self._pending_dispositions.append((role, delivery.delivery_id, settled, state))
+        self.connection._dirty_sessions[self] = None
+
+    def _flush(self) -> None:
+        """Write the queued flows and the coalesced dispositions."""
+        if self.local_state is not EndpointState.ACTIVE:
+            self._pending_dispositions.clear()
+            self._flow_links.clear()
+            self._session_flow_pending = False
+            return
+        if self._flow_links:
+            links = list(self._flow_links)
+            self._flow_links.clear()
+            for link in links:
+                if link.local_state is EndpointState.ACTIVE:
+                    link._write_flow()
+            self._session_flow_pending = False
+        elif self._session_flow_pending:
+            self._session_flow_pending = False
+            self._send_flow(None, None, None, None, False, False)
+        pending = self._pending_dispositions
+        if not pending:
+            return
+        self._pending_dispositions = []
+        run_role, first, run_settled, run_state = pending[0]
+        last = first
+        for role, delivery_id, settled, state in pending[1:]:
+            if (
+                role is run_role
+                and settled is run_settled
+                and delivery_id == (last + 1) & MASK
+                and (state is run_state or state == run_state)
+            ):
+                last = delivery_id
+                continue
+            self._write_disposition(run_role, first, last, run_settled, run_state)
+            run_role, first, run_settled, run_state, last = role, delivery_id, settled, state, delivery_id
+        self._write_disposition(run_role, first, last, run_settled, run_state)
+
+    def _write_disposition(self, role: bool, first: int, last: int, settled: bool, state: Any) -> None:
+        self._send_frame(
+            Disposition(role=role, first=first, last=None if last == first else last, settled=settled, state=state)
+        )
+
+    # --- input -------------------------------------------------------------------------------------------
+
+    def _on_begin(self, begin: Begin) -> None:
+        self.remote_begin = begin
+        self.remote_state = EndpointState.ACTIVE
+        self.next_incoming_id = begin.next_outgoing_id
+        self.remote_incoming_window = begin.incoming_window
+        self.remote_outgoing_window = begin.outgoing_window
+        self.remote_handle_max = begin.handle_max
+
+    def _on_end(self, end: End) -> None:
+        self.remote_state = EndpointState.CLOSED
+        self.remote_error = end.error
+        self.connection._emit(SessionEnded(session=self, error=end.error, remote=True))
+        for link in list(self._links_by_name.values()):
+            link.remote_state = EndpointState.CLOSED
+        if self.local_state is EndpointState.ACTIVE:
+            self.end()  # §2.5.1: answer the end
+        self._outgoing_unsettled.clear()
+        self._incoming_unsettled.clear()
+        self._links_by_name.clear()
+        self._links_by_handle.clear()
+        self._links_by_remote_handle.clear()
+
+    def _on_attach(self, attach: Attach) -> None:
+        handle = attach.handle
+        if handle in self._links_by_remote_handle:
+            raise RemoteProtocolError(
+                f"attach on handle {handle}, which is in use", condition=conditions.SESSION_HANDLE_IN_USE, scope="session"
+            )
+        if handle > self.handle_max:
+            raise RemoteProtocolError(
+                f"attach on handle {handle} beyond handle-max {self.handle_max}",
+                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
+                scope="session",
+            )
+        our_role = not attach.role
+        link = self._links_by_name.get((attach.name, our_role))
+        if link is None or link.remote_state is not EndpointState.UNINIT:
+            link = SenderLink(self, attach.name) if our_role is SENDER else ReceiverLink(self, attach.name)
+            self._links_by_name[(attach.name, our_role)] = link
+        link.remote_attach = attach
+        link.remote_handle = handle
+        link.remote_state = EndpointState.ACTIVE
+        if our_role is RECEIVER:
+            # §2.6.7: the receiver's delivery-count starts at the sender's initial-delivery-count.
+            initial = attach.initial_delivery_count
+            if initial is None and attach.source is not None:
+                raise RemoteProtocolError(
+                    "a sender's attach must carry initial-delivery-count", condition=conditions.INVALID_FIELD,
+                    scope="session",
+                )
+            link.delivery_count = (initial or 0) & MASK
+        self._links_by_remote_handle[handle] = link
+        self.connection._emit(LinkAttached(link=link))
+
+    def _on_detach(self, detach: Detach) -> None:
+        link = self._remote_link(detach.handle)
+        del self._links_by_remote_handle[detach.handle]
+        link.remote_state = EndpointState.CLOSED
+        link.remote_error = detach.error
+        if isinstance(link, ReceiverLink) and link._current is not None:
+            link._current = None  # §2.6.14-like: an incomplete delivery dies with the link
+            link._current_parts = []
+        self.connection._emit(LinkDetached(link=link, error=detach.error, closed=bool(detach.closed), remote=True))
+        if link.local_state is EndpointState.ACTIVE:
+            link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
+        else:
+            self._forget_link_if_done(link)
+
+    def _remote_link(self, handle: Any) -> Link:
+        link = self._links_by_remote_handle.get(handle)
+        if link is None:
+            # §2.7.5/§2.7.4: a frame for a handle that is not attached ends the session with this error.
+            raise RemoteProtocolError(
+                f"no link is attached on handle {handle!r}", condition=conditions.SESSION_UNATTACHED_HANDLE,
+                scope="session",
+            )
+        return link
+
+    def _on_flow(self, flow: Flow) -> None:
+        # §2.5.6: remote-incoming-window := next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id.
+        # A flow without next-incoming-id answers no begin of ours yet: count from our initial id, 0.
+        next_incoming = flow.next_incoming_id if flow.next_incoming_id is not None else 0
+        self.remote_incoming_window = ((next_incoming + flow.incoming_window - self.next_outgoing_id) + (1 << 31)) % (
+            1 << 32
+        ) - (1 << 31)
+        self.remote_outgoing_window = flow.outgoing_window
+        link: Link | None = None
+        drained = False
+        if flow.handle is not None:
+            link = self._remote_link(flow.handle)
+            drained = link._on_flow(flow)
+            if flow.echo and link.local_state is EndpointState.ACTIVE:
+                self._queue_link_flow(link)
+        elif flow.echo:
+            self._queue_session_flow()
+        self.connection._emit(FlowReceived(session=self, link=link, drained=drained))
+        if self._outgoing_queue:
+            self._pump_outgoing()
+
+    def _on_transfer(self, fields: Any, payload: bytes) -> None:
+        # §2.5.6: every transfer frame uses one unit of our incoming window.
+        if self.incoming_window <= 0:
+            raise RemoteProtocolError(
+                "transfer beyond the session's incoming window", condition=conditions.SESSION_WINDOW_VIOLATION,
+                scope="session",
+            )
+        if fields.__class__ is not list or not fields:
+            raise RemoteProtocolError("a transfer without fields", condition=conditions.DECODE_ERROR)
+        self.next_incoming_id = (self.next_incoming_id + 1) & MASK
+        self.incoming_window -= 1
+        self.remote_outgoing_window -= 1
+        if self.incoming_window < self.initial_incoming_window >> 1:
+            self.incoming_window = self.initial_incoming_window
+            self._queue_session_flow()
+        link = self._remote_link(fields[0])
+        if link.role is SENDER:
+            raise RemoteProtocolError(
+                f"transfer on link {link.name!r}, where the peer is the receiver", condition=conditions.INVALID_FIELD,
+                scope="session",
+            )
+        if link.local_state is not EndpointState.ACTIVE:
+            return  # we detached: the peer has not seen it yet (§2.6.4); the frame is dropped
+        assert isinstance(link, ReceiverLink)
+        delivery = link._on_transfer(fields, payload, 0)
+        if delivery is not None:
+            if delivery.remote_settled or delivery.aborted:
+                self._incoming_unsettled.pop(delivery.delivery_id, None)
+            link.incoming.append(delivery)
+            self.connection._announce_deliveries(link)
+
+    def _track_incoming(self, delivery: Delivery) -> None:
+        self._incoming_unsettled[delivery.delivery_id] = delivery
+
+    def _on_disposition(self, disposition: Disposition) -> None:
+        # The role is the disposition's sender's: a receiver's disposition is about deliveries we sent.
+        ours_sent = disposition.role is RECEIVER
+        unsettled = self._outgoing_unsettled if ours_sent else self._incoming_unsettled
+        first = disposition.first
+        last = disposition.last if disposition.last is not None else first
+        span = (last - first) & MASK
+        if span >= 1 << 31:
+            raise RemoteProtocolError("disposition range runs backwards", condition=conditions.INVALID_FIELD)
+        settled = bool(disposition.settled)
+        state = disposition.state
+        updated: list[Delivery] = []
+        if span < len(unsettled):
+            candidates = [(first + offset) & MASK for offset in range(span + 1)]
+        else:
+            # A wide range over a small map: look only at what we track (bounded work whatever the peer says).
+            candidates = [delivery_id for delivery_id in unsettled if ((delivery_id - first) & MASK) <= span]
+        for delivery_id in candidates:
+            delivery = unsettled.get(delivery_id)
+            if delivery is None:
+                continue
+            if state is not None:
+                delivery.remote_state = state
+            if settled:
+                delivery.remote_settled = True
+                delivery.settled = True
+                del unsettled[delivery_id]
+            elif ours_sent and isinstance(state, _TERMINAL_OUTCOMES):
+                # Receiver settle mode second (§2.6.12): the receiver reached an outcome and waits for us to
+                # settle; we settle at once (the outcome is reported to the layer above all the same).
+                delivery.settled = True
+                self._queue_disposition(SENDER, delivery, True, None)
+            updated.append(delivery)
+        if updated:
+            self.connection._emit(DeliveriesUpdated(deliveries=updated, state=state, settled=settled))
+
+
+def encode_uint(buf: bytearray, value: int) -> None:
+    """Append ``value`` as an AMQP uint (used by tests building frames by hand)."""
+    encode_value(buf, uint(value))
