@@ -30,7 +30,7 @@ from .codec import sections as _sections
 from .codec._decoder import _DECODERS, decode_value
 from .codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
 from .errors import DecodeError, EncodeError
-from .types import char, symbol, timestamp, ubyte, uint, ulong
+from .types import Described, char, symbol, timestamp, ubyte, uint, ulong
 
 __all__ = ["Message"]
 
@@ -86,8 +86,10 @@ _AmqpSequence = _sections.AmqpSequence
 
 def _message_id(value: Any, name: str) -> Any:
     """§3.2.11-3.2.15: a message-id is a ulong, uuid, binary or string; proton maps a Python int to ulong."""
-    if value is None or isinstance(value, (ulong, uuid.UUID, str)):
+    if value is None or value.__class__ in (ulong, str, uuid.UUID):
         return value
+    if isinstance(value, str):
+        return str(value)  # a symbol or other str subclass travels as a string, as proton sends it
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, int) and not isinstance(value, bool):
@@ -174,7 +176,7 @@ class Message:
     # with one ``__dict__.clear()``. ``_props`` holds the properties section's 13 fields in spec order; the
     # shared default is an immutable tuple, replaced by a list on the first write.
     body: Any = None
-    durable: bool = False
+    _durable: bool = False
     #: application properties (§3.2.5): a dict with str keys, or None.
     properties: dict[str, Any] | None = None
     #: the footer section (§3.2.9): a dict of annotations, or None.
@@ -209,6 +211,15 @@ class Message:
     # --- header (§3.2.1) ---------------------------------------------------------------------------------
 
     @property
+    def durable(self) -> bool:
+        """Whether intermediaries must keep the message safe across restarts."""
+        return self._durable
+
+    @durable.setter
+    def durable(self, value: bool) -> None:
+        self._durable = bool(value)
+
+    @property
     def priority(self) -> int:
         """Relative message priority, 0-255 (default 4)."""
         return self._priority
@@ -224,7 +235,8 @@ class Message:
 
     @ttl.setter
     def ttl(self, value: float) -> None:
-        self._ttl = uint(int(value * 1000)) if value else None
+        milliseconds = int(value * 1000) if value else 0
+        self._ttl = uint(milliseconds) if milliseconds else None
 
     @property
     def first_acquirer(self) -> bool:
@@ -284,8 +296,10 @@ class Message:
     def user_id(self, value: bytes | str | None) -> None:
         if isinstance(value, str):
             value = value.encode("utf-8")
-        elif value is not None and not isinstance(value, bytes):
+        elif isinstance(value, (bytearray, memoryview)):
             value = bytes(value)
+        elif value is not None and not isinstance(value, bytes):
+            raise EncodeError(f"user_id must be bytes or str, got {type(value).__name__}")
         self._set_property(_USER_ID, value or None)
 
     @property
@@ -379,7 +393,7 @@ class Message:
 
     @group_sequence.setter
     def group_sequence(self, value: int) -> None:
-        self._set_property(_GROUP_SEQUENCE, None if value is None else uint(value))
+        self._set_property(_GROUP_SEQUENCE, uint(value) if value else None)
 
     @property
     def reply_to_group_id(self) -> str | None:
@@ -417,14 +431,14 @@ class Message:
         """
         buf = bytearray()
         if (
-            self.durable
+            self._durable
             or self._priority != _DEFAULT_PRIORITY
             or self._ttl is not None
             or self._first_acquirer
             or self._delivery_count is not None
         ):
             header = [
-                True if self.durable else None,
+                True if self._durable else None,
                 None if self._priority == _DEFAULT_PRIORITY else self._priority,
                 self._ttl,
                 True if self._first_acquirer else None,
@@ -436,10 +450,10 @@ class Message:
             _enc_list(buf, header)
         if self._instructions is not None:
             buf += b"\x00\x53\x71"
-            _enc_map(buf, self._instructions)
+            _enc_map(buf, _symbol_keys(self._instructions))
         if self._annotations is not None:
             buf += b"\x00\x53\x72"
-            _enc_map(buf, self._annotations)
+            _enc_map(buf, _symbol_keys(self._annotations))
         props = self._props
         last = 12
         while last >= 0 and props[last] is None:
@@ -515,6 +529,10 @@ class Message:
                 if code == _AMQP_VALUE:
                     if body_sections is not None:
                         raise DecodeError("a message body is either amqp-value, data or amqp-sequence", offset=start)
+                    if value.__class__ is _Data or value.__class__ is _AmqpSequence:
+                        # A described data or amqp-sequence value inside amqp-value: keep it a described value,
+                        # so that encoding it again writes the same amqp-value section.
+                        value = Described(ulong(_DATA if value.__class__ is _Data else _AMQP_SEQUENCE), value.value)
                     self.body = value
                     self._inferred = False
                 elif code == _PROPERTIES:
@@ -553,19 +571,19 @@ class Message:
         if fields.__class__ is not list:
             raise DecodeError("the header section must be a list", offset=offset)
         count = len(fields)
-        try:
-            if count > 0 and fields[0] is not None:
-                self.durable = bool(fields[0])
-            if count > 1 and fields[1] is not None:
-                self._priority = ubyte(fields[1])
-            if count > 2 and fields[2] is not None:
-                self._ttl = uint(fields[2]) or None
-            if count > 3 and fields[3] is not None:
-                self._first_acquirer = bool(fields[3])
-            if count > 4 and fields[4] is not None:
-                self._delivery_count = uint(fields[4]) or None
-        except (TypeError, ValueError) as exc:
-            raise DecodeError(f"invalid header field: {exc}", offset=offset) from None
+        for index, (value, allowed) in enumerate(zip(fields, _HEADER_CLASSES, strict=False)):
+            if value is not None and value.__class__ is not allowed:
+                raise DecodeError(f"header field {_HEADER_FIELDS[index]} must be {allowed.__name__}", offset=offset)
+        if count > 0 and fields[0] is not None:
+            self._durable = fields[0]
+        if count > 1 and fields[1] is not None:
+            self._priority = fields[1]
+        if count > 2 and fields[2]:
+            self._ttl = fields[2]
+        if count > 3 and fields[3] is not None:
+            self._first_acquirer = fields[3]
+        if count > 4 and fields[4]:
+            self._delivery_count = fields[4]
 
     def _decode_properties(self, fields: Any, offset: int) -> None:
         if fields.__class__ is not list:
@@ -573,9 +591,8 @@ class Message:
         count = len(fields)
         if count > 13:
             del fields[13:]  # §1.4: later versions may add fields; ignore them.
-        for value, allowed in zip(fields, _PROPERTY_CLASSES, strict=False):
+        for index, (value, allowed) in enumerate(zip(fields, _PROPERTY_CLASSES, strict=False)):
             if value is not None and value.__class__ not in allowed:
-                index = fields.index(value)
                 raise DecodeError(
                     f"properties field {index} must be {_PROPERTY_FIELD_TYPES[index]}, got {value!r}", offset=offset
                 )
@@ -615,10 +632,27 @@ class Message:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return all(getattr(self, name) == getattr(other, name) for name in _COMPARED)
+        return (
+            all(getattr(self, name) == getattr(other, name) for name in _COMPARED)
+            and tuple(self._props) == tuple(other._props)
+            and self._body_section() == other._body_section()
+        )
+
+    def _body_section(self) -> int:
+        """The section code the body is written in (part of equality: it is part of what is sent)."""
+        body_class = self.body.__class__
+        if body_class in (bytes, bytearray, memoryview):
+            return _DATA if self._inferred is not False else _AMQP_VALUE
+        if body_class is list and self._inferred:
+            return _AMQP_SEQUENCE
+        return _AMQP_VALUE
 
     __hash__ = None  # type: ignore[assignment]
 
+
+# §3.2.1: the header's fields and their types.
+_HEADER_FIELDS = ("durable", "priority", "ttl", "first-acquirer", "delivery-count")
+_HEADER_CLASSES: tuple[type, ...] = (bool, ubyte, uint, bool, uint)
 
 # The classes a decoded properties field may hold (§3.2.4), by field position. String fields also take a
 # symbol: it reads the same, and some peers send one.
@@ -652,7 +686,6 @@ _COMPARED = (
     "annotations",
     "properties",
     "footer",
-    "_props",
 )
 
 
@@ -682,4 +715,23 @@ def _expect_map(value: Any, name: str, offset: int) -> dict[Any, Any]:
 
 
 def _is_section_list(body: list[Any]) -> bool:
-    return all(item.__class__ is _Data or item.__class__ is _AmqpSequence for item in body)
+    """A non-empty list of explicit body sections: all data, or all amqp-sequence (§3.2: never mixed)."""
+    if not body:
+        return False
+    first = body[0].__class__
+    if first is not _Data and first is not _AmqpSequence:
+        return False
+    if any(item.__class__ is not first for item in body):
+        raise EncodeError("a message body of sections holds only data sections or only amqp-sequence sections")
+    return True
+
+
+def _symbol_keys(annotations: dict[Any, Any]) -> dict[Any, Any]:
+    """§3.2.10: annotation keys are symbols (or ulongs); keys added as str since the dict was set are converted."""
+    for key in annotations:
+        cls = key.__class__
+        if cls is not symbol and cls is not ulong:
+            converted = _annotation_keys(annotations, "annotations")
+            assert converted is not None
+            return converted
+    return annotations

@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amqp_async.codec.delivery_states import Accepted  # noqa: E402
-from amqp_async.codec.performatives import SND_SETTLED, SND_UNSETTLED  # noqa: E402
-from amqp_async.codec.terminus import Source, Target  # noqa: E402
-from amqp_async.message import Message  # noqa: E402
-from amqp_async.protocol import events  # noqa: E402
-from amqp_async.protocol.connection import CLIENT, SERVER, Connection  # noqa: E402
+from amqp_async.codec.delivery_states import Accepted
+from amqp_async.codec.performatives import SND_SETTLED, SND_UNSETTLED
+from amqp_async.codec.terminus import Source, Target
+from amqp_async.message import Message
+from amqp_async.protocol import events
+from amqp_async.protocol.connection import CLIENT, SERVER, Connection
 
 PREFETCH = 1000
 PAYLOAD = Message(body=b"0123456789abcdef").encode()

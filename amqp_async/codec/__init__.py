@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import DecodeError, EncodeError
-from ._decoder import MAX_DEPTH, Buffer, decode_value, register_described
-from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
 
 # Importing the composite modules registers their classes with the encoder and the decoder.
-from . import delivery_states, performatives, sasl_frames, sections, terminus, transactions  # noqa: E402, I001
+from . import delivery_states, performatives, sasl_frames, sections, terminus, transactions
+from ._decoder import MAX_DEPTH, Buffer, decode_value, register_described
+from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
 
 __all__ = [
     "MAX_DEPTH",
@@ -24,12 +24,18 @@ __all__ = [
     "decode",
     "decode_at",
     "decode_value",
+    "delivery_states",
     "encode",
     "encode_array",
     "encode_into",
     "encode_value",
+    "performatives",
     "register_described",
     "register_encoder",
+    "sasl_frames",
+    "sections",
+    "terminus",
+    "transactions",
 ]
 
 

@@ -58,6 +58,7 @@ from .link import Link, as_symbols
 from .sasl import SaslClient, SaslServer
 from .sasl_mechanisms import SaslMechanismError
 from .session import TRANSFER_OVERHEAD, Session
+from .transfer_frames import parse_transfer_fields
 
 __all__ = ["CLIENT", "SERVER", "Connection"]
 
@@ -350,12 +351,15 @@ class Connection(Endpoint):
         return channel
 
     def _release_channel(self, session: Session) -> None:
+        if session.remote_state is EndpointState.ACTIVE:
+            return  # the peer's end will release both maps (_on_end)
         if session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
-            if session.remote_state is not EndpointState.ACTIVE:
-                del self._sessions_by_channel[session.channel]
-        if session.remote_state is not EndpointState.ACTIVE and session.remote_channel is not None:
-            if self._sessions_by_remote_channel.get(session.remote_channel) is session:
-                del self._sessions_by_remote_channel[session.remote_channel]
+            del self._sessions_by_channel[session.channel]
+        if (
+            session.remote_channel is not None
+            and self._sessions_by_remote_channel.get(session.remote_channel) is session
+        ):
+            del self._sessions_by_remote_channel[session.remote_channel]
 
     # --- input -------------------------------------------------------------------------------------------
 
@@ -383,7 +387,12 @@ class Connection(Endpoint):
     def _on_protocol_header(self, header: bytes) -> None:
         """§2.2 / §5.3.1: accept the header we expect; otherwise answer with the one we support and stop."""
         expected = SASL_HEADER if self._phase == _AWAIT_SASL_HEADER else AMQP_HEADER
-        if self.role == SERVER and self._phase == _AWAIT_SASL_HEADER and header == AMQP_HEADER and not self.require_sasl:
+        if (
+            self.role == SERVER
+            and self._phase == _AWAIT_SASL_HEADER
+            and header == AMQP_HEADER
+            and not self.require_sasl
+        ):
             expected = AMQP_HEADER  # SASL is offered but optional: go straight to AMQP
             self._phase = _AWAIT_AMQP_HEADER
         if header != expected:
@@ -432,14 +441,25 @@ class Connection(Endpoint):
         if self.remote_state is EndpointState.CLOSED:
             return  # §2.4.3: nothing may follow close; ignore it
         if data[body] == 0 and data[body + 1] == 0x53 and data[body + 2] == 0x14 and self.remote_open is not None:
-            # The hot path: a transfer, decoded as a bare field list (no Transfer object).
-            code = data[body + 3]
-            if code != 0xC0 and code != 0xD0:
-                raise RemoteProtocolError("a transfer whose fields are not a list", condition=conditions.DECODE_ERROR)
-            fields, after = _DECODERS[code](data, body + 4, 1)
+            # The hot path: a transfer, read as a bare field list (no Transfer object).
+            try:
+                parsed = parse_transfer_fields(data, body + 3, end)
+            except IndexError:
+                parsed = None
+            if parsed is None:
+                code = data[body + 3]
+                if code != 0xC0 and code != 0xD0:
+                    raise RemoteProtocolError(
+                        "a transfer whose fields are not a list", condition=conditions.DECODE_ERROR
+                    )
+                parsed = _DECODERS[code](data, body + 4, 1)
+            fields, after = parsed
             if after > end:
                 raise DecodeError("the transfer performative overruns its frame", offset=body)
-            _session_transfer(self._session_for(channel), fields, data[after:end])
+            session = self._sessions_by_remote_channel.get(channel)
+            if session is None:
+                session = self._session_for(channel)  # raises
+            _session_transfer(session, fields, data[after:end])
             return
         performative, after = decode_value(data, body)
         if after > end:
@@ -447,7 +467,9 @@ class Connection(Endpoint):
         if isinstance(performative, Transfer):
             # A transfer in an unusual encoding (a symbolic or wide descriptor): the slow path.
             if self.remote_open is None:
-                raise RemoteProtocolError("the first frame must be open, got Transfer", condition=conditions.NOT_ALLOWED)
+                raise RemoteProtocolError(
+                    "the first frame must be open, got Transfer", condition=conditions.NOT_ALLOWED
+                )
             fields = [getattr(performative, field.name) for field in Transfer.fields]
             _session_transfer(self._session_for(channel), fields, data[after:end])
             return
@@ -559,9 +581,9 @@ class Connection(Endpoint):
         session = self._session_for(channel)
         session._on_end(frame)
         del self._sessions_by_remote_channel[channel]
-        if session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
-            if session.local_state is not EndpointState.ACTIVE:
-                del self._sessions_by_channel[session.channel]
+        local_done = session.local_state is not EndpointState.ACTIVE
+        if local_done and session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
+            del self._sessions_by_channel[session.channel]
 
     def _on_session_frame(self, channel: int, frame: Any) -> None:
         session = self._session_for(channel)

@@ -86,9 +86,7 @@ class SaslMechanismError(AMQPError):
 
     default_condition = "amqp:unauthorized-access"
 
-    def __init__(
-        self, description: str, *, sasl_code: int | None = None, condition: str | None = None
-    ) -> None:
+    def __init__(self, description: str, *, sasl_code: int | None = None, condition: str | None = None) -> None:
         super().__init__(description, condition=condition)
         self.sasl_code = sasl_code
 
@@ -142,9 +140,7 @@ class ClientMechanism(abc.ABC):
         Raises:
             SaslMechanismError: the challenge is malformed or unexpected at this point of the exchange.
         """
-        raise SaslMechanismError(
-            f"{self.name}: the server sent a challenge, which this mechanism does not expect"
-        )
+        raise SaslMechanismError(f"{self.name}: the server sent a challenge, which this mechanism does not expect")
 
     def verify_outcome(self, additional_data: bytes | None) -> None:
         """Check a successful (``ok``) ``sasl-outcome`` and its ``additional-data``.
@@ -394,9 +390,7 @@ class AnonymousServer(ServerMechanism):
 
     def _start(self, initial_response: bytes | None) -> tuple[bytes | None, bool]:
         if initial_response:
-            self.trace = initial_response[:1020].decode(
-                "utf-8", "replace"
-            )  # for logs only; 255 chars * 4 bytes
+            self.trace = initial_response[:1020].decode("utf-8", "replace")  # for logs only; 255 chars * 4 bytes
         return self._succeed("anonymous")
 
 

@@ -108,9 +108,7 @@ def saslprep(text: str, *, allow_unassigned: bool = True) -> str:
         if any(stringprep.in_table_d2(c) for c in prepared):
             raise SaslMechanismError("SASLprep: mixes right-to-left and left-to-right characters")
         if not (stringprep.in_table_d1(prepared[0]) and stringprep.in_table_d1(prepared[-1])):
-            raise SaslMechanismError(
-                "SASLprep: right-to-left text must start and end with a right-to-left character"
-            )
+            raise SaslMechanismError("SASLprep: right-to-left text must start and end with a right-to-left character")
     return prepared
 
 
@@ -150,9 +148,7 @@ def derive_scram_credentials(
         SaslMechanismError: the password is not valid under SASLprep.
     """
     salt = secrets.token_bytes(16) if salt is None else salt
-    client_key, server_key = _salted_keys(
-        saslprep(password, allow_unassigned=False), salt, iterations, hash_name
-    )
+    client_key, server_key = _salted_keys(saslprep(password, allow_unassigned=False), salt, iterations, hash_name)
     return ScramCredentials(salt, iterations, hashlib.new(hash_name, client_key).digest(), server_key)
 
 
@@ -273,9 +269,7 @@ class ScramClient(ClientMechanism):
             raise SaslMechanismError(f"{self.name}: malformed iteration count {count[:20]!r}")
         iterations = int(count)
         if not 1 <= iterations <= self._max_iterations:
-            raise SaslMechanismError(
-                f"{self.name}: iteration count {iterations} outside 1..{self._max_iterations}"
-            )
+            raise SaslMechanismError(f"{self.name}: iteration count {iterations} outside 1..{self._max_iterations}")
         without_proof = f"c={_b64(self._gs2_header.encode('utf-8'))},r={nonce}"
         server_first = challenge.decode("utf-8")
         auth_message = f"{self._client_first_bare},{server_first},{without_proof}".encode()
@@ -298,9 +292,7 @@ class ScramClient(ClientMechanism):
         if self._state != "final-sent":
             raise SaslMechanismError(f"{self.name}: the server reported success before the exchange finished")
         if not additional_data:
-            raise SaslMechanismError(
-                f"{self.name}: the server sent no signature, so it did not authenticate itself"
-            )
+            raise SaslMechanismError(f"{self.name}: the server sent no signature, so it did not authenticate itself")
         self._verify_final(additional_data)
 
     def _verify_final(self, message: bytes) -> None:
@@ -310,9 +302,7 @@ class ScramClient(ClientMechanism):
         signature = _unb64(_expect(pairs, 0, "v", "server-final message"), "server signature")
         assert self._server_signature is not None  # set when entering "final-sent"
         if not hmac.compare_digest(signature, self._server_signature):
-            raise SaslMechanismError(
-                f"{self.name}: wrong server signature: the server does not know the password"
-            )
+            raise SaslMechanismError(f"{self.name}: wrong server signature: the server does not know the password")
         self._state = "verified"
 
 
@@ -336,9 +326,7 @@ class ScramServer(ServerMechanism):
         self.name = mechanism
         self._hash = SCRAM_HASHES[mechanism]
         self._store = store
-        self._server_nonce = _check_nonce(
-            secrets.token_urlsafe(18) if nonce is None else nonce, "server nonce"
-        )
+        self._server_nonce = _check_nonce(secrets.token_urlsafe(18) if nonce is None else nonce, "server nonce")
         self._expecting = "client-first"
         self._user = ""
         self._known = False

@@ -19,21 +19,19 @@ consecutive delivery ids with the same role, settlement and state share one disp
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..codec import conditions
-from ..codec._encoder import encode_value
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import RECEIVER, SENDER, Attach, Begin, Detach, Disposition, End, Error, Flow
-from ..types import uint
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, RemoteProtocolError
 from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
 from .link import Link, ReceiverLink, SenderLink
 from .serial import MASK
+from .transfer_frames import encode_handle, write_transfer
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -41,21 +39,11 @@ if TYPE_CHECKING:
 __all__ = ["Session"]
 
 _TERMINAL_OUTCOMES = (Accepted, Rejected, Released, Modified)
-_pack_frame_head = struct.Struct(">IBBHBBBBBB").pack
-_pack_BI = struct.Struct(">BI").pack
 _OUTGOING_WINDOW = 0x7FFFFFFF
 
 # The largest transfer performative we write (handle, id, a 32-byte tag, format, settled, more, aborted...) plus
 # the frame header: payload per frame is the peer's max-frame-size less this.
 TRANSFER_OVERHEAD = 128
-
-
-def _encode_handle(handle: int) -> bytes:
-    if handle == 0:
-        return b"\x43"
-    if handle < 256:
-        return bytes((0x52, handle))
-    return _pack_BI(0x70, handle)
 
 
 class Session(Endpoint):
@@ -184,13 +172,17 @@ class Session(Endpoint):
 
     def attach_sender(self, name: str, **options: Any) -> SenderLink:
         """Start a link on which we send (§2.6.3); ``options`` are those of :meth:`Link.attach`."""
-        return self._attach(SenderLink(self, name), options)
+        link = SenderLink(self, name)
+        self._attach(link, options)
+        return link
 
     def attach_receiver(self, name: str, **options: Any) -> ReceiverLink:
         """Start a link on which we receive (§2.6.3); ``options`` are those of :meth:`Link.attach`."""
-        return self._attach(ReceiverLink(self, name), options)
+        link = ReceiverLink(self, name)
+        self._attach(link, options)
+        return link
 
-    def _attach(self, link: Any, options: dict[str, Any]) -> Any:
+    def _attach(self, link: Link, options: dict[str, Any]) -> None:
         self._require_usable()
         key = (link.name, link.role)
         if key in self._links_by_name:
@@ -202,7 +194,6 @@ class Session(Endpoint):
         except BaseException:
             del self._links_by_name[key]
             raise
-        return link
 
     # --- handles -----------------------------------------------------------------------------------------
 
@@ -213,7 +204,9 @@ class Session(Endpoint):
         while handle in in_use:
             handle += 1
         if handle > limit:
-            raise LocalProtocolError(f"no free handle: handle-max is {limit}", condition=conditions.RESOURCE_LIMIT_EXCEEDED)
+            raise LocalProtocolError(
+                f"no free handle: handle-max is {limit}", condition=conditions.RESOURCE_LIMIT_EXCEEDED
+            )
         in_use[handle] = link
         self._links_by_name[(link.name, link.role)] = link
         return handle
@@ -245,7 +238,7 @@ class Session(Endpoint):
         self.connection._write_frame(self.channel or 0, performative, payload)
 
     def _transfer_prefix(self, handle: int) -> bytes:
-        return _encode_handle(handle)
+        return encode_handle(handle)
 
     def _send_transfer(
         self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int
@@ -268,41 +261,21 @@ class Session(Endpoint):
             self._pump_outgoing()
         return delivery
 
-    def _write_transfer(self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False) -> None:
-        """Write one transfer frame (§2.7.5) by hand: this is the hot path of sending."""
-        fields = bytearray(link._transfer_prefix)
-        delivery_id = delivery.delivery_id
-        if delivery_id == 0:
-            fields.append(0x43)
-        elif delivery_id < 256:
-            fields.append(0x52)
-            fields.append(delivery_id)
-        else:
-            fields += _pack_BI(0x70, delivery_id)
-        tag = delivery.tag
-        fields.append(0xA0)
-        fields.append(len(tag))
-        fields += tag
-        message_format = delivery.message_format
-        if message_format == 0:
-            fields.append(0x43)
-        else:
-            fields += _pack_BI(0x70, message_format)
-        count = 4
-        if delivery.settled or more or aborted:
-            fields.append(0x41 if delivery.settled else 0x42)
-            count = 5
-        if more or aborted:
-            fields.append(0x41 if more else 0x42)
-            count = 6
-        if aborted:
-            fields += b"\x40\x40\x40\x41"  # rcv-settle-mode, state, resume: null; aborted: true
-            count = 10
-        out = self.connection._out
-        size = len(fields) + 1
-        out += _pack_frame_head(13 + size + len(payload), 2, 0, self.channel or 0, 0x00, 0x53, 0x14, 0xC0, size, count)
-        out += fields
-        out += payload
+    def _write_transfer(
+        self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False
+    ) -> None:
+        write_transfer(
+            self.connection._out,
+            self.channel or 0,
+            link._transfer_prefix,
+            delivery.delivery_id,
+            delivery.tag,
+            delivery.message_format,
+            delivery.settled,
+            more,
+            aborted,
+            payload,
+        )
         self.next_outgoing_id = (self.next_outgoing_id + 1) & MASK
         self.remote_incoming_window -= 1
 
@@ -343,8 +316,13 @@ class Session(Endpoint):
         self.connection._dirty_sessions[self] = None
 
     def _send_flow(
-        self, link: Link | None, delivery_count: int | None, link_credit: int | None, available: int | None,
-        drain: bool, echo: bool,
+        self,
+        link: Link | None,
+        delivery_count: int | None,
+        link_credit: int | None,
+        available: int | None,
+        drain: bool,
+        echo: bool,
     ) -> None:
         self._send_frame(
             Flow(
@@ -440,7 +418,9 @@ class Session(Endpoint):
         handle = attach.handle
         if handle in self._links_by_remote_handle:
             raise RemoteProtocolError(
-                f"attach on handle {handle}, which is in use", condition=conditions.SESSION_HANDLE_IN_USE, scope="session"
+                f"attach on handle {handle}, which is in use",
+                condition=conditions.SESSION_HANDLE_IN_USE,
+                scope="session",
             )
         if handle > self.handle_max:
             raise RemoteProtocolError(
@@ -461,7 +441,8 @@ class Session(Endpoint):
             initial = attach.initial_delivery_count
             if initial is None and attach.source is not None:
                 raise RemoteProtocolError(
-                    "a sender's attach must carry initial-delivery-count", condition=conditions.INVALID_FIELD,
+                    "a sender's attach must carry initial-delivery-count",
+                    condition=conditions.INVALID_FIELD,
                     scope="session",
                 )
             link.delivery_count = (initial or 0) & MASK
@@ -487,7 +468,8 @@ class Session(Endpoint):
         if link is None:
             # §2.7.5/§2.7.4: a frame for a handle that is not attached ends the session with this error.
             raise RemoteProtocolError(
-                f"no link is attached on handle {handle!r}", condition=conditions.SESSION_UNATTACHED_HANDLE,
+                f"no link is attached on handle {handle!r}",
+                condition=conditions.SESSION_UNATTACHED_HANDLE,
                 scope="session",
             )
         return link
@@ -517,7 +499,8 @@ class Session(Endpoint):
         # §2.5.6: every transfer frame uses one unit of our incoming window.
         if self.incoming_window <= 0:
             raise RemoteProtocolError(
-                "transfer beyond the session's incoming window", condition=conditions.SESSION_WINDOW_VIOLATION,
+                "transfer beyond the session's incoming window",
+                condition=conditions.SESSION_WINDOW_VIOLATION,
                 scope="session",
             )
         if fields.__class__ is not list or not fields:
@@ -528,21 +511,25 @@ class Session(Endpoint):
         if self.incoming_window < self.initial_incoming_window >> 1:
             self.incoming_window = self.initial_incoming_window
             self._queue_session_flow()
-        link = self._remote_link(fields[0])
-        if link.role is SENDER:
+        link = self._links_by_remote_handle.get(fields[0])
+        if link is None:
+            link = self._remote_link(fields[0])  # raises the unattached-handle error
+        if not isinstance(link, ReceiverLink):
             raise RemoteProtocolError(
-                f"transfer on link {link.name!r}, where the peer is the receiver", condition=conditions.INVALID_FIELD,
+                f"transfer on link {link.name!r}, where the peer is the receiver",
+                condition=conditions.INVALID_FIELD,
                 scope="session",
             )
         if link.local_state is not EndpointState.ACTIVE:
             return  # we detached: the peer has not seen it yet (§2.6.4); the frame is dropped
-        assert isinstance(link, ReceiverLink)
         delivery = link._on_transfer(fields, payload, 0)
         if delivery is not None:
             if delivery.remote_settled or delivery.aborted:
                 self._incoming_unsettled.pop(delivery.delivery_id, None)
             link.incoming.append(delivery)
-            self.connection._announce_deliveries(link)
+            connection = self.connection
+            if link not in connection._announced:
+                connection._announce_deliveries(link)
 
     def _track_incoming(self, delivery: Delivery) -> None:
         self._incoming_unsettled[delivery.delivery_id] = delivery
@@ -582,8 +569,3 @@ class Session(Endpoint):
             updated.append(delivery)
         if updated:
             self.connection._emit(DeliveriesUpdated(deliveries=updated, state=state, settled=settled))
-
-
-def encode_uint(buf: bytearray, value: int) -> None:
-    """Append ``value`` as an AMQP uint (used by tests building frames by hand)."""
-    encode_value(buf, uint(value))
