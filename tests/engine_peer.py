@@ -109,7 +109,9 @@ class EnginePeer:
         options.setdefault("source", Source(address=None))
         return session.attach_sender(name, target=Target(address=address), **options)
 
-    def receiver(self, session: Session, name: str, address: str | None, *, credit: int = 0, **options: Any) -> ReceiverLink:
+    def receiver(
+        self, session: Session, name: str, address: str | None, *, credit: int = 0, **options: Any
+    ) -> ReceiverLink:
         options.setdefault("target", Target(address=None))
         link = session.attach_receiver(name, source=Source(address=address), **options)
         if credit:

@@ -551,10 +551,13 @@ class Connection(Endpoint):
     def _on_close(self, channel: int, frame: Close) -> None:
         self.remote_state = EndpointState.CLOSED
         self.remote_error = frame.error
-        if self.local_state is not EndpointState.CLOSED:
+        peer_initiated = self.local_state is not EndpointState.CLOSED
+        if peer_initiated:
             self.close()  # §2.4.3: answer the close
         self._phase = _DONE
-        self._emit(ConnectionClosed(error=frame.error, remote=True))
+        # ``remote`` says who started the close: the peer, or we (and this is its answer).
+        error = frame.error if peer_initiated else self.local_error
+        self._emit(ConnectionClosed(error=error, remote=peer_initiated))
 
     def _on_begin(self, channel: int, frame: Begin) -> None:
         if channel > self.channel_max:
@@ -580,13 +583,15 @@ class Connection(Endpoint):
     def _on_end(self, channel: int, frame: End) -> None:
         session = self._session_for(channel)
         session._on_end(frame)
-        del self._sessions_by_remote_channel[channel]
+        self._sessions_by_remote_channel.pop(channel, None)
         local_done = session.local_state is not EndpointState.ACTIVE
         if local_done and session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
             del self._sessions_by_channel[session.channel]
 
     def _on_session_frame(self, channel: int, frame: Any) -> None:
         session = self._session_for(channel)
+        if session.local_state is EndpointState.CLOSED:
+            return  # §2.5.1: after our end, frames other than the peer's end are ignored
         try:
             _SESSION_HANDLERS[type(frame)](session, frame)
         except RemoteProtocolError as exc:
@@ -599,6 +604,7 @@ class Connection(Endpoint):
             return  # handled by _on_link_error where a link is known
         err = error(exc.condition, exc.description)
         session.end(err)
+        session.end_reported = True
         self._emit(SessionEnded(session=session, error=err, remote=False))
 
     def _on_transport_end(self) -> None:
@@ -627,6 +633,8 @@ class Connection(Endpoint):
 
 
 def _session_transfer(session: Session, fields: Any, payload: bytes) -> None:
+    if session.local_state is EndpointState.CLOSED:
+        return  # §2.5.1: after our end, frames other than the peer's end are ignored
     try:
         session._on_transfer(fields, payload)
     except RemoteProtocolError as exc:
@@ -635,6 +643,7 @@ def _session_transfer(session: Session, fields: Any, payload: bytes) -> None:
             if link is not None and link.local_state is EndpointState.ACTIVE:
                 err = error(exc.condition, exc.description)
                 link.detach(closed=True, error=err)
+                link.detach_reported = True
                 session.connection._emit(LinkDetached(link=link, error=err, closed=True, remote=False))
                 return
             raise RemoteProtocolError(exc.description, condition=exc.condition, scope="session") from exc

@@ -58,9 +58,11 @@ class ConnectionClosed(Event):
     """The connection ended.
 
     Attributes:
-        error: why, or None for a clean close. For a violation the engine detected, the condition it sent.
-        remote: True when the peer closed it (its close frame, or the transport ending); False when this engine
-            closed it because the peer broke the protocol or went idle.
+        error: why, or None for a clean close: the peer's error when it started the close, ours when we did
+            (for a violation the engine detected, the condition it sent).
+        remote: True when the peer started the close (its close frame, or the transport ending); False when we
+            did (our close, answered now by the peer's) or this engine closed it because the peer broke the
+            protocol or went idle.
         sasl_code: the SASL outcome code when authentication failed (§5.3.3.6), else None.
     """
 
@@ -81,7 +83,10 @@ class SessionBegun(Event):
 
 @attrs.frozen(kw_only=True)
 class SessionEnded(Event):
-    """The peer ended the session (§2.5.1) or the engine ended it for a session error."""
+    """The session ended (§2.5.1): the peer's end arrived, or the engine ended it for a session error.
+
+    ``remote`` is True when the peer started the end; ``error`` is the error of whichever side started it.
+    """
 
     session: Session
     error: Error | None = None
@@ -100,7 +105,10 @@ class LinkAttached(Event):
 
 @attrs.frozen(kw_only=True)
 class LinkDetached(Event):
-    """The peer detached the link (§2.6.4) or the engine detached it for a link error."""
+    """The link was detached (§2.6.4): the peer's detach arrived, or the engine detached it for a link error.
+
+    ``remote`` is True when the peer started the detach; ``error`` is the error of whichever side started it.
+    """
 
     link: Link
     error: Error | None = None

@@ -66,6 +66,7 @@ class Link(Endpoint):
     __slots__ = (
         "delivery_count",
         "desired_capabilities",
+        "detach_reported",
         "handle",
         "link_credit",
         "max_message_size",
@@ -102,6 +103,8 @@ class Link(Endpoint):
         self.remote_attach: Attach | None = None
         self.delivery_count = 0
         self.link_credit = 0
+        #: a LinkDetached event has been emitted (once per link).
+        self.detach_reported = False
         #: free for the layer above.
         self.user_data: Any = None
 

@@ -89,6 +89,8 @@ class Session(Endpoint):
         self.properties = properties
         #: free for the layer above.
         self.user_data: Any = None
+        #: a SessionEnded event has been emitted (once per session).
+        self.end_reported = False
         self._links_by_handle: dict[int, Link] = {}
         self._links_by_remote_handle: dict[int, Link] = {}
         self._links_by_name: dict[tuple[str, bool], Link] = {}
@@ -403,7 +405,14 @@ class Session(Endpoint):
     def _on_end(self, end: End) -> None:
         self.remote_state = EndpointState.CLOSED
         self.remote_error = end.error
-        self.connection._emit(SessionEnded(session=self, error=end.error, remote=True))
+        peer_initiated = self.local_state is EndpointState.ACTIVE
+        if not self.end_reported:
+            self.end_reported = True
+            self.connection._emit(
+                SessionEnded(
+                    session=self, error=end.error if peer_initiated else self.local_error, remote=peer_initiated
+                )
+            )
         for link in list(self._links_by_name.values()):
             link.remote_state = EndpointState.CLOSED
         if self.local_state is EndpointState.ACTIVE:
@@ -455,9 +464,19 @@ class Session(Endpoint):
         link.remote_state = EndpointState.CLOSED
         link.remote_error = detach.error
         if isinstance(link, ReceiverLink) and link._current is not None:
-            link._current = None  # §2.6.14-like: an incomplete delivery dies with the link
+            link._current = None  # an incomplete delivery dies with the link
             link._current_parts = []
-        self.connection._emit(LinkDetached(link=link, error=detach.error, closed=bool(detach.closed), remote=True))
+        peer_initiated = link.local_state is EndpointState.ACTIVE
+        if not link.detach_reported:
+            link.detach_reported = True
+            self.connection._emit(
+                LinkDetached(
+                    link=link,
+                    error=detach.error if peer_initiated else link.local_error,
+                    closed=bool(detach.closed),
+                    remote=peer_initiated,
+                )
+            )
         if link.local_state is EndpointState.ACTIVE:
             link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
         else:
