@@ -1,14 +1,57 @@
 """amqp_async: a pure-Python, asyncio-native AMQP 1.0 client.
 
-The public surface: :class:`Message`, :class:`AMQPError` and its subclasses, the AMQP types in
-:mod:`amqp_async.types`, and the codec in :mod:`amqp_async.codec`.
+The public surface: :func:`connect` and the awaitable API (:class:`Connection`, :class:`Session`,
+:class:`Sender`, :class:`Receiver`, :class:`Delivery`, :class:`Tracker`), :class:`Message`, :class:`AMQPError` and
+its subclasses, the AMQP types in :mod:`amqp_async.types`, the codec in :mod:`amqp_async.codec`, and the Sans-IO
+engine in :mod:`amqp_async.protocol`.
 """
 
 from __future__ import annotations
 
 from . import codec, types
-from .errors import AMQPError, DecodeError, EncodeError
+from .client import Backoff, Connection, Delivery, Receiver, Sender, Session, Tracker, connect, selector
+from .errors import (
+    AMQPError,
+    AuthenticationError,
+    ConnectionError,
+    DecodeError,
+    DeliveryError,
+    DeliveryInDoubt,
+    EncodeError,
+    LinkDetached,
+    LinkError,
+    MessageModified,
+    MessageRejected,
+    MessageReleased,
+    SessionError,
+)
 from .message import Message
 
-__all__ = ["AMQPError", "DecodeError", "EncodeError", "Message", "codec", "types"]
+__all__ = [
+    "AMQPError",
+    "AuthenticationError",
+    "Backoff",
+    "Connection",
+    "ConnectionError",
+    "DecodeError",
+    "Delivery",
+    "DeliveryError",
+    "DeliveryInDoubt",
+    "EncodeError",
+    "LinkDetached",
+    "LinkError",
+    "Message",
+    "MessageModified",
+    "MessageRejected",
+    "MessageReleased",
+    "Receiver",
+    "Sender",
+    "Session",
+    "SessionError",
+    "Tracker",
+    "codec",
+    "connect",
+    "selector",
+    "types",
+]
 __version__ = "0.1.0"

@@ -10,7 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AMQPError", "DecodeError", "EncodeError"]
+__all__ = [
+    "AMQPError",
+    "AuthenticationError",
+    "ConnectionError",
+    "DecodeError",
+    "DeliveryError",
+    "DeliveryInDoubt",
+    "EncodeError",
+    "LinkDetached",
+    "LinkError",
+    "MessageModified",
+    "MessageRejected",
+    "MessageReleased",
+    "SessionError",
+]
 
 
 class AMQPError(Exception):
@@ -65,3 +79,70 @@ class EncodeError(AMQPError, ValueError):
     """
 
     default_condition = "amqp:invalid-field"
+
+
+class ConnectionError(AMQPError):  # noqa: A001 - the AMQP layer's own name, exported as amqp_async.ConnectionError
+    """The connection failed or was closed with an error (by the peer, by us, or by the transport)."""
+
+    default_condition = "amqp:connection:forced"
+
+
+class AuthenticationError(ConnectionError):
+    """SASL authentication failed (§5.3.3.6): wrong credentials, or no mechanism both sides accept.
+
+    Attributes:
+        sasl_code: the SASL outcome code (1 auth, 2 sys, 3 sys-perm, 4 sys-temp), or None when no outcome came.
+    """
+
+    default_condition = "amqp:unauthorized-access"
+
+    def __init__(self, description: str = "", *, sasl_code: int | None = None, condition: str | None = None) -> None:
+        super().__init__(description, condition=condition)
+        self.sasl_code = sasl_code
+
+
+class SessionError(AMQPError):
+    """The session ended with an error."""
+
+
+class LinkError(AMQPError):
+    """The link was detached with an error (for example ``amqp:not-found`` for an unknown address)."""
+
+
+class LinkDetached(LinkError):
+    """The link was detached (or closed) without an error while an operation needed it."""
+
+    default_condition = "amqp:link:detach-forced"
+
+
+class DeliveryError(AMQPError):
+    """A message was not accepted. ``outcome`` holds the delivery state the receiver gave (§3.4)."""
+
+    def __init__(self, description: str = "", *, outcome: Any = None, condition: str | None = None) -> None:
+        super().__init__(description, condition=condition)
+        self.outcome = outcome
+
+
+class MessageRejected(DeliveryError):
+    """The receiver rejected the message (§3.4.3); ``condition``/``description`` are the receiver's error."""
+
+
+class MessageReleased(DeliveryError):
+    """The receiver released the message (§3.4.4): it was not processed and may be sent again."""
+
+    default_condition = "amqp:released"
+
+
+class MessageModified(DeliveryError):
+    """The receiver modified the message (§3.4.5): ``outcome`` says delivery_failed / undeliverable_here."""
+
+    default_condition = "amqp:modified"
+
+
+class DeliveryInDoubt(DeliveryError):
+    """The connection ended before the outcome of this delivery was known: it may or may not have arrived.
+
+    The caller decides whether to send it again (at-least-once) or not.
+    """
+
+    default_condition = "amqp:connection:forced"

@@ -26,8 +26,8 @@ __all__ = [
     "ParsedFrame",
     "body_bytes",
     "close_error",
-    "end_errors",
     "detach_errors",
+    "end_errors",
     "frame",
     "frames_only",
     "parse_stream",
@@ -126,7 +126,7 @@ def parse_stream(data: bytes) -> list[Header | ParsedFrame]:
         if start == end:
             items.append(ParsedFrame(frame_type, channel, None, b""))
         else:
-            body, after = decode_value(bytes(data[: end]), start)
+            body, after = decode_value(bytes(data[:end]), start)
             items.append(ParsedFrame(frame_type, channel, body, bytes(data[after:end])))
         pos = end
     return items

@@ -31,11 +31,11 @@ from amqp_async.codec.performatives import (  # noqa: E402
     SND_SETTLED,
     SND_UNSETTLED,
     Attach,
-    Disposition as DispositionFrame,
     Error,
     Flow,
 )
-from amqp_async.codec.terminus import COPY, LINK_DETACH, UNSETTLED_STATE, Source, Target  # noqa: E402
+from amqp_async.codec.performatives import Disposition as DispositionFrame  # noqa: E402
+from amqp_async.codec.terminus import COPY, LINK_DETACH, UNSETTLED_STATE, DeleteOnClose, Source, Target  # noqa: E402
 from amqp_async.protocol import events as ev  # noqa: E402
 from amqp_async.protocol.link import ReceiverLink, SenderLink  # noqa: E402
 from amqp_async.protocol.sasl import SaslClient, SaslServer  # noqa: E402
@@ -304,10 +304,10 @@ def test_clean_close(direction: str, closer: str) -> None:
     else:
         pair.prot.close()
     pair.pump()
-    # One event either way: it reports the peer's close frame (its own close, or its answer to ours).
+    # One event either way, when the peer's close arrives; ``remote`` says who started the close.
     [closed] = pair.ours.of_type(ev.ConnectionClosed)
     assert closed.error is None
-    assert closed.remote is True
+    assert closed.remote is (closer == "proton")
     assert pair.ours.connection.closed
     assert pair.prot.recorder.saw("connection_remote_close", condition=None)
     assert pair.prot.head_closed
@@ -325,10 +325,12 @@ def test_close_with_error(direction: str, closer: str) -> None:
         assert remote.name == "amqp:internal-error"
         assert remote.description == "it broke"
         assert dict(remote.info) == {"where": "here"}
+        # The event comes with proton's answer; it reports that we started the close, and our error.
         [closed] = pair.ours.of_type(ev.ConnectionClosed)
-        assert closed.error is None  # proton's answering close carries no error
-        assert closed.remote is True  # the event reports proton's answering close frame
-        assert pair.ours.connection.local_error is not None
+        assert closed.remote is False
+        assert closed.error is not None
+        assert closed.error.condition == "amqp:internal-error"
+        assert closed.error.description == "it broke"
     else:
         pair.prot.close("amqp:connection:forced", "going away", {"why": "maintenance"})
         pair.pump()
@@ -427,8 +429,9 @@ def test_session_begin_end_with_error(direction: str, ender: str) -> None:
         assert remote.name == "amqp:resource-limit-exceeded"
         assert remote.description == "too many sessions"
         assert dict(remote.info) == {"limit": 1}
-        [ended] = pair.ours.of_type(ev.SessionEnded)
-        assert ended.session is session and ended.remote is True and ended.error is None
+        [ended] = pair.ours.of_type(ev.SessionEnded)  # with proton's answer: we started it, with our error
+        assert ended.session is session and ended.remote is False
+        assert ended.error is not None and ended.error.condition == "amqp:resource-limit-exceeded"
     else:
         pair.prot.end(psession, "amqp:internal-error", "session broke", {"k": "v"})
         pair.pump()
@@ -526,7 +529,7 @@ def test_dynamic_terminus(direction: str) -> None:
     answers with the address it made up."""
     pair = connected(direction)
     assert pair.session is not None
-    node_properties = {symbol("lifetime-policy"): Described_delete_on_close()}
+    node_properties = {symbol("lifetime-policy"): DeleteOnClose()}
     receiver = pair.session.attach_receiver(
         "dyn-r", source=Source(address=None, dynamic=True, dynamic_node_properties=node_properties), target=Target()
     )
@@ -549,12 +552,6 @@ def test_dynamic_terminus(direction: str) -> None:
     assert sender.remote_target.address.startswith("dynamic-")
 
 
-def Described_delete_on_close() -> Any:  # noqa: N802 - reads as a value
-    from amqp_async.codec.terminus import DeleteOnClose
-
-    return DeleteOnClose()
-
-
 @pytest.mark.parametrize("detacher", ["ours", "proton"])
 @pytest.mark.parametrize("closed", [True, False])
 def test_detach_with_error(direction: str, detacher: str, closed: bool) -> None:
@@ -568,8 +565,10 @@ def test_detach_with_error(direction: str, detacher: str, closed: bool) -> None:
         remote = plink.remote_condition
         assert remote.description == "admin"
         assert dict(remote.info) == {"by": "op"}
-        [detached] = pair.ours.of_type(ev.LinkDetached)
-        assert detached.remote is True and detached.error is None
+        [detached] = pair.ours.of_type(ev.LinkDetached)  # with proton's answer: we started it, with our error
+        assert detached.link is link
+        assert detached.remote is False and detached.closed is closed
+        assert detached.error is not None and detached.error.condition == conditions.LINK_DETACH_FORCED
     else:
         if closed:
             pair.prot.close_link(plink, "amqp:link:stolen", "another took it", {"who": "x"})
@@ -698,6 +697,22 @@ def test_large_message_proton_sender(direction: str) -> None:
     assert delivery.tag == b"big"
     assert delivery.payload == payload
     assert link.credit == 0
+
+
+@pytest.mark.parametrize("window", [1, 2, 3])
+def test_small_incoming_window_keeps_flowing(direction: str, window: int) -> None:
+    """Our session's incoming window of 1-3 frames: proton must wait for our flows, and they must come (the
+    window is replenished, §2.5.6), so all ten messages arrive."""
+    pair = Pair(direction, ours={"incoming_window": window})
+    pair.open()
+    pair.begin()
+    assert pair.session is not None
+    _link, psender = pair.our_receiver("w", credit=10)
+    for index in range(10):
+        pair.prot.send(psender, b"m%d" % index, b"t%d" % index)
+    pair.pump()
+    assert [d.payload for d in pair.ours.received] == [b"m%d" % i for i in range(10)]
+    assert not pair.ours.of_type(ev.SessionEnded)
 
 
 _OUTCOME_CASES: list[tuple[str, Any]] = [

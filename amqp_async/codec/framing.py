@@ -272,6 +272,15 @@ class FrameDecoder:
                 self._data = self._chunks.pop(0)
                 self._pos = 0
 
+    def peek_protocol_header(self) -> bool:
+        """True when the buffered bytes start with ``AMQP`` (a protocol header rather than a frame)."""
+        if self._avail < 4:
+            return False
+        data, pos = self._data, self._pos
+        if len(data) - pos < 4:
+            data, pos = self._join(), 0
+        return bytes(data[pos : pos + 4]) == b"AMQP"
+
     def next_protocol_header(self) -> ProtocolHeader | None:
         """Consume and parse the 8-byte protocol header, or return ``None`` if fewer than 8 bytes are buffered.
 

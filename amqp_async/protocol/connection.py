@@ -180,8 +180,7 @@ class Connection(Endpoint):
     def next_events(self) -> list[Event]:
         """Return the events since the last call, oldest first."""
         events = self._events
-        if events:
-            self._events = []
+        self._events = []
         return events
 
     def data_to_send(self, now: float | None = None) -> bytes:
@@ -273,6 +272,16 @@ class Connection(Endpoint):
     def sessions(self) -> list[Session]:
         """Our sessions (begun on either side, not yet ended on both)."""
         return list({*self._sessions_by_channel.values(), *self._sessions_by_remote_channel.values()})
+
+    @property
+    def has_output(self) -> bool:
+        """True when bytes (or queued flows and dispositions) wait to be taken with :meth:`data_to_send`."""
+        return bool(self._out) or bool(self._dirty_sessions)
+
+    @property
+    def output_buffered(self) -> int:
+        """How many bytes wait to be taken (for the driver's backpressure)."""
+        return len(self._out)
 
     @property
     def remote_max_frame_size(self) -> int:
@@ -531,6 +540,12 @@ class Connection(Endpoint):
     def _session_for(self, channel: int) -> Session:
         session = self._sessions_by_remote_channel.get(channel)
         if session is None:
+            if channel > self.channel_max:
+                # §2.7.1: a channel beyond channel-max closes the connection with framing-error.
+                raise RemoteProtocolError(
+                    f"frame on channel {channel} beyond channel-max {self.channel_max}",
+                    condition=conditions.CONNECTION_FRAMING_ERROR,
+                )
             raise RemoteProtocolError(f"no session on channel {channel}", condition=conditions.NOT_ALLOWED)
         return session
 
@@ -561,8 +576,10 @@ class Connection(Endpoint):
 
     def _on_begin(self, channel: int, frame: Begin) -> None:
         if channel > self.channel_max:
+            # §2.7.1: a channel beyond channel-max closes the connection with framing-error.
             raise RemoteProtocolError(
-                f"begin on channel {channel} beyond channel-max {self.channel_max}", condition=conditions.NOT_ALLOWED
+                f"begin on channel {channel} beyond channel-max {self.channel_max}",
+                condition=conditions.CONNECTION_FRAMING_ERROR,
             )
         if channel in self._sessions_by_remote_channel:
             raise RemoteProtocolError(f"begin on channel {channel}, which is in use", condition=conditions.NOT_ALLOWED)
@@ -640,7 +657,7 @@ def _session_transfer(session: Session, fields: Any, payload: bytes) -> None:
     except RemoteProtocolError as exc:
         if exc.scope == "link":
             link = session._links_by_remote_handle.get(fields[0])
-            if link is not None and link.local_state is EndpointState.ACTIVE:
+            if link is not None and link.local_state is not EndpointState.CLOSED:
                 err = error(exc.condition, exc.description)
                 link.detach(closed=True, error=err)
                 link.detach_reported = True

@@ -10,7 +10,8 @@ Window accounting (§2.5.6), from this end's point of view:
   beyond it breaks the session: ``amqp:session:window-violation``.
 
 Replenish policy (documented, as the issue asks): our incoming window starts at ``incoming_window`` frames and is
-reset to that value, with a flow frame, whenever it falls below half of it. The memory it admits is bounded by
+reset to that value, with a flow frame, whenever it falls to half of it or below (so that a window of 1 reopens
+after each frame). The peer may send up to the limit we last wrote in a begin or flow; beyond it is a violation. The memory it admits is bounded by
 link credit (complete deliveries) and max-message-size (a partial one), not by the window.
 
 Dispositions (§2.7.6) and flows (§2.7.4) are queued and written when the connection's output is taken: runs of
@@ -80,6 +81,7 @@ class Session(Endpoint):
         self.incoming_window = incoming_window
         self.outgoing_window = _OUTGOING_WINDOW
         self.next_incoming_id = 0
+        self._advertised_limit = incoming_window
         self.remote_incoming_window = 0
         self.remote_outgoing_window = 0
         self.handle_max = handle_max
@@ -146,6 +148,9 @@ class Session(Endpoint):
         if self.channel is None:
             self.channel = self.connection._allocate_channel(self)
         self.local_state = EndpointState.ACTIVE
+        # Our begin lets the peer send incoming-window frames from its next-outgoing-id (known once its begin is
+        # here; for a session we start, the peer's first transfer id is taken from its begin).
+        self._advertised_limit = (self.next_incoming_id + self.incoming_window) & MASK
         self._send_frame(
             Begin(
                 remote_channel=self.remote_channel,
@@ -326,6 +331,7 @@ class Session(Endpoint):
         drain: bool,
         echo: bool,
     ) -> None:
+        self._advertised_limit = (self.next_incoming_id + self.incoming_window) & MASK
         self._send_frame(
             Flow(
                 next_incoming_id=self.next_incoming_id if self.remote_state is not EndpointState.UNINIT else None,
@@ -400,12 +406,14 @@ class Session(Endpoint):
         self.next_incoming_id = begin.next_outgoing_id
         self.remote_incoming_window = begin.incoming_window
         self.remote_outgoing_window = begin.outgoing_window
+        if self.local_state is EndpointState.ACTIVE:
+            self._advertised_limit = (self.next_incoming_id + self.incoming_window) & MASK
         self.remote_handle_max = begin.handle_max
 
     def _on_end(self, end: End) -> None:
         self.remote_state = EndpointState.CLOSED
         self.remote_error = end.error
-        peer_initiated = self.local_state is EndpointState.ACTIVE
+        peer_initiated = self.local_state is not EndpointState.CLOSED
         if not self.end_reported:
             self.end_reported = True
             self.connection._emit(
@@ -432,10 +440,10 @@ class Session(Endpoint):
                 scope="session",
             )
         if handle > self.handle_max:
+            # §2.7.2: a handle outside the range its partner can handle closes the connection with framing-error.
             raise RemoteProtocolError(
                 f"attach on handle {handle} beyond handle-max {self.handle_max}",
-                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
-                scope="session",
+                condition=conditions.CONNECTION_FRAMING_ERROR,
             )
         our_role = not attach.role
         link = self._links_by_name.get((attach.name, our_role))
@@ -466,7 +474,7 @@ class Session(Endpoint):
         if isinstance(link, ReceiverLink) and link._current is not None:
             link._current = None  # an incomplete delivery dies with the link
             link._current_parts = []
-        peer_initiated = link.local_state is EndpointState.ACTIVE
+        peer_initiated = link.local_state is not EndpointState.CLOSED
         if not link.detach_reported:
             link.detach_reported = True
             self.connection._emit(
@@ -515,8 +523,10 @@ class Session(Endpoint):
             self._pump_outgoing()
 
     def _on_transfer(self, fields: Any, payload: bytes) -> None:
-        # §2.5.6: every transfer frame uses one unit of our incoming window.
-        if self.incoming_window <= 0:
+        # §2.5.6: every transfer frame uses one unit of our incoming window. The peer may send up to the limit we
+        # last told it (next-incoming-id + incoming-window in our last begin or flow actually written).
+        remaining = (self._advertised_limit - self.next_incoming_id) & MASK
+        if remaining == 0 or remaining >= 1 << 31:
             raise RemoteProtocolError(
                 "transfer beyond the session's incoming window",
                 condition=conditions.SESSION_WINDOW_VIOLATION,
@@ -527,7 +537,7 @@ class Session(Endpoint):
         self.next_incoming_id = (self.next_incoming_id + 1) & MASK
         self.incoming_window -= 1
         self.remote_outgoing_window -= 1
-        if self.incoming_window < self.initial_incoming_window >> 1:
+        if self.incoming_window <= self.initial_incoming_window >> 1:
             self.incoming_window = self.initial_incoming_window
             self._queue_session_flow()
         link = self._links_by_remote_handle.get(fields[0])
@@ -540,6 +550,13 @@ class Session(Endpoint):
                 scope="session",
             )
         if link.local_state is not EndpointState.ACTIVE:
+            if link.local_state is EndpointState.UNINIT:
+                # We have not answered the attach, so no credit was ever granted (§2.6.7).
+                raise RemoteProtocolError(
+                    f"transfer on link {link.name!r} before we attached it",
+                    condition=conditions.LINK_TRANSFER_LIMIT_EXCEEDED,
+                    scope="link",
+                )
             return  # we detached: the peer has not seen it yet (§2.6.4); the frame is dropped
         delivery = link._on_transfer(fields, payload, 0)
         if delivery is not None:

@@ -1,0 +1,570 @@
+"""The awaitable connection: one background task per connection drives the Sans-IO engine over an anyio stream.
+
+Ownership. The engine (:class:`amqp_async.protocol.Connection`) is only ever touched on the connection's event loop,
+and never across an ``await``: public coroutines (``send``, ``receive``, ``accept``...) hand their work to it
+synchronously and wake the writer, so any number of tasks may share a connection, a sender or a receiver. From
+another thread, run the coroutine on the loop (``anyio.from_thread.run`` with a portal, or
+``asyncio.run_coroutine_threadsafe(coro, loop)``); :meth:`Connection.run_threadsafe` does the latter for asyncio.
+
+The background task runs three children in an anyio task group:
+
+- the reader takes large reads (64 KiB) and feeds them to the engine, then dispatches the engine's events to the
+  waiting senders, receivers and trackers;
+- the writer sleeps until woken, then writes everything the engine has queued in one socket write (batched
+  frames); callers that produce output faster than the socket takes it wait while more than
+  :data:`HIGH_WATER` bytes are queued, so nothing grows without bound;
+- the timer calls the engine's ``tick`` (heartbeats, the peer's idle timeout).
+
+Reconnect: when the transport fails and reconnect is on, the task connects again (the next URL of the failover
+list, after the Backoff's delay), re-begins the sessions and re-attaches the links; deliveries that were sent but
+not settled are reported to their trackers as :class:`DeliveryInDoubt` — never resent silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .. import protocol
+from ..codec import conditions
+from ..codec.performatives import Error
+from ..errors import AMQPError, AuthenticationError, ConnectionError
+from ..protocol import events as ev
+from ..protocol.sasl import SaslClient
+from ._config import ResolvedOptions, resolve_options
+from ._trace import FrameTracer
+from ._url import Address
+
+__all__ = ["HIGH_WATER", "Connection", "connect"]
+
+log = logging.getLogger("amqp_async.connection")
+
+#: Bytes of queued output above which producers wait for the writer.
+HIGH_WATER = 1 << 20
+_READ_SIZE = 65536
+
+
+def _error_text(error: Error | None) -> tuple[str, str]:
+    if error is None:
+        return "amqp:connection:forced", ""
+    return str(error.condition), error.description or ""
+
+
+def _spawn_system_task(function: Callable[[], Awaitable[None]]) -> None:
+    """Start a task that outlives the caller's scope (the connection lives until closed, not until a ``with``).
+
+    anyio has no portable "system task", so this asks the running loop: asyncio's ``create_task`` (the task is
+    kept referenced until done), else trio's ``spawn_system_task``.
+    """
+    import asyncio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        import trio
+
+        trio.lowlevel.spawn_system_task(function)
+        return
+    task = loop.create_task(function())  # type: ignore[arg-type]
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+
+
+_BACKGROUND: set[Any] = set()
+
+
+class Connection:
+    """An open AMQP connection. Get one with :func:`connect`.
+
+    Use :meth:`open_sender`, :meth:`open_receiver` (on the connection's default session) or :meth:`open_session`.
+    Closing the connection (``await conn.close()``, or leaving ``async with``) ends every session and link.
+
+    Attributes:
+        container_id: our container id.
+        remote_container_id: the peer's container id.
+        remote_properties: the peer's open properties.
+        offered_capabilities, desired_capabilities: what the peer announced in its open.
+    """
+
+    def __init__(self, options: ResolvedOptions) -> None:
+        self._options = options
+        self.container_id = options.container_id
+        self._engine: protocol.Connection | None = None
+        self._stream: anyio.abc.ByteStream | None = None
+        self._address: Address | None = None
+        self._wake_writer = anyio.Event()
+        self._state_changed = anyio.Event()
+        self._output_drained = anyio.Event()
+        self._done = anyio.Event()
+        self._opened = False
+        self._closing = False
+        self._error: AMQPError | None = None
+        self._sessions: list[Any] = []
+        self._default_session: Any = None
+        self._tracer = FrameTracer.from_environment()
+        self._flush_epoch = 0
+        self._flushed_epoch = 0
+        self._flushed = anyio.Event()
+        self._reconnects = 0
+        self._transport_failed = False
+        self._loop: Any = None
+
+    # --- state -------------------------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> protocol.Connection:
+        """The protocol engine (for advanced use, on the connection's event loop only)."""
+        if self._engine is None:
+            raise ConnectionError("the connection is not established")
+        return self._engine
+
+    @property
+    def address(self) -> Address | None:
+        """The address of the peer we are connected to (with failover: the current one)."""
+        return self._address
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the connection is closed (or failed for good)."""
+        return self._done.is_set() or self._closing
+
+    @property
+    def remote_container_id(self) -> str | None:
+        """The peer's container id, from its open frame."""
+        remote = self._engine.remote_open if self._engine is not None else None
+        return None if remote is None else remote.container_id
+
+    @property
+    def remote_properties(self) -> dict[Any, Any] | None:
+        """The peer's connection properties, from its open frame."""
+        remote = self._engine.remote_open if self._engine is not None else None
+        return None if remote is None else remote.properties
+
+    @property
+    def remote_offered_capabilities(self) -> tuple[Any, ...]:
+        """The capabilities the peer offered in its open frame."""
+        remote = self._engine.remote_open if self._engine is not None else None
+        return tuple(remote.offered_capabilities or ()) if remote is not None else ()
+
+    def _check(self) -> None:
+        """Raise the connection's error if it has one (or if it is closed)."""
+        if self._error is not None:
+            raise self._error
+        if self._closing or self._done.is_set():
+            raise ConnectionError("the connection is closed")
+
+    # --- opening -----------------------------------------------------------------------------------------
+
+    async def _establish(self) -> None:
+        """Connect (trying each URL in turn, with the reconnect policy's delays), then start the driver."""
+        await self._connect_transport(first=True)
+        _spawn_system_task(self._run)
+        with anyio.CancelScope(shield=False):
+            while not self._opened:
+                if self._error is not None:
+                    raise self._error
+                await self._wait_state()
+
+    def _new_engine(self, address: Address) -> protocol.Connection:
+        options = self._options
+        user, password = options.credentials_for(address)
+        hostname = options.virtual_host_for(address) or None
+        sasl = None
+        if options.sasl_enabled:
+            sasl = SaslClient(
+                user=user,
+                password=password,
+                allowed_mechs=options.allowed_mechs,
+                allow_insecure_mechs=options.allow_insecure_mechs,
+                encrypted=address.tls,
+                hostname=hostname,
+            )
+        engine = protocol.Connection(
+            role=protocol.CLIENT,
+            container_id=options.container_id,
+            hostname=hostname,
+            max_frame_size=options.max_frame_size or 65536,
+            idle_timeout=options.heartbeat,
+            properties=options.properties,
+            offered_capabilities=options.offered_capabilities,
+            desired_capabilities=options.desired_capabilities,
+            sasl=sasl,
+        )
+        engine.open()
+        return engine
+
+    async def _connect_transport(self, *, first: bool) -> None:
+        """Open a TCP (or TLS) stream to the first address that answers.
+
+        The first connection tries each URL once and fails fast (the caller owns retries of ``connect``); a
+        reconnect follows the Backoff policy across the failover list, as proton's reconnect does.
+        """
+        options = self._options
+        last_error: BaseException | None = None
+        attempts = ((0.0, address) for address in options.urls) if first else options.attempts()
+        for delay, address in attempts:
+            if delay:
+                await anyio.sleep(delay)
+            if self._closing:
+                break
+            try:
+                stream = await self._open_stream(address)
+            except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
+                last_error = exc
+                log.debug("connecting to %s failed: %r", address, exc)
+                continue
+            self._stream = stream
+            self._address = address
+            self._engine = self._new_engine(address)
+            log.info("connected to %s", address)
+            return
+        targets = ", ".join(str(address) for address in options.urls)
+        raise ConnectionError(f"cannot connect to {targets}: {last_error}") from last_error
+
+    async def _open_stream(self, address: Address) -> anyio.abc.ByteStream:
+        options = self._options
+        if address.tls:
+            context = options.ssl_context or ssl.create_default_context()
+            stream: anyio.abc.ByteStream = await anyio.connect_tcp(
+                address.host,
+                address.port,
+                ssl_context=context,
+                tls_hostname=options.sni_for(address),
+                tls_standard_compatible=False,
+            )
+            return stream
+        return await anyio.connect_tcp(address.host, address.port)
+
+    # --- the background task -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._drive()
+                if self._closing or self._error is not None and not self._should_reconnect():
+                    break
+                if not self._should_reconnect():
+                    break
+                await self._reconnect()
+        except Exception as exc:  # the driver must never die silently: its waiters learn why
+            if self._error is None:
+                self._error = ConnectionError(f"connection driver failed: {exc!r}")
+            log.exception("connection driver failed")
+        finally:
+            await self._close_stream()
+            if self._error is None and not self._closing:
+                self._error = ConnectionError("the connection ended")
+            self._fail_all()
+            self._done.set()
+            self._notify()
+
+    async def _drive(self) -> None:
+        """Run reader, writer and timer until the connection ends."""
+        self._transport_failed = False
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._writer)
+            group.start_soon(self._timer)
+            await self._reader()
+            group.cancel_scope.cancel()
+
+    def _should_reconnect(self) -> bool:
+        return bool(self._options.reconnect) and self._opened and self._transport_failed and not self._closing
+
+    async def _reconnect(self) -> None:
+        """Connect again and restore sessions and links (the links report in-doubt deliveries first)."""
+        self._reconnects += 1
+        log.warning("connection to %s lost; reconnecting", self._address)
+        for session in self._sessions:
+            session._on_transport_lost()
+        self._error = None
+        await self._connect_transport(first=False)
+        self._flush_epoch = self._flushed_epoch = 0
+        for session in list(self._sessions):
+            session._restore()
+        self._kick()
+
+    async def _reader(self) -> None:
+        stream = self._stream
+        engine = self._engine
+        assert stream is not None and engine is not None
+        self._kick()
+        while not engine.closed:
+            try:
+                data = await stream.receive(_READ_SIZE)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                log.debug("transport ended: %r", exc)
+                data = b""
+                self._transport_failed = not self._closing
+            if self._tracer is not None:
+                self._tracer.received(data)
+            engine.receive_data(data, anyio.current_time())
+            self._dispatch(engine.next_events())
+            self._kick()
+            if not data:
+                break
+
+    async def _writer(self) -> None:
+        stream = self._stream
+        engine = self._engine
+        assert stream is not None and engine is not None
+        while True:
+            await self._wake_writer.wait()
+            self._wake_writer = anyio.Event()
+            data = engine.data_to_send(anyio.current_time())
+            epoch = self._flush_epoch
+            if data:
+                if self._tracer is not None:
+                    self._tracer.sent(data)
+                try:
+                    await stream.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                    log.debug("write failed: %r", exc)
+                    self._transport_failed = not self._closing
+                    await stream.aclose()
+                    return
+            self._flushed_epoch = epoch
+            self._flushed.set()
+            self._flushed = anyio.Event()
+            self._output_drained.set()
+            self._output_drained = anyio.Event()
+            if engine.closed and not data:
+                return
+
+    async def _timer(self) -> None:
+        engine = self._engine
+        assert engine is not None
+        while True:
+            deadline = engine.tick(anyio.current_time())
+            if engine.has_output:
+                self._kick()
+            if engine.closed:
+                return
+            delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
+            await anyio.sleep(delay)
+
+    async def _close_stream(self) -> None:
+        if self._stream is not None:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._stream.aclose()
+                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass
+
+    # --- coordination ------------------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        """Wake the writer: the engine has (or may have) output."""
+        self._flush_epoch += 1
+        self._wake_writer.set()
+
+    def _notify(self) -> None:
+        """Wake everything that waits for a state change (credit, deliveries, outcomes, attach, close...)."""
+        self._state_changed.set()
+        self._state_changed = anyio.Event()
+
+    async def _wait_state(self) -> None:
+        await self._state_changed.wait()
+
+    async def _wait_writable(self) -> None:
+        """Wait while the queued output is above :data:`HIGH_WATER`."""
+        engine = self._engine
+        while engine is not None and engine.output_buffered > HIGH_WATER:
+            self._check()
+            await self._output_drained.wait()
+
+    async def _wait_flushed(self) -> None:
+        """Wait until everything queued before this call has been written to the socket."""
+        target = self._flush_epoch
+        while self._flushed_epoch < target:
+            self._check()
+            await self._flushed.wait()
+
+    def _dispatch(self, events: list[ev.Event]) -> None:
+        for event in events:
+            handler = _EVENT_HANDLERS.get(type(event))
+            if handler is not None:
+                handler(self, event)
+        if events:
+            self._notify()
+
+    def _on_opened(self, event: ev.ConnectionOpened) -> None:
+        self._opened = True
+        self._reconnects = 0
+
+    def _on_closed(self, event: ev.ConnectionClosed) -> None:
+        if event.sasl_code is not None:
+            condition, description = _error_text(event.error)
+            self._error = AuthenticationError(description, sasl_code=event.sasl_code, condition=condition)
+            self._transport_failed = False
+            return
+        if event.error is not None and not (self._closing and not event.remote):
+            condition, description = _error_text(event.error)
+            self._error = ConnectionError(description, condition=condition, info=event.error.info)
+            if condition != conditions.CONNECTION_FORCED:
+                self._transport_failed = False  # a deliberate close by the peer: no reconnect
+
+    def _fail_all(self) -> None:
+        for session in self._sessions:
+            session._on_connection_failed(self._error)
+
+    def _on_session_event(self, event: Any) -> None:
+        owner = event.session.user_data
+        if owner is not None:
+            owner._on_event(event)
+
+    def _on_link_event(self, event: Any) -> None:
+        owner = event.link.user_data
+        if owner is not None:
+            owner._on_event(event)
+        elif isinstance(event, ev.LinkAttached) and not event.link.locally_attached:
+            # A link the peer starts towards a client: refuse it, as nothing here listens.
+            event.link.detach(
+                error=Error(condition=conditions.NOT_IMPLEMENTED, description="this client accepts no incoming links")
+            )
+
+    def _on_flow(self, event: ev.FlowReceived) -> None:
+        if event.link is not None and event.link.user_data is not None:
+            event.link.user_data._on_event(event)
+
+    def _on_updated(self, event: ev.DeliveriesUpdated) -> None:
+        for delivery in event.deliveries:
+            tracker = delivery.user_data
+            if tracker is not None:
+                tracker._update(delivery)
+
+    def _on_session_begun(self, event: ev.SessionBegun) -> None:
+        owner = event.session.user_data
+        if owner is not None:
+            owner._on_event(event)
+        elif not event.session.locally_begun:
+            event.session.begin()  # a session the peer starts: answer it (links on it are refused)
+
+    # --- public API --------------------------------------------------------------------------------------
+
+    async def open_session(self, **options: Any) -> Any:
+        """Begin a session; use it as an async context manager to end it.
+
+        Args:
+            incoming_window: the session's incoming window in frames (default 2048).
+        """
+        from ._session import Session
+
+        self._check()
+        session = Session(self, options)
+        self._sessions.append(session)
+        await session._begin()
+        return session
+
+    async def _session(self) -> Any:
+        if self._default_session is None or self._default_session.is_closed:
+            self._default_session = await self.open_session()
+        return self._default_session
+
+    async def open_sender(self, target: str | None, **options: Any) -> Any:
+        """Attach a sender on the connection's default session: see :meth:`Session.open_sender`."""
+        return await (await self._session()).open_sender(target, **options)
+
+    async def open_receiver(self, source: str | None, **options: Any) -> Any:
+        """Attach a receiver on the connection's default session: see :meth:`Session.open_receiver`."""
+        return await (await self._session()).open_receiver(source, **options)
+
+    async def close(self, error: Error | None = None) -> None:
+        """Close the connection (§2.4.3) and wait until the peer answered or the transport ended.
+
+        Idempotent. Unsettled deliveries of its senders are reported as in doubt.
+        """
+        if self._done.is_set():
+            return
+        if not self._closing:
+            self._closing = True
+            engine = self._engine
+            if engine is not None and not engine.closed:
+                engine.close(error)
+                self._kick()
+        with anyio.move_on_after(10):
+            await self._done.wait()
+
+    def run_threadsafe(self, coroutine: Awaitable[Any]) -> Any:
+        """Run a coroutine of this connection from another thread (asyncio): returns a concurrent Future."""
+        import asyncio
+
+        loop = self._loop
+        return asyncio.run_coroutine_threadsafe(coroutine, loop)  # type: ignore[arg-type]
+
+    async def __aenter__(self) -> Connection:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.is_closed else "open"
+        return f"<amqp_async.Connection {self._address} {state}>"
+
+
+_EVENT_HANDLERS: dict[type, Callable[[Connection, Any], None]] = {
+    ev.ConnectionOpened: Connection._on_opened,
+    ev.ConnectionClosed: Connection._on_closed,
+    ev.SessionBegun: Connection._on_session_begun,
+    ev.SessionEnded: Connection._on_session_event,
+    ev.LinkAttached: Connection._on_link_event,
+    ev.LinkDetached: Connection._on_link_event,
+    ev.FlowReceived: Connection._on_flow,
+    ev.DeliveriesReceived: Connection._on_link_event,
+    ev.DeliveriesUpdated: Connection._on_updated,
+}
+
+
+class _Connect:
+    """What :func:`connect` returns: awaitable (gives the :class:`Connection`) and an async context manager."""
+
+    def __init__(self, url: str | None, options: dict[str, Any]) -> None:
+        self._url = url
+        self._options = options
+        self._connection: Connection | None = None
+
+    async def _connect(self) -> Connection:
+        resolved = resolve_options(self._url, self._options)
+        connection = Connection(resolved)
+        try:
+            import asyncio
+
+            connection._loop = asyncio.get_running_loop()  # type: ignore[attr-defined]
+        except RuntimeError:  # trio
+            pass
+        await connection._establish()
+        return connection
+
+    def __await__(self) -> Generator[Any, None, Connection]:
+        return self._connect().__await__()
+
+    async def __aenter__(self) -> Connection:
+        self._connection = await self._connect()
+        return self._connection
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+
+
+def connect(url: str | None = None, **options: Any) -> _Connect:
+    """Connect to an AMQP 1.0 peer.
+
+    ``await connect(url)`` gives an open :class:`Connection`; ``async with connect(url) as conn`` also closes it
+    at the end. Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
+    ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
+    ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``) plus
+    ``ssl_context`` and ``container_id``; a ``connect.json`` is honoured as proton honours it.
+
+    Raises:
+        ConnectionError: no URL could be reached, or the peer refused or closed the connection.
+        AuthenticationError: SASL authentication failed.
+    """
+    return _Connect(url, options)
+
+

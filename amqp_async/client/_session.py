@@ -1,0 +1,144 @@
+"""Sessions of the awaitable API; each owns its senders and receivers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..codec.performatives import Error
+from ..errors import AMQPError, ConnectionError, SessionError
+from ..protocol import events as ev
+from ..protocol.endpoint import EndpointState
+
+if TYPE_CHECKING:
+    from ..protocol.session import Session as EngineSession
+    from ._connection import Connection
+    from ._links import Receiver, Sender
+
+__all__ = ["Session"]
+
+
+class Session:
+    """A session (§2.5) of a :class:`Connection`; get one with :meth:`Connection.open_session`.
+
+    An async context manager: leaving it ends the session (and its links).
+    """
+
+    def __init__(self, connection: Connection, options: dict[str, Any]) -> None:
+        self.connection = connection
+        self._options = options
+        self._engine_session: EngineSession | None = None
+        self._links: list[Sender | Receiver] = []
+        self._error: AMQPError | None = None
+        self._ended = False
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the session has ended (or its connection is gone)."""
+        return self._ended or self._error is not None
+
+    def _check(self) -> None:
+        self.connection._check()
+        if self._error is not None:
+            raise self._error
+        if self._ended:
+            raise SessionError("the session has ended")
+
+    async def _begin(self) -> None:
+        connection = self.connection
+        engine_session = connection.engine.begin_session(**self._options)
+        engine_session.user_data = self
+        self._engine_session = engine_session
+        connection._kick()
+        while engine_session.remote_state is EndpointState.UNINIT:
+            self._check()
+            await connection._wait_state()
+        self._check()
+
+    def _restore(self) -> None:
+        """After a reconnect: begin again on the new connection and re-attach every link."""
+        engine_session = self.connection.engine.begin_session(**self._options)
+        engine_session.user_data = self
+        self._engine_session = engine_session
+        for link in list(self._links):
+            link._restore(engine_session)
+
+    def _on_transport_lost(self) -> None:
+        for link in self._links:
+            link._on_transport_lost()
+
+    def _on_connection_failed(self, error: AMQPError | None) -> None:
+        self._error = error or ConnectionError("the connection closed")
+        for link in self._links:
+            link._on_connection_failed(self._error)
+
+    def _on_event(self, event: Any) -> None:
+        if isinstance(event, ev.SessionEnded):
+            self._ended = True
+            if event.error is not None and event.remote:
+                self._error = SessionError(
+                    event.error.description or "", condition=str(event.error.condition), info=event.error.info
+                )
+            for link in self._links:
+                link._on_session_ended(self._error)
+
+    async def open_sender(self, target: str | None, **options: Any) -> Sender:
+        """Attach a sender to ``target`` (None: an anonymous sender, routing by each message's address).
+
+        Options: ``name``, ``delivery`` ("at-most-once", "at-least-once" (default), "exactly-once"),
+        ``snd_settle_mode`` / ``rcv_settle_mode`` (instead of ``delivery``), ``source`` (address),
+        ``durable`` (0, 1, 2 or True), ``expiry_policy``, ``timeout``, ``capabilities`` (target capabilities),
+        ``desired_capabilities``, ``offered_capabilities``, ``properties``, ``max_message_size``,
+        ``dynamic`` with ``dynamic_node_properties``.
+
+        Raises:
+            LinkError: the peer refused the link (its detach carries the condition, e.g. ``amqp:not-found``).
+        """
+        from ._links import Sender
+
+        self._check()
+        sender = Sender(self, target, options)
+        self._links.append(sender)
+        await sender._attach()
+        return sender
+
+    async def open_receiver(self, source: str | None, **options: Any) -> Receiver:
+        """Attach a receiver from ``source`` (None with ``dynamic=True``: a node the peer creates).
+
+        Options: ``credit`` (prefetch kept topped up, default 100; 0 for manual credit with
+        :meth:`Receiver.add_credit`), ``name``, ``delivery`` ("at-most-once", "at-least-once" (default),
+        "exactly-once"), ``dynamic``, ``dynamic_node_properties``, ``durable``, ``expiry_policy``, ``timeout``,
+        ``distribution_mode`` ("move" or "copy"), ``filter`` (a map, e.g. from :func:`selector`), ``selector`` (a
+        JMS selector string), ``capabilities``, ``default_outcome``, ``outcomes``, ``properties``,
+        ``max_message_size``, ``target``.
+
+        Raises:
+            LinkError: the peer refused the link.
+        """
+        from ._links import Receiver
+
+        self._check()
+        receiver = Receiver(self, source, options)
+        self._links.append(receiver)
+        await receiver._attach()
+        return receiver
+
+    async def close(self, error: Error | None = None) -> None:
+        """End the session (§2.5.1) and wait for the peer's end (idempotent)."""
+        engine_session = self._engine_session
+        if self._ended or engine_session is None or self.connection.is_closed:
+            self._ended = True
+            return
+        engine_session.end(error)
+        self.connection._kick()
+        with anyio.move_on_after(10):
+            while engine_session.remote_state is EndpointState.ACTIVE and not self.connection.is_closed:
+                await self.connection._wait_state()
+        self._ended = True
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
