@@ -93,8 +93,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from proton import (
+    Array,
     Condition,
     Delivery,
+    Described,
     Disposition,
     Endpoint,
     Event,
@@ -355,10 +357,37 @@ def _make_condition(spec: tuple[Any, ...] | str) -> Condition:
     return Condition(name, description, info)
 
 
+def _own(value: Any) -> Any:
+    """``value`` with every `memoryview` inside replaced by `bytes` (see `_own_sections`)."""
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    if isinstance(value, Described):
+        return Described(value.descriptor, _own(value.value))
+    if isinstance(value, Array):
+        return Array(value.descriptor, value.type, *(_own(item) for item in value.elements))
+    if isinstance(value, dict):
+        return type(value)((_own(k), _own(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return [_own(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_own(item) for item in value)
+    return value
+
+
+def _own_sections(message: Message) -> Message:
+    """Proton decodes AMQP binary as a `memoryview` into the message's own C buffer, which dangles (shows other
+    bytes) once the message is encoded or decoded again; copy such values out, in place."""
+    message.instructions = _own(message.instructions)
+    message.annotations = _own(message.annotations)
+    message.properties = _own(message.properties)
+    message.body = _own(message.body)
+    return message
+
+
 def _copy_message(message: Message) -> Message:
     copy = Message()
     copy.decode(message.encode())
-    return copy
+    return _own_sections(copy)
 
 
 def _client_role(link: Link) -> str:
@@ -422,6 +451,7 @@ class _BrokerHandler(MessagingHandler):
         self._dynamic = itertools.count(1)
         self._conn_counter = itertools.count(0)
         self._rr = itertools.count(0)
+        self.stopping = False
 
     # -- queues -----------------------------------------------------------------------------------------------
 
@@ -564,6 +594,8 @@ class _BrokerHandler(MessagingHandler):
             self._connection_gone(conn, "disconnect", event.transport.condition if event.transport else None)
 
     def on_transport_error(self, event: Event) -> None:
+        if self.stopping:
+            return  # shutdown() ends every connection's input, which proton calls "connection aborted"
         condition = event.transport.condition
         self.broker._record("transport_errors", _condition_tuple(condition))
 
@@ -711,7 +743,7 @@ class _BrokerHandler(MessagingHandler):
     def on_message(self, event: Event) -> None:
         link: Receiver = event.link
         delivery: Delivery = event.delivery
-        message: Message = event.message
+        message: Message = _own_sections(event.message)
         address = link._broker_address
         if address is None:
             address = message.address
@@ -826,6 +858,7 @@ class _BrokerHandler(MessagingHandler):
         self.broker._run_calls()
 
     def shutdown(self) -> None:
+        self.stopping = True
         broker = self.broker
         if broker._acceptor is not None:
             broker._acceptor.close()
@@ -962,8 +995,23 @@ class ProtonBroker:
                 self._error_text = traceback.format_exc()
                 self._version += 1
                 self._changed.notify_all()
+            self._close_sockets()
         finally:
             self._fail_pending_calls()
+
+    def _close_sockets(self) -> None:
+        """After a crash, close the sockets the dead reactor still holds, so clients see the end of the stream."""
+        try:
+            io_handler = self._container.global_handler  # type: ignore[union-attr]
+            io_handler = getattr(io_handler, "base", io_handler)  # Container wraps its IOHandler in GlobalOverrides
+            selectables = list(io_handler._selector._selectables)
+        except Exception:  # pragma: no cover - proton internals changed
+            return
+        for selectable in selectables:
+            try:
+                selectable.close()
+            except Exception:  # pragma: no cover - best effort
+                pass
 
     def stop(self, timeout: float | None = None) -> None:
         """Close the listener and every connection, end the broker thread and join it; idempotent.

@@ -976,6 +976,41 @@ def test_drain_with_no_credit_used() -> None:
     assert receiver.delivery_count == sender.delivery_count == 3
 
 
+@pytest.mark.parametrize("gone_by", ["detach", "end"])
+def test_drained_on_a_link_that_is_gone_writes_nothing(gone_by: str) -> None:
+    """A drain request stays pending on the sender (``sender.drain``) after the link is detached or its session
+    ended; answering it then must not put a flow on the wire: the peer has no such link (or no session on that
+    channel any more, or a new one that reuses the channel and the handle)."""
+    c, s, sender, receiver = link_setup(credit=0)
+    receiver.grant_credit(3, drain=True)
+    pump(c, s)
+    assert sender.drain
+    if gone_by == "detach":
+        receiver.detach()
+    else:
+        receiver.session.end()
+    pump(c, s)
+    assert sender.local_state is CLOSED and sender.remote_state is CLOSED
+    try:
+        sender.drained()
+    except LocalProtocolError:
+        pass
+    assert decode_frames(c.take(), TOP) == []
+    pump(c, s)
+    assert not c.of_type(ev.ConnectionClosed) and not s.of_type(ev.ConnectionClosed)
+
+
+def test_set_available_on_a_detached_link_writes_nothing() -> None:
+    c, s, sender, _receiver = link_setup(credit=0)
+    sender.detach()
+    pump(c, s)
+    try:
+        sender.set_available(3)
+    except LocalProtocolError:
+        pass
+    assert decode_frames(c.take(), TOP) == []
+
+
 def test_echo_asks_the_peer_for_its_flow_state() -> None:
     c, s, sender, receiver = link_setup(credit=4)
     before = len(s.of_type(ev.FlowReceived))
@@ -1166,8 +1201,12 @@ def test_abort_of_a_delivery_not_yet_started() -> None:
     waiting = sender.send(b"b" * 100)  # queued behind the big one: no frame of it is out
     session.abort(waiting)
     pump(c, s)
-    assert [d.payload for d in s.received] == [big.payload]
-    assert c.performatives(Transfer)[-1].aborted is False
+    # The aborted delivery used a credit and a delivery-count when it was sent: one aborted transfer (no payload)
+    # tells the receiver, so both ends' counts stay in step (§2.6.7); the receiver sees it as aborted.
+    assert [(d.payload, d.aborted) for d in s.received] == [(big.payload, False), (b"", True)]
+    last = c.performatives(Transfer)[-1]
+    assert last.aborted is True and last.delivery_id == waiting.delivery_id
+    assert sender.credit == _receiver.credit
 
 
 def test_presettled_deliveries() -> None:
@@ -1487,23 +1526,28 @@ def test_small_incoming_window_holds_frames_back_and_replenishes(window: int) ->
     assert not s.of_type(ev.SessionEnded) and not c.of_type(ev.SessionEnded)
 
 
-def test_window_replenish_policy_step_by_step() -> None:
-    c, s, sender, receiver = link_setup(credit=50, server={"incoming_window": 4})
+@pytest.mark.parametrize("window", [1, 2, 3, 4, 7])
+def test_window_replenish_policy_step_by_step(window: int) -> None:
+    """The documented policy (session.py): the incoming window is reset to its initial size, with a flow, whenever
+    it falls to half of it or below; until then no flow goes out."""
+    c, s, sender, receiver = link_setup(credit=50, server={"incoming_window": window})
     server_session = receiver.session
     s.wire.clear()
-    for index in range(2):
+    frames_until_reset = window - (window >> 1)  # the window falls to half (rounded down) after this many frames
+    for index in range(frames_until_reset - 1):
         sender.send(b"%d" % index)
         s.feed(c.take())
-        assert s.take() == b""  # 4 -> 3 -> 2: not below half yet
-        assert server_session.incoming_window == 3 - index
-    sender.send(b"2")
+        assert s.take() == b""  # still above half: no flow
+        assert server_session.incoming_window == window - index - 1
+    sender.send(b"last")
     s.feed(c.take())
-    s.take()
-    # after 3 frames the window (4) fell to 1, below half: reset to 4, and a flow says so
-    assert server_session.incoming_window == 4
+    c.feed(s.take())
+    assert server_session.incoming_window == window
     flows = s.performatives(Flow)
-    assert len(flows) == 1 and flows[0].incoming_window == 4 and flows[0].next_incoming_id == 3
-    assert flows[0].handle is None
+    assert len(flows) == 1 and flows[0].handle is None
+    assert flows[0].incoming_window == window and flows[0].next_incoming_id == frames_until_reset
+    pump(c, s)
+    assert sender.session.remote_incoming_window == window
 
 
 def test_many_messages_through_a_small_window_and_small_frames() -> None:

@@ -22,9 +22,10 @@ not settled are reported to their trackers as :class:`DeliveryInDoubt` — never
 
 from __future__ import annotations
 
+import importlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 import anyio
@@ -55,7 +56,7 @@ def _error_text(error: Error | None) -> tuple[str, str]:
     return str(error.condition), error.description or ""
 
 
-def _spawn_system_task(function: Callable[[], Awaitable[None]]) -> None:
+def _spawn_system_task(function: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Start a task that outlives the caller's scope (the connection lives until closed, not until a ``with``).
 
     anyio has no portable "system task", so this asks the running loop: asyncio's ``create_task`` (the task is
@@ -66,11 +67,10 @@ def _spawn_system_task(function: Callable[[], Awaitable[None]]) -> None:
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        import trio
-
+        trio = importlib.import_module("trio")
         trio.lowlevel.spawn_system_task(function)
         return
-    task = loop.create_task(function())  # type: ignore[arg-type]
+    task: asyncio.Task[None] = loop.create_task(function())
     _BACKGROUND.add(task)
     task.add_done_callback(_BACKGROUND.discard)
 
@@ -246,8 +246,6 @@ class Connection:
         try:
             while True:
                 await self._drive()
-                if self._closing or self._error is not None and not self._should_reconnect():
-                    break
                 if not self._should_reconnect():
                     break
                 await self._reconnect()
@@ -494,7 +492,7 @@ class Connection:
         import asyncio
 
         loop = self._loop
-        return asyncio.run_coroutine_threadsafe(coroutine, loop)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(coroutine, loop)  # type: ignore[arg-type]  # an awaitable works
 
     async def __aenter__(self) -> Connection:
         return self
@@ -534,7 +532,7 @@ class _Connect:
         try:
             import asyncio
 
-            connection._loop = asyncio.get_running_loop()  # type: ignore[attr-defined]
+            connection._loop = asyncio.get_running_loop()
         except RuntimeError:  # trio
             pass
         await connection._establish()
@@ -566,5 +564,3 @@ def connect(url: str | None = None, **options: Any) -> _Connect:
         AuthenticationError: SASL authentication failed.
     """
     return _Connect(url, options)
-
-

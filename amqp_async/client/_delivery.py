@@ -105,9 +105,7 @@ class Delivery:
             Modified(
                 delivery_failed=delivery_failed,
                 undeliverable_here=undeliverable_here,
-                message_annotations={symbol(key): value for key, value in annotations.items()}
-                if annotations
-                else None,
+                message_annotations={symbol(key): value for key, value in annotations.items()} if annotations else None,
             )
         )
 
@@ -127,7 +125,7 @@ class Delivery:
             delivery.state = state
             return
         second = link.rcv_settle_mode == RCV_SECOND
-        link.settle(delivery, state, settled=not second)  # type: ignore[attr-defined]
+        receiver._engine_link.settle(delivery, state, settled=not second)
         connection._kick()
         if second:
             # §2.6.12: mode second: wait for the sender's settlement, then settle (nothing more is sent).

@@ -248,9 +248,19 @@ class Connection(Endpoint):
         if self.local_state is EndpointState.UNINIT:
             self._write_open()  # §2.4.1: a close must follow an open
         self.flush()
+        self._close_endpoints()
         self.local_state = EndpointState.CLOSED
         self.local_error = error
         self._write_frame(0, Close(error=error))
+
+    def _close_endpoints(self) -> None:
+        """§2.4.3: closing the connection ends its sessions and links; nothing more may be written for them."""
+        for session in self.sessions:
+            session.local_state = EndpointState.CLOSED
+            session._outgoing_queue.clear()
+            for link in session._links_by_name.values():
+                link.local_state = EndpointState.CLOSED
+        self._dirty_sessions.clear()
 
     def begin_session(self, **options: Any) -> Session:
         """Start a session (§2.5.1); ``options`` are those of :class:`Session` (``incoming_window``, ...)."""
@@ -641,9 +651,9 @@ class Connection(Endpoint):
         if self._phase in (_AMQP,) and self.local_state is not EndpointState.CLOSED:
             if self.local_state is EndpointState.UNINIT:
                 self._write_open()
+            self._close_endpoints()
             self.local_state = EndpointState.CLOSED
             self.local_error = err
-            self._dirty_sessions.clear()
             self._write_frame(0, Close(error=err))
         self._phase = _DONE
         self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code))

@@ -40,7 +40,8 @@ class Event:
 
 @attrs.frozen(kw_only=True)
 class Authenticated(Event):
-    """The SASL exchange succeeded (§5.3). On a server, ``identity`` is the authenticated user (or None)."""
+    """The SASL exchange succeeded (§5.3). On a server, ``identity`` is the authenticated user ("anonymous" for
+    ANONYMOUS); on a client it is None."""
 
     mechanism: str
     identity: str | None = None

@@ -67,6 +67,7 @@ class Link(Endpoint):
         "delivery_count",
         "desired_capabilities",
         "detach_reported",
+        "_initial_delivery_count",
         "handle",
         "link_credit",
         "max_message_size",
@@ -102,6 +103,7 @@ class Link(Endpoint):
         self.max_message_size: int | None = None
         self.remote_attach: Attach | None = None
         self.delivery_count = 0
+        self._initial_delivery_count = 0
         self.link_credit = 0
         #: a LinkDetached event has been emitted (once per link).
         self.detach_reported = False
@@ -186,6 +188,7 @@ class Link(Endpoint):
         self.handle = self.session._allocate_handle(self)
         if self.role is SENDER:
             self.delivery_count = initial_delivery_count & MASK
+            self._initial_delivery_count = self.delivery_count
         self.local_state = EndpointState.ACTIVE
         frame = Attach(
             name=self.name,
@@ -234,6 +237,14 @@ class Link(Endpoint):
 
     def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    def _usable(self) -> bool:
+        """True while frames may be written for this link: attached on our side, session and connection open."""
+        return (
+            self.local_state is EndpointState.ACTIVE
+            and self.session.local_state is EndpointState.ACTIVE
+            and self.session.connection.local_state is EndpointState.ACTIVE
+        )
 
     def _write_flow(self, echo: bool = False) -> None:
         """Send a flow frame carrying this link's state (§2.7.4)."""
@@ -325,17 +336,22 @@ class SenderLink(Link):
         return self.session._send_transfer(self, payload, tag, settled, message_format)
 
     def drained(self) -> None:
-        """Answer a drain request (§2.6.7): give back the credit we will not use, by advancing delivery-count."""
+        """Answer a drain request (§2.6.7): give back the credit we will not use, by advancing delivery-count.
+
+        A no-op when no drain is pending; the flow frame is left out when the link is no longer attached.
+        """
         if not self.drain:
             return
         self.delivery_count = (self.delivery_count + self.link_credit) & MASK
         self.link_credit = 0
-        self._write_flow()
+        if self._usable():
+            self._write_flow()
 
     def set_available(self, available: int) -> None:
         """Tell the receiver how many messages we could send now (§2.6.7 ``available``)."""
         self.available = available
-        self._write_flow()
+        if self._usable():
+            self._write_flow()
 
     def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:
         return self.delivery_count, self.link_credit, self.available, self.drain
@@ -352,8 +368,8 @@ class SenderLink(Link):
         return False
 
     def remote_attach_initial_count(self) -> int:
-        """Our initial delivery-count, which the receiver's first flow refers to when it omits its own."""
-        return self.delivery_count
+        """Our initial delivery-count, which the receiver's first flow refers to when it omits its own (§2.7.4)."""
+        return self._initial_delivery_count
 
 
 class ReceiverLink(Link):
@@ -418,7 +434,9 @@ class ReceiverLink(Link):
         self.session._queue_disposition(RECEIVER, delivery, settled, state)
 
     def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:
-        return self.delivery_count, self.link_credit, None, self.drain
+        # §2.7.4: a receiver's delivery-count is unset until it has the sender's attach (initial-delivery-count).
+        delivery_count = self.delivery_count if self.remote_attach is not None else None
+        return delivery_count, self.link_credit, None, self.drain
 
     def _on_flow(self, flow: Flow) -> bool:
         """Update from the sender's flow; return True when a drain we asked for has completed."""

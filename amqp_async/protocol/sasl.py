@@ -39,7 +39,7 @@ class SaslResult:
         ok: True when the outcome was ``ok``.
         code: the sasl-code (§5.3.3.6).
         mechanism: the mechanism used.
-        identity: on a server, the authenticated user (None for ANONYMOUS).
+        identity: on a server, the authenticated user ("anonymous" for ANONYMOUS); None on a client.
         error: on failure, the error that describes it.
     """
 

@@ -9,10 +9,11 @@ Window accounting (§2.5.6), from this end's point of view:
 - ``next_incoming_id`` is the transfer-id we expect; ``incoming_window`` how many more we accept. A peer that sends
   beyond it breaks the session: ``amqp:session:window-violation``.
 
-Replenish policy (documented, as the issue asks): our incoming window starts at ``incoming_window`` frames and is
-reset to that value, with a flow frame, whenever it falls to half of it or below (so that a window of 1 reopens
-after each frame). The peer may send up to the limit we last wrote in a begin or flow; beyond it is a violation. The memory it admits is bounded by
-link credit (complete deliveries) and max-message-size (a partial one), not by the window.
+Replenish policy: our incoming window starts at ``incoming_window`` frames and is reset to that value, with a flow
+frame, whenever it falls to half of it or below (so that a window of 1 reopens after each frame). The peer may send
+up to the limit we last wrote in a begin or flow (next-incoming-id + incoming-window); a frame beyond it is a
+violation. The memory the window admits is bounded by link credit (complete deliveries) and max-message-size (a
+partial one), not by the window.
 
 Dispositions (§2.7.6) and flows (§2.7.4) are queued and written when the connection's output is taken: runs of
 consecutive delivery ids with the same role, settlement and state share one disposition frame.
@@ -102,7 +103,7 @@ class Session(Endpoint):
         self._pending_dispositions: list[tuple[bool, int, bool, Any]] = []
         self._flow_links: dict[Link, None] = {}
         self._session_flow_pending = False
-        # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset].
+        # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset, aborted].
         self._outgoing_queue: deque[list[Any]] = deque()
 
     # --- state -------------------------------------------------------------------------------------------
@@ -264,7 +265,7 @@ class Session(Endpoint):
             # The common case: one frame, written at once from the link's template.
             self._write_transfer(link, delivery, payload, False)
         else:
-            self._outgoing_queue.append([link, delivery, payload, 0])
+            self._outgoing_queue.append([link, delivery, payload, 0, False])
             self._pump_outgoing()
         return delivery
 
@@ -292,7 +293,11 @@ class Session(Endpoint):
         chunk = self.connection._max_transfer_payload
         while queue and self.remote_incoming_window > 0:
             item = queue[0]
-            link, delivery, payload, offset = item
+            link, delivery, payload, offset, aborted = item
+            if aborted:
+                queue.popleft()
+                self._write_transfer(link, delivery, b"", False, aborted=True)
+                continue
             end = offset + chunk
             if end >= len(payload):
                 queue.popleft()
@@ -303,14 +308,18 @@ class Session(Endpoint):
 
     def abort(self, delivery: Delivery) -> None:
         """Abort a delivery whose frames are not all written yet (§2.6.14); a written one cannot be aborted."""
-        for index, item in enumerate(self._outgoing_queue):
+        for item in self._outgoing_queue:
             if item[1] is delivery:
-                del self._outgoing_queue[index]
-                if item[3]:  # frames went out: tell the receiver to discard them
-                    self._write_transfer(item[0], delivery, b"", False, aborted=True)
+                # The rest of the payload is dropped; one aborted transfer frame takes its place, in turn and within
+                # the peer's window like any frame. It is written even if no frame went out yet: the delivery used
+                # a credit and a delivery-count, which the receiver must see used too (§2.6.7).
+                item[2] = b""
+                item[3] = 0
+                item[4] = True
                 self._outgoing_unsettled.pop(delivery.delivery_id, None)
                 delivery.aborted = True
                 delivery.settled = True
+                self._pump_outgoing()
                 return
         raise LocalProtocolError("the delivery is fully written and cannot be aborted")
 
