@@ -64,10 +64,10 @@ class Link(Endpoint):
     """
 
     __slots__ = (
+        "_initial_delivery_count",
         "delivery_count",
         "desired_capabilities",
         "detach_reported",
-        "_initial_delivery_count",
         "handle",
         "link_credit",
         "max_message_size",
