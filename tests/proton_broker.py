@@ -76,6 +76,11 @@ Proton quirks this module works around or documents (python-qpid-proton 0.40):
   frame (``idle_timeout=4.0`` is ``idle-time-out`` 2000 ms on the wire) and closes the connection with
   ``amqp:resource-limit-exceeded`` when nothing arrived for the full value.
 * `proton.Delivery.tag` decodes tags as UTF-8; recorded tags are the raw bytes.
+* proton decodes an AMQP ``binary`` as a `memoryview` into the message's own C buffer, which shows other bytes
+  once that message is encoded or decoded again (re-sending a received message with a binary body sends garbage).
+  Every message the broker records, queues or hands out has such values copied out to `bytes`.
+* A client's receiver drain flag stays set until the client clears it, so every later flow is a drain too (and is
+  recorded as one).
 """
 
 from __future__ import annotations
@@ -1171,7 +1176,7 @@ class ProtonBroker:
         with self._lock:
             self._records.clear()
 
-    def wait_for(self, predicate: Callable[[], T], timeout: float | None = None, what: str = "condition") -> T:
+    def wait_for(self, predicate: Callable[[], T | None], timeout: float | None = None, what: str = "condition") -> T:
         """Block until ``predicate()`` returns something truthy (re-checked whenever something is recorded, and at
         least every 0.1 s) and return it. Raises `TimeoutError` after ``timeout`` seconds (default `timeout`),
         `RuntimeError` if the broker thread died. The predicate runs in the test thread without the lock held, so it

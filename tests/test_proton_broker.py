@@ -3,6 +3,19 @@ client in the test thread.
 
 These tests exercise proton against proton only; they pin down the broker's behaviour and what it records before
 the amqp_async client tests rely on it. Every wait has a timeout: a broken broker fails a test, it never hangs it.
+
+BlockingConnection quirks met on the way (python-qpid-proton 0.40):
+
+* It does I/O only inside its own calls, and `BlockingConnection.wait` re-checks its condition only when input
+  arrived or after its whole timeout: waiting for a broker-side effect that sends nothing back (an outcome, a
+  settle) needs `pump` below.
+* A receiver created with ``credit=N`` keeps N credits topped up (its Fetcher has a FlowController), so the next
+  messages are already on their way while the test looks at the first; ``credit=0`` gives one message per
+  ``receive()``. `BlockingReceiver.accept` etc. only queue the disposition.
+* `BlockingSender.send` waits until the *broker settles*, so with rcv-settle-mode second use the raw link.
+* `BlockingConnection.close` waits the full timeout if the peer vanished after the close began (its "closing" flag
+  hides the disconnect): pump until ``conn.disconnected`` first.
+* The transaction controller link has its own handler, so a refused coordinator raises no `LinkDetached`.
 """
 
 from __future__ import annotations
@@ -430,6 +443,35 @@ def test_unsettled_messages_return_when_the_connection_closes(broker: ProtonBrok
     assert [m.body for m in broker.queued("q-conn")] == ["held"]
 
 
+def test_unsettled_messages_return_when_the_link_detaches_unclosed(
+    broker: ProtonBroker, client: BlockingConnection
+) -> None:
+    broker.put("q-suspend", "held")
+    receiver = client.create_receiver("q-suspend", name="suspended")
+    assert receiver.receive(timeout=TIMEOUT).body == "held"
+    receiver.link.detach()  # detach with closed=false: proton raises only on_link_remote_detach at the broker
+    pump(client, lambda: broker.detaches)
+    [detach] = broker.detaches
+    assert (detach.link, detach.role, detach.closed, detach.condition) == ("suspended", "receiver", False, None)
+    assert [m.body for m in broker.queued("q-suspend")] == ["held"]
+
+
+def test_unsettled_messages_return_when_the_client_vanishes(broker: ProtonBroker) -> None:
+    broker.put("q-vanish", "held")
+    conn = BlockingConnection(broker.url, timeout=TIMEOUT)
+    try:
+        assert conn.create_receiver("q-vanish").receive(timeout=TIMEOUT).body == "held"
+        transport = conn.conn.transport
+        transport.close_head()  # drop the socket without a close frame
+        transport.close_tail()
+        pump(conn, lambda: broker.closes)
+    finally:
+        conn.close()
+    [close] = broker.closes
+    assert close.by == "disconnect"
+    assert [m.body for m in broker.queued("q-vanish")] == ["held"]
+
+
 def test_drain_is_recorded_and_answered(broker: ProtonBroker, client: BlockingConnection) -> None:
     broker.put("q-drain", 1)
     broker.put("q-drain", 2)
@@ -490,7 +532,9 @@ def test_transaction_coordinator_is_refused(broker: ProtonBroker, client: Blocki
 
 
 def test_connection_open_is_recorded() -> None:
-    with ProtonBroker(timeout=TIMEOUT, idle_timeout=4.0, properties={"product": "test-broker"}) as broker:
+    with ProtonBroker(
+        timeout=TIMEOUT, idle_timeout=4.0, max_frame_size=4096, properties={"product": "test-broker"}
+    ) as broker:
         conn = BlockingConnection(
             broker.url,
             timeout=TIMEOUT,
@@ -506,6 +550,7 @@ def test_connection_open_is_recorded() -> None:
             assert conn.conn.remote_container == "proton-broker"
             assert conn.conn.remote_properties == {symbol("product"): "test-broker"}
             assert conn.conn.transport.remote_idle_timeout == 2.0
+            assert conn.conn.transport.remote_max_frame_size == 4096
         finally:
             conn.close()
         [info] = broker.connections

@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import Any
 
 import anyio
@@ -112,6 +112,7 @@ class Connection:
         self._flushed = anyio.Event()
         self._reconnects = 0
         self._transport_failed = False
+        self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
         self._loop: Any = None
 
     # --- state -------------------------------------------------------------------------------------------
@@ -206,7 +207,14 @@ class Connection:
         """
         options = self._options
         last_error: BaseException | None = None
-        attempts = ((0.0, address) for address in options.urls) if first else options.attempts()
+        if first:
+            attempts: Iterator[tuple[float, Address]] = iter([(0.0, address) for address in options.urls])
+        else:
+            # One Backoff sequence across reconnect cycles, restarted only once a connection opens (_on_opened):
+            # a peer that accepts TCP and then drops us is retried with growing delays, not in a tight loop.
+            if self._reconnect_attempts is None:
+                self._reconnect_attempts = options.attempts()
+            attempts = self._reconnect_attempts
         for delay, address in attempts:
             if delay:
                 await anyio.sleep(delay)
@@ -393,8 +401,13 @@ class Connection:
     def _on_opened(self, event: ev.ConnectionOpened) -> None:
         self._opened = True
         self._reconnects = 0
+        self._reconnect_attempts = None
 
     def _on_closed(self, event: ev.ConnectionClosed) -> None:
+        if event.transport_ended and self._options.reconnect and self._opened and not self._closing:
+            # The network failed: the driver reconnects, and callers keep waiting rather than fail.
+            self._transport_failed = True
+            return
         if event.sasl_code is not None:
             condition, description = _error_text(event.error)
             self._error = AuthenticationError(description, sasl_code=event.sasl_code, condition=condition)
@@ -403,8 +416,8 @@ class Connection:
         if event.error is not None and not (self._closing and not event.remote):
             condition, description = _error_text(event.error)
             self._error = ConnectionError(description, condition=condition, info=event.error.info)
-            if condition != conditions.CONNECTION_FORCED:
-                self._transport_failed = False  # a deliberate close by the peer: no reconnect
+        if not event.transport_ended:
+            self._transport_failed = False  # a close frame is deliberate: no reconnect
 
     def _fail_all(self) -> None:
         for session in self._sessions:

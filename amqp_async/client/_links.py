@@ -440,14 +440,21 @@ class Receiver(_Link):
         assert engine_session is not None
         self._engine_link = engine_session.attach_receiver(self.name, **self._attach_arguments())
         self._engine_link.user_data = self
+        self._tolerate_overshoot()
         await self._wait_attached()
         if self._prefetch:
             self._engine_link.grant_credit(self._prefetch)
             self.connection._kick()
 
+    def _tolerate_overshoot(self) -> None:
+        # Some brokers (RabbitMQ before 4.0) overshoot a credit top-up by up to the credit they held: accept that
+        # much (it is bounded by our own prefetch) rather than detach the link. See ReceiverLink._on_transfer.
+        self._engine_link.overshoot_tolerance = max(self._prefetch, 1)
+
     def _restore(self, engine_session: EngineSession) -> None:
         self._engine_link = engine_session.attach_receiver(self.name, **self._attach_arguments())
         self._engine_link.user_data = self
+        self._tolerate_overshoot()
         if self._prefetch:
             self._engine_link.grant_credit(self._prefetch)
 
@@ -477,6 +484,7 @@ class Receiver(_Link):
         while link.drain and link.local_state is EndpointState.ACTIVE:
             self._check()
             await self.connection._wait_state()
+        self._check()  # the link (or its session) may have ended instead of draining
 
     def receive_nowait(self) -> Delivery | None:
         """Take the next delivery if one is queued, else None (never waits)."""

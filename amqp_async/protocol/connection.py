@@ -141,6 +141,7 @@ class Connection(Endpoint):
         self._phase = _AWAIT_SASL_HEADER if sasl is not None else _AWAIT_AMQP_HEADER
         self._header_sent = False
         self._open_pending = False
+        self._frames_after_open: list[tuple[int, Any, bytes]] = []
         self._sessions_by_channel: dict[int, Session] = {}
         self._sessions_by_remote_channel: dict[int, Session] = {}
         self._dirty_sessions: dict[Session, None] = {}
@@ -321,6 +322,7 @@ class Connection(Endpoint):
         self._header_sent = True
 
     def _write_open(self) -> None:
+        self._open_pending = False
         self._write_frame(
             0,
             Open(
@@ -334,8 +336,16 @@ class Connection(Endpoint):
                 properties=self.properties,
             ),
         )
+        queued = self._frames_after_open
+        self._frames_after_open = []
+        for channel, performative, payload in queued:
+            self._write_frame(channel, performative, payload)
 
     def _write_frame(self, channel: int, performative: Any, payload: bytes = b"", frame_type: int = FRAME_AMQP) -> None:
+        if self._open_pending and frame_type == FRAME_AMQP:
+            # Our open waits for SASL (or for our header): frames queued meanwhile (a begin, an attach) follow it.
+            self._frames_after_open.append((channel, performative, payload))
+            return
         try:
             encode_frame(
                 self._out, frame_type, channel, performative, payload, max_frame_size=self._remote_max_frame_size
@@ -642,6 +652,7 @@ class Connection(Endpoint):
                 ConnectionClosed(
                     error=error(conditions.CONNECTION_FORCED, "the transport ended before the peer closed"),
                     remote=True,
+                    transport_ended=True,
                 )
             )
 

@@ -65,11 +65,13 @@ class ConnectionClosed(Event):
             did (our close, answered now by the peer's) or this engine closed it because the peer broke the
             protocol or went idle.
         sasl_code: the SASL outcome code when authentication failed (§5.3.3.6), else None.
+        transport_ended: the byte stream ended without a close (the network failed or the peer vanished).
     """
 
     error: Error | None = None
     remote: bool = True
     sasl_code: int | None = None
+    transport_ended: bool = False
 
 
 @attrs.frozen(kw_only=True)

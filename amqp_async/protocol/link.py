@@ -381,7 +381,7 @@ class ReceiverLink(Link):
         drain: we asked the sender to use up or give back all credit, and it has not done so yet.
     """
 
-    __slots__ = ("_current", "_current_parts", "available", "drain", "incoming")
+    __slots__ = ("_current", "_current_parts", "_overshoot", "available", "drain", "incoming", "overshoot_tolerance")
 
     role = RECEIVER
 
@@ -392,6 +392,9 @@ class ReceiverLink(Link):
         self.drain = False
         self._current: Delivery | None = None
         self._current_parts: list[bytes] = []
+        #: deliveries beyond the credit granted that are accepted anyway (0: the spec's strict rule).
+        self.overshoot_tolerance = 0
+        self._overshoot = 0
 
     @property
     def credit(self) -> int:
@@ -410,6 +413,7 @@ class ReceiverLink(Link):
             raise LocalProtocolError(f"link {self.name!r} is not attached")
         self.link_credit = credit
         self.drain = drain
+        self._overshoot = 0
         self.session._queue_link_flow(self)
 
     def add_credit(self, credit: int) -> None:
@@ -459,11 +463,16 @@ class ReceiverLink(Link):
         if current is None:
             # The first frame of a delivery: it uses a credit (§2.6.7), and must carry id and tag (§2.7.5).
             if self.link_credit <= 0:
-                raise RemoteProtocolError(
-                    f"transfer on link {self.name!r} beyond the credit granted",
-                    condition=conditions.LINK_TRANSFER_LIMIT_EXCEEDED,
-                    scope="link",
-                )
+                # §2.6.7 forbids it; some peers (RabbitMQ before 4.0, rabbitmq-server#2597) overshoot a credit
+                # top-up by up to the credit they had. ``overshoot_tolerance`` (0: strict) bounds what is let by.
+                if self._overshoot >= self.overshoot_tolerance:
+                    raise RemoteProtocolError(
+                        f"transfer on link {self.name!r} beyond the credit granted",
+                        condition=conditions.LINK_TRANSFER_LIMIT_EXCEEDED,
+                        scope="link",
+                    )
+                self._overshoot += 1
+                self.link_credit = 1  # consumed below
             delivery_id = fields[1] if count > 1 else None
             tag = fields[2] if count > 2 else None
             if delivery_id is None or tag is None:
@@ -476,6 +485,8 @@ class ReceiverLink(Link):
             settled = count > 4 and fields[4] is True
             self.link_credit -= 1
             self.delivery_count = (self.delivery_count + 1) & MASK
+            if self.drain and self.link_credit == 0:
+                self.drain = False  # §2.6.7: the credit is used up, so the drain we asked for is complete
             current = Delivery(self, delivery_id, tag, message_format, b"", False)
             current.remote_settled = settled
             if count > 7 and fields[7] is not None:
