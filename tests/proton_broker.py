@@ -894,6 +894,11 @@ class ProtonBroker:
     :param credit_window: credit granted to, and kept topped up on, links where the client sends.
     :param host: the interface to listen on.
     :param timeout: default timeout in seconds for starting, stopping, ``call()`` and the ``wait_*`` helpers.
+    :param port: the port to listen on (0, the default: a free one). A fixed port lets a test stop a broker and start
+        a new one where clients reconnect (the listener sets ``SO_REUSEADDR``).
+    :param ssl_domain: a server `proton.SSLDomain` (``SSLDomain(SSLDomain.MODE_SERVER)`` with ``set_credentials``;
+        ``set_peer_authentication(SSLDomain.VERIFY_PEER, ca)`` to require client certificates): the listener then
+        speaks TLS only, and `url` is ``amqps://``.
     """
 
     def __init__(
@@ -907,6 +912,8 @@ class ProtonBroker:
         credit_window: int = 100,
         host: str = "127.0.0.1",
         timeout: float = 5.0,
+        port: int = 0,
+        ssl_domain: Any = None,
     ) -> None:
         self.idle_timeout = idle_timeout
         self.max_frame_size = max_frame_size
@@ -916,6 +923,7 @@ class ProtonBroker:
         self.credit_window = credit_window
         self.host = host
         self.timeout = timeout
+        self.ssl_domain = ssl_domain
         #: address -> outcome for incoming messages: ``"accepted"`` (default), ``"released"``,
         #: ``("rejected", condition, description[, info])``, ``("modified", delivery_failed, undeliverable_here
         #: [, message_annotations])``.
@@ -929,7 +937,7 @@ class ProtonBroker:
         #: target address -> seconds to wait before granting the first credit.
         self.delay_credit: dict[str | None, float] = {}
 
-        self.port = 0
+        self.port = port
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._records: dict[str, list[Any]] = collections.defaultdict(list)
@@ -948,7 +956,8 @@ class ProtonBroker:
 
     @property
     def url(self) -> str:
-        return f"amqp://{self.host}:{self.port}"
+        scheme = "amqp" if self.ssl_domain is None else "amqps"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def __enter__(self) -> ProtonBroker:
         return self.start()
@@ -972,7 +981,9 @@ class ProtonBroker:
         return self
 
     def _listen(self, container: Container) -> tuple[Any, int]:
-        acceptor = container.listen(f"{self.host}:0")
+        if self.port:
+            return container.listen(f"{self.host}:{self.port}", ssl_domain=self.ssl_domain), self.port
+        acceptor = container.listen(f"{self.host}:0", ssl_domain=self.ssl_domain)
         try:
             port = int(acceptor._selectable.getsockname()[1])
         except AttributeError:  # pragma: no cover - proton internals changed: probe for a free port instead
@@ -985,7 +996,7 @@ class ProtonBroker:
                 probe.bind((self.host, 0))
                 port = probe.getsockname()[1]
             try:
-                return container.listen(f"{self.host}:{port}"), port
+                return container.listen(f"{self.host}:{port}", ssl_domain=self.ssl_domain), port
             except OSError as exc:
                 last = exc
         raise RuntimeError(f"no free port for the proton broker: {last}")  # pragma: no cover

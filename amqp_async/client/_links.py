@@ -466,8 +466,11 @@ class Receiver(_Link):
         link = self._engine_link
         prefetch = self._prefetch
         if prefetch and link.local_state is EndpointState.ACTIVE and link.link_credit <= prefetch >> 1:
-            link.grant_credit(prefetch - len(link.incoming))
-            self.connection._kick()
+            # Credit plus what waits in the queue stays at most ``prefetch``: memory is bounded by it.
+            wanted = prefetch - len(link.incoming)
+            if wanted > link.link_credit:
+                link.grant_credit(wanted)
+                self.connection._kick()
 
     def add_credit(self, credit: int) -> None:
         """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control)."""
