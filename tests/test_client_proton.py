@@ -46,12 +46,12 @@ import pytest
 
 pytest.importorskip("proton", reason="python-qpid-proton is the reference peer; the test dependency group has it")
 
-from proton import Condition, Endpoint  # noqa: E402
+from proton import Condition, Endpoint
 
-import amqp_async  # noqa: E402
-from amqp_async import Message  # noqa: E402
-from amqp_async.client import Tracker  # noqa: E402
-from amqp_async.codec.delivery_states import Accepted, Modified, Rejected, Released  # noqa: E402
+import amqp_async
+from amqp_async import Message
+from amqp_async.client import Tracker
+from amqp_async.codec.delivery_states import Accepted, Modified, Rejected, Released
 
 try:
     from proton_broker import ProtonBroker
@@ -309,6 +309,10 @@ async def test_sender_at_least_once(broker: ProtonBroker) -> None:
             assert not record.settled
             assert record.outcome == "accepted"
             assert [m.body for m in broker.queued("alo")] == ["hello"]
+            # Already encoded message bytes go as they are.
+            assert await sender.send(Message(body="pre-encoded", subject="bytes").encode()) == Accepted()
+            [_, record] = await in_thread(broker.wait_messages, 2, address="alo")
+            assert (record.body, record.message.subject) == ("pre-encoded", "bytes")
 
 
 async def test_sender_exactly_once(broker: ProtonBroker) -> None:
@@ -384,6 +388,23 @@ async def test_anonymous_sender_routes_by_message_address(broker: ProtonBroker) 
             assert [(r.address, r.body) for r in received[:2]] == [("dest-a", "to a"), ("dest-b", "to b")]
             assert [m.body for m in broker.queued("dest-a")] == ["to a"]
             assert [m.body for m in broker.queued("dest-b")] == ["to b"]
+
+
+async def test_dynamic_sender(broker: ProtonBroker) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            sender = await conn.open_sender(None, dynamic=True)
+            [attach] = await in_thread(broker.wait_attaches, 1)
+            assert attach.target.dynamic
+            assert sender.address is not None
+            assert re.fullmatch(r"dynamic-\d+", sender.address)
+            assert await sender.send(Message(body="to the new node")) == Accepted()
+            [record] = await in_thread(broker.wait_messages, 1)
+            assert record.address == sender.address
+            receiver = await conn.open_receiver(sender.address)
+            delivery = await receiver.receive()
+            assert delivery.message.body == "to the new node"
+            await delivery.accept()
 
 
 @ALL_BACKENDS
@@ -509,6 +530,37 @@ async def test_one_mebibyte_message_both_ways(broker: ProtonBroker) -> None:
             assert delivery.message.body == payload
             await delivery.accept()
             await in_thread(broker.wait_outcomes, 1, outcome="accepted")
+
+
+async def test_frames_are_split_to_the_peers_max_frame_size() -> None:
+    payload = os.urandom(100_000)
+    with ProtonBroker(max_frame_size=4096, timeout=TIMEOUT) as broker, anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url, max_frame_size=2048) as conn:
+            [info] = await in_thread(broker.wait_connections, 1)
+            assert info.max_frame_size == 2048
+            sender = await conn.open_sender("split")
+            assert await sender.send(Message(body=payload)) == Accepted()
+            [record] = await in_thread(broker.wait_messages, 1)
+            assert record.body == payload
+            receiver = await conn.open_receiver("split")
+            delivery = await receiver.receive()
+            assert delivery.message.body == payload
+            await delivery.accept()
+            assert broker.transport_errors == []
+
+
+async def test_open_sender_cancelled_before_the_attach_answer(broker: ProtonBroker) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            session = await conn.open_session()  # begun before the broker is paused
+            await in_thread(broker_pause, broker, 0.4)
+            with anyio.move_on_after(0.1) as scope:
+                await session.open_sender("cancelled-attach")
+            assert scope.cancelled_caught
+            sender = await session.open_sender("cancelled-attach")
+            assert await sender.send(Message(body="after the cancel")) == Accepted()
+            [record] = await in_thread(broker.wait_messages, 1)
+            assert record.body == "after the cancel"
 
 
 async def test_send_waits_for_delayed_credit(broker: ProtonBroker) -> None:
@@ -906,7 +958,7 @@ async def test_drain_returns_once_the_broker_answered(broker: ProtonBroker) -> N
             receiver.add_credit(5)
             await until(lambda: receiver.queued == 2)
             await receiver.drain()
-            [drain] = broker.drains  # recorded before the broker's answer went out
+            drain = broker.drains[0]  # recorded before the broker's answer went out
             assert drain.link == receiver.name
             assert drain.sent + drain.returned == drain.credit
             assert drain.returned == 3
@@ -919,16 +971,52 @@ async def test_drain_returns_once_the_broker_answered(broker: ProtonBroker) -> N
             assert [m.body for m in broker.queued("drain")] == ["c"]
 
 
-async def test_drain_with_messages_waiting(broker: ProtonBroker) -> None:
+async def test_drain_on_an_empty_queue_gives_all_credit_back(broker: ProtonBroker) -> None:
     with anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(broker.url) as conn:
             receiver = await conn.open_receiver("drain-2", credit=0)
             receiver.add_credit(4)
             await in_thread(broker.wait_for, lambda: [f for f in broker.flows if f.credit == 4], what="the flow")
             await receiver.drain()
-            [drain] = broker.drains
+            drain = broker.drains[0]
             assert (drain.credit, drain.sent, drain.returned) == (4, 0, 4)
             assert receiver.credit == 0
+
+
+async def test_drain_answers_after_the_messages_it_made_the_broker_send(broker: ProtonBroker) -> None:
+    broker.put("drain-3", "a")
+    broker.put("drain-3", "b")
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            receiver = await conn.open_receiver("drain-3", credit=0)
+            receiver.add_credit(3)
+            await receiver.drain()  # credit and drain go out together: the broker sends 2, then gives 1 back
+            assert receiver.queued == 2
+            assert receiver.credit == 0
+            drain = broker.drains[0]  # (proton raises one more flow event for its own drained flow)
+            assert (drain.credit, drain.sent, drain.returned) == (3, 2, 1)
+            received = [receiver.receive_nowait(), receiver.receive_nowait()]
+            assert [d.message.body for d in received if d is not None] == ["a", "b"]
+
+
+async def test_at_most_once_receiver(broker: ProtonBroker) -> None:
+    for i in range(3):
+        broker.put("amo-rx", i)
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            receiver = await conn.open_receiver("amo-rx", delivery="at-most-once")
+            [attach] = await in_thread(broker.wait_attaches, 1)
+            assert attach.snd_settle_mode == "settled"
+            got = []
+            for _ in range(3):
+                delivery = await receiver.receive()
+                assert delivery.settled  # it came pre-settled
+                await delivery.accept()  # nothing to say, nothing sent
+                got.append(delivery.message.body)
+            assert got == [0, 1, 2]
+            await anyio.sleep(0.1)
+            assert broker.outcomes == []
+            assert broker.queued("amo-rx") == []
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1053,11 +1141,13 @@ async def test_broker_closing_the_connection_mid_stream(broker: ProtonBroker) ->
             receiver = await conn.open_receiver("mid-in")
             sender = await conn.open_sender("mid-out")
             assert await sender.send(Message(body="before")) == Accepted()
-            # Pause the broker, put messages in flight, then have it close the connection before it reads them.
-            await in_thread(broker_pause, broker, 0.4)
+            assert sender.credit > 0
+            # The broker closes the connection; before the client's reader can see that (this blocking call holds
+            # the event loop, and submit() does not yield while there is credit), messages go in flight. The
+            # broker writes nothing after its close, so their outcomes never come.
+            broker_close_connections(broker, "amqp:connection:forced", "broker going away")
             trackers = [await sender.submit(Message(body=i)) for i in range(5)]
-            await anyio.sleep(0.1)  # written to the socket
-            await in_thread(broker_close_connections, broker, "amqp:connection:forced", "broker going away", wait=False)
+            assert not any(tracker.done for tracker in trackers)
             # Pending trackers: in doubt (the broker may or may not have taken them).
             for tracker in trackers:
                 with pytest.raises(amqp_async.DeliveryInDoubt):
@@ -1074,6 +1164,95 @@ async def test_broker_closing_the_connection_mid_stream(broker: ProtonBroker) ->
             assert conn.is_closed
             with pytest.raises(amqp_async.ConnectionError):
                 await conn.open_sender("mid-out")
+
+
+@ALL_BACKENDS
+async def test_broker_detaching_a_sender_mid_stream(broker: ProtonBroker) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            sender = await conn.open_sender("detach-out", name="detached-sender")
+            assert await sender.send(Message(body="before")) == Accepted()
+            await in_thread(broker_pause, broker, 0.4)
+            trackers = [await sender.submit(Message(body=i)) for i in range(3)]
+            await anyio.sleep(0.1)
+            broker.call(
+                lambda: [
+                    (setattr(link, "condition", Condition("amqp:resource-deleted", "node gone")), link.close())
+                    for link in _broker_links(broker, "detached-sender")
+                ],
+                wait=False,
+            )
+            outcomes = []
+            for tracker in trackers:
+                try:
+                    outcomes.append(await tracker)
+                except amqp_async.DeliveryInDoubt:
+                    outcomes.append("in doubt")
+            # The broker reads the transfers before its detach goes out (proton answers them), or not: each
+            # tracker has an outcome or is in doubt, none hangs and none is silently lost.
+            assert all(outcome in (Accepted(), "in doubt") for outcome in outcomes)
+            with pytest.raises(amqp_async.LinkError) as caught:
+                await sender.send(Message(body="after"))
+            assert caught.value.condition == "amqp:resource-deleted"
+            assert caught.value.description == "node gone"
+            assert sender.is_closed
+            # The connection is fine.
+            other = await conn.open_sender("detach-out")
+            assert await other.send(Message(body="other link")) == Accepted()
+
+
+@ALL_BACKENDS
+async def test_waiting_calls_fail_when_the_connection_is_closed(broker: ProtonBroker) -> None:
+    broker.credit_for["no-credit-here"] = 0
+    errors: list[BaseException] = []
+    with anyio.fail_after(TIMEOUT):
+        conn = await amqp_async.connect(broker.url)
+        receiver = await conn.open_receiver("nothing-here")
+        sender = await conn.open_sender("no-credit-here")
+
+        async def receive() -> None:
+            try:
+                await receiver.receive()
+            except amqp_async.AMQPError as exc:
+                errors.append(exc)
+
+        async def send() -> None:
+            try:
+                await sender.send(Message(body="never"))
+            except amqp_async.AMQPError as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(receive)
+            group.start_soon(send)
+            await anyio.sleep(0.1)
+            await conn.close()
+        assert len(errors) == 2
+        assert all(isinstance(error, amqp_async.ConnectionError) for error in errors), errors
+        with pytest.raises(amqp_async.ConnectionError):
+            await sender.send(Message(body="x"))
+        assert broker.messages == []
+
+
+@ALL_BACKENDS
+async def test_async_for_ends_when_the_receiver_is_closed_by_another_task(broker: ProtonBroker) -> None:
+    got: list[Any] = []
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            receiver = await conn.open_receiver("closing")
+
+            async def consume() -> None:
+                async for delivery in receiver:
+                    got.append(delivery.message.body)
+                    await delivery.accept()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(consume)
+                await in_thread(broker.put, "closing", "first")
+                await until(lambda: got == ["first"])
+                await receiver.close()
+            assert got == ["first"]
+            await in_thread(broker.wait_detaches, 1, link=receiver.name)
 
 
 @ALL_BACKENDS

@@ -464,3 +464,71 @@ async def test_close_frame_from_the_peer_does_not_reconnect() -> None:
             assert len(broker.connections) == 1
             assert conn.is_closed
             await conn.close()
+
+
+async def test_closed_links_and_sessions_are_not_restored() -> None:
+    """Only what is still open is re-attached after a reconnect: a link or session the application closed before
+    the drop must not come back on the new connection."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        with anyio.fail_after(TIMEOUT):
+            conn = await amqp_async.connect(proxy.url, reconnect=backoff())
+            kept = await conn.open_sender("q", name="kept-sender")
+            closed = await conn.open_sender("q", name="closed-sender")
+            await closed.close()
+            session = await conn.open_session()
+            await session.open_receiver("q", name="ended-session-receiver")
+            await session.close()
+            await in_thread(lambda: broker.wait_detaches(1, link="closed-sender"))
+            proxy.cut()
+            await in_thread(lambda: broker.wait_connections(2))
+            assert await kept.send(amqp_async.Message(body="after")) == Accepted()
+            await anyio.sleep(0.2)  # let any stray attach arrive
+            reattached = sorted(a.name for a in broker.attaches if a.connection == 1)
+            assert reattached == ["kept-sender"]
+            await conn.close()
+
+
+async def test_delivery_received_before_the_drop_cannot_be_settled_after_it() -> None:
+    """A delivery taken before the connection dropped belongs to the old link: settling it raises LinkDetached
+    (the broker gives the message again, on the new link)."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        broker.put("once", "first")
+        with anyio.fail_after(TIMEOUT):
+            conn = await amqp_async.connect(proxy.url, reconnect=backoff())
+            receiver = await conn.open_receiver("once", name="settle-receiver")
+            delivery = await receiver.receive()
+            assert delivery.message.body == "first"
+            proxy.cut()
+            again = await receiver.receive()  # requeued by the broker when the old connection dropped
+            assert again.message.body == "first"
+            with pytest.raises(amqp_async.LinkDetached):
+                await delivery.accept()
+            await again.accept()
+            outcomes = await in_thread(lambda: broker.wait_outcomes(1, link="settle-receiver"))
+            assert [(o.connection, o.outcome) for o in outcomes] == [(1, "accepted")]
+            await conn.close()
+
+
+async def test_waiters_fail_when_reconnect_attempts_run_out(caplog: pytest.LogCaptureFixture) -> None:
+    """With ``max_tries``, a peer that stays away ends the connection: waiters get a ConnectionError, not a hang.
+
+    Running out of attempts is an expected end, not a crash of the connection's driver: the error names the URL
+    and the last failure, and nothing is logged as an internal failure."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        with anyio.fail_after(TIMEOUT):
+            limited = amqp_async.Backoff(initial=0.05, maximum=0.1, max_tries=3)
+            conn = await amqp_async.connect(proxy.url, reconnect=limited)
+            receiver = await conn.open_receiver("q", name="limited-receiver")
+            sender = await conn.open_sender("q", name="limited-sender")
+            proxy.down()
+            with pytest.raises(amqp_async.ConnectionError) as caught:
+                await receiver.receive()
+            assert str(proxy.port) in str(caught.value)
+            assert "driver failed" not in str(caught.value)
+            assert not str(caught.value).endswith(": None")  # the last failure: the peer dropped us
+            assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+            assert conn.is_closed
+            with pytest.raises(amqp_async.ConnectionError):
+                await sender.send(amqp_async.Message(body="too late"))
+            assert proxy.accepted == 4  # the first connection, then one per try
+            await conn.close()

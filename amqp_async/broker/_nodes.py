@@ -1,0 +1,207 @@
+"""The broker's nodes: queues (competing consumers, browsers) and topics (a copy for every subscriber).
+
+A :class:`Queue` holds messages as their encoded bytes (decoded only when a selector or a redelivery needs the
+fields). Consumers are the broker's sending links; each has the credit its receiver granted. Dispatch walks the
+queue in order and offers each message to the consumers in round-robin order, skipping those without credit, whose
+selector does not match, or to which the message is undeliverable (a ``modified`` outcome with
+undeliverable-here). Browsers (distribution-mode ``copy``) see every message once and leave it in the queue.
+
+Messages sent to a consumer wait, unsettled, in the consumer's ``unsettled`` map until its outcome: accepted drops
+them; released and modified put them back at the head (modified with delivery-failed counts the attempt in the
+header's delivery-count); rejected drops them or moves them to the dead-letter queue. When a consumer goes away,
+its unsettled messages return to the head of their queue in their original order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..message import Message
+
+if TYPE_CHECKING:
+    from .selector import Selector
+
+__all__ = ["Consumer", "Entry", "Queue", "Topic"]
+
+_sequence = itertools.count()
+
+
+class Entry:
+    """One message in a queue: its bytes, and what the broker learned about it."""
+
+    __slots__ = ("_message", "excluded", "payload", "sequence")
+
+    def __init__(self, payload: bytes, message: Message | None = None) -> None:
+        self.payload = payload
+        self.sequence = next(_sequence)
+        self._message = message
+        #: consumers that said undeliverable-here (by identity).
+        self.excluded: set[int] | None = None
+
+    @property
+    def message(self) -> Message:
+        """The decoded message (decoded once, on first use)."""
+        if self._message is None:
+            message = Message()
+            message.decode(self.payload)
+            self._message = message
+        return self._message
+
+    def failed_attempt(self) -> None:
+        """Count a failed delivery attempt in the header (§3.4.5 delivery-failed), re-encoding the message."""
+        message = self.message
+        message.delivery_count = message.delivery_count + 1
+        message.first_acquirer = False
+        self.payload = message.encode()
+
+
+class Consumer:
+    """A subscription to a queue: a broker sending link, as the driver sees it.
+
+    Args:
+        send: transfers one entry (returns a token to settle it later, or None when sent settled).
+        credit: returns the link's credit now.
+        selector: only messages it matches are offered.
+        browse: distribution-mode copy: see messages, leave them queued.
+    """
+
+    __slots__ = ("browse", "credit", "last_seen", "selector", "send", "unsettled")
+
+    def __init__(
+        self,
+        send: Callable[[Entry], Any],
+        credit: Callable[[], int],
+        *,
+        selector: Selector | None = None,
+        browse: bool = False,
+    ) -> None:
+        self.send = send
+        self.credit = credit
+        self.selector = selector
+        self.browse = browse
+        self.last_seen = -1  # browsers: the sequence number of the last message shown
+        #: entries sent and not settled yet, by the token ``send`` returned.
+        self.unsettled: dict[Any, Entry] = {}
+
+    def wants(self, entry: Entry) -> bool:
+        """Whether this consumer may be offered the entry."""
+        if entry.excluded is not None and id(self) in entry.excluded:
+            return False
+        if self.browse and entry.sequence <= self.last_seen:
+            return False
+        return self.selector is None or self.selector.matches(entry.message)
+
+
+class Queue:
+    """A queue: messages in order, competing consumers served round-robin, browsers.
+
+    Attributes:
+        name: the address.
+        max_depth: the most messages it holds (None: no limit).
+        dynamic: made for a dynamic source; deleted when its link detaches.
+    """
+
+    def __init__(self, name: str, *, max_depth: int | None = None, dynamic: bool = False) -> None:
+        self.name = name
+        self.max_depth = max_depth
+        self.dynamic = dynamic
+        self.entries: deque[Entry] = deque()
+        self.consumers: list[Consumer] = []
+        self._next = 0
+        self.durable_subscription = False
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def full(self) -> bool:
+        """True when the queue holds ``max_depth`` messages."""
+        return self.max_depth is not None and len(self.entries) >= self.max_depth
+
+    def put(self, entry: Entry) -> None:
+        """Append a message and offer it to the consumers."""
+        self.entries.append(entry)
+        self.dispatch()
+
+    def put_back(self, entries: list[Entry]) -> None:
+        """Return messages to the head of the queue, keeping their order (released, or from a gone consumer)."""
+        for entry in reversed(entries):
+            self.entries.appendleft(entry)
+        self.dispatch()
+
+    def subscribe(self, consumer: Consumer) -> None:
+        """Add a consumer; it is offered messages as its credit allows."""
+        self.consumers.append(consumer)
+        self.dispatch()
+
+    def unsubscribe(self, consumer: Consumer) -> None:
+        """Remove a consumer, returning its unsettled messages to the head of the queue in order."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        pending = sorted(consumer.unsettled.values(), key=lambda entry: entry.sequence)
+        consumer.unsettled.clear()
+        if not consumer.browse and pending:
+            self.put_back(pending)
+
+    def dispatch(self) -> None:
+        """Offer queued messages to consumers with credit, round-robin among competing consumers."""
+        consumers = self.consumers
+        if not consumers or not self.entries:
+            return
+        for browser in [consumer for consumer in consumers if consumer.browse]:
+            for entry in list(self.entries):
+                if browser.credit() <= 0:
+                    break
+                if browser.wants(entry):
+                    browser.last_seen = entry.sequence
+                    browser.send(entry)
+        competing = [consumer for consumer in consumers if not consumer.browse]
+        if not competing:
+            return
+        index = 0
+        entries = self.entries
+        while index < len(entries) and any(consumer.credit() > 0 for consumer in competing):
+            entry = entries[index]
+            chosen = None
+            count = len(competing)
+            for step in range(count):
+                consumer = competing[(self._next + step) % count]
+                if consumer.credit() > 0 and consumer.wants(entry):
+                    chosen = consumer
+                    self._next = (self._next + step + 1) % count
+                    break
+            if chosen is None:
+                index += 1  # no consumer for this one now (selectors, exclusions): try the next message
+                continue
+            del entries[index]
+            token = chosen.send(entry)
+            if token is not None:
+                chosen.unsettled[token] = entry
+
+
+class Topic:
+    """A topic: every subscriber gets its own copy of each message published while it is subscribed.
+
+    Each subscription is a private queue; a durable subscription (terminus durable, expiry-policy never) keeps its
+    queue, and the messages published meanwhile, after its link detaches, for as long as the broker runs.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.subscriptions: dict[str, Queue] = {}
+
+    def publish(self, entry: Entry) -> None:
+        """Copy a message to every subscription."""
+        for queue in self.subscriptions.values():
+            if not queue.full:
+                queue.put(Entry(entry.payload, entry._message))
+
+    def subscription(self, key: str, *, max_depth: int | None = None) -> Queue:
+        """The subscription queue for ``key`` (made on first use)."""
+        queue = self.subscriptions.get(key)
+        if queue is None:
+            queue = self.subscriptions[key] = Queue(f"{self.name}#{key}", max_depth=max_depth)
+        return queue

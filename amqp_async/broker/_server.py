@@ -1,0 +1,526 @@
+"""The embedded broker: our protocol engine in the server role, one driver task per connection.
+
+Addresses name queues, made on first attach (or first message, for an anonymous sender). Addresses that start
+with ``topic://`` (or sources with the ``topic`` capability) are topics: every subscriber gets a copy. A dynamic
+source gets a temporary queue, deleted when its link detaches. ANONYMOUS-RELAY is offered: a sender with a null
+target routes each message by its ``to`` address.
+
+All connections run on one event loop; a message routed by one connection is transferred by another connection's
+engine directly (synchronously, on the loop thread), which then wakes that connection's writer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import ssl
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.streams.tls import TLSListener
+
+from .. import protocol
+from ..codec import conditions
+from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
+from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
+from ..codec.terminus import COPY, NEVER, Source, Target
+from ..errors import AMQPError, DecodeError
+from ..protocol import events as ev
+from ..protocol.endpoint import EndpointState
+from ..protocol.sasl import SaslServer
+from ..protocol.sasl_scram import InMemoryCredentialStore
+from ..types import symbol
+from ._nodes import Consumer, Entry, Queue, Topic
+from .selector import SelectorError, compile_selector
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("amqp_async.broker")
+
+TOPIC_PREFIX = "topic://"
+INCOMING_CREDIT = 500
+_SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
+_ACCEPTED = Accepted()
+
+
+def _error(condition: str, description: str) -> Error:
+    return Error(condition=symbol(condition), description=description)
+
+
+class Broker:
+    """An in-memory AMQP 1.0 broker.
+
+    Use it in-process as an async context manager (``async with Broker() as broker: broker.url``), which serves
+    on a free port when ``port`` is 0, or run ``python -m amqp_async.broker``.
+
+    Args:
+        host, port: where to listen (port 0: a free port; see :attr:`url`).
+        users: user name to password; when given, SASL PLAIN and SCRAM authenticate them.
+        allow_anonymous: also offer SASL ANONYMOUS (default: only when no users are given).
+        ssl_context: a server-side SSL context (certificate and key loaded) to serve amqps.
+        max_connections: refuse connections beyond this many (``amqp:resource-limit-exceeded``).
+        max_queue_depth: refuse messages to a queue that holds this many (``amqp:resource-limit-exceeded``).
+        max_message_size: the largest message accepted (announced in attach; larger ones are rejected).
+        dead_letter_queue: where rejected messages go (None: they are dropped).
+        container_id: the broker's container id.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 5672,
+        *,
+        users: dict[str, str] | None = None,
+        allow_anonymous: bool | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        max_connections: int | None = None,
+        max_queue_depth: int | None = None,
+        max_message_size: int | None = None,
+        dead_letter_queue: str | None = None,
+        container_id: str = "amqp_async-broker",
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.users = users
+        self.allow_anonymous = not users if allow_anonymous is None else allow_anonymous
+        self.ssl_context = ssl_context
+        self.max_connections = max_connections
+        self.max_queue_depth = max_queue_depth
+        self.max_message_size = max_message_size
+        self.dead_letter_queue = dead_letter_queue
+        self.container_id = container_id
+        self.queues: dict[str, Queue] = {}
+        self.topics: dict[str, Topic] = {}
+        self.connections: set[_ServerConnection] = set()
+        self._store = InMemoryCredentialStore(users) if users else None
+        self._dynamic_names = itertools.count(1)
+        self._group: anyio.abc.TaskGroup | None = None
+        self._listener: anyio.abc.Listener[Any] | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL clients connect to (with the real port once listening)."""
+        scheme = "amqps" if self.ssl_context is not None else "amqp"
+        return f"{scheme}://{self.host}:{self.port}"
+
+    # --- nodes -------------------------------------------------------------------------------------------
+
+    def queue(self, name: str) -> Queue:
+        """The queue named ``name``, made on first use."""
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = self.queues[name] = Queue(name, max_depth=self.max_queue_depth)
+        return queue
+
+    def topic(self, name: str) -> Topic:
+        """The topic named ``name``, made on first use."""
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.topics[name] = Topic(name)
+        return topic
+
+    def _is_topic(self, address: str, capabilities: Any = None) -> bool:
+        return address.startswith(TOPIC_PREFIX) or (
+            capabilities is not None and symbol("topic") in tuple(capabilities)
+        )
+
+    def route(self, address: str, entry: Entry) -> Error | None:
+        """Put a message on the node at ``address``; return the error that refuses it, if any."""
+        if self._is_topic(address):
+            self.topic(address).publish(entry)
+            return None
+        queue = self.queue(address)
+        if queue.full:
+            return _error(conditions.RESOURCE_LIMIT_EXCEEDED, f"queue {address!r} is full ({queue.max_depth})")
+        queue.put(entry)
+        return None
+
+    def _temporary_address(self) -> str:
+        return f"temp-queue://{self.container_id}/{next(self._dynamic_names)}"
+
+    # --- serving -----------------------------------------------------------------------------------------
+
+    async def _listen(self) -> anyio.abc.Listener[Any]:
+        listener: anyio.abc.Listener[Any] = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        if self.ssl_context is not None:
+            listener = TLSListener(listener, self.ssl_context, standard_compatible=False)
+        return listener
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until cancelled."""
+        listener = self._listener = await self._listen()
+        log.info("listening on %s", self.url)
+        task_status.started()
+        async with listener:
+            await listener.serve(self._handle)
+
+    async def _handle(self, stream: anyio.abc.ByteStream) -> None:
+        connection = _ServerConnection(self, stream)
+        self.connections.add(connection)
+        try:
+            await connection.run()
+        except (anyio.BrokenResourceError, OSError, ssl.SSLError) as exc:
+            log.info("connection %s failed: %r", connection.peer, exc)
+        finally:
+            self.connections.discard(connection)
+            connection.release()
+
+    async def __aenter__(self) -> Broker:
+        self._group = anyio.create_task_group()
+        await self._group.__aenter__()
+        await self._group.start(self.serve)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        assert self._group is not None
+        self._group.cancel_scope.cancel()
+        await self._group.__aexit__(None, None, None)
+
+
+class _Inbound:
+    """What the broker keeps for a link on which a client sends: its target address (None: anonymous relay)."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+
+
+class _Outbound:
+    """What the broker keeps for a link on which a client receives: its queue and consumer."""
+
+    def __init__(self, queue: Queue, consumer: Consumer, owner: Topic | None, key: str | None) -> None:
+        self.queue = queue
+        self.consumer = consumer
+        self.topic = owner
+        self.key = key
+
+
+class _ServerConnection:
+    """One client connection: the engine in the server role and the tasks that drive it."""
+
+    def __init__(self, broker: Broker, stream: anyio.abc.ByteStream) -> None:
+        self.broker = broker
+        self.stream = stream
+        try:
+            host, port = stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]  # type: ignore[misc]
+            self.peer = f"{host}:{port}"
+        except (anyio.TypedAttributeLookupError, TypeError, ValueError):
+            self.peer = "?"
+        mechanisms = []
+        if broker.users:
+            mechanisms += ["SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN"]
+        if broker.allow_anonymous:
+            mechanisms.append("ANONYMOUS")
+        self.engine = protocol.Connection(
+            role=protocol.SERVER,
+            container_id=broker.container_id,
+            sasl=SaslServer(mechanisms, broker._store),
+            require_sasl=not broker.allow_anonymous,
+            offered_capabilities=["ANONYMOUS-RELAY"],
+        )
+        self._wake = anyio.Event()
+        self._outbound: list[_Outbound] = []
+        self._done = False
+
+    def kick(self) -> None:
+        """Wake the writer: the engine has output."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._writer)
+            group.start_soon(self._timer)
+            await self._reader()
+            self._done = True
+            self.kick()
+            await anyio.sleep(0)
+            group.cancel_scope.cancel()
+
+    async def _reader(self) -> None:
+        engine = self.engine
+        while not engine.closed:
+            try:
+                data = await self.stream.receive(65536)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                data = b""
+            engine.receive_data(data, anyio.current_time())
+            for event in engine.next_events():
+                self._on_event(event)
+            self.kick()
+            if not data:
+                return
+        await self._flush()
+
+    async def _flush(self) -> None:
+        data = self.engine.data_to_send(anyio.current_time())
+        if data:
+            try:
+                await self.stream.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass
+
+    async def _writer(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            data = self.engine.data_to_send(anyio.current_time())
+            if data:
+                try:
+                    await self.stream.send(data)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return
+
+    async def _timer(self) -> None:
+        while not self.engine.closed:
+            deadline = self.engine.tick(anyio.current_time())
+            if self.engine.has_output:
+                self.kick()
+            delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
+            await anyio.sleep(delay)
+
+    def release(self) -> None:
+        """The connection is gone: its consumers' unsettled messages go back to their queues."""
+        for outbound in self._outbound:
+            self._unsubscribe(outbound)
+        self._outbound.clear()
+
+    # --- events ------------------------------------------------------------------------------------------
+
+    def _on_event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.DeliveriesReceived):
+            self._on_deliveries(event.link)  # type: ignore[arg-type]
+        elif isinstance(event, ev.DeliveriesUpdated):
+            self._on_outcomes(event)
+        elif isinstance(event, ev.FlowReceived):
+            self._on_flow(event)
+        elif isinstance(event, ev.LinkAttached):
+            if not event.link.locally_attached:
+                self._on_attach(event.link)
+        elif isinstance(event, ev.LinkDetached):
+            self._on_detach(event.link)
+        elif isinstance(event, ev.SessionBegun):
+            if not event.session.locally_begun:
+                event.session.begin()
+        elif isinstance(event, ev.SessionEnded):
+            for link in event.session.links:
+                self._on_detach(link)
+        elif isinstance(event, ev.ConnectionOpened):
+            self._on_open(event)
+        elif isinstance(event, ev.ConnectionClosed):
+            log.info("connection %s closed%s", self.peer, f": {event.error}" if event.error else "")
+            self.release()
+
+    def _on_open(self, event: ev.ConnectionOpened) -> None:
+        broker = self.broker
+        log.info("connection %s opened (container %s)", self.peer, event.open.container_id)
+        self.engine.open()
+        if broker.max_connections is not None and len(broker.connections) > broker.max_connections:
+            self.engine.close(
+                _error(conditions.RESOURCE_LIMIT_EXCEEDED, f"the broker takes at most {broker.max_connections} connections")
+            )
+
+    def _on_attach(self, link: protocol.Link) -> None:
+        if isinstance(link, protocol.ReceiverLink):
+            self._attach_inbound(link)
+        else:
+            assert isinstance(link, protocol.SenderLink)
+            self._attach_outbound(link)
+
+    def _refuse(self, link: protocol.Link, condition: str, description: str) -> None:
+        """§2.6.3: refuse a link by attaching with a null terminus and detaching at once with the error."""
+        log.info("link %r refused: %s", link.name, description)
+        if isinstance(link, protocol.SenderLink):
+            link.attach(source=None, target=link.remote_target)
+        else:
+            link.attach(source=link.remote_source, target=None)
+        link.detach(closed=True, error=_error(condition, description))
+
+    def _attach_inbound(self, link: protocol.ReceiverLink) -> None:
+        target = link.remote_target
+        if isinstance(target, Target) and target.dynamic:
+            address: str | None = self.broker._temporary_address()
+            self.broker.queue(address).dynamic = True  # type: ignore[arg-type]
+        elif isinstance(target, Target) or target is None:
+            address = None if target is None else target.address
+        else:
+            self._refuse(link, conditions.NOT_IMPLEMENTED, f"targets of type {type(target).__name__} are not supported")
+            return
+        link.user_data = _Inbound(address)
+        answer = Target(address=address, dynamic=bool(getattr(target, "dynamic", False)))
+        link.attach(
+            source=link.remote_source,
+            target=answer,
+            snd_settle_mode=link.remote_snd_settle_mode,
+            rcv_settle_mode=link.remote_rcv_settle_mode,
+            max_message_size=self.broker.max_message_size,
+        )
+        link.max_message_size = self.broker.max_message_size
+        link.grant_credit(INCOMING_CREDIT)
+        log.info("link %r attached: %s sends to %s", link.name, self.peer, address or "(anonymous relay)")
+
+    def _attach_outbound(self, link: protocol.SenderLink) -> None:
+        broker = self.broker
+        source = link.remote_source
+        if not isinstance(source, Source):
+            self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
+            return
+        selector = None
+        for value in (source.filter or {}).values():
+            descriptor = getattr(value, "descriptor", None)
+            if descriptor in _SELECTOR_DESCRIPTORS:
+                try:
+                    selector = compile_selector(str(value.value))
+                except SelectorError as exc:
+                    self._refuse(link, conditions.INVALID_FIELD, f"invalid selector: {exc.description}")
+                    return
+        owner: Topic | None = None
+        key: str | None = None
+        if source.dynamic:
+            address = broker._temporary_address()
+            queue = broker.queue(address)
+            queue.dynamic = True
+        elif source.address is None:
+            self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
+            return
+        else:
+            address = str(source.address)
+            if broker._is_topic(address, source.capabilities):
+                owner = broker.topic(address)
+                durable = bool(source.durable) and source.expiry_policy == NEVER
+                remote_open = self.engine.remote_open
+                container = remote_open.container_id if remote_open is not None else self.peer
+                key = f"{container}/{link.name}" if durable else f"{id(link)}"
+                queue = owner.subscription(key, max_depth=broker.max_queue_depth)
+                queue.durable_subscription = durable
+            else:
+                queue = broker.queue(address)
+        browse = source.distribution_mode == COPY
+        settled = link.remote_snd_settle_mode == SND_SETTLED
+
+        def send(entry: Entry) -> Any:
+            delivery = link.send(entry.payload, settled=settled)
+            self.kick()
+            return None if settled or browse else delivery
+
+        consumer = Consumer(send, lambda: link.credit if link.local_state is EndpointState.ACTIVE else 0, selector=selector, browse=browse)
+        outbound = _Outbound(queue, consumer, owner, key)
+        link.user_data = outbound
+        self._outbound.append(outbound)
+        answer = Source(
+            address=address,
+            durable=source.durable,
+            expiry_policy=source.expiry_policy,
+            timeout=source.timeout,
+            dynamic=source.dynamic,
+            distribution_mode=source.distribution_mode,
+            filter=source.filter if selector is not None else None,
+            default_outcome=source.default_outcome,
+            outcomes=source.outcomes,
+            capabilities=source.capabilities,
+        )
+        link.attach(
+            source=answer,
+            target=link.remote_target,
+            snd_settle_mode=link.remote_snd_settle_mode,
+            rcv_settle_mode=link.remote_rcv_settle_mode,
+        )
+        log.info("link %r attached: %s receives from %s%s", link.name, self.peer, address, " (browsing)" if browse else "")
+        queue.subscribe(consumer)
+
+    def _on_deliveries(self, link: protocol.ReceiverLink) -> None:
+        inbound = link.user_data
+        if not isinstance(inbound, _Inbound):
+            return
+        broker = self.broker
+        second = link.rcv_settle_mode == RCV_SECOND
+        while link.incoming:
+            delivery = link.incoming.popleft()
+            if delivery.aborted:
+                continue
+            refusal = None
+            payload = bytes(delivery.payload)
+            if broker.max_message_size and len(payload) > broker.max_message_size:
+                refusal = _error(conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than {broker.max_message_size}")
+            else:
+                entry = Entry(payload)
+                address = inbound.address
+                if address is None:
+                    try:
+                        address = entry.message.address
+                    except DecodeError as exc:
+                        refusal = _error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}")
+                    else:
+                        if address is None:
+                            refusal = _error(conditions.NOT_FOUND, "anonymous relay needs the message's to address")
+                if refusal is None and address is not None:
+                    refusal = broker.route(address, entry)
+            if delivery.remote_settled:
+                continue
+            state = _ACCEPTED if refusal is None else Rejected(error=refusal)
+            link.settle(delivery, state, settled=not second)
+        if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
+            link.grant_credit(INCOMING_CREDIT)
+
+    def _on_flow(self, event: ev.FlowReceived) -> None:
+        link = event.link
+        if not isinstance(link, protocol.SenderLink):
+            return
+        outbound = link.user_data
+        if isinstance(outbound, _Outbound):
+            outbound.queue.dispatch()
+        if link.drain and link.local_state is EndpointState.ACTIVE:
+            link.drained()  # §2.6.7: what could be sent was sent; give back the rest
+        self.kick()
+
+    def _on_outcomes(self, event: ev.DeliveriesUpdated) -> None:
+        touched: set[int] = set()
+        for delivery in event.deliveries:
+            outbound = delivery.link.user_data
+            if not isinstance(outbound, _Outbound):
+                continue
+            state = delivery.remote_state
+            if isinstance(state, Received) or (state is None and not delivery.remote_settled):
+                continue  # not an outcome yet
+            entry = outbound.consumer.unsettled.pop(delivery, None)
+            if entry is None:
+                continue
+            queue = outbound.queue
+            if isinstance(state, Released):
+                queue.put_back([entry])
+            elif isinstance(state, Modified):
+                if state.delivery_failed:
+                    entry.failed_attempt()
+                if state.undeliverable_here:
+                    entry.excluded = (entry.excluded or set()) | {id(outbound.consumer)}
+                queue.put_back([entry])
+            elif isinstance(state, Rejected):
+                if self.broker.dead_letter_queue:
+                    self.broker.queue(self.broker.dead_letter_queue).put(entry)
+            touched.add(id(queue))
+        if touched:
+            self.kick()
+
+    def _on_detach(self, link: protocol.Link) -> None:
+        outbound = link.user_data
+        if isinstance(outbound, _Outbound):
+            self._unsubscribe(outbound)
+            if outbound in self._outbound:
+                self._outbound.remove(outbound)
+            link.user_data = None
+            log.info("link %r detached (%s)", link.name, self.peer)
+        elif isinstance(outbound, _Inbound):
+            link.user_data = None
+            log.info("link %r detached (%s)", link.name, self.peer)
+
+    def _unsubscribe(self, outbound: _Outbound) -> None:
+        broker = self.broker
+        queue = outbound.queue
+        queue.unsubscribe(outbound.consumer)
+        if queue.dynamic and not queue.consumers:
+            broker.queues.pop(queue.name, None)
+        if outbound.topic is not None and outbound.key is not None and not queue.durable_subscription:
+            outbound.topic.subscriptions.pop(outbound.key, None)
+
+
+_ = AMQPError
