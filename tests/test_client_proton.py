@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -153,8 +154,16 @@ def broker_close_connections(broker: ProtonBroker, condition: str, description: 
 
 
 def broker_pause(broker: ProtonBroker, seconds: float) -> None:
-    """Block the broker thread for ``seconds``: it reads nothing and answers nothing meanwhile."""
-    broker.call(lambda: time.sleep(seconds), wait=False)
+    """Block the broker thread for ``seconds``: it reads nothing and answers nothing meanwhile. Returns once the
+    broker thread is blocked."""
+    blocked = threading.Event()
+
+    def pause() -> None:
+        blocked.set()
+        time.sleep(seconds)
+
+    broker.call(pause, wait=False)
+    assert blocked.wait(TIMEOUT), "the broker thread did not pause"
 
 
 def symbol_keys(mapping: dict[Any, Any] | None) -> dict[str, Any] | None:
