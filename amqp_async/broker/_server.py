@@ -25,7 +25,7 @@ from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
 from ..codec.terminus import COPY, NEVER, Source, Target
-from ..errors import AMQPError, DecodeError
+from ..errors import DecodeError
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.sasl import SaslServer
@@ -121,9 +121,7 @@ class Broker:
         return topic
 
     def _is_topic(self, address: str, capabilities: Any = None) -> bool:
-        return address.startswith(TOPIC_PREFIX) or (
-            capabilities is not None and symbol("topic") in tuple(capabilities)
-        )
+        return address.startswith(TOPIC_PREFIX) or (capabilities is not None and symbol("topic") in tuple(capabilities))
 
     def route(self, address: str, entry: Entry) -> Error | None:
         """Put a message on the node at ``address``; return the error that refuses it, if any."""
@@ -203,9 +201,9 @@ class _ServerConnection:
         self.broker = broker
         self.stream = stream
         try:
-            host, port = stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]  # type: ignore[misc]
-            self.peer = f"{host}:{port}"
-        except (anyio.TypedAttributeLookupError, TypeError, ValueError):
+            address = stream.extra(anyio.abc.SocketAttribute.remote_address)
+            self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+        except anyio.TypedAttributeLookupError:
             self.peer = "?"
         mechanisms = []
         if broker.users:
@@ -317,7 +315,9 @@ class _ServerConnection:
         self.engine.open()
         if broker.max_connections is not None and len(broker.connections) > broker.max_connections:
             self.engine.close(
-                _error(conditions.RESOURCE_LIMIT_EXCEEDED, f"the broker takes at most {broker.max_connections} connections")
+                _error(
+                    conditions.RESOURCE_LIMIT_EXCEEDED, f"the broker takes at most {broker.max_connections} connections"
+                )
             )
 
     def _on_attach(self, link: protocol.Link) -> None:
@@ -403,7 +403,12 @@ class _ServerConnection:
             self.kick()
             return None if settled or browse else delivery
 
-        consumer = Consumer(send, lambda: link.credit if link.local_state is EndpointState.ACTIVE else 0, selector=selector, browse=browse)
+        consumer = Consumer(
+            send,
+            lambda: link.credit if link.local_state is EndpointState.ACTIVE else 0,
+            selector=selector,
+            browse=browse,
+        )
         outbound = _Outbound(queue, consumer, owner, key)
         link.user_data = outbound
         self._outbound.append(outbound)
@@ -425,7 +430,9 @@ class _ServerConnection:
             snd_settle_mode=link.remote_snd_settle_mode,
             rcv_settle_mode=link.remote_rcv_settle_mode,
         )
-        log.info("link %r attached: %s receives from %s%s", link.name, self.peer, address, " (browsing)" if browse else "")
+        log.info(
+            "link %r attached: %s receives from %s%s", link.name, self.peer, address, " (browsing)" if browse else ""
+        )
         queue.subscribe(consumer)
 
     def _on_deliveries(self, link: protocol.ReceiverLink) -> None:
@@ -441,7 +448,9 @@ class _ServerConnection:
             refusal = None
             payload = bytes(delivery.payload)
             if broker.max_message_size and len(payload) > broker.max_message_size:
-                refusal = _error(conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than {broker.max_message_size}")
+                refusal = _error(
+                    conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than {broker.max_message_size}"
+                )
             else:
                 entry = Entry(payload)
                 address = inbound.address
@@ -494,9 +503,8 @@ class _ServerConnection:
                 if state.undeliverable_here:
                     entry.excluded = (entry.excluded or set()) | {id(outbound.consumer)}
                 queue.put_back([entry])
-            elif isinstance(state, Rejected):
-                if self.broker.dead_letter_queue:
-                    self.broker.queue(self.broker.dead_letter_queue).put(entry)
+            elif isinstance(state, Rejected) and self.broker.dead_letter_queue:
+                self.broker.queue(self.broker.dead_letter_queue).put(entry)
             touched.add(id(queue))
         if touched:
             self.kick()
@@ -521,6 +529,3 @@ class _ServerConnection:
             broker.queues.pop(queue.name, None)
         if outbound.topic is not None and outbound.key is not None and not queue.durable_subscription:
             outbound.topic.subscriptions.pop(outbound.key, None)
-
-
-_ = AMQPError

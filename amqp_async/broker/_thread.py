@@ -16,7 +16,7 @@ __all__ = ["BrokerThread"]
 class BrokerThread:
     """A broker serving in a daemon thread; a context manager.
 
-    >>> with BrokerThread() as broker:      # port 0: a free port
+    >>> with BrokerThread() as broker:  # port 0: a free port
     ...     url = broker.url
 
     Args:

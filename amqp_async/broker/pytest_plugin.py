@@ -3,7 +3,7 @@
 Use it with ``pytest_plugins = ["amqp_async.broker.pytest_plugin"]`` in a conftest.py; then::
 
     def test_something(amqp_broker):
-        url = amqp_broker.url        # amqp://127.0.0.1:PORT, fresh for each test
+        url = amqp_broker.url  # amqp://127.0.0.1:PORT, fresh for each test
 
 The broker runs in a background thread, so the fixture serves synchronous and asynchronous tests alike.
 """

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_FIRST, RCV_SECOND, SND_SETTLED, SND_UNSETTLED, Error
 from ..codec.terminus import Source, Target
@@ -150,10 +149,10 @@ class Tracker:
     ended before the outcome was known.
     """
 
-    __slots__ = ("_connection", "_error", "_event", "delivery", "done", "outcome")
+    __slots__ = ("_error", "_event", "_sender", "delivery", "done", "outcome")
 
-    def __init__(self, connection: Any, delivery: EngineDelivery | None) -> None:
-        self._connection = connection
+    def __init__(self, sender: Sender | None, delivery: EngineDelivery | None) -> None:
+        self._sender = sender
         self.delivery = delivery
         self.done = False
         self.outcome: Any = None
@@ -184,6 +183,8 @@ class Tracker:
         self._error = error
         if self.delivery is not None:
             self.delivery.user_data = None
+        if self._sender is not None:
+            self._sender._pending.discard(self)
         if self._event is not None:
             self._event.set()
 
@@ -334,18 +335,24 @@ class Sender(_Link):
         elif self._error is not None or self._closed:
             self._check()
         delivery = link.send(payload)
-        tracker = Tracker(connection, delivery)
         if delivery.settled:
+            tracker = Tracker(None, delivery)
             tracker._finish(None, None)
         else:
+            tracker = Tracker(self, delivery)
             delivery.user_data = tracker
             self._pending.add(tracker)
-            tracker._connection = self
         connection._kick()
         return tracker
 
-    def _resolved(self, tracker: Tracker) -> None:
-        self._pending.discard(tracker)
+    @property
+    def unsettled(self) -> list[Tracker]:
+        """The trackers of messages sent and not settled yet (their outcome is still to come).
+
+        A ``send()`` cancelled while it waited for the outcome leaves its tracker here: ``await`` it to learn the
+        outcome, or find it in doubt after a connection loss.
+        """
+        return list(self._pending)
 
     async def send(self, message: Message | bytes) -> Any:
         """Send a message and wait for its outcome.
@@ -362,9 +369,7 @@ class Sender(_Link):
         if tracker.delivery is not None and tracker.delivery.settled and tracker.done:
             await self.connection._wait_flushed()
             return None
-        outcome = await tracker
-        self._pending.discard(tracker)
-        return outcome
+        return await tracker
 
     async def __aenter__(self) -> Sender:
         return self
@@ -534,6 +539,3 @@ class Receiver(_Link):
 
     def __repr__(self) -> str:
         return f"<amqp_async.Receiver {self.name!r} from {self.address!r}>"
-
-
-_ = conditions
