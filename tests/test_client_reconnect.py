@@ -241,6 +241,9 @@ async def test_reconnect_across_broker_restart_reattaches_and_reports_in_doubt()
                 await in_thread(lambda: first.wait_messages(15, address="q"))
                 proxy.down()
                 await stop_broker(first)
+                # Two reconnect attempts were dropped by the proxy: the client is between attempts (the moment while
+                # its first attempt connects is test_send_while_the_reconnect_connects_is_not_lost's subject).
+                await wait_until(lambda: proxy.accepted >= 3, "two reconnect attempts")
 
                 # Sent while the connection is down: waits for the reconnect, then goes through.
                 during: dict[str, Any] = {}
@@ -315,6 +318,45 @@ async def test_send_in_the_reconnect_window_waits_for_the_new_connection() -> No
             bodies = [m.body for m in await in_thread(lambda: broker.wait_messages(2, address="q"))]
             assert bodies == ["before", "during"]
             assert [m.connection for m in broker.messages] == [0, 1]
+            await conn.close()
+
+
+async def test_send_while_the_reconnect_connects_is_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send made while the client is connecting again (here the TCP connect takes 0.3 s, as on a slow network)
+    must wait for the new connection and be sent there. It must not go out on the link of the dead connection:
+    there it is never transferred, and its tracker never completes."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        with anyio.fail_after(TIMEOUT):
+            conn = await amqp_async.connect(proxy.url, reconnect=backoff())
+            sender = await conn.open_sender("q", name="slow-reconnect-sender")
+            assert await sender.send(amqp_async.Message(body="before")) == Accepted()
+            connect_tcp = anyio.connect_tcp
+
+            async def slow_connect_tcp(*args: Any, **kwargs: Any) -> Any:
+                await anyio.sleep(0.3)
+                return await connect_tcp(*args, **kwargs)
+
+            monkeypatch.setattr(anyio, "connect_tcp", slow_connect_tcp)
+            proxy.cut()
+            await anyio.sleep(0.1)  # the client saw the cut and is connecting again
+            result: dict[str, Any] = {}
+
+            async def send_during() -> None:
+                try:
+                    result["outcome"] = await sender.send(amqp_async.Message(body="during"))
+                except amqp_async.DeliveryInDoubt as exc:
+                    result["outcome"] = exc
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(send_during)
+                with anyio.move_on_after(5):
+                    while "outcome" not in result:
+                        await anyio.sleep(0.01)
+                group.cancel_scope.cancel()
+            assert "outcome" in result, "the send made while reconnecting never completed: the message was lost"
+            assert result["outcome"] == Accepted()
+            bodies = [m.body for m in await in_thread(lambda: broker.wait_messages(2, address="q"))]
+            assert bodies == ["before", "during"]
             await conn.close()
 
 

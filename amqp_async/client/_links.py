@@ -44,6 +44,16 @@ _GUARANTEES = {
 _TERMINUS_OPTIONS = ("durable", "expiry_policy", "timeout", "dynamic", "dynamic_node_properties")
 
 
+def _terminus_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """Pop the terminus options; ``durable=True`` means unsettled-state durability (2, as proton's
+    DurableSubscription sets it) and ``False`` none (0), §3.5.5."""
+    fields = {key: options.pop(key) for key in _TERMINUS_OPTIONS if key in options}
+    durable = fields.get("durable")
+    if isinstance(durable, bool):
+        fields["durable"] = 2 if durable else 0
+    return fields
+
+
 def selector(expression: str) -> dict[symbol, Described]:
     """A source filter map holding a JMS message selector (``apache.org:selector-filter:string``), as proton's
     ``Selector`` builds it: pass it as ``filter=`` to :meth:`Session.open_receiver` (or use ``selector=``)."""
@@ -194,7 +204,8 @@ class Tracker:
     async def wait(self) -> Any:
         """Wait for the outcome: return it, or raise the error it stands for."""
         if not self.done:
-            self._event = anyio.Event()
+            if self._event is None:  # one event for every task that awaits this tracker
+                self._event = anyio.Event()
             await self._event.wait()
         if self._error is not None:
             raise self._error
@@ -255,7 +266,7 @@ class Sender(_Link):
 
     def _attach_arguments(self) -> dict[str, Any]:
         options = dict(self._options)
-        target_fields = {key: options.pop(key) for key in _TERMINUS_OPTIONS if key in options}
+        target_fields = _terminus_fields(options)
         capabilities = options.pop("capabilities", None)
         source = options.pop("source", None)
         return {
@@ -416,7 +427,7 @@ class Receiver(_Link):
 
     def _attach_arguments(self) -> dict[str, Any]:
         options = dict(self._options)
-        source_fields = {key: options.pop(key) for key in _TERMINUS_OPTIONS if key in options}
+        source_fields = _terminus_fields(options)
         filters = options.pop("filter", None)
         expression = options.pop("selector", None)
         if expression is not None:
