@@ -61,6 +61,9 @@ class _RangedInt(int):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({int.__repr__(self)})"
 
+    # str() and f-strings give the plain number (repr names the type); without this, int's str falls back to repr.
+    __str__ = int.__repr__
+
 
 class ubyte(_RangedInt):
     """AMQP ``ubyte``: an 8-bit unsigned integer, 0 to 2**8 - 1."""
@@ -163,6 +166,8 @@ class float32(float):
 
     def __repr__(self) -> str:
         return f"float32({float.__repr__(self)})"
+
+    __str__ = float.__repr__
 
 
 class symbol(str):

@@ -40,6 +40,9 @@ What the broker does:
 * **Credit** to client senders: `ProtonBroker.credit_window` (default 100), topped up after every message;
   `ProtonBroker.credit_for` overrides the window per target address (0: never any credit) and
   `ProtonBroker.delay_credit` postpones the first grant (seconds).
+* **TLS and a fixed port**: ``ProtonBroker(ssl_domain=domain)`` listens with a server `proton.SSLDomain` (TLS only;
+  `url` is then ``amqps://``); ``ProtonBroker(port=N)`` listens on port N, so a test can stop a broker and start a
+  new one where its clients reconnect.
 * **Fault injection** by address: `ProtonBroker.detach_on_attach` answers the attach and detaches at once with the
   given error; `ProtonBroker.close_connection_on` answers the attach and closes the whole connection with the error.
   A link to a transaction coordinator is refused (detached with ``amqp:not-implemented``).

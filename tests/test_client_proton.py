@@ -268,6 +268,38 @@ async def test_heartbeats_keep_an_idle_connection_alive() -> None:
         assert [close.by for close in broker.closes] == ["client"]
 
 
+async def test_a_silent_peer_fails_the_connection_after_our_idle_timeout(broker: ProtonBroker) -> None:
+    # We advertise 1 s; the broker thread then blocks for 3.5 s (no heartbeats, no answers, socket left open).
+    # The client must give up after about 1 s: close with amqp:resource-limit-exceeded and fail every waiter,
+    # without waiting for the silent peer to answer its close.
+    errors: list[BaseException] = []
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url, heartbeat=1, reconnect=False) as conn:
+            sender = await conn.open_sender("silent")
+            receiver = await conn.open_receiver("silent-in")
+
+            async def receive() -> None:
+                try:
+                    await receiver.receive()
+                except amqp_async.AMQPError as exc:
+                    errors.append(exc)
+
+            await in_thread(broker_pause, broker, 3.5)
+            start = time.monotonic()
+            with anyio.move_on_after(2.5):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(receive)
+            waited = time.monotonic() - start
+            assert errors, f"a receive() was still waiting {waited:.1f} s into the peer's silence (idle timeout 1 s)"
+            [error] = errors
+            assert type(error) is amqp_async.ConnectionError
+            assert error.condition == "amqp:resource-limit-exceeded"
+            assert conn.is_closed
+            with pytest.raises(amqp_async.ConnectionError) as caught:
+                await sender.send(Message(body="too late"))
+            assert caught.value.condition == "amqp:resource-limit-exceeded"
+
+
 @ALL_BACKENDS
 async def test_connect_to_a_closed_port_fails_fast() -> None:
     with socket.socket() as probe:
@@ -479,6 +511,7 @@ async def test_submit_pipelined_with_a_bounded_window(broker: ProtonBroker) -> N
             received = await in_thread(broker.wait_messages, count, address="pipeline")
             assert bodies(received) == list(range(count))
             assert len({r.tag for r in received}) == count
+            assert sender.unsettled == []
             # Memory stays bounded: trackers whose outcome was awaited and dropped are not kept alive by the
             # sender (a long-lived sender would otherwise grow without bound).
             del outcomes
@@ -1121,6 +1154,25 @@ async def test_cancelled_tracker_await_keeps_the_outcome(broker: ProtonBroker) -
             assert tracker.outcome == Accepted()
             assert await tracker == Accepted()  # again: the outcome stays
             [record] = await in_thread(broker.wait_messages, 1)
+            assert record.tag == tracker.tag
+
+
+@ALL_BACKENDS
+async def test_send_cancelled_after_the_transfer_leaves_its_tracker_in_unsettled(broker: ProtonBroker) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            sender = await conn.open_sender("cancelled-send")
+            assert sender.unsettled == []
+            await in_thread(broker_pause, broker, 0.4)
+            with anyio.move_on_after(0.1) as scope:
+                await sender.send(Message(body="sent, then cancelled"))
+            assert scope.cancelled_caught
+            [tracker] = sender.unsettled
+            assert not tracker.done
+            assert await tracker == Accepted()
+            assert sender.unsettled == []
+            [record] = await in_thread(broker.wait_messages, 1)
+            assert record.body == "sent, then cancelled"
             assert record.tag == tracker.tag
 
 

@@ -1,12 +1,13 @@
 """The programs in ``examples/`` run as users run them: ``python examples/NAME.py ARGS`` in a subprocess (this
 interpreter, the repository root on ``PYTHONPATH``), against the proton broker of `tests/proton_broker.py` (a TLS
-one for ``tls.py``). Each must exit with status 0 and print what its docstring promises; what the broker saw is
-checked too. Every run is bounded with ``anyio.fail_after``.
+one for ``tls.py``; ``quickstart.py`` runs its own embedded broker). Each must exit with status 0 and print what its
+docstring promises; what the broker saw is checked too. Every run is bounded with ``anyio.fail_after``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -76,6 +77,7 @@ async def running_broker(**options: Any) -> AsyncIterator[ProtonBroker]:
 async def test_examples_are_all_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.glob("*.py")) == [
         "codec_tour.py",
+        "quickstart.py",
         "receive.py",
         "request_reply.py",
         "send.py",
@@ -210,6 +212,23 @@ async def test_tls_without_arguments_prints_its_usage(tmp_path: Path) -> None:
     run = await run_example("tls.py", cwd=tmp_path)
     assert run.returncode == 1, run
     assert "python examples/tls.py URL ADDRESS CA_FILE" in run.stderr, run
+
+
+async def test_quickstart(tmp_path: Path) -> None:
+    """The quickstart needs no broker of ours: it runs the embedded one in its own process."""
+    run = await run_example("quickstart.py", cwd=tmp_path)
+    assert run.returncode == 0, run
+    lines = run.lines
+    assert re.fullmatch(r"embedded broker listening on amqp://127\.0\.0\.1:\d+", lines[0]), run
+    assert lines[1:] == [
+        "sent 'hello 0': Accepted()",
+        "sent 'hello 1': Accepted()",
+        "sent 'hello 2': Accepted()",
+        "received 'hello 0' (subject 'greeting')",
+        "received 'hello 1' (subject 'greeting')",
+        "received 'hello 2' (subject 'greeting')",
+        "done",
+    ], run
 
 
 async def test_codec_tour(tmp_path: Path) -> None:

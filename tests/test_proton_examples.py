@@ -238,7 +238,8 @@ class Report:
         self.stderr = stderr
 
     def __getitem__(self, name: str) -> dict[str, Any]:
-        return self.data["processes"][name]
+        process: dict[str, Any] = self.data["processes"][name]
+        return process
 
     def lines(self, name: str) -> list[str]:
         return [line.strip() for line in self[name]["stdout"].splitlines()]
@@ -299,6 +300,8 @@ def run_scenario(work: Path, examples: Path, steps: Sequence[dict[str, Any]]) ->
 
 
 def check_broker_stopped_cleanly(report: Report) -> None:
+    """The broker logged no traceback, and SIGTERM stopped it with exit status 0."""
+    report.check("Traceback" not in report.data["broker_log"], "the broker logged a traceback")
     report.check(
         not report.data["broker_killed"] and report.data["broker_returncode"] == 0,
         "the broker did not shut down cleanly on SIGTERM",
@@ -356,6 +359,7 @@ def test_the_namespace_is_our_own(tmp_path: Path, examples: Path) -> None:
 def test_helloworld(tmp_path: Path, examples: Path, example: str) -> None:
     report = run_scenario(tmp_path, examples, [run("hello", example)])
     check_ran(report, "hello", ["Hello World!"])
+    check_broker_stopped_cleanly(report)
 
 
 def test_simple_send_recv(tmp_path: Path, examples: Path) -> None:
@@ -365,6 +369,7 @@ def test_simple_send_recv(tmp_path: Path, examples: Path) -> None:
     )
     check_ran(report, "send", ["all messages confirmed"])
     check_ran(report, "recv", SEQUENCE)
+    check_broker_stopped_cleanly(report)
 
 
 def test_simple_send_then_recv(tmp_path: Path, examples: Path) -> None:
@@ -372,6 +377,7 @@ def test_simple_send_then_recv(tmp_path: Path, examples: Path) -> None:
     report = run_scenario(tmp_path, examples, [run("send", "simple_send.py"), run("recv", "simple_recv.py")])
     check_ran(report, "send", ["all messages confirmed"])
     check_ran(report, "recv", SEQUENCE)
+    check_broker_stopped_cleanly(report)
 
 
 @pytest.mark.parametrize("client", ["client.py", "sync_client.py"])
@@ -384,6 +390,7 @@ def test_client_server(tmp_path: Path, examples: Path, client: str) -> None:
     report.check(server[:1] == ["Listening on amqp://localhost:5672/examples"], "server.py did not start")
     received = [line for line in server if line.startswith("Received Message(")]
     report.check(len(received) == len(REQUESTS), f"server.py received {len(received)} requests")
+    check_broker_stopped_cleanly(report)
 
 
 def test_db_send_recv(tmp_path: Path, examples: Path) -> None:
@@ -411,6 +418,7 @@ def test_db_send_recv(tmp_path: Path, examples: Path) -> None:
     check_ran(report, "recv", [f"inserted message {i + 1}" for i in range(100)])
     check_ran(report, "list-dst", [f"({i + 1}, 'Message-{i + 1}')" for i in range(100)])
     check_ran(report, "list-src", [])  # db_send deletes each record once its delivery settles
+    check_broker_stopped_cleanly(report)
 
 
 def test_selected_recv(tmp_path: Path, examples: Path) -> None:
@@ -427,6 +435,7 @@ def test_selected_recv(tmp_path: Path, examples: Path) -> None:
     check_ran(report, "send", ["all messages confirmed"])
     check_ran(report, "selected", [f"green {i + 1}" for i in range(100) if i % 2 == 0])
     check_ran(report, "rest", [f"red {i + 1}" for i in range(100) if i % 2 == 1])
+    check_broker_stopped_cleanly(report)
 
 
 def test_queue_browser(tmp_path: Path, examples: Path) -> None:
@@ -451,3 +460,4 @@ def test_queue_browser(tmp_path: Path, examples: Path) -> None:
         report.check(not report[name]["timed_out"] and report[name]["returncode"] == 0, f"{name} failed")
         report.check(browsed and browsed == expected[: len(browsed)], f"{name}: not the head of the queue, in order")
     check_ran(report, "recv", SEQUENCE)
+    check_broker_stopped_cleanly(report)

@@ -300,9 +300,12 @@ _RELATIONAL_OPS: Final = frozenset({"<", ">", "<=", ">="})
 
 
 class _Node:
-    """A node of the syntax tree: an operation, its operands, its static kind and its depth."""
+    """A node of the syntax tree: an operation, its operands, its static kind and its depth.
 
-    __slots__ = ("args", "children", "depth", "kind", "op", "pos")
+    ``pos`` is where its operator is, ``start`` where its text begins (for messages about the whole operand).
+    """
+
+    __slots__ = ("args", "children", "depth", "kind", "op", "pos", "start")
 
     def __init__(self, op: str, kind: str, pos: int, *args: Any, children: tuple[_Node, ...] = ()) -> None:
         self.op = op
@@ -311,6 +314,7 @@ class _Node:
         self.args = args
         self.children = children
         self.depth: int = 1 + max((child.depth for child in children), default=0)
+        self.start: int = min(pos, children[0].start) if children else pos
 
 
 def _kind_of(value: Any) -> str:
@@ -391,7 +395,7 @@ class _Parser:
 
     def check(self, node: _Node, kinds: tuple[str, ...], reason: str) -> None:
         if node.kind not in kinds:
-            raise self.error(f"{reason}, not {node.kind}", node.pos)
+            raise self.error(f"{reason}, not {node.kind}", node.start)
 
     # --- expressions ---------------------------------------------------------------------------------------
 
@@ -545,7 +549,7 @@ class _Parser:
         known = (_BOOL, _NUMBER, _STRING)
         for side in (left, right):
             if side.kind == _BOOL and op not in ("=", "<>"):
-                raise self.error(f"booleans can only be compared with = and <>, not {op}", side.pos)
+                raise self.error(f"booleans can only be compared with = and <>, not {op}", pos)
         if left.kind in known and right.kind in known and left.kind != right.kind:
             raise self.error(f"cannot compare {left.kind} with {right.kind}", pos)
 

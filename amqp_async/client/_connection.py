@@ -56,6 +56,17 @@ def _error_text(error: Error | None) -> tuple[str, str]:
     return str(error.condition), error.description or ""
 
 
+def _describe_transport_error(exc: BaseException) -> str | None:
+    """The reason a stream ended, with the TLS alert or OS error behind anyio's wrapper, if there is one."""
+    if isinstance(exc, anyio.EndOfStream):
+        return None
+    cause = exc.__cause__ or exc.__context__
+    for candidate in (cause, exc):
+        if candidate is not None and str(candidate):
+            return f"{type(candidate).__name__}: {candidate}"
+    return type(exc).__name__
+
+
 def _spawn_system_task(function: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Start a task that outlives the caller's scope (the connection lives until closed, not until a ``with``).
 
@@ -112,6 +123,8 @@ class Connection:
         self._flushed = anyio.Event()
         self._reconnects = 0
         self._transport_failed = False
+        self._transport_error: str | None = None
+        self._reconnecting = False
         self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
         self._loop: Any = None
 
@@ -232,7 +245,8 @@ class Connection:
             log.info("connected to %s", address)
             return
         targets = ", ".join(str(address) for address in options.urls)
-        raise ConnectionError(f"cannot connect to {targets}: {last_error}") from last_error
+        reason = last_error if last_error is not None else "no attempt left"
+        raise ConnectionError(f"cannot connect to {targets}: {reason}") from last_error
 
     async def _open_stream(self, address: Address) -> anyio.abc.ByteStream:
         options = self._options
@@ -257,6 +271,8 @@ class Connection:
                 if not self._should_reconnect():
                     break
                 await self._reconnect()
+        except AMQPError as exc:
+            self._error = exc  # e.g. reconnecting gave up: the waiters learn why
         except Exception as exc:  # the driver must never die silently: its waiters learn why
             if self._error is None:
                 self._error = ConnectionError(f"connection driver failed: {exc!r}")
@@ -285,9 +301,12 @@ class Connection:
         """Connect again and restore sessions and links (the links report in-doubt deliveries first)."""
         self._reconnects += 1
         log.warning("connection to %s lost; reconnecting", self._address)
+        self._reconnecting = True
         for session in self._sessions:
             session._on_transport_lost()
         self._error = None
+        self._transport_error = None
+        self._sessions = [session for session in self._sessions if not session.is_closed]
         await self._connect_transport(first=False)
         self._flush_epoch = self._flushed_epoch = 0
         for session in list(self._sessions):
@@ -306,6 +325,7 @@ class Connection:
                 log.debug("transport ended: %r", exc)
                 data = b""
                 self._transport_failed = not self._closing
+                self._transport_error = _describe_transport_error(exc)
             if self._tracer is not None:
                 self._tracer.received(data)
             engine.receive_data(data, anyio.current_time())
@@ -400,6 +420,7 @@ class Connection:
 
     def _on_opened(self, event: ev.ConnectionOpened) -> None:
         self._opened = True
+        self._reconnecting = False
         self._reconnects = 0
         self._reconnect_attempts = None
 
@@ -407,6 +428,7 @@ class Connection:
         if event.transport_ended and self._options.reconnect and self._opened and not self._closing:
             # The network failed: the driver reconnects, and callers keep waiting rather than fail.
             self._transport_failed = True
+            self._reconnecting = True
             return
         if event.sasl_code is not None:
             condition, description = _error_text(event.error)
@@ -415,6 +437,8 @@ class Connection:
             return
         if event.error is not None and not (self._closing and not event.remote):
             condition, description = _error_text(event.error)
+            if event.transport_ended and self._transport_error:
+                description = f"{description}: {self._transport_error}"
             self._error = ConnectionError(description, condition=condition, info=event.error.info)
         if not event.transport_ended:
             self._transport_failed = False  # a close frame is deliberate: no reconnect

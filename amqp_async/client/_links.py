@@ -329,13 +329,20 @@ class Sender(_Link):
         payload = message.encode() if isinstance(message, Message) else bytes(message)
         link = self._engine_link
         connection = self.connection
-        if link.link_credit <= 0 or connection._engine is None or connection._engine.output_buffered > (1 << 20):
+        if (
+            link.link_credit <= 0
+            or connection._reconnecting
+            or connection._engine is None
+            or connection._engine.output_buffered > (1 << 20)
+        ):
             self._waiting += 1
             try:
                 while True:
                     self._check()
                     link = self._engine_link
-                    if link.link_credit > 0 and link.remote_state is EndpointState.ACTIVE:
+                    # While reconnecting, the old link is dead: wait for the new one (attached by _restore).
+                    ready = link.remote_state is EndpointState.ACTIVE and not connection._reconnecting
+                    if link.link_credit > 0 and ready:
                         await connection._wait_writable()
                         if link.link_credit > 0:
                             break

@@ -61,7 +61,8 @@ class Session:
         engine_session = self.connection.engine.begin_session(**self._options)
         engine_session.user_data = self
         self._engine_session = engine_session
-        for link in list(self._links):
+        self._links = [link for link in self._links if not link.is_closed]  # closed links stay closed
+        for link in self._links:
             link._restore(engine_session)
 
     def _on_transport_lost(self) -> None:

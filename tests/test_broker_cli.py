@@ -1,0 +1,333 @@
+"""``python -m amqp_async.broker``: the embedded broker's command line, run as a subprocess.
+
+Checked: it prints ``listening on amqp://127.0.0.1:PORT`` (with ``--port 0`` the real port), serves our client and
+proton's, logs a line per connection and link opened and closed on stderr, and exits with code 0 on SIGTERM and
+on SIGINT within a few seconds (also with a client connected); ``--user``, ``--users-file`` (lines or JSON),
+``--max-queue-depth``, ``--dead-letter-queue`` and ``--tls-cert/--tls-key`` do what they say; bad arguments
+fail with a usage message. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import amqp_async
+from amqp_async import AuthenticationError, Message, MessageRejected
+from amqp_async.codec.delivery_states import Accepted
+
+try:
+    from tls_certs import make_ca, make_cert, openssl_available
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.tls_certs import make_ca, make_cert, openssl_available
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = 10.0
+#: How long a signalled broker may take to exit.
+EXIT_TIMEOUT = 5.0
+LISTENING = re.compile(r"^listening on (amqps?)://([^:\s]+):(\d+)$")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class BrokerProcess:
+    """A running ``python -m amqp_async.broker``; stderr goes to a file, stdout is read for the first line."""
+
+    def __init__(self, tmp_path: Path, *arguments: str) -> None:
+        self.stderr_path = tmp_path / f"broker-{time.monotonic_ns()}.stderr"
+        self._stderr = self.stderr_path.open("wb")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        env.pop("AMQP_ASYNC_TRACE_FRM", None)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "amqp_async.broker", *arguments],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+            cwd=tmp_path,
+        )
+        self.first_line = self._read_line(TIMEOUT)
+        match = LISTENING.match(self.first_line)
+        if match is None:
+            self.stop()
+            raise AssertionError(f"unexpected first line {self.first_line!r}; stderr:\n{self.stderr()}")
+        self.scheme, self.host, port = match.groups()
+        self.port = int(port)
+        self.url = f"{self.scheme}://{self.host}:{self.port}"
+
+    def _read_line(self, timeout: float) -> str:
+        assert self.process.stdout is not None
+        selector = selectors.DefaultSelector()
+        selector.register(self.process.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        line = b""
+        try:
+            while not line.endswith(b"\n"):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not selector.select(remaining):
+                    raise AssertionError(f"no line on stdout within {timeout}s; stderr:\n{self.stderr()}")
+                chunk = os.read(self.process.stdout.fileno(), 1)
+                if not chunk:
+                    raise AssertionError(f"stdout closed (exit {self.process.poll()}); stderr:\n{self.stderr()}")
+                line += chunk
+        finally:
+            selector.close()
+        return line.decode().strip()
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")
+
+    def signal(self, signum: int, timeout: float = EXIT_TIMEOUT) -> int:
+        """Send ``signum`` and return the exit code (fails the test if the broker does not exit in time)."""
+        self.process.send_signal(signum)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the broker did not exit within {timeout}s of {signum}") from None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(TIMEOUT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._stderr.close()
+
+
+@contextmanager
+def broker_process(tmp_path: Path, *arguments: str) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(tmp_path, "--port", "0", *arguments)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def run_cli(*arguments: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "amqp_async.broker", *arguments],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+async def round_trip(url: str, address: str = "q", **options: Any) -> Any:
+    """Send one message to ``address`` and receive it back with our client; return its body."""
+    options.setdefault("reconnect", False)
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(url, **options) as conn:
+            sender = await conn.open_sender(address)
+            assert isinstance(await sender.send(Message(body="ping")), Accepted)
+            receiver = await conn.open_receiver(address)
+            delivery = await receiver.receive()
+            await delivery.accept()
+            await receiver.close()
+            await sender.close()
+            return delivery.message.body
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Serving and logging
+
+
+@pytest.mark.anyio
+async def test_prints_its_url_serves_a_client_and_logs_connections_and_links(tmp_path: Path) -> None:
+    with broker_process(tmp_path) as broker:
+        assert broker.first_line == f"listening on amqp://127.0.0.1:{broker.port}"
+        assert broker.port > 0
+        assert await round_trip(broker.url, "logged-queue") == "ping"
+        deadline = time.monotonic() + TIMEOUT
+        while "closed" not in broker.stderr() and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        assert broker.signal(signal.SIGTERM) == 0
+        log = broker.stderr()
+        lines = log.splitlines()
+        assert any(re.search(r"connection 127\.0\.0\.1:\d+ opened", line) for line in lines), log
+        assert any(re.search(r"connection 127\.0\.0\.1:\d+ closed", line) for line in lines), log
+        assert any("attached" in line and "sends to logged-queue" in line for line in lines), log
+        assert any("attached" in line and "receives from logged-queue" in line for line in lines), log
+        assert len([line for line in lines if re.search(r"link .* detached", line)]) == 2, log
+        assert "Traceback" not in log
+
+
+def test_serves_proton_blocking_connection(tmp_path: Path) -> None:
+    utils = pytest.importorskip("proton.utils", reason="python-qpid-proton is the independent client")
+    proton = pytest.importorskip("proton")
+    with broker_process(tmp_path) as broker:
+        conn = utils.BlockingConnection(broker.url, timeout=TIMEOUT)
+        try:
+            conn.create_sender("q").send(proton.Message(body="from proton"))
+            receiver = conn.create_receiver("q")
+            assert receiver.receive(timeout=TIMEOUT).body == "from proton"
+            receiver.accept()
+        finally:
+            conn.close()
+        assert broker.signal(signal.SIGTERM) == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_exits_cleanly_on_a_signal(tmp_path: Path, signum: int) -> None:
+    with broker_process(tmp_path) as broker:
+        started = time.monotonic()
+        assert broker.signal(signum) == 0
+        assert time.monotonic() - started < EXIT_TIMEOUT
+        log = broker.stderr()
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+        assert signal.Signals(signum).name in log  # "signal SIGTERM: shutting down"
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", broker.port), timeout=1).close()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_exits_cleanly_on_a_signal_with_a_client_connected(tmp_path: Path, signum: int) -> None:
+    with broker_process(tmp_path) as broker:
+        client = socket.create_connection(("127.0.0.1", broker.port), timeout=TIMEOUT)
+        try:
+            client.sendall(b"AMQP\x00\x01\x00\x00")  # a client that opened and went quiet
+            assert client.recv(8) == b"AMQP\x00\x01\x00\x00"
+            assert broker.signal(signum) == 0
+            assert "Traceback" not in broker.stderr()
+        finally:
+            client.close()
+
+
+def test_a_port_in_use_is_a_clear_failure(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("--port", str(port))
+    assert result.returncode != 0
+    assert "listening on" not in result.stdout
+    assert str(port) in result.stderr or "in use" in result.stderr.lower()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Options
+
+
+@pytest.mark.anyio
+async def test_user_requires_authentication(tmp_path: Path) -> None:
+    with broker_process(tmp_path, "--user", "alice:secret", "--user", "bob:pa:ss") as broker:
+        assert await round_trip(broker.url, user="alice", password="secret", allowed_mechs="SCRAM-SHA-256") == "ping"
+        assert await round_trip(broker.url, user="bob", password="pa:ss", allowed_mechs="PLAIN") == "ping"
+        with anyio.fail_after(TIMEOUT):
+            with pytest.raises(AuthenticationError):
+                await round_trip(broker.url, user="alice", password="wrong", allowed_mechs="PLAIN")
+            with pytest.raises(amqp_async.ConnectionError):  # no credentials: ANONYMOUS is not offered
+                await round_trip(broker.url)
+        assert broker.signal(signal.SIGTERM) == 0
+
+
+@pytest.mark.anyio
+async def test_allow_anonymous_with_users(tmp_path: Path) -> None:
+    with broker_process(tmp_path, "--user", "alice:secret", "--allow-anonymous") as broker:
+        assert await round_trip(broker.url) == "ping"
+        assert await round_trip(broker.url, user="alice", password="secret", allowed_mechs="PLAIN") == "ping"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("form", ["lines", "json"])
+async def test_users_file(tmp_path: Path, form: str) -> None:
+    users = tmp_path / "users"
+    if form == "lines":
+        users.write_text("# the broker's users\nalice:secret\n\ncarol:c0l:on\n")
+    else:
+        users.write_text(json.dumps({"alice": "secret", "carol": "c0l:on"}))
+    with broker_process(tmp_path, "--users-file", str(users)) as broker:
+        assert await round_trip(broker.url, user="alice", password="secret", allowed_mechs="SCRAM-SHA-256") == "ping"
+        assert await round_trip(broker.url, user="carol", password="c0l:on", allowed_mechs="PLAIN") == "ping"
+        with anyio.fail_after(TIMEOUT), pytest.raises(AuthenticationError):
+            await round_trip(broker.url, user="carol", password="c0l", allowed_mechs="SCRAM-SHA-256")
+
+
+@pytest.mark.anyio
+async def test_max_queue_depth(tmp_path: Path) -> None:
+    with broker_process(tmp_path, "--max-queue-depth", "2") as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                sender = await conn.open_sender("q")
+                await sender.send(Message(body=1))
+                await sender.send(Message(body=2))
+                with pytest.raises(MessageRejected) as info:
+                    await sender.send(Message(body=3))
+                assert info.value.condition == "amqp:resource-limit-exceeded"
+        assert broker.signal(signal.SIGTERM) == 0
+
+
+@pytest.mark.anyio
+async def test_dead_letter_queue_and_max_message_size(tmp_path: Path) -> None:
+    with broker_process(tmp_path, "--dead-letter-queue", "dead", "--max-message-size", "4096") as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                sender = await conn.open_sender("q")
+                assert sender._engine_link.remote_max_message_size == 4096
+                await sender.send(Message(body="poison"))
+                receiver = await conn.open_receiver("q")
+                await (await receiver.receive()).reject()
+                dead = await conn.open_receiver("dead")
+                assert (await dead.receive()).message.body == "poison"
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not openssl_available(), reason="the openssl command makes the test certificates")
+async def test_tls_cert_and_key(tmp_path: Path) -> None:
+    ca = make_ca(tmp_path, "ca")
+    server = make_cert(tmp_path, "server", ca, "localhost", san=["DNS:localhost", "IP:127.0.0.1"])
+    with broker_process(tmp_path, "--tls-cert", server.cert, "--tls-key", server.key) as broker:
+        assert broker.first_line == f"listening on amqps://127.0.0.1:{broker.port}"
+        context = ssl.create_default_context(cafile=ca.cert)
+        assert await round_trip(broker.url, ssl_context=context) == "ping"
+        assert await round_trip(f"amqps://localhost:{broker.port}", ssl_context=context) == "ping"
+        with anyio.fail_after(TIMEOUT), pytest.raises(amqp_async.ConnectionError):
+            await round_trip(broker.url, ssl_context=ssl.create_default_context())
+        assert broker.signal(signal.SIGTERM) == 0
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["--port", "not-a-number"], ["--no-such-option"], ["--max-queue-depth", "many"], ["stray"]],
+    ids=["bad-port", "unknown-option", "bad-depth", "positional"],
+)
+def test_a_bad_argument_fails_with_usage(arguments: list[str]) -> None:
+    result = run_cli(*arguments)
+    assert result.returncode == 2
+    assert "usage: python -m amqp_async.broker" in result.stderr
+    assert "listening on" not in result.stdout
+
+
+def test_a_user_without_a_password_is_refused() -> None:
+    result = run_cli("--port", "0", "--user", "alice")
+    assert result.returncode != 0
+    assert "NAME:PASSWORD" in result.stderr
+    assert "listening on" not in result.stdout
+
+
+def test_help() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for option in ("--host", "--port", "--user", "--users-file", "--tls-cert", "--tls-key", "--max-queue-depth"):
+        assert option in result.stdout
