@@ -115,9 +115,11 @@ async def send_all(sender: amqp_async.Sender, bodies: Any, **properties: Any) ->
 async def consumers_have_credit(broker: Broker, address: str, count: int) -> None:
     """Wait until ``address`` has ``count`` consumers that all hold credit at the broker."""
     await eventually(
-        lambda: address in broker.queues
-        and len(broker.queues[address].consumers) == count
-        and all(consumer.credit() > 0 for consumer in broker.queues[address].consumers)
+        lambda: (
+            address in broker.queues
+            and len(broker.queues[address].consumers) == count
+            and all(consumer.credit() > 0 for consumer in broker.queues[address].consumers)
+        )
     )
 
 
@@ -571,24 +573,23 @@ async def test_outcomes_given_just_before_a_detach_reach_the_broker_first() -> N
 
 async def test_unsettled_deliveries_return_in_order_when_the_connection_drops() -> None:
     with anyio.fail_after(TIMEOUT):
-        async with serving() as broker:
-            async with connect(broker) as producer:
-                sender = await producer.open_sender("q")
-                await send_all(sender, range(5))
-                doomed = await connect(broker)
-                receiver = await doomed.open_receiver("q", credit=10)
-                deliveries = [await receiver.receive() for _ in range(5)]
-                await deliveries[1].accept()
-                consumer = broker.queues["q"].consumers[0]
-                await eventually(lambda: len(consumer.unsettled) == 4)
-                drop_abruptly(doomed)
-                await eventually(lambda: len(broker.queues["q"]) == 4 and not broker.queues["q"].consumers)
-                assert [entry.message.body for entry in broker.queues["q"].entries] == [0, 2, 3, 4]
-                with anyio.move_on_after(2):
-                    await doomed.close()
-                successor = await producer.open_receiver("q")
-                assert await receive_bodies(successor, 4) == [0, 2, 3, 4]
-                await eventually(lambda: len(broker.connections) == 1)
+        async with serving() as broker, connect(broker) as producer:
+            sender = await producer.open_sender("q")
+            await send_all(sender, range(5))
+            doomed = await connect(broker)
+            receiver = await doomed.open_receiver("q", credit=10)
+            deliveries = [await receiver.receive() for _ in range(5)]
+            await deliveries[1].accept()
+            consumer = broker.queues["q"].consumers[0]
+            await eventually(lambda: len(consumer.unsettled) == 4)
+            drop_abruptly(doomed)
+            await eventually(lambda: len(broker.queues["q"]) == 4 and not broker.queues["q"].consumers)
+            assert [entry.message.body for entry in broker.queues["q"].entries] == [0, 2, 3, 4]
+            with anyio.move_on_after(2):
+                await doomed.close()
+            successor = await producer.open_receiver("q")
+            assert await receive_bodies(successor, 4) == [0, 2, 3, 4]
+            await eventually(lambda: len(broker.connections) == 1)
 
 
 async def test_unsettled_deliveries_return_when_their_session_ends() -> None:

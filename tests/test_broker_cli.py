@@ -189,7 +189,9 @@ def test_serves_proton_blocking_connection(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_exits_cleanly_on_a_signal(tmp_path: Path, signum: int) -> None:
+def test_exits_cleanly_on_a_signal_sent_as_soon_as_it_says_it_listens(tmp_path: Path, signum: int) -> None:
+    """The listening line is the readiness signal a supervisor waits for: from then on, SIGTERM and SIGINT must
+    shut the broker down cleanly (exit 0), not kill it with the default action."""
     with broker_process(tmp_path) as broker:
         started = time.monotonic()
         assert broker.signal(signum) == 0

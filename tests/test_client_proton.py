@@ -20,7 +20,9 @@ What these tests pin down about the client's error reporting (documented here, a
   later call raise `ConnectionError` carrying the broker's condition and description;
 * a link the broker refuses (attach answered, then detached with an error) raises `LinkError` from
   ``open_sender``/``open_receiver``; a link the broker detaches later without an error ends ``async for``
-  cleanly; with an error, ``async for`` raises `LinkError` with the broker's condition.
+  cleanly; with an error, ``async for`` raises `LinkError` with the broker's condition;
+* a peer silent for longer than our idle timeout (``heartbeat``) fails the connection at once (`ConnectionError`,
+  ``amqp:resource-limit-exceeded``), without waiting for the silent peer to answer our close.
 """
 
 from __future__ import annotations

@@ -588,6 +588,10 @@ def test_between() -> None:
     assert evaluate("a NOT BETWEEN lo AND 3", a=5) is True
     assert evaluate("a BETWEEN 1 AND hi", a=0) is False
     assert evaluate("a BETWEEN 1 AND hi", a=2) is None
+    # bounds of different kinds: never true for a number or a string
+    assert evaluate("a BETWEEN 1 AND 'z'", a=2) is None
+    assert evaluate("a BETWEEN 'a' AND 1", a=2) is False  # unknown AND FALSE
+    assert evaluate("a NOT BETWEEN 'a' AND 3", a=5) is True
 
 
 def test_in() -> None:
@@ -981,6 +985,11 @@ def test_between_against_reference(value: Any, low: Any, high: Any) -> None:
     message = Message(properties=properties)
     assert compile_selector("v BETWEEN lo AND hi").evaluate(message) is expected
     assert compile_selector("v NOT BETWEEN lo AND hi").evaluate(message) is _not3(expected)
+    if low is None or high is None or isinstance(low, bool) or isinstance(high, bool):
+        return
+    literal = f"v BETWEEN {_literal(low)} AND {_literal(high)}"
+    assert compile_selector(literal).evaluate(message) is expected
+    assert compile_selector("NOT " + literal).evaluate(message) is _not3(expected)
 
 
 _NAMES = ["a", "b", "c"]
@@ -1008,7 +1017,7 @@ def _render(tree: Any) -> str:
     if kind == "cmp":
         return f"{tree[1]} {tree[2]} {tree[3]}"
     if kind == "bool":
-        return tree[1]
+        return str(tree[1])
     if kind == "null":
         return f"{tree[1]} IS {'NOT ' if tree[2] else ''}NULL"
     if kind == "lit":

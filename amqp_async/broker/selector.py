@@ -172,7 +172,7 @@ class _Lexer:
                 while i < end and _id_part(text[i]):
                     i += 1
                 word = text[start:i]
-                upper = word.upper()
+                upper = word.upper() if word.isascii() else word
                 if upper in _KEYWORDS:
                     tokens.append(_Token(_KW, upper, start))
                 else:
@@ -589,12 +589,13 @@ def _like_matcher(pattern: str, escape: str | None) -> Callable[[str], bool]:
     first, last = compiled[0], compiled[-1]
     # The middle segments with their lengths; empty ones (from '%%') match anywhere and are dropped.
     middle = [(seg, len(items)) for seg, items in zip(compiled[1:-1], segments[1:-1], strict=True) if items]
+    minimum = sum(len(items) for items in segments)
     if not middle and isinstance(first, str) and isinstance(last, str):
         if not first:
             return (lambda value: True) if not last else (lambda value: value.endswith(last))
         if not last:
             return lambda value: value.startswith(first)
-    minimum = sum(len(items) for items in segments)
+        return lambda value: len(value) >= minimum and value.startswith(first) and value.endswith(last)
     first_size, last_size = len(segments[0]), len(segments[-1])
 
     def match(value: str) -> bool:
@@ -800,7 +801,7 @@ def _compile(node: _Node) -> _Fn:
     if op == "isnull":
         return _compile_is_null(node.args[0], _compile(node.children[0]))
     if op == "between":
-        return _compile_between(node.args[0], *[_compile(child) for child in node.children])
+        return _compile_between(node.args[0], *node.children)
     if op == "like" or op == "in":
         negated, test = node.args
         if op == "in":
@@ -891,7 +892,22 @@ def _compile_is_null(negated: bool, operand: _Fn) -> _Fn:
     return lambda message: operand(message) is None
 
 
-def _compile_between(negated: bool, operand: _Fn, low: _Fn, high: _Fn) -> _Fn:
+def _compile_between(negated: bool, node: _Node, low_node: _Node, high_node: _Node) -> _Fn:
+    operand = _compile(node)
+    if low_node.op == "lit" and high_node.op == "lit" and low_node.kind == high_node.kind != _NULL:
+        # Both bounds literals of one kind (the parser allows only numbers and strings here).
+        low_value, high_value = low_node.args[0], high_node.args[0]
+        kinds = _ORDERED[low_value.__class__]
+
+        def between_literals(message: Message) -> bool | None:
+            value = operand(message)
+            if value.__class__ not in kinds:
+                return None
+            return (low_value <= value <= high_value) is not negated
+
+        return between_literals
+    low, high = _compile(low_node), _compile(high_node)
+
     def between(message: Message) -> bool | None:
         value = operand(message)
         if value is None:
@@ -970,11 +986,21 @@ def compile_selector(text: str) -> Selector:
         raise SelectorError(
             f"selector is too long ({len(text)} characters, the limit is {MAX_LENGTH})", position=MAX_LENGTH
         )
-    return _compile_cached(text)
+    if len(text) <= _CACHED_LENGTH:
+        return _compile_cached(text)
+    return _compile_text(text)
+
+
+# Consumers often share selectors: the compiled form of short ones is kept (selectors are immutable).
+_CACHED_LENGTH: Final = 1024
 
 
 @lru_cache(maxsize=256)
 def _compile_cached(text: str) -> Selector:
+    return _compile_text(text)
+
+
+def _compile_text(text: str) -> Selector:
     tokens = _Lexer(text).run()
     tree = _Parser(text, tokens).parse()
     return Selector(text, _compile(tree))
