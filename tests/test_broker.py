@@ -1090,18 +1090,20 @@ async def test_a_thousand_messages_with_no_loss_and_no_duplicates() -> None:
             second = await consumer.open_receiver("bulk", credit=50)
             sender = await producer.open_sender("bulk")
             received: list[int] = []
+            shares = {"first": 0, "second": 0}
             everything = anyio.Event()
 
-            async def take(receiver: amqp_async.Receiver) -> None:
+            async def take(receiver: amqp_async.Receiver, name: str) -> None:
                 async for delivery in receiver:
                     received.append(delivery.message.body)
+                    shares[name] += 1
                     await delivery.accept()
                     if len(received) >= count:
                         everything.set()
 
             async with anyio.create_task_group() as group:
-                group.start_soon(take, first)
-                group.start_soon(take, second)
+                group.start_soon(take, first, "first")
+                group.start_soon(take, second, "second")
                 trackers = [await sender.submit(Message(body=index)) for index in range(count)]
                 for tracker in trackers:
                     assert isinstance(await tracker, Accepted)
@@ -1110,6 +1112,6 @@ async def test_a_thousand_messages_with_no_loss_and_no_duplicates() -> None:
                 group.cancel_scope.cancel()
             assert len(received) == count
             assert sorted(received) == list(range(count))
-            assert 400 <= len([body for body in received if body % 2 == 0]) <= 600
+            assert shares["first"] > 0 and shares["second"] > 0  # both competing receivers were served
             assert len(broker.queues["bulk"]) == 0
             await eventually(lambda: all(not c.unsettled for c in broker.queues["bulk"].consumers))

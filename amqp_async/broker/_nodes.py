@@ -50,6 +50,12 @@ class Entry:
             self._message = message
         return self._message
 
+    def annotate(self, annotations: dict[Any, Any]) -> None:
+        """Combine ``annotations`` into the message annotations (a modified outcome's, §3.4.5), re-encoding it."""
+        message = self.message
+        message.annotations = {**(message.annotations or {}), **annotations}
+        self.payload = message.encode()
+
     def failed_attempt(self) -> None:
         """Count a failed delivery attempt in the header (§3.4.5 delivery-failed), re-encoding the message."""
         message = self.message

@@ -347,6 +347,8 @@ class _ServerConnection:
             self._refuse(link, conditions.NOT_IMPLEMENTED, f"targets of type {type(target).__name__} are not supported")
             return
         link.user_data = _Inbound(address)
+        if address is not None and not self.broker._is_topic(address, getattr(target, "capabilities", None)):
+            self.broker.queue(address)  # queues are made on first attach, by senders and receivers alike
         answer = Target(address=address, dynamic=bool(getattr(target, "dynamic", False)))
         link.attach(
             source=link.remote_source,
@@ -498,6 +500,8 @@ class _ServerConnection:
             if isinstance(state, Released):
                 queue.put_back([entry])
             elif isinstance(state, Modified):
+                if state.message_annotations:
+                    entry.annotate(state.message_annotations)  # §3.4.5: combined with the message's annotations
                 if state.delivery_failed:
                     entry.failed_attempt()
                 if state.undeliverable_here:

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.from_thread
 
 from ._server import Broker
@@ -38,22 +39,24 @@ class BrokerThread:
     def start(self) -> BrokerThread:
         """Start serving; returns once the broker listens."""
         self._portal = self._portal_manager.__enter__()
-        self._portal.call(self._enter)
+        # One task runs the broker from start to stop: its task group must be entered and left by the same task.
+        self._future, _ = self._portal.start_task(self._serve)
         return self
 
-    async def _enter(self) -> None:
-        await self.broker.__aenter__()
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._stopping = anyio.Event()
+        async with self.broker:
+            task_status.started()
+            await self._stopping.wait()
 
-    async def _exit(self) -> None:
-        await self.broker.__aexit__(None, None, None)
-
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
         """Stop serving and end the thread (idempotent)."""
         with self._lock:
             if self._portal is None:
                 return
             try:
-                self._portal.call(self._exit)
+                self._portal.call(self._stopping.set)
+                self._future.result(timeout)
             finally:
                 self._portal = None
                 self._portal_manager.__exit__(None, None, None)

@@ -430,7 +430,10 @@ class Connection:
             self._transport_failed = True
             self._reconnecting = True
             return
-        if event.sasl_code is not None:
+        if event.sasl_code is not None or (
+            event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote
+        ):
+            # A failed SASL outcome, or no mechanism both sides accept: an authentication error either way.
             condition, description = _error_text(event.error)
             self._error = AuthenticationError(description, sasl_code=event.sasl_code, condition=condition)
             self._transport_failed = False
