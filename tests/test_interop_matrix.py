@@ -330,7 +330,7 @@ class Peer:
             )
         )
         assert out.startswith(("{new,", "{existing,")), out
-        return self.address(name)
+        return f"/amq/queue/{name}"  # (/queue/NAME would redeclare it, non-durable, and be refused)
 
 
 def _load_bench_peers() -> Any:
@@ -573,8 +573,10 @@ async def scenario_at_most_once(peer: Peer) -> str:
 
 async def _outcome(peer: Peer, kind: str) -> str:
     address = peer.address(f"interop-{kind}")
-    async with connected(peer.url) as conn:
-        sender = await conn.open_sender(address)
+    # Two connections: a peer that ends the receiver's session over an outcome it refuses must not take the
+    # sender with it (the refusal is then seen by the receiver).
+    async with connected(peer.url) as conn, connected(peer.url) as producer_conn:
+        sender = await producer_conn.open_sender(address)
         receiver = await conn.open_receiver(address, credit=10)
         await sender.send(Message(body="victim", id="victim"))
         first = await take(receiver, 10)

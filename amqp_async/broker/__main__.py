@@ -79,10 +79,12 @@ async def _main(arguments: argparse.Namespace) -> None:
         max_message_size=arguments.max_message_size,
         dead_letter_queue=arguments.dead_letter_queue,
     )
-    async with anyio.create_task_group() as group:
-        await group.start(broker.serve)
-        print(f"listening on {broker.url}", flush=True)
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    # The signal handlers are in place before "listening on" is printed: a signal sent as soon as that line is
+    # read still shuts the broker down cleanly.
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+            await group.start(broker.serve)
+            print(f"listening on {broker.url}", flush=True)
             async for signum in signals:
                 logging.getLogger("amqp_async.broker").info("signal %s: shutting down", signal.Signals(signum).name)
                 group.cancel_scope.cancel()

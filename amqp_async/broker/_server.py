@@ -187,7 +187,10 @@ class _Inbound:
 class _Outbound:
     """What the broker keeps for a link on which a client receives: its queue and consumer."""
 
-    def __init__(self, queue: Queue, consumer: Consumer, owner: Topic | None, key: str | None) -> None:
+    def __init__(
+        self, link: protocol.SenderLink, queue: Queue, consumer: Consumer, owner: Topic | None, key: str | None
+    ) -> None:
+        self.link = link
         self.queue = queue
         self.consumer = consumer
         self.topic = owner
@@ -218,6 +221,7 @@ class _ServerConnection:
             offered_capabilities=["ANONYMOUS-RELAY"],
         )
         self._wake = anyio.Event()
+        self._timer_wake = anyio.Event()
         self._outbound: list[_Outbound] = []
         self._done = False
 
@@ -275,7 +279,11 @@ class _ServerConnection:
             if self.engine.has_output:
                 self.kick()
             delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
-            await anyio.sleep(delay)
+            # Woken early when the client's open arrives: its idle timeout may need our first heartbeat soon.
+            with anyio.move_on_after(delay):
+                await self._timer_wake.wait()
+            if self._timer_wake.is_set():
+                self._timer_wake = anyio.Event()
 
     def release(self) -> None:
         """The connection is gone: its consumers' unsettled messages go back to their queues."""
@@ -301,8 +309,9 @@ class _ServerConnection:
             if not event.session.locally_begun:
                 event.session.begin()
         elif isinstance(event, ev.SessionEnded):
-            for link in event.session.links:
-                self._on_detach(link)
+            # The session's links end with it (the engine has forgotten them): their consumers go too.
+            for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
+                self._on_detach(outbound.link)
         elif isinstance(event, ev.ConnectionOpened):
             self._on_open(event)
         elif isinstance(event, ev.ConnectionClosed):
@@ -313,6 +322,7 @@ class _ServerConnection:
         broker = self.broker
         log.info("connection %s opened (container %s)", self.peer, event.open.container_id)
         self.engine.open()
+        self._timer_wake.set()
         if broker.max_connections is not None and len(broker.connections) > broker.max_connections:
             self.engine.close(
                 _error(
@@ -411,7 +421,7 @@ class _ServerConnection:
             selector=selector,
             browse=browse,
         )
-        outbound = _Outbound(queue, consumer, owner, key)
+        outbound = _Outbound(link, queue, consumer, owner, key)
         link.user_data = outbound
         self._outbound.append(outbound)
         answer = Source(

@@ -123,6 +123,7 @@ class Connection:
         self._flushed = anyio.Event()
         self._reconnects = 0
         self._transport_failed = False
+        self._timer_wake = anyio.Event()
         self._transport_error: str | None = None
         self._reconnecting = False
         self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
@@ -371,7 +372,11 @@ class Connection:
             if engine.closed:
                 return
             delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
-            await anyio.sleep(delay)
+            # Woken early when the peer's open arrives: its idle timeout may need our first heartbeat soon.
+            with anyio.move_on_after(delay):
+                await self._timer_wake.wait()
+            if self._timer_wake.is_set():
+                self._timer_wake = anyio.Event()
 
     async def _close_stream(self) -> None:
         if self._stream is not None:
@@ -419,6 +424,7 @@ class Connection:
             self._notify()
 
     def _on_opened(self, event: ev.ConnectionOpened) -> None:
+        self._timer_wake.set()
         self._opened = True
         self._reconnecting = False
         self._reconnects = 0

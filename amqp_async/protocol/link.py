@@ -222,6 +222,9 @@ class Link(Endpoint):
                 self.local_state = EndpointState.CLOSED
                 return
             self.attach()
+        # Queued dispositions and flows go first: an outcome given just before the detach must reach the peer
+        # before it (or the peer takes the delivery as unsettled, and sends it again).
+        self.session.connection._flush_session(self.session)
         self.local_state = EndpointState.CLOSED
         self.local_error = error
         self.session._send_frame(Detach(handle=self.handle, closed=closed, error=error))
