@@ -276,8 +276,14 @@ class _ServerConnection:
     async def _timer(self) -> None:
         while not self.engine.closed:
             deadline = self.engine.tick(anyio.current_time())
+            for event in self.engine.next_events():
+                self._on_event(event)  # e.g. the client's idle timeout expired: release its consumers
             if self.engine.has_output:
                 self.kick()
+            if self.engine.closed:
+                await self._flush()
+                await self.stream.aclose()  # a silent client will not answer our close
+                return
             delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
             # Woken early when the client's open arrives: its idle timeout may need our first heartbeat soon.
             with anyio.move_on_after(delay):

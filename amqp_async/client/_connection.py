@@ -145,8 +145,8 @@ class Connection:
 
     @property
     def is_closed(self) -> bool:
-        """True once the connection is closed (or failed for good)."""
-        return self._done.is_set() or self._closing
+        """True once the connection is closed, or failed for good (even while its task is still winding down)."""
+        return self._done.is_set() or self._closing or self._error is not None
 
     @property
     def remote_container_id(self) -> str | None:
@@ -367,9 +367,19 @@ class Connection:
         assert engine is not None
         while True:
             deadline = engine.tick(anyio.current_time())
+            events = engine.next_events()
+            if events:
+                self._dispatch(events)  # e.g. our idle timeout closed the connection
             if engine.has_output:
                 self._kick()
             if engine.closed:
+                # A silent peer will not answer our close: flush it, then stop waiting for input.
+                with anyio.move_on_after(1.0):
+                    while self._flushed_epoch < self._flush_epoch:
+                        await self._flushed.wait()
+                if self._stream is not None:
+                    with anyio.CancelScope(shield=True):
+                        await self._stream.aclose()
                 return
             delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
             # Woken early when the peer's open arrives: its idle timeout may need our first heartbeat soon.
@@ -431,7 +441,13 @@ class Connection:
         self._reconnect_attempts = None
 
     def _on_closed(self, event: ev.ConnectionClosed) -> None:
-        if event.transport_ended and self._options.reconnect and self._opened and not self._closing:
+        idle_expired = (
+            not event.remote
+            and event.error is not None
+            and event.error.condition == conditions.RESOURCE_LIMIT_EXCEEDED
+            and event.sasl_code is None
+        )
+        if (event.transport_ended or idle_expired) and self._options.reconnect and self._opened and not self._closing:
             # The network failed: the driver reconnects, and callers keep waiting rather than fail.
             self._transport_failed = True
             self._reconnecting = True

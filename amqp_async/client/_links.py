@@ -23,6 +23,7 @@ from ..errors import (
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
+from ..protocol.errors import LocalProtocolError
 from ..types import Described, symbol
 
 if TYPE_CHECKING:
@@ -350,9 +351,13 @@ class Sender(_Link):
                     await connection._wait_state()
             finally:
                 self._waiting -= 1
-        elif self._error is not None or self._closed:
+        elif self._error is not None or self._closed or connection._error is not None:
             self._check()
-        delivery = link.send(payload)
+        try:
+            delivery = link.send(payload)
+        except LocalProtocolError as exc:
+            self._check()  # the link, session or connection ended: raise what ended it
+            raise LinkDetached(f"link {self.name!r} cannot send: {exc.description}") from exc
         if delivery.settled:
             tracker = Tracker(None, delivery)
             tracker._finish(None, None)

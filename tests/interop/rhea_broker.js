@@ -155,14 +155,16 @@ container.on('message', function (context) {
     const address = context.receiver.interop_address || context.message.to;
     const delivery = context.delivery;
     if (address === undefined || address === null) {
-        if (!delivery.remote_settled) {
-            delivery.reject({condition: 'amqp:not-found', description: 'no address: neither a target nor message.to'});
-        }
+        if (delivery.remote_settled) delivery.update(true);
+        else delivery.reject({condition: 'amqp:not-found', description: 'no address: neither a target nor message.to'});
         return;
     }
     const q = queue(address);
     q.entries.push({message: context.message, queue: address});
-    if (!delivery.remote_settled) delivery.accept();
+    // A pre-settled delivery must still be settled here: rhea keeps every delivery in its session's incoming
+    // buffer (2048 by default) until it is settled on both sides, and stops granting session window when full.
+    if (delivery.remote_settled) delivery.update(true);
+    else delivery.accept();
     dispatch(q);
 });
 
