@@ -608,9 +608,17 @@ async def _outcome(peer: Peer, kind: str) -> str:
             extra = await take(receiver, 0.5)
             if extra is not None:
                 seen.append(extra)
-        except (SessionError, LinkError, AMQPConnectionError) as exc:
-            if exc.condition in REFUSALS:
-                raise _refusal(exc, f"the {kind} disposition") from exc
+        except AMQPError as exc:
+            root = exc
+            if exc.condition not in REFUSALS:
+                # The peer may end the session over the outcome after a later delivery arrived (RabbitMQ does):
+                # settling that one then fails with LinkDetached; the receiver knows the session's error.
+                try:
+                    await take(receiver, 1.0)
+                except AMQPError as deeper:
+                    root = deeper
+            if root.condition in REFUSALS:
+                raise _refusal(root, f"the {kind} disposition") from exc
             raise
     bodies = [d.message.body for d in seen]
     again = [d.message for d in seen if d.message.body == "victim"]

@@ -355,9 +355,9 @@ class Sender(_Link):
             self._check()
         try:
             delivery = link.send(payload)
-        except LocalProtocolError as exc:
+        except LocalProtocolError:
             self._check()  # the link, session or connection ended: raise what ended it
-            raise LinkDetached(f"link {self.name!r} cannot send: {exc.description}") from exc
+            raise  # a refusal with its own condition (e.g. amqp:link:message-size-exceeded)
         if delivery.settled:
             tracker = Tracker(None, delivery)
             tracker._finish(None, None)
