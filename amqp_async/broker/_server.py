@@ -21,6 +21,7 @@ import anyio.abc
 from anyio.streams.tls import TLSListener
 
 from .. import protocol
+from .._driver import EngineDriver
 from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
@@ -220,76 +221,20 @@ class _ServerConnection:
             require_sasl=not broker.allow_anonymous,
             offered_capabilities=["ANONYMOUS-RELAY"],
         )
-        self._wake = anyio.Event()
-        self._timer_wake = anyio.Event()
+        self._driver = EngineDriver(self.engine, stream, self._on_events)
         self._outbound: list[_Outbound] = []
-        self._done = False
 
     def kick(self) -> None:
         """Wake the writer: the engine has output."""
-        self._wake.set()
+        self._driver.kick()
 
     async def run(self) -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._writer)
-            group.start_soon(self._timer)
-            await self._reader()
-            self._done = True
-            self.kick()
-            await anyio.sleep(0)
-            group.cancel_scope.cancel()
+        """Serve the connection until it ends."""
+        await self._driver.run()
 
-    async def _reader(self) -> None:
-        engine = self.engine
-        while not engine.closed:
-            try:
-                data = await self.stream.receive(65536)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                data = b""
-            engine.receive_data(data, anyio.current_time())
-            for event in engine.next_events():
-                self._on_event(event)
-            self.kick()
-            if not data:
-                return
-        await self._flush()
-
-    async def _flush(self) -> None:
-        data = self.engine.data_to_send(anyio.current_time())
-        if data:
-            try:
-                await self.stream.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                pass
-
-    async def _writer(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            data = self.engine.data_to_send(anyio.current_time())
-            if data:
-                try:
-                    await self.stream.send(data)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                    return
-
-    async def _timer(self) -> None:
-        while not self.engine.closed:
-            deadline = self.engine.tick(anyio.current_time())
-            for event in self.engine.next_events():
-                self._on_event(event)  # e.g. the client's idle timeout expired: release its consumers
-            if self.engine.has_output:
-                self.kick()
-            if self.engine.closed:
-                await self._flush()
-                await self.stream.aclose()  # a silent client will not answer our close
-                return
-            delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
-            # Woken early when the client's open arrives: its idle timeout may need our first heartbeat soon.
-            with anyio.move_on_after(delay):
-                await self._timer_wake.wait()
-            if self._timer_wake.is_set():
-                self._timer_wake = anyio.Event()
+    def _on_events(self, events: list[ev.Event]) -> None:
+        for event in events:
+            self._on_event(event)
 
     def release(self) -> None:
         """The connection is gone: its consumers' unsettled messages go back to their queues."""
@@ -328,7 +273,7 @@ class _ServerConnection:
         broker = self.broker
         log.info("connection %s opened (container %s)", self.peer, event.open.container_id)
         self.engine.open()
-        self._timer_wake.set()
+        self._driver.wake_timer()  # the client's idle timeout may need our first heartbeat soon
         if broker.max_connections is not None and len(broker.connections) > broker.max_connections:
             self.engine.close(
                 _error(

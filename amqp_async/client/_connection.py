@@ -32,6 +32,7 @@ import anyio
 import anyio.abc
 
 from .. import protocol
+from .._driver import EngineDriver
 from ..codec import conditions
 from ..codec.performatives import Error
 from ..errors import AMQPError, AuthenticationError, ConnectionError
@@ -47,24 +48,12 @@ log = logging.getLogger("amqp_async.connection")
 
 #: Bytes of queued output above which producers wait for the writer.
 HIGH_WATER = 1 << 20
-_READ_SIZE = 65536
 
 
 def _error_text(error: Error | None) -> tuple[str, str]:
     if error is None:
         return "amqp:connection:forced", ""
     return str(error.condition), error.description or ""
-
-
-def _describe_transport_error(exc: BaseException) -> str | None:
-    """The reason a stream ended, with the TLS alert or OS error behind anyio's wrapper, if there is one."""
-    if isinstance(exc, anyio.EndOfStream):
-        return None
-    cause = exc.__cause__ or exc.__context__
-    for candidate in (cause, exc):
-        if candidate is not None and str(candidate):
-            return f"{type(candidate).__name__}: {candidate}"
-    return type(exc).__name__
 
 
 def _spawn_system_task(function: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -108,9 +97,7 @@ class Connection:
         self._engine: protocol.Connection | None = None
         self._stream: anyio.abc.ByteStream | None = None
         self._address: Address | None = None
-        self._wake_writer = anyio.Event()
         self._state_changed = anyio.Event()
-        self._output_drained = anyio.Event()
         self._done = anyio.Event()
         self._opened = False
         self._closing = False
@@ -118,13 +105,9 @@ class Connection:
         self._sessions: list[Any] = []
         self._default_session: Any = None
         self._tracer = FrameTracer.from_environment()
-        self._flush_epoch = 0
-        self._flushed_epoch = 0
-        self._flushed = anyio.Event()
+        self._driver: EngineDriver | None = None
         self._reconnects = 0
         self._transport_failed = False
-        self._timer_wake = anyio.Event()
-        self._transport_error: str | None = None
         self._reconnecting = False
         self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
         self._loop: Any = None
@@ -287,13 +270,13 @@ class Connection:
             self._notify()
 
     async def _drive(self) -> None:
-        """Run reader, writer and timer until the connection ends."""
+        """Run the engine over the current stream (reader, writer, timer) until the connection ends."""
+        assert self._engine is not None and self._stream is not None
         self._transport_failed = False
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._writer)
-            group.start_soon(self._timer)
-            await self._reader()
-            group.cancel_scope.cancel()
+        driver = self._driver = EngineDriver(self._engine, self._stream, self._dispatch, tracer=self._tracer)
+        driver.closing = self._closing
+        await driver.run()
+        self._transport_failed = self._transport_failed or (driver.transport_failed and not self._closing)
 
     def _should_reconnect(self) -> bool:
         return bool(self._options.reconnect) and self._opened and self._transport_failed and not self._closing
@@ -306,87 +289,11 @@ class Connection:
         for session in self._sessions:
             session._on_transport_lost()
         self._error = None
-        self._transport_error = None
         self._sessions = [session for session in self._sessions if not session.is_closed]
         await self._connect_transport(first=False)
-        self._flush_epoch = self._flushed_epoch = 0
         for session in list(self._sessions):
             session._restore()
         self._kick()
-
-    async def _reader(self) -> None:
-        stream = self._stream
-        engine = self._engine
-        assert stream is not None and engine is not None
-        self._kick()
-        while not engine.closed:
-            try:
-                data = await stream.receive(_READ_SIZE)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                log.debug("transport ended: %r", exc)
-                data = b""
-                self._transport_failed = not self._closing
-                self._transport_error = _describe_transport_error(exc)
-            if self._tracer is not None:
-                self._tracer.received(data)
-            engine.receive_data(data, anyio.current_time())
-            self._dispatch(engine.next_events())
-            self._kick()
-            if not data:
-                break
-
-    async def _writer(self) -> None:
-        stream = self._stream
-        engine = self._engine
-        assert stream is not None and engine is not None
-        while True:
-            await self._wake_writer.wait()
-            self._wake_writer = anyio.Event()
-            data = engine.data_to_send(anyio.current_time())
-            epoch = self._flush_epoch
-            if data:
-                if self._tracer is not None:
-                    self._tracer.sent(data)
-                try:
-                    await stream.send(data)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-                    log.debug("write failed: %r", exc)
-                    self._transport_failed = not self._closing
-                    await stream.aclose()
-                    return
-            self._flushed_epoch = epoch
-            self._flushed.set()
-            self._flushed = anyio.Event()
-            self._output_drained.set()
-            self._output_drained = anyio.Event()
-            if engine.closed and not data:
-                return
-
-    async def _timer(self) -> None:
-        engine = self._engine
-        assert engine is not None
-        while True:
-            deadline = engine.tick(anyio.current_time())
-            events = engine.next_events()
-            if events:
-                self._dispatch(events)  # e.g. our idle timeout closed the connection
-            if engine.has_output:
-                self._kick()
-            if engine.closed:
-                # A silent peer will not answer our close: flush it, then stop waiting for input.
-                with anyio.move_on_after(1.0):
-                    while self._flushed_epoch < self._flush_epoch:
-                        await self._flushed.wait()
-                if self._stream is not None:
-                    with anyio.CancelScope(shield=True):
-                        await self._stream.aclose()
-                return
-            delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
-            # Woken early when the peer's open arrives: its idle timeout may need our first heartbeat soon.
-            with anyio.move_on_after(delay):
-                await self._timer_wake.wait()
-            if self._timer_wake.is_set():
-                self._timer_wake = anyio.Event()
 
     async def _close_stream(self) -> None:
         if self._stream is not None:
@@ -400,8 +307,8 @@ class Connection:
 
     def _kick(self) -> None:
         """Wake the writer: the engine has (or may have) output."""
-        self._flush_epoch += 1
-        self._wake_writer.set()
+        if self._driver is not None:
+            self._driver.kick()
 
     def _notify(self) -> None:
         """Wake everything that waits for a state change (credit, deliveries, outcomes, attach, close...)."""
@@ -413,17 +320,14 @@ class Connection:
 
     async def _wait_writable(self) -> None:
         """Wait while the queued output is above :data:`HIGH_WATER`."""
-        engine = self._engine
-        while engine is not None and engine.output_buffered > HIGH_WATER:
-            self._check()
-            await self._output_drained.wait()
+        if self._driver is not None:
+            await self._driver.wait_output_below(HIGH_WATER, self._check)
 
     async def _wait_flushed(self) -> None:
         """Wait until everything queued before this call has been written to the socket."""
-        target = self._flush_epoch
-        while self._flushed_epoch < target:
-            self._check()
-            await self._flushed.wait()
+        driver = self._driver
+        if driver is not None:
+            await driver.wait_flushed(driver.flush_epoch, self._check)
 
     def _dispatch(self, events: list[ev.Event]) -> None:
         for event in events:
@@ -434,7 +338,8 @@ class Connection:
             self._notify()
 
     def _on_opened(self, event: ev.ConnectionOpened) -> None:
-        self._timer_wake.set()
+        if self._driver is not None:
+            self._driver.wake_timer()  # the peer's idle timeout may need our first heartbeat soon
         self._opened = True
         self._reconnecting = False
         self._reconnects = 0
@@ -462,8 +367,9 @@ class Connection:
             return
         if event.error is not None and not (self._closing and not event.remote):
             condition, description = _error_text(event.error)
-            if event.transport_ended and self._transport_error:
-                description = f"{description}: {self._transport_error}"
+            transport_error = self._driver.transport_error if self._driver is not None else None
+            if event.transport_ended and transport_error:
+                description = f"{description}: {transport_error}"
             self._error = ConnectionError(description, condition=condition, info=event.error.info)
         if not event.transport_ended:
             self._transport_failed = False  # a close frame is deliberate: no reconnect
@@ -542,6 +448,8 @@ class Connection:
             return
         if not self._closing:
             self._closing = True
+            if self._driver is not None:
+                self._driver.closing = True
             engine = self._engine
             if engine is not None and not engine.closed:
                 engine.close(error)
