@@ -1,0 +1,273 @@
+"""Latency, side by side with python-qpid-proton: confirmed-send round trip and request/reply, p50 and p99.
+
+Run: ``python benchmarks/latency.py [--quick] [--messages N]``.
+
+- confirmed send: one message (16-byte body, at-least-once) at a time to the Qpid Proton C ``direct`` example as
+  the receiver (it accepts and settles each one); the round trip runs from handing the message to the client to
+  learning its outcome (ours: ``await sender.send(message)``; proton: ``sender.send()`` in ``on_sendable`` to
+  ``on_accepted``), and the next message goes only then.
+- request/reply: a request (16-byte body, at-least-once, ``reply_to`` = a dynamic reply queue the client attached
+  with ``dynamic=True``) to the ``requests`` queue of our broker (its own process); a responder in a third process
+  (our client, the same for both) answers each to its ``reply_to``. The round trip runs from handing the request
+  to the client to receiving the reply (decoded); the reply is accepted and the request's own outcome awaited
+  before the next request, for both clients.
+
+The first ``warm-up`` round trips of every run are left out of the figures, the same number for both clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import ROOT, Row, broker_process, percentile, print_rows, proton_available
+from _peers import start_direct
+
+import amqp_async
+from amqp_async.message import Message
+
+BODY = b"0123456789abcdef"
+
+
+# --- confirmed send ----------------------------------------------------------------------------------------------
+
+
+async def ours_confirmed(url: str, address: str, count: int, warmup: int) -> list[float]:
+    async with amqp_async.connect(url, reconnect=False) as connection:
+        sender = await connection.open_sender(address)
+        times = []
+        for _ in range(warmup + count):
+            start = time.perf_counter()
+            await sender.send(Message(body=BODY))
+            times.append(time.perf_counter() - start)
+        return times[warmup:]
+
+
+def proton_confirmed(url: str, address: str, count: int, warmup: int) -> list[float] | None:
+    if not proton_available():
+        return None
+    from proton import Message as ProtonMessage
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    total = warmup + count
+
+    class Send(MessagingHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.times: list[float] = []
+            self.sent = 0
+            self.in_flight = False
+            self.start = 0.0
+
+        def on_start(self, event: Any) -> None:
+            self.sender = event.container.create_sender(url.removeprefix("amqp://") + "/" + address)
+
+        def _next(self) -> None:
+            if not self.in_flight and self.sent < total and self.sender.credit:
+                self.in_flight = True
+                self.sent += 1
+                self.start = time.perf_counter()
+                message = ProtonMessage(body=BODY)
+                message.inferred = True
+                self.sender.send(message)
+
+        def on_sendable(self, event: Any) -> None:
+            self._next()
+
+        def on_accepted(self, event: Any) -> None:
+            self.times.append(time.perf_counter() - self.start)
+            self.in_flight = False
+            if len(self.times) == total:
+                event.connection.close()
+            else:
+                self._next()
+
+    handler = Send()
+    Container(handler).run()
+    return handler.times[warmup:]
+
+
+def _against_direct(function: Any, count: int, warmup: int, asynchronous: bool) -> list[float] | None:
+    peer = start_direct("examples", count + warmup)
+    try:
+        url = f"amqp://127.0.0.1:{peer.port}"
+        if asynchronous:
+            return anyio.run(function, url, "examples", count, warmup)  # type: ignore[no-any-return]
+        return function(url, "examples", count, warmup)  # type: ignore[no-any-return]
+    finally:
+        peer.stop()
+
+
+# --- request/reply -----------------------------------------------------------------------------------------------
+
+
+async def responder(url: str, address: str) -> None:
+    """Answer every request on ``address`` with its body, to its ``reply_to``, correlated by its id."""
+    async with amqp_async.connect(url, reconnect=False) as connection:
+        receiver = await connection.open_receiver(address, credit=100)
+        sender = await connection.open_sender(None)
+        print("ready", flush=True)
+        async for delivery in receiver:
+            request = delivery.message
+            await sender.submit(Message(body=request.body, address=request.reply_to, correlation_id=request.id))
+            await delivery.accept()
+
+
+class Responder:
+    """The responder in its own process (our client; the same peer for both clients)."""
+
+    def __init__(self, url: str, address: str) -> None:
+        environment = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--responder", url, address], stdout=subprocess.PIPE, text=True, env=environment
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if line.strip() != "ready":
+            self.process.kill()
+            raise RuntimeError(f"the responder did not start: {line!r}")
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait(5)
+
+
+async def ours_request_reply(url: str, address: str, count: int, warmup: int) -> list[float]:
+    async with amqp_async.connect(url, reconnect=False) as connection:
+        replies = await connection.open_receiver(None, dynamic=True, credit=10)
+        reply_to = replies.address
+        sender = await connection.open_sender(address)
+        times = []
+        for number in range(warmup + count):
+            start = time.perf_counter()
+            tracker = await sender.submit(Message(body=BODY, id=number, reply_to=reply_to))
+            delivery = await replies.receive()
+            reply = delivery.message
+            times.append(time.perf_counter() - start)
+            assert reply.correlation_id == number
+            await delivery.accept()
+            await tracker
+        return times[warmup:]
+
+
+def proton_request_reply(url: str, address: str, count: int, warmup: int) -> list[float] | None:
+    if not proton_available():
+        return None
+    from proton import Message as ProtonMessage
+    from proton.handlers import MessagingHandler
+    from proton.reactor import Container
+
+    total = warmup + count
+
+    class Client(MessagingHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(prefetch=10)
+            self.times: list[float] = []
+            self.sent = 0
+            self.reply_to: str | None = None
+            self.replied = self.accepted = True
+            self.start = 0.0
+
+        def on_start(self, event: Any) -> None:
+            connection = event.container.connect(url.removeprefix("amqp://"), reconnect=False)
+            self.receiver = event.container.create_receiver(connection, None, dynamic=True)
+            self.sender = event.container.create_sender(connection, address)
+
+        def on_link_opened(self, event: Any) -> None:
+            if event.receiver is self.receiver:
+                self.reply_to = self.receiver.remote_source.address
+                self._next()
+
+        def _next(self) -> None:
+            ready = self.replied and self.accepted and self.reply_to is not None and self.sender.credit
+            if ready and self.sent < total:
+                self.replied = self.accepted = False
+                self.start = time.perf_counter()
+                self.sender.send(ProtonMessage(body=BODY, id=self.sent, reply_to=self.reply_to, inferred=True))
+                self.sent += 1
+
+        def on_sendable(self, event: Any) -> None:
+            self._next()
+
+        def on_message(self, event: Any) -> None:
+            self.times.append(time.perf_counter() - self.start)
+            assert event.message.correlation_id == self.sent - 1
+            self.replied = True
+            self._after()
+
+        def on_accepted(self, event: Any) -> None:
+            self.accepted = True
+            self._after()
+
+        def _after(self) -> None:
+            if not (self.replied and self.accepted):
+                return
+            if len(self.times) == total:
+                self.sender.connection.close()
+            else:
+                self._next()
+
+    handler = Client()
+    Container(handler).run()
+    return handler.times[warmup:]
+
+
+# --- the benchmark -----------------------------------------------------------------------------------------------
+
+
+def _rows(section: str, label: str, ours: list[float] | None, theirs: list[float] | None, target: bool) -> list[Row]:
+    rows = []
+    for name, fraction in (("p50", 0.50), ("p99", 0.99)):
+        mine = percentile(ours, fraction) * 1e6 if ours else None
+        reference = percentile(theirs, fraction) * 1e6 if theirs else None
+        goal = 2.0 if target and name == "p50" else None
+        rows.append(Row(section, f"{label} {name}", "µs", mine, reference, better="lower", target=goal))
+    return rows
+
+
+def run(quick: bool = False, messages: int | None = None) -> list[Row]:
+    count = messages or (1_000 if quick else 5_000)
+    warmup = max(50, count // 20)
+    rows = _rows(
+        "latency",
+        "confirmed send to C direct",
+        _against_direct(ours_confirmed, count, warmup, True),
+        _against_direct(proton_confirmed, count, warmup, False),
+        target=True,
+    )
+    with broker_process() as broker:
+        responder_process = Responder(broker.url, "requests")
+        try:
+            theirs = proton_request_reply(broker.url, "requests", count, warmup)
+            ours = anyio.run(ours_request_reply, broker.url, "requests", count, warmup)
+        finally:
+            responder_process.stop()
+    rows += _rows("latency", "request/reply, dynamic queue, our broker", ours, theirs, target=False)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run (1,000 round trips)")
+    parser.add_argument("--messages", type=int, help="round trips measured per run (default 5,000)")
+    parser.add_argument("--responder", nargs=2, metavar=("URL", "ADDRESS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.responder:
+        anyio.run(responder, *args.responder)
+        return
+    rows = run(args.quick, args.messages)
+    print_rows("Latency (µs; one message at a time; warm-up round trips excluded)", rows)
+
+
+if __name__ == "__main__":
+    main()
