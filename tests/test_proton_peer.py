@@ -98,7 +98,7 @@ def test_open_exchanges_connection_fields() -> None:
         desired_capabilities=["DELAYED_DELIVERY"],
     )
     rounds = pump(client, server)
-    assert 1 <= rounds <= 3
+    assert rounds in (1, 2, 3)
     sc, cc = server.connection, client.connection
     assert sc.remote_container == "client-1"
     assert sc.remote_hostname == "example.com"

@@ -11,6 +11,7 @@ A receiver keeps the same limit as ``delivery_count + link_credit``.
 
 from __future__ import annotations
 
+import abc
 import struct
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ _pack_I = struct.Struct(">I").pack
 _pack_Q = struct.Struct(">Q").pack
 
 
-class Link(Endpoint):
+class Link(Endpoint, abc.ABC):
     """One end of a link. Create links with :meth:`Session.attach_sender` / :meth:`Session.attach_receiver`;
     links the peer starts arrive in a :class:`~amqp_async.protocol.events.LinkAttached` event.
 
@@ -235,11 +236,13 @@ class Link(Endpoint):
     def _after_local_attach(self) -> None:
         """Subclass hook: runs once our attach is sent."""
 
-    def _on_flow(self, flow: Flow) -> bool:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _on_flow(self, flow: Flow) -> bool:
+        """Take the link part of a flow frame (§2.6.7); return True when it completes a drain we asked for."""
 
-    def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:
+        """This end's (delivery-count, link-credit, available, drain) for a flow frame."""
 
     def _usable(self) -> bool:
         """True while frames may be written for this link: attached on our side, session and connection open."""
