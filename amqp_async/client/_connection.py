@@ -6,14 +6,11 @@ synchronously and wake the writer, so any number of tasks may share a connection
 another thread, run the coroutine on the loop (``anyio.from_thread.run`` with a portal, or
 ``asyncio.run_coroutine_threadsafe(coro, loop)``); :meth:`Connection.run_threadsafe` does the latter for asyncio.
 
-The background task runs three children in an anyio task group:
-
-- the reader takes large reads (64 KiB) and feeds them to the engine, then dispatches the engine's events to the
-  waiting senders, receivers and trackers;
-- the writer sleeps until woken, then writes everything the engine has queued in one socket write (batched
-  frames); callers that produce output faster than the socket takes it wait while more than
-  :data:`HIGH_WATER` bytes are queued, so nothing grows without bound;
-- the timer calls the engine's ``tick`` (heartbeats, the peer's idle timeout).
+The background task drives the engine with an :class:`~amqp_async._driver.EngineDriver` (shared with the
+embedded broker): a reader taking large reads and dispatching the engine's events to the waiting senders, receivers
+and trackers; a writer that writes everything queued in one socket write (callers that produce output faster than
+the socket takes it wait while more than :data:`HIGH_WATER` bytes are queued, so nothing grows without bound); and
+a timer for heartbeats and idle timeouts.
 
 Reconnect: when the transport fails and reconnect is on, the task connects again (the next URL of the failover
 list, after the Backoff's delay), re-begins the sessions and re-attaches the links; deliveries that were sent but
