@@ -50,10 +50,7 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Run every benchmarks/*.py in sorted order (not a default session); `_*.py` are helpers, not run."""
-    scripts = sorted(p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
-    if not scripts:
-        session.skip("no benchmarks/*.py yet")
+    """Run the whole benchmark suite (benchmarks/report.py): one table beside python-qpid-proton's figures,
+    written to docs/benchmarks_latest.md with a plot. Pass options after `--` (e.g. `--quick`)."""
     session.install(".", *_group("bench"))
-    for script in scripts:
-        session.run("python", str(script.relative_to(ROOT)), *session.posargs)
+    session.run("python", "benchmarks/report.py", *session.posargs)

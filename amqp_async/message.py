@@ -570,10 +570,13 @@ class Message:
     def _decode_header(self, fields: Any, offset: int) -> None:
         if fields.__class__ is not list:
             raise DecodeError("the header section must be a list", offset=offset)
+        shape = tuple(map(type, fields))
+        if shape not in _VALID_SHAPES:
+            for index, (value, allowed) in enumerate(zip(fields, _HEADER_CLASSES, strict=False)):
+                if value is not None and value.__class__ is not allowed:
+                    raise DecodeError(f"header field {_HEADER_FIELDS[index]} must be {allowed.__name__}", offset=offset)
+            _remember_shape(shape)
         count = len(fields)
-        for index, (value, allowed) in enumerate(zip(fields, _HEADER_CLASSES, strict=False)):
-            if value is not None and value.__class__ is not allowed:
-                raise DecodeError(f"header field {_HEADER_FIELDS[index]} must be {allowed.__name__}", offset=offset)
         if count > 0 and fields[0] is not None:
             self._durable = fields[0]
         if count > 1 and fields[1] is not None:
@@ -591,11 +594,17 @@ class Message:
         count = len(fields)
         if count > 13:
             del fields[13:]  # §1.4: later versions may add fields; ignore them.
-        for index, (value, allowed) in enumerate(zip(fields, _PROPERTY_CLASSES, strict=False)):
-            if value is not None and value.__class__ not in allowed:
-                raise DecodeError(
-                    f"properties field {index} must be {_PROPERTY_FIELD_TYPES[index]}, got {value!r}", offset=offset
-                )
+        # Every field's class is checked against §3.2.4, once per shape (the tuple of field classes): messages
+        # of one producer share a shape, so the common case is one set lookup.
+        shape = (_PROPERTIES, *map(type, fields))
+        if shape not in _VALID_SHAPES:
+            for index, (value, allowed) in enumerate(zip(fields, _PROPERTY_CLASSES, strict=False)):
+                if value is not None and value.__class__ not in allowed:
+                    raise DecodeError(
+                        f"properties field {index} must be {_PROPERTY_FIELD_TYPES[index]}, got {value!r}",
+                        offset=offset,
+                    )
+            _remember_shape(shape)
         if count < 13:
             fields.extend([None] * (13 - count))
         self._props = fields
@@ -648,6 +657,16 @@ class Message:
         return _AMQP_VALUE
 
     __hash__ = None  # type: ignore[assignment]
+
+
+# Shapes (tuples of field classes) of header and properties sections that passed the type checks (bounded).
+_VALID_SHAPES: set[tuple[Any, ...]] = set()
+_VALID_SHAPES_LIMIT = 1024
+
+
+def _remember_shape(shape: tuple[Any, ...]) -> None:
+    if len(_VALID_SHAPES) < _VALID_SHAPES_LIMIT:
+        _VALID_SHAPES.add(shape)
 
 
 # §3.2.1: the header's fields and their types.

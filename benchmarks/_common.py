@@ -91,8 +91,7 @@ def format_rows(rows: list[Row]) -> list[str]:
         target = f">={row.target:g}" if row.target else ""
         lines.append(
             f"{row.section:<12}{row.name:<46}{row.unit:<7}{_figure(row.ours, row.unit):>12}"
-            f"{_figure(row.proton, row.unit):>12}{ratio:>10}{target:>8}"
-            + (f"  {row.note}" if row.note else "")
+            f"{_figure(row.proton, row.unit):>12}{ratio:>10}{target:>8}" + (f"  {row.note}" if row.note else "")
         )
     return lines
 

@@ -52,7 +52,7 @@ def _measure(url: str, label: str, count: int) -> list[Row]:
 
 
 def run(quick: bool = False, messages: int | None = None) -> list[Row]:
-    count = messages or (40 if quick else 200)
+    count = messages or (40 if quick else 400)
     rows = []
     with c_broker() as peer:
         rows += _measure(f"amqp://127.0.0.1:{peer.port}", "C broker example", count)
@@ -64,7 +64,7 @@ def run(quick: bool = False, messages: int | None = None) -> list[Row]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (40 messages)")
-    parser.add_argument("--messages", type=int, help="messages per run (default 200)")
+    parser.add_argument("--messages", type=int, help="messages per run (default 400)")
     args = parser.parse_args()
     print_rows(f"1 MiB messages, at-least-once, window/credit {WINDOW}", run(args.quick, args.messages))
 

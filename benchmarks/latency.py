@@ -184,8 +184,8 @@ def proton_request_reply(url: str, address: str, count: int, warmup: int) -> lis
             self.sender = event.container.create_sender(connection, address)
 
         def on_link_opened(self, event: Any) -> None:
-            if event.receiver is self.receiver:
-                self.reply_to = self.receiver.remote_source.address
+            if event.link.is_receiver:
+                self.reply_to = event.link.remote_source.address
                 self._next()
 
         def _next(self) -> None:
@@ -236,7 +236,7 @@ def _rows(section: str, label: str, ours: list[float] | None, theirs: list[float
 
 
 def run(quick: bool = False, messages: int | None = None) -> list[Row]:
-    count = messages or (1_000 if quick else 5_000)
+    count = messages or (1_000 if quick else 10_000)
     warmup = max(50, count // 20)
     rows = _rows(
         "latency",
@@ -259,7 +259,7 @@ def run(quick: bool = False, messages: int | None = None) -> list[Row]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (1,000 round trips)")
-    parser.add_argument("--messages", type=int, help="round trips measured per run (default 5,000)")
+    parser.add_argument("--messages", type=int, help="round trips measured per run (default 10,000)")
     parser.add_argument("--responder", nargs=2, metavar=("URL", "ADDRESS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.responder:

@@ -48,7 +48,7 @@ def _measure(url: str, prefix: str, label: str, count: int) -> list[Row]:
 
 def run(quick: bool = False, messages: int | None = None, rabbitmq: bool = True) -> list[Row]:
     """The rows of this benchmark (RabbitMQ's left out, with a note on stderr, when it cannot run)."""
-    count = messages or (5_000 if quick else 20_000)
+    count = messages or (5_000 if quick else 50_000)
     rows = []
     with broker_process() as broker:
         rows += _measure(broker.url, "", "our broker", count)
@@ -66,7 +66,7 @@ def run(quick: bool = False, messages: int | None = None, rabbitmq: bool = True)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (5,000 messages)")
-    parser.add_argument("--messages", type=int, help="messages per run (default 20,000)")
+    parser.add_argument("--messages", type=int, help="messages per run (default 50,000)")
     parser.add_argument("--no-rabbitmq", action="store_true", help="our broker only")
     args = parser.parse_args()
     rows = run(args.quick, args.messages, not args.no_rabbitmq)

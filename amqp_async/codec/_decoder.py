@@ -342,6 +342,15 @@ def _dec_list8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
                 if position > end:
                     raise _overrun(start - 2, "string", "list")
                 items.append(data[start:position].decode())
+            elif code == 0xA3:  # sym8: content types, capabilities
+                start = position + 2
+                position = start + data[position + 1]
+                if position > end:
+                    raise _overrun(start - 2, "symbol", "list")
+                items.append(_SYMBOL_CACHE.get(data[start:position]) or _symbol(data, start, position))
+            elif code == 0x41 or code == 0x42:  # true / false: header and performative flags
+                items.append(code == 0x41)
+                position += 1
             else:
                 value, position = decoders[code](data, position + 1, depth)
                 items.append(value)
@@ -436,6 +445,11 @@ def _map_items(data: Any, position: int, end: int, count: int, depth: int, offse
                 if position > end:
                     raise _overrun(start - 2, "string", "map")
                 value = data[start:position].decode()
+            elif code == 0x55:  # smalllong: small integer property values
+                value = data[position + 1]
+                if value > 0x7F:
+                    value -= 0x100
+                position += 2
             else:
                 value, position = decoders[code](data, position + 1, depth)
             result[key] = value
