@@ -29,7 +29,7 @@ from ..types import (
     ushort,
 )
 from ._condition import Condition
-from ._data import AnnotationDict, Data, PropertyDict, SymbolList
+from ._data import Data
 from ._exceptions import (
     ConnectionException,
     DataException,
@@ -43,6 +43,7 @@ from ._exceptions import (
     Timeout,
     TransportException,
 )
+from ._restricted import AnnotationDict, PropertyDict, SymbolList
 from ._url import Url
 
 __all__ = [
