@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codec import encode_into
-from ..codec._decoder import _DECODERS, _ELEMENT_TYPES, MAX_DEPTH, MAX_ZERO_WIDTH_ELEMENTS
+from ..codec._decoder import _DECODERS, _ELEMENT_TYPES, MAX_DEPTH, MAX_ZERO_WIDTH_ELEMENTS, _compound_bounds
 from ..errors import DecodeError, EncodeError
 from ..types import (
     UNDESCRIBED,
@@ -146,27 +146,6 @@ def _read(data: bytes, offset: int, depth: int) -> tuple[_Node, int]:
     return _read_body(data[offset], data, offset + 1, depth)
 
 
-def _compound_header(data: bytes, offset: int, wide: bool) -> tuple[int, int, int]:
-    """(count, first item offset, end offset) of a list, map or array whose size field is at ``offset``."""
-    if wide:
-        if offset + 8 > len(data):
-            raise DecodeError("not enough data for a compound header", offset=offset)
-        size, count = _unpack_II(data, offset)
-        end, start = offset + 4 + size, offset + 8
-        if size < 4:
-            raise DecodeError(f"compound size {size} is smaller than its count field", offset=offset)
-    else:
-        if offset + 2 > len(data):
-            raise DecodeError("not enough data for a compound header", offset=offset)
-        size, count = data[offset], data[offset + 1]
-        end, start = offset + 1 + size, offset + 2
-        if size < 1:
-            raise DecodeError("compound size 0 is smaller than its count field", offset=offset)
-    if end > len(data):
-        raise DecodeError(f"compound of {size} bytes overruns the data", offset=offset)
-    return count, start, end
-
-
 def _read_body(code: int, data: bytes, position: int, depth: int) -> tuple[_Node, int]:
     if code == 0x00:
         if depth >= MAX_DEPTH:
@@ -182,7 +161,7 @@ def _read_body(code: int, data: bytes, position: int, depth: int) -> tuple[_Node
     if code in (0xC0, 0xD0, 0xC1, 0xD1):
         if depth >= MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=position)
-        count, position, end = _compound_header(data, position, code >= 0xD0)
+        count, position, end = _compound_bounds(data, position, code >= 0xD0, check_count=False)
         is_map = code & 1
         if is_map and count & 1:
             raise DecodeError(f"map holds an odd number of items ({count})", offset=position)
@@ -204,7 +183,7 @@ def _read_body(code: int, data: bytes, position: int, depth: int) -> tuple[_Node
 def _read_array(data: bytes, offset: int, wide: bool, depth: int) -> tuple[_Node, int]:
     if depth >= MAX_DEPTH:
         raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=offset)
-    count, position, end = _compound_header(data, offset, wide)
+    count, position, end = _compound_bounds(data, offset, wide, check_count=False)
     if position >= end:
         raise DecodeError("array has no element constructor", offset=position)
     descriptor: _Node | None = None
