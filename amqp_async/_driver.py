@@ -1,17 +1,24 @@
-"""Drive one protocol engine over one byte stream: the reader, writer and timer tasks of a connection.
+"""Drive one protocol engine over one byte stream: the reader and writer tasks of a connection.
 
 The awaitable client and the embedded broker both run one :class:`EngineDriver` per connection (the client makes
 a new one for each transport when it reconnects). The owner handles the engine's events in ``on_events``, which is
 called on the event loop with no ``await`` in between, so the engine is only ever touched there:
 
 - the reader takes large reads, feeds them to the engine, hands the events to the owner, and wakes the writer;
-- the writer sleeps until woken, then writes everything the engine has queued in one socket write;
-- the timer calls the engine's ``tick`` (heartbeats, the peer's idle timeout), and when a timeout closed the
-  connection, flushes the close and closes the stream: a silent peer will not answer.
+  when we have an idle timeout (heartbeats), a read waits no longer than it, so that a silent peer is declared
+  dead even while the writer is stuck on a peer that does not read;
+- the writer sleeps until woken, then writes everything the engine has queued in one socket write; it also keeps
+  the engine's time (``tick``: heartbeats, the peer's idle timeout), sleeping no longer than the engine's next
+  deadline, and when a timeout closed the connection it writes the close and closes the stream (a silent peer
+  will not answer).
+
+An idle connection costs two tasks and one wake-up object: the other synchronisation objects are made only while
+someone waits on them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +30,14 @@ from .protocol.events import Event
 
 __all__ = ["EngineDriver", "describe_transport_error"]
 
-_READ_SIZE = 65536
+# asyncio's transports read up to 256 KiB at a time: asking for as much means a read is never split (and copied).
+_READ_SIZE = 262144
+# How long the final write may take once the connection has ended, and how long the writer may take to do it.
+_FINAL_WRITE = 1.0
+_STOP_GRACE = 2.0
+
+_STREAM_ERRORS = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+_SEND_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
 
 def describe_transport_error(exc: BaseException) -> str | None:
@@ -49,9 +63,28 @@ class EngineDriver:
     Attributes:
         transport_failed: the stream broke or ended without a close (set before ``on_events`` hears of it).
         transport_error: why, when the stream said.
+        closing: set by the owner once it closes on purpose (the stream ending then is no failure).
         flush_epoch, flushed_epoch: output requested and output written, counted in wake-ups; an owner waits for
             ``flushed_epoch >= epoch`` to know that what it queued was written.
     """
+
+    __slots__ = (
+        "_flushed",
+        "_on_events",
+        "_opened",
+        "_retime",
+        "_stopping",
+        "_tracer",
+        "_wake",
+        "_woken",
+        "closing",
+        "engine",
+        "flush_epoch",
+        "flushed_epoch",
+        "stream",
+        "transport_error",
+        "transport_failed",
+    )
 
     def __init__(
         self,
@@ -65,9 +98,13 @@ class EngineDriver:
         self.stream = stream
         self._on_events = on_events
         self._tracer = tracer
-        self._wake = anyio.Event()
-        self._timer_wake = anyio.Event()
-        self._flushed = anyio.Event()
+        # Wake-ups: a flag says why, and an event exists only while the writer (or a flush waiter) sleeps on it.
+        self._woken = False  # output to write
+        self._retime = True  # the engine's deadlines may have changed: tick now
+        self._stopping = False  # the reader is done: write what is left and stop
+        self._opened = False
+        self._wake: asyncio.Future[None] | anyio.Event | None = None
+        self._flushed: anyio.Event | None = None
         self.flush_epoch = 0
         self.flushed_epoch = 0
         self.transport_failed = False
@@ -79,42 +116,104 @@ class EngineDriver:
     def kick(self) -> None:
         """Wake the writer: the engine has (or may have) output."""
         self.flush_epoch += 1
-        self._wake.set()
+        if not self._woken:
+            self._woken = True
+            self._wake_writer()
 
     def wake_timer(self) -> None:
-        """Make the timer recompute its deadline now (e.g. the peer's idle timeout just became known)."""
-        self._timer_wake.set()
+        """Make the writer recompute the engine's deadline now (e.g. the peer's idle timeout just became known)."""
+        self._retime = True
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            if isinstance(wake, anyio.Event):
+                wake.set()
+            elif not wake.done():
+                wake.set_result(None)
+
+    async def _sleep(self, deadline: float | None) -> None:
+        """The writer sleeps until woken (or until ``deadline``). On asyncio a bare future is its wake-up: a tenth
+        of the memory of an event, and this is the one thing an idle connection waits on besides its socket."""
+        try:
+            wake: asyncio.Future[None] | anyio.Event = asyncio.get_running_loop().create_future()
+        except RuntimeError:  # not asyncio (trio)
+            wake = anyio.Event()
+        self._wake = wake
+        try:
+            if deadline is None:
+                await (wake.wait() if isinstance(wake, anyio.Event) else wake)
+            else:
+                with anyio.CancelScope(deadline=deadline):
+                    await (wake.wait() if isinstance(wake, anyio.Event) else wake)
+        finally:
+            self._wake = None
+
+    def _wake_flush_waiters(self) -> None:
+        flushed = self._flushed
+        if flushed is not None:
+            self._flushed = None
+            flushed.set()
+
+    async def _wait_written(self) -> None:
+        flushed = self._flushed
+        if flushed is None:
+            flushed = self._flushed = anyio.Event()
+        await flushed.wait()
 
     async def wait_flushed(self, epoch: int, check: Callable[[], None]) -> None:
         """Wait until the output requested by ``epoch`` is written (``check`` raises if waiting is pointless)."""
         while self.flushed_epoch < epoch:
             check()
-            await self._flushed.wait()
+            await self._wait_written()
 
     async def wait_output_below(self, limit: int, check: Callable[[], None]) -> None:
         """Wait while more than ``limit`` bytes of output are queued."""
         while self.engine.output_buffered > limit:
             check()
-            await self._flushed.wait()
+            await self._wait_written()
 
     # --- the tasks ---------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Run reader, writer and timer until the reader ends (the stream ended or the engine closed)."""
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._writer)
-            group.start_soon(self._timer)
-            await self._reader()
-            await self._flush()
-            group.cancel_scope.cancel()
+        """Run reader and writer until the reader ends (the stream ended or the engine closed), write what is left
+        (a close answering the peer's) if the stream still takes it, and close the stream."""
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._writer)
+                await self._reader()
+                self._stopping = True
+                self.kick()
+                # The writer stops once it wrote what is left; a writer stuck on a peer that reads nothing is cancelled.
+                group.cancel_scope.deadline = anyio.current_time() + _STOP_GRACE
+        finally:
+            self._wake_flush_waiters()
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.stream.aclose()
+                except _SEND_ERRORS:
+                    pass
 
     async def _reader(self) -> None:
         engine = self.engine
+        stream = self.stream
         self.kick()
         while not engine.closed:
+            expires = engine.input_deadline
             try:
-                data = await self.stream.receive(_READ_SIZE)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                if expires is None:
+                    data = await stream.receive(_READ_SIZE)
+                else:
+                    received: bytes | None = None
+                    with anyio.CancelScope(deadline=expires):
+                        received = await stream.receive(_READ_SIZE)
+                    if received is None:
+                        self._tick()  # the peer said nothing for our whole idle timeout: the engine closes
+                        continue
+                    data = received
+            except _STREAM_ERRORS as exc:
                 data = b""
                 self.transport_failed = not self.closing
                 self.transport_error = describe_transport_error(exc)
@@ -122,62 +221,65 @@ class EngineDriver:
                 self._tracer.received(data)
             engine.receive_data(data, anyio.current_time())
             self._on_events(engine.next_events())
+            if not self._opened and engine.remote_open is not None:
+                self._opened = True
+                self._retime = True  # the peer's idle timeout is known now
             self.kick()
             if not data:
                 return
 
-    async def _flush(self) -> None:
-        """Write what is left (a close answering the peer's), if the stream still takes it."""
+    def _tick(self) -> float | None:
+        """Let the engine do what time calls for; return its next deadline."""
+        engine = self.engine
+        deadline = engine.tick(anyio.current_time())
+        events = engine.next_events()
+        if events:
+            self._on_events(events)  # e.g. our idle timeout closed the connection
+        if engine.has_output:
+            self.kick()
+        return deadline
+
+    async def _writer(self) -> None:
+        engine = self.engine
+        next_tick: float | None = None
+        while True:
+            if self._retime or (next_tick is not None and anyio.current_time() >= next_tick):
+                self._retime = False
+                next_tick = self._tick()
+                if engine.closed and not self._stopping:
+                    # A timeout closed the connection, and a silent peer will not answer our close: write it,
+                    # then close the stream so that the reader stops waiting for input.
+                    with anyio.move_on_after(_FINAL_WRITE):
+                        await self._write()
+                    with anyio.CancelScope(shield=True):
+                        await self.stream.aclose()
+                    return
+            if self._woken:
+                self._woken = False
+                if self._stopping:
+                    with anyio.move_on_after(_FINAL_WRITE):
+                        await self._write()
+                    return
+                if not await self._write():
+                    return
+                continue
+            await self._sleep(next_tick)
+
+    async def _write(self) -> bool:
+        """Write everything the engine has queued; False once the stream is broken (it is closed then)."""
+        epoch = self.flush_epoch
         data = self.engine.data_to_send(anyio.current_time())
         if data:
             if self._tracer is not None:
                 self._tracer.sent(data)
             try:
-                with anyio.move_on_after(1.0):
-                    await self.stream.send(data)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                pass
-
-    async def _writer(self) -> None:
-        engine = self.engine
-        while True:
-            await self._wake.wait()
-            self._wake = anyio.Event()
-            epoch = self.flush_epoch
-            data = engine.data_to_send(anyio.current_time())
-            if data:
-                if self._tracer is not None:
-                    self._tracer.sent(data)
-                try:
-                    await self.stream.send(data)
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                await self.stream.send(data)
+            except _SEND_ERRORS as exc:
+                if not self._stopping:
                     self.transport_failed = not self.closing
                     self.transport_error = describe_transport_error(exc)
-                    await self.stream.aclose()  # the reader sees the end and reports it
-                    return
-            self.flushed_epoch = epoch
-            self._flushed.set()
-            self._flushed = anyio.Event()
-
-    async def _timer(self) -> None:
-        engine = self.engine
-        while True:
-            deadline = engine.tick(anyio.current_time())
-            events = engine.next_events()
-            if events:
-                self._on_events(events)  # e.g. our idle timeout closed the connection
-            if engine.has_output:
-                self.kick()
-            if engine.closed:
-                # A silent peer will not answer our close: flush it, then stop waiting for input.
-                with anyio.move_on_after(1.0):
-                    while self.flushed_epoch < self.flush_epoch:
-                        await self._flushed.wait()
-                with anyio.CancelScope(shield=True):
-                    await self.stream.aclose()
-                return
-            delay = 1.0 if deadline is None else max(0.0, min(deadline - anyio.current_time(), 1.0))
-            with anyio.move_on_after(delay):
-                await self._timer_wake.wait()
-            if self._timer_wake.is_set():
-                self._timer_wake = anyio.Event()
+                await self.stream.aclose()  # the reader sees the end and reports it
+                return False
+        self.flushed_epoch = epoch
+        self._wake_flush_waiters()
+        return True

@@ -498,6 +498,25 @@ class Message:
             _enc_map(buf, _annotation_keys(self.footer, "footer"))
         return bytes(buf)
 
+    def send(self, sender: Any, tag: Any = None) -> Any:
+        """Send this message on a callback-API sender (proton's ``Message.send``); returns the delivery."""
+        return sender.send(self, tag=tag)
+
+    def recv(self, link: Any) -> Any:
+        """Read the current delivery of a callback-API receiver into this message (proton's ``Message.recv``).
+
+        Returns:
+            The delivery, or None when the link has no complete current delivery.
+        """
+        delivery = link.current
+        if delivery is None or delivery.partial:
+            return None
+        self.decode(link.recv(delivery.pending) or b"")
+        link.advance()
+        if link.remote_snd_settle_mode == 1:  # §2.8.2 settled: the sender has forgotten it already
+            delivery.settle()
+        return delivery
+
     def decode(self, data: bytes | bytearray | memoryview) -> None:
         """Replace this message's content with the message encoded in ``data``.
 

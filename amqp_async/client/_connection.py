@@ -94,8 +94,10 @@ class Connection:
         self._engine: protocol.Connection | None = None
         self._stream: anyio.abc.ByteStream | None = None
         self._address: Address | None = None
-        self._state_changed = anyio.Event()
-        self._done = anyio.Event()
+        # Made only while someone waits (an idle connection holds none): see _notify and _wait_state.
+        self._state_changed: anyio.Event | None = None
+        self._finished = False  # the background task has ended
+        self._done: anyio.Event | None = None
         self._opened = False
         self._closing = False
         self._error: AMQPError | None = None
@@ -126,7 +128,7 @@ class Connection:
     @property
     def is_closed(self) -> bool:
         """True once the connection is closed, or failed for good (even while its task is still winding down)."""
-        return self._done.is_set() or self._closing or self._error is not None
+        return self._finished or self._closing or self._error is not None
 
     @property
     def remote_container_id(self) -> str | None:
@@ -150,7 +152,7 @@ class Connection:
         """Raise the connection's error if it has one (or if it is closed)."""
         if self._error is not None:
             raise self._error
-        if self._closing or self._done.is_set():
+        if self._closing or self._finished:
             raise ConnectionError("the connection is closed")
 
     # --- opening -----------------------------------------------------------------------------------------
@@ -263,7 +265,9 @@ class Connection:
             if self._error is None and not self._closing:
                 self._error = ConnectionError("the connection ended")
             self._fail_all()
-            self._done.set()
+            self._finished = True
+            if self._done is not None:
+                self._done.set()
             self._notify()
 
     async def _drive(self) -> None:
@@ -309,11 +313,16 @@ class Connection:
 
     def _notify(self) -> None:
         """Wake everything that waits for a state change (credit, deliveries, outcomes, attach, close...)."""
-        self._state_changed.set()
-        self._state_changed = anyio.Event()
+        changed = self._state_changed
+        if changed is not None:
+            self._state_changed = None
+            changed.set()
 
     async def _wait_state(self) -> None:
-        await self._state_changed.wait()
+        changed = self._state_changed
+        if changed is None:
+            changed = self._state_changed = anyio.Event()
+        await changed.wait()
 
     async def _wait_writable(self) -> None:
         """Wait while the queued output is above :data:`HIGH_WATER`."""
@@ -441,7 +450,7 @@ class Connection:
 
         Idempotent. Unsettled deliveries of its senders are reported as in doubt.
         """
-        if self._done.is_set():
+        if self._finished:
             return
         if not self._closing:
             self._closing = True
@@ -451,8 +460,11 @@ class Connection:
             if engine is not None and not engine.closed:
                 engine.close(error)
                 self._kick()
+        done = self._done
+        if done is None:
+            done = self._done = anyio.Event()
         with anyio.move_on_after(10):
-            await self._done.wait()
+            await done.wait()
 
     def run_threadsafe(self, coroutine: Awaitable[Any]) -> Any:
         """Run a coroutine of this connection from another thread (asyncio): returns a concurrent Future."""

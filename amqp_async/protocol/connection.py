@@ -65,6 +65,9 @@ __all__ = ["CLIENT", "SERVER", "Connection"]
 CLIENT = "client"
 SERVER = "server"
 
+# Payloads at least this large are written by reference rather than copied into the output buffer.
+_BY_REFERENCE = 16384
+
 # Phases of the input stream.
 _AWAIT_SASL_HEADER = "await-sasl-header"
 _SASL = "sasl"
@@ -94,6 +97,44 @@ class Connection(Endpoint):
         incoming_window: the default incoming window of our sessions, in frames.
         require_sasl: a server with ``sasl`` refuses clients that skip it (default True).
     """
+
+    # Slots: a connection is long-lived and there may be thousands of them.
+    __slots__ = (
+        "_announced",
+        "_decoder",
+        "_dirty_sessions",
+        "_events",
+        "_frames_after_open",
+        "_header_sent",
+        "_last_received",
+        "_last_sent",
+        "_max_transfer_payload",
+        "_open_pending",
+        "_out",
+        "_out_parts",
+        "_out_parts_size",
+        "_phase",
+        "_remote_channel_max",
+        "_remote_idle_timeout",
+        "_remote_max_frame_size",
+        "_sessions_by_channel",
+        "_sessions_by_remote_channel",
+        "_transport_closed",
+        "channel_max",
+        "container_id",
+        "desired_capabilities",
+        "hostname",
+        "idle_timeout",
+        "incoming_window",
+        "max_frame_size",
+        "offered_capabilities",
+        "properties",
+        "remote_open",
+        "require_sasl",
+        "role",
+        "sasl",
+        "sasl_outcome",
+    )
 
     def __init__(
         self,
@@ -135,7 +176,11 @@ class Connection(Endpoint):
         #: how the SASL exchange ended (None before, or without SASL).
         self.sasl_outcome: Any = None
 
+        # Output: frames are encoded into ``_out``; a large payload is not copied there but kept by reference in
+        # ``_out_parts``, after the bytes written before it (see _write_payload).
         self._out = bytearray()
+        self._out_parts: list[bytes | bytearray | memoryview] = []
+        self._out_parts_size = 0
         self._events: list[Event] = []
         self._decoder = FrameDecoder(max_frame_size)
         self._phase = _AWAIT_SASL_HEADER if sasl is not None else _AWAIT_AMQP_HEADER
@@ -186,18 +231,34 @@ class Connection(Endpoint):
 
     def data_to_send(self, now: float | None = None) -> bytes:
         """Return the bytes to write to the peer, writing queued flows and dispositions first."""
+        buffers = self.buffers_to_send(now)
+        if not buffers:
+            return b""
+        return b"".join(buffers) if len(buffers) > 1 else bytes(buffers[0])
+
+    def buffers_to_send(self, now: float | None = None) -> list[bytes | bytearray | memoryview]:
+        """As :meth:`data_to_send`, the bytes to write, as a list of buffers to write in order: large message
+        payloads are views of the bytes given to ``send``, not copies. The caller owns the buffers."""
         if self._dirty_sessions:
             for session in list(self._dirty_sessions):
                 session._flush()
             self._dirty_sessions.clear()
         out = self._out
-        if not out:
-            return b""
-        data = bytes(out)
-        out.clear()
+        parts = self._out_parts
+        if parts:
+            if out:
+                parts.append(out)
+                self._out = bytearray()
+            self._out_parts = []
+            self._out_parts_size = 0
+        elif out:
+            parts = [out]
+            self._out = bytearray()
+        else:
+            return parts
         if now is not None:
             self._last_sent = now
-        return data
+        return parts
 
     def tick(self, now: float) -> float | None:
         """Do what time calls for (§2.4.5): a heartbeat when the peer's idle timeout is half gone since we last
@@ -217,12 +278,25 @@ class Connection(Endpoint):
             interval = self._remote_idle_timeout / 2
             due = self._last_sent + interval
             if now >= due:
-                if not self._out:
+                if not self._out and not self._out_parts:
                     self._out += EMPTY_FRAME
                 self._last_sent = now
                 due = now + interval
             deadlines.append(due)
         return min(deadlines) if deadlines else None
+
+    @property
+    def input_deadline(self) -> float | None:
+        """When :meth:`tick` will declare the peer dead unless bytes arrive before (None: no idle timeout of ours
+        runs now). The clock is the one :meth:`receive_data` and :meth:`tick` get."""
+        if (
+            not self.idle_timeout
+            or self._phase == _DONE
+            or self.local_state is EndpointState.CLOSED
+            or self.remote_state is not EndpointState.ACTIVE
+        ):
+            return None
+        return self._last_received + self.idle_timeout
 
     # --- commands ----------------------------------------------------------------------------------------
 
@@ -287,12 +361,12 @@ class Connection(Endpoint):
     @property
     def has_output(self) -> bool:
         """True when bytes (or queued flows and dispositions) wait to be taken with :meth:`data_to_send`."""
-        return bool(self._out) or bool(self._dirty_sessions)
+        return bool(self._out) or bool(self._out_parts) or bool(self._dirty_sessions)
 
     @property
     def output_buffered(self) -> int:
         """How many bytes wait to be taken (for the driver's backpressure)."""
-        return len(self._out)
+        return len(self._out) + self._out_parts_size
 
     @property
     def remote_max_frame_size(self) -> int:
@@ -352,6 +426,23 @@ class Connection(Endpoint):
             )
         except EncodeError as exc:
             raise LocalProtocolError(f"cannot send {type(performative).__name__}: {exc.description}") from exc
+
+    def _write_payload(self, payload: bytes | bytearray | memoryview) -> None:
+        """Append a transfer's payload to the output: a large immutable one by reference (no copy), anything else
+        copied (the caller may reuse a bytearray once ``send`` returns)."""
+        size = len(payload)
+        if size < _BY_REFERENCE or not (
+            payload.__class__ is bytes or (payload.__class__ is memoryview and payload.obj.__class__ is bytes)  # type: ignore[union-attr]
+        ):
+            self._out += payload
+            return
+        parts = self._out_parts
+        if self._out:
+            parts.append(self._out)
+            self._out_parts_size += len(self._out)
+            self._out = bytearray()
+        parts.append(payload)
+        self._out_parts_size += size
 
     def _emit(self, event: Event) -> None:
         self._events.append(event)

@@ -341,6 +341,21 @@ class SenderLink(Link):
             self.available -= 1
         return self.session._send_transfer(self, payload, tag, settled, message_format)
 
+    def settle(self, delivery: Delivery, state: Any = None) -> None:
+        """Settle a delivery we sent before the peer did (§2.6.12): the peer learns it in a disposition.
+
+        A delivery the peer already settled needs nothing more (it has forgotten it); one sent settled was never
+        tracked.
+        """
+        if delivery.link is not self:
+            raise LocalProtocolError("the delivery does not belong to this link")
+        if delivery.settled:
+            return
+        delivery.settled = True
+        if state is not None:
+            delivery.state = state
+        self.session._queue_disposition(SENDER, delivery, True, state)
+
     def drained(self) -> None:
         """Answer a drain request (§2.6.7): give back the credit we will not use, by advancing delivery-count.
 

@@ -33,7 +33,7 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
 from .link import Link, ReceiverLink, SenderLink
 from .serial import MASK
-from .transfer_frames import encode_handle, write_transfer
+from .transfer_frames import encode_handle, write_transfer_head
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -272,8 +272,9 @@ class Session(Endpoint):
     def _write_transfer(
         self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False
     ) -> None:
-        write_transfer(
-            self.connection._out,
+        connection = self.connection
+        write_transfer_head(
+            connection._out,
             self.channel or 0,
             link._transfer_prefix,
             delivery.delivery_id,
@@ -282,8 +283,10 @@ class Session(Endpoint):
             delivery.settled,
             more,
             aborted,
-            payload,
+            len(payload),
         )
+        if payload:
+            connection._write_payload(payload)
         self.next_outgoing_id = (self.next_outgoing_id + 1) & MASK
         self.remote_incoming_window -= 1
 

@@ -3,7 +3,8 @@
 Every message costs one transfer frame each way, so neither direction goes through the generic composite codec:
 
 - :func:`write_transfer` appends a transfer frame built from the link's encoded handle, the delivery id, the tag,
-  the message format and the flags, in the smallest encodings, with one header pack.
+  the message format and the flags, in the smallest encodings, with one header pack (:func:`write_transfer_head`
+  writes all but the payload, for an engine that hands large payloads to the socket without copying them).
 - :func:`parse_transfer_fields` reads the field list of the common layouts (handle, delivery-id, delivery-tag,
   message-format, settled, more: what every client writes for an ordinary message) straight into a list of plain
   values. Anything else (more fields, unusual encodings) returns None, and the caller decodes generically; both
@@ -15,7 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-__all__ = ["encode_handle", "parse_transfer_fields", "write_transfer"]
+__all__ = ["encode_handle", "parse_transfer_fields", "write_transfer", "write_transfer_head"]
 
 _pack_frame_head = struct.Struct(">IBBHBBBBBB").pack
 _pack_BI = struct.Struct(">BI").pack
@@ -48,6 +49,24 @@ def write_transfer(
     Trailing default fields are left out (§1.4): settled and more appear only when set (or when a later field
     is), aborted only when true.
     """
+    write_transfer_head(out, channel, handle, delivery_id, tag, message_format, settled, more, aborted, len(payload))
+    out += payload
+
+
+def write_transfer_head(
+    out: bytearray,
+    channel: int,
+    handle: bytes,
+    delivery_id: int,
+    tag: bytes,
+    message_format: int,
+    settled: bool,
+    more: bool,
+    aborted: bool,
+    payload_size: int,
+) -> None:
+    """Append a transfer frame's header and performative to ``out``, for a payload of ``payload_size`` bytes that
+    the caller writes after them (so that a large payload can go out without being copied into ``out``)."""
     fields = bytearray(handle)
     if delivery_id == 0:
         fields.append(0x43)
@@ -74,9 +93,8 @@ def write_transfer(
                 fields += b"\x40\x40\x40\x41"  # rcv-settle-mode, state, resume: null; aborted: true
                 count = 10
     size = len(fields) + 1  # list8 size counts the count byte
-    out += _pack_frame_head(13 + size + len(payload), 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, size, count)
+    out += _pack_frame_head(13 + size + payload_size, 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, size, count)
     out += fields
-    out += payload
 
 
 def _uint_at(data: bytes, position: int) -> tuple[int | None, int]:

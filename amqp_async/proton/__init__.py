@@ -1,9 +1,12 @@
 """Qpid Proton's Python API on amqp_async: programs written for ``proton`` run with ``amqp_async.proton`` instead.
 
-This first part is the data layer: :class:`Data` (proton's navigable tree of AMQP values), :class:`Url`,
-:class:`Condition`, proton's exceptions, :class:`PropertyDict`, :class:`AnnotationDict`, :class:`SymbolList`,
-:class:`Message` and the AMQP types under proton's names. The rest of proton's API (``Container``, the endpoint and
-delivery classes, ``MessagingHandler``, ``proton.reactor``, ``proton.handlers``, ``proton.utils``) is coming.
+The callback API runs on our engine: :mod:`amqp_async.proton.reactor` has the ``Container`` (and link options,
+timers, injected events), :mod:`amqp_async.proton.handlers` the ``MessagingHandler``, and
+:mod:`amqp_async.proton.utils` the blocking API. This module has the endpoints (:class:`Connection`,
+:class:`Session`, :class:`Sender`, :class:`Receiver`, :class:`Terminus`), :class:`Delivery`, :class:`Event`,
+:class:`Transport`, :class:`SSLDomain`, :class:`SASL`, and the data layer: :class:`Data` (proton's navigable tree of
+AMQP values), :class:`Url`, :class:`Condition`, proton's exceptions, :class:`PropertyDict`, :class:`AnnotationDict`,
+:class:`SymbolList`, :class:`Message` and the AMQP types under proton's names. See ``docs/proton.md`` for what differs.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from ..types import (
 )
 from ._condition import Condition
 from ._data import Data
+from ._delivery import Delivery, Disposition, DispositionType
+from ._endpoints import Connection, Endpoint, Link, Receiver, Sender, Session, Terminus
+from ._events import ApplicationEvent, Event, EventBase, EventType, Handler
 from ._exceptions import (
     ConnectionException,
     DataException,
@@ -44,28 +50,49 @@ from ._exceptions import (
     TransportException,
 )
 from ._restricted import AnnotationDict, PropertyDict, SymbolList
+from ._transport import SASL, SSL, SSLDomain, SSLSessionDetails, Transport
 from ._url import Url
 
 __all__ = [
+    "SASL",
+    "SSL",
     "UNDESCRIBED",
     "AnnotationDict",
+    "ApplicationEvent",
     "Array",
     "Condition",
+    "Connection",
     "ConnectionException",
     "Data",
     "DataException",
+    "Delivery",
     "Described",
+    "Disposition",
+    "DispositionType",
+    "Endpoint",
+    "Event",
+    "EventBase",
+    "EventType",
+    "Handler",
     "Interrupt",
+    "Link",
     "LinkException",
     "Message",
     "MessageException",
     "PropertyDict",
     "ProtonException",
+    "Receiver",
+    "SSLDomain",
     "SSLException",
+    "SSLSessionDetails",
     "SSLUnavailable",
+    "Sender",
+    "Session",
     "SessionException",
     "SymbolList",
+    "Terminus",
     "Timeout",
+    "Transport",
     "TransportException",
     "Url",
     "byte",

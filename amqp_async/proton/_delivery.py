@@ -1,0 +1,283 @@
+"""proton's ``Delivery`` and ``Disposition``: one message's transfer on a link, and the states both ends give it.
+
+A :class:`Delivery` wraps the engine's delivery (:class:`amqp_async.protocol.delivery.Delivery`). Outgoing
+deliveries made while the link has no credit (or is not attached yet) wait in their sender, as proton's do, and get
+their engine delivery when they are sent. Delivery states (§3.4) are proton's integer codes (:class:`DispositionType`)
+on this side and the codec's composites on the engine's: :func:`state_object` and :func:`disposition_from_state`
+convert, in one place.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
+from ._condition import Condition
+
+if TYPE_CHECKING:
+    from ..protocol.delivery import Delivery as EngineDelivery
+    from ._endpoints import Connection, Link, Session
+    from ._transport import Transport
+
+__all__ = ["Delivery", "Disposition", "DispositionType"]
+
+
+class DispositionType(enum.IntEnum):
+    """The delivery states of §3.4, by their descriptor codes (proton's ``PN_ACCEPTED``...)."""
+
+    RECEIVED = 0x23
+    ACCEPTED = 0x24
+    REJECTED = 0x25
+    RELEASED = 0x26
+    MODIFIED = 0x27
+
+    @classmethod
+    def or_int(cls, value: int) -> int:
+        """The member for ``value``, or ``value`` itself when it is no known state (0: none)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return value
+
+
+# Outcomes without fields are shared: the session coalesces equal consecutive dispositions into one frame.
+_ACCEPTED = Accepted()
+_RELEASED = Released()
+
+_CODE_OF_STATE = {Received: 0x23, Accepted: 0x24, Rejected: 0x25, Released: 0x26, Modified: 0x27}
+
+
+class Disposition:
+    """A delivery state with its fields: the local one (which this end sets, through :meth:`Delivery.update`) or
+    the remote one (what the peer last said).
+
+    Attributes:
+        type: the state (:class:`DispositionType`), or 0 for none.
+        condition: the error of a rejected delivery.
+        failed, undeliverable, annotations: the fields of a modified delivery (§3.4.5).
+        section_number, section_offset: the fields of a received state (§3.4.1).
+        data: a custom state's value (proton's), kept but not sent.
+    """
+
+    RECEIVED = DispositionType.RECEIVED
+    ACCEPTED = DispositionType.ACCEPTED
+    REJECTED = DispositionType.REJECTED
+    RELEASED = DispositionType.RELEASED
+    MODIFIED = DispositionType.MODIFIED
+
+    def __init__(self, local: bool = True) -> None:
+        self.local = local
+        self.type: int = 0
+        self.condition: Condition | None = None
+        self.failed = False
+        self.undeliverable = False
+        self.annotations: dict[Any, Any] | None = None
+        self.section_number = 0
+        self.section_offset = 0
+        self.data: Any = None
+
+
+def disposition_from_state(state: Any) -> Disposition:
+    """The remote :class:`Disposition` for an engine delivery state (a codec composite or None)."""
+    disposition = Disposition(local=False)
+    if state is None:
+        return disposition
+    disposition.type = DispositionType.or_int(_CODE_OF_STATE.get(type(state), 0))
+    if isinstance(state, Rejected) and state.error is not None:
+        disposition.condition = Condition.from_error(state.error)
+    elif isinstance(state, Modified):
+        disposition.failed = bool(state.delivery_failed)
+        disposition.undeliverable = bool(state.undeliverable_here)
+        disposition.annotations = state.message_annotations
+    elif isinstance(state, Received):
+        disposition.section_number = state.section_number
+        disposition.section_offset = state.section_offset
+    return disposition
+
+
+def state_object(disposition: Disposition) -> Any:
+    """The codec composite to send for a local :class:`Disposition` (None: no state)."""
+    code = disposition.type
+    if code == 0x24:
+        return _ACCEPTED
+    if code == 0x26:
+        return _RELEASED
+    if code == 0x25:
+        condition = disposition.condition
+        return Rejected(error=None if condition is None else condition.to_error())
+    if code == 0x27:
+        return Modified(
+            delivery_failed=disposition.failed or None,
+            undeliverable_here=disposition.undeliverable or None,
+            message_annotations=disposition.annotations or None,
+        )
+    if code == 0x23:
+        return Received(section_number=disposition.section_number, section_offset=disposition.section_offset)
+    return None
+
+
+class Delivery:
+    """Tracks the transfer of one message over a link, and what each end made of it.
+
+    The state constants are proton's (``Delivery.ACCEPTED``...). A delivery object may carry attributes the
+    application sets on it, as proton's do.
+    """
+
+    RECEIVED = DispositionType.RECEIVED
+    ACCEPTED = DispositionType.ACCEPTED
+    REJECTED = DispositionType.REJECTED
+    RELEASED = DispositionType.RELEASED
+    MODIFIED = DispositionType.MODIFIED
+
+    _is_delivery = True
+
+    def __init__(self, link: Link, tag: bytes, impl: EngineDelivery | None = None) -> None:
+        self.link = link
+        self._tag = tag
+        self._impl = impl
+        self._local: Disposition | None = None
+        self._local_type = 0
+        self._settled_here = False
+        self._updated = False
+        self._payload: bytes | bytearray | None = None
+        self._read = 0
+
+    # --- where it belongs --------------------------------------------------------------------------------
+
+    @property
+    def _event_link(self) -> Link:
+        return self.link
+
+    @property
+    def tag(self) -> bytes:
+        """The delivery tag: unique among the link's unsettled deliveries."""
+        return self._tag
+
+    @property
+    def session(self) -> Session:
+        """The session of the delivery's link."""
+        return self.link.session
+
+    @property
+    def connection(self) -> Connection:
+        """The connection of the delivery's link."""
+        return self.link.session.connection
+
+    @property
+    def transport(self) -> Transport | None:
+        """The transport of the delivery's connection."""
+        return self.link.session.connection.transport
+
+    # --- states ------------------------------------------------------------------------------------------
+
+    @property
+    def local(self) -> Disposition:
+        """The local disposition: set its fields, then :meth:`update` with its type."""
+        if self._local is None:
+            self._local = Disposition(local=True)
+        return self._local
+
+    @property
+    def local_state(self) -> int:
+        """The state this end gave the delivery (0: none yet)."""
+        return self._local_type
+
+    @property
+    def remote(self) -> Disposition:
+        """The state the peer last gave the delivery, with its fields."""
+        return disposition_from_state(None if self._impl is None else self._impl.remote_state)
+
+    @property
+    def remote_state(self) -> int:
+        """The state the peer last gave the delivery (``Delivery.ACCEPTED``..., 0: none)."""
+        impl = self._impl
+        if impl is None or impl.remote_state is None:
+            return 0
+        return DispositionType.or_int(_CODE_OF_STATE.get(type(impl.remote_state), 0))
+
+    @property
+    def settled(self) -> bool:
+        """True once the peer has settled the delivery."""
+        impl = self._impl
+        return impl is not None and impl.remote_settled
+
+    @property
+    def local_settled(self) -> bool:
+        """True once this end has settled the delivery."""
+        return self._settled_here
+
+    @property
+    def updated(self) -> bool:
+        """True while the event being handled reports a change of the remote state or settlement."""
+        return self._updated
+
+    @property
+    def aborted(self) -> bool:
+        """True when the sender aborted the delivery (§2.6.14)."""
+        impl = self._impl
+        return impl is not None and impl.aborted
+
+    @property
+    def partial(self) -> bool:
+        """True for an incoming delivery whose data is not all here; deliveries are handed over complete."""
+        return False
+
+    @property
+    def pending(self) -> int:
+        """The number of bytes not yet read (incoming) or not yet sent (outgoing)."""
+        payload = self._payload
+        if payload is not None:
+            return len(payload) - self._read
+        return 0
+
+    @property
+    def readable(self) -> bool:
+        """True for an incoming delivery that is its link's current one (it has data to read)."""
+        link = self.link
+        return link.is_receiver and link.current is self
+
+    @property
+    def writable(self) -> bool:
+        """True for an outgoing delivery that is its link's current one while the link has credit."""
+        link = self.link
+        return link.is_sender and link.current is self and link.credit > 0
+
+    @property
+    def buffered(self) -> bool:
+        """True for an outgoing delivery still waiting in this process (no credit, or not attached yet)."""
+        return self.link.is_sender and self._impl is None and not self._settled_here
+
+    @property
+    def work_next(self) -> Delivery | None:
+        """proton's work list is not kept; always None."""
+        return None
+
+    # --- commands ----------------------------------------------------------------------------------------
+
+    def update(self, state: int) -> None:
+        """Set the local state (``Delivery.ACCEPTED``...); its fields come from :attr:`local`.
+
+        The disposition is sent with the settlement when :meth:`settle` follows in the same callback (the usual
+        ``accept``), else on its own, unsettled, once the callback returns.
+        """
+        self.local.type = state
+        self._local_type = state
+        self.link._delivery_updated(self)
+
+    def settle(self) -> None:
+        """Settle the delivery on this end: nothing more will be said or heard about it.
+
+        Settling the link's current incoming delivery also advances the link past it, as in proton.
+        """
+        if self._settled_here:
+            return
+        self._settled_here = True
+        self.link._settle(self)
+
+    def abort(self) -> None:
+        """Abort an outgoing delivery (§2.6.14): the receiver discards what it got of it."""
+        self.link._abort(self)
+
+    def __repr__(self) -> str:
+        return f"Delivery(tag={self._tag!r}, local_state={self._local_type}, remote_state={self.remote_state})"

@@ -1,0 +1,1101 @@
+"""proton's endpoints: ``Connection``, ``Session``, ``Link`` (``Sender``, ``Receiver``) and ``Terminus``.
+
+Each object here is the application's view of one endpoint of our engine (:mod:`amqp_async.protocol`): it holds
+what the application set (addresses, settle modes, credit asked for...) and, once its connection has a transport,
+the engine endpoint (``_impl``) that does the protocol work. The local half of the state is kept here, because a
+proton program opens endpoints before there is a transport; the remote half is read from the engine. When the
+transport comes (or comes back, after a reconnect) :meth:`Connection._bind` gives every open endpoint a new engine
+endpoint, in order, so the engine sends open, begin and attach as the application asked.
+
+Every change the application makes to an endpoint also queues the matching local event (``on_link_local_open``...)
+for the container, as proton's collector does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from ..codec.performatives import RCV_FIRST, SND_MIXED, SND_SETTLED, Error
+from ..codec.terminus import Source, Target
+from ..message import Message
+from ..protocol.endpoint import EndpointState
+from ..types import symbol, ulong
+from ._condition import Condition
+from ._data import Data
+from ._delivery import Delivery, state_object
+from ._events import Event
+from ._exceptions import LinkException, SessionException
+from ._transport import Transport
+
+if TYPE_CHECKING:
+    from ..protocol import Connection as EngineConnection
+    from ..protocol.link import ReceiverLink as EngineReceiver
+    from ..protocol.link import SenderLink as EngineSender
+    from ..protocol.session import Session as EngineSession
+
+__all__ = ["Connection", "Endpoint", "Link", "Receiver", "Sender", "Session", "Terminus"]
+
+_UNINIT, _ACTIVE, _CLOSED = 1, 2, 4
+LinkT = TypeVar("LinkT", bound="Link")
+_REMOTE_BITS = {EndpointState.UNINIT: 8, EndpointState.ACTIVE: 16, EndpointState.CLOSED: 32}
+
+
+def _condition_of(error: Error | None) -> Condition | None:
+    return None if error is None else Condition.from_error(error)
+
+
+def _error_of(condition: Condition | None) -> Error | None:
+    return None if condition is None else condition.to_error()
+
+
+class Endpoint:
+    """What connections, sessions and links share: the state bits and the conditions.
+
+    ``state`` is a bit field: one of :attr:`LOCAL_UNINIT`, :attr:`LOCAL_ACTIVE`, :attr:`LOCAL_CLOSED` or-ed with one
+    of :attr:`REMOTE_UNINIT`, :attr:`REMOTE_ACTIVE`, :attr:`REMOTE_CLOSED`.
+    """
+
+    LOCAL_UNINIT = 1
+    LOCAL_ACTIVE = 2
+    LOCAL_CLOSED = 4
+    REMOTE_UNINIT = 8
+    REMOTE_ACTIVE = 16
+    REMOTE_CLOSED = 32
+
+    _impl: Any
+    _local: int
+    handler: Any
+    condition: Condition | None
+
+    @property
+    def state(self) -> int:
+        """The local and remote state bits."""
+        impl = self._impl
+        return self._local | (8 if impl is None else _REMOTE_BITS[impl.remote_state])
+
+    @property
+    def remote_condition(self) -> Condition | None:
+        """The condition the peer closed this endpoint with, if any."""
+        impl = self._impl
+        return None if impl is None else _condition_of(impl.remote_error)
+
+    def _container(self) -> Any:
+        raise NotImplementedError
+
+    def _push(self, event_type: Any) -> None:
+        container = self._container()
+        if container is not None:
+            container._push(event_type, self)
+
+
+class Connection(Endpoint):
+    """An AMQP connection: made by :meth:`Container.connect` (or for each peer an acceptor lets in).
+
+    Attributes:
+        container: the container id sent in open (this end's).
+        hostname: the hostname sent in open (and used for SASL and TLS).
+        user, password: the SASL credentials (the URL's win).
+        handler: the handler for this connection's events (None: the container's).
+        offered_capabilities, desired_capabilities, properties: open's fields.
+        condition: the condition to close with.
+        url: the URL of the peer, once connected.
+    """
+
+    _is_connection = True
+
+    def __init__(self, impl: Any = None) -> None:
+        self._impl: EngineConnection | None = impl
+        self._local = _UNINIT
+        self._reactor: Any = None
+        self.handler: Any = None
+        self.container: str | None = None
+        self.hostname: str | None = None
+        self.user: str | None = None
+        self.password: str | None = None
+        self.url: Any = None
+        self.offered_capabilities: Any = None
+        self.desired_capabilities: Any = None
+        self.properties: Any = None
+        self.condition: Condition | None = None
+        self._sessions: list[Session] = []
+        self._transport = Transport(_connection=self)
+        self._tls: Any = None
+        self._default_session: Session | None = None
+        self._channel: Any = None  # the container's driver of this connection
+
+    def _container(self) -> Any:
+        return self._reactor
+
+    # --- what the peer said ------------------------------------------------------------------------------
+
+    def _remote_open(self) -> Any:
+        impl = self._impl
+        return None if impl is None else impl.remote_open
+
+    @property
+    def remote_container(self) -> str | None:
+        """The peer's container id (None until its open arrived)."""
+        remote = self._remote_open()
+        return None if remote is None else remote.container_id
+
+    @property
+    def remote_hostname(self) -> str | None:
+        """The hostname the peer sent in its open."""
+        remote = self._remote_open()
+        return None if remote is None else remote.hostname
+
+    @property
+    def remote_properties(self) -> Any:
+        """The peer's connection properties (a dict), or None."""
+        remote = self._remote_open()
+        return None if remote is None else remote.properties
+
+    @property
+    def remote_offered_capabilities(self) -> Any:
+        """The capabilities the peer offers (a tuple of symbols), or None."""
+        remote = self._remote_open()
+        return None if remote is None else remote.offered_capabilities
+
+    @property
+    def remote_desired_capabilities(self) -> Any:
+        """The capabilities the peer desires (a tuple of symbols), or None."""
+        remote = self._remote_open()
+        return None if remote is None else remote.desired_capabilities
+
+    @property
+    def transport(self) -> Transport:
+        """The transport of this connection."""
+        return self._transport
+
+    @property
+    def connected_address(self) -> str | None:
+        """The URL of the peer this connection is connected to, or None."""
+        return None if self.url is None else str(self.url)
+
+    @property
+    def error(self) -> int:
+        """proton's error code: always 0 (errors are raised, or reported as conditions)."""
+        return 0
+
+    @property
+    def work_head(self) -> Delivery | None:
+        """proton's work list is not kept; always None."""
+        return None
+
+    # --- commands ----------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open the connection: the open frame goes out once the transport is up."""
+        if self._local != _UNINIT:
+            return
+        self._local = _ACTIVE
+        self._push(Event.CONNECTION_LOCAL_OPEN)
+        impl = self._impl
+        if impl is not None and impl.local_state is EndpointState.UNINIT:
+            impl.open()
+            self._touch()
+        container = self._reactor
+        if container is not None:
+            container._connection_opened_locally(self)
+
+    def close(self) -> None:
+        """Close the connection (with :attr:`condition`, if set); the peer's close completes it."""
+        if self._local == _CLOSED:
+            return
+        self._local = _CLOSED
+        self._push(Event.CONNECTION_LOCAL_CLOSE)
+        impl = self._impl
+        if impl is not None and impl.local_state is not EndpointState.CLOSED and not impl.closed:
+            if impl.local_state is EndpointState.UNINIT:
+                impl.open()
+            impl.close(_error_of(self.condition))
+            self._touch()
+        container = self._reactor
+        if container is not None:
+            container._connection_closed_locally(self)
+
+    def session(self) -> Session:
+        """A new session on this connection (open it with :meth:`Session.open`)."""
+        if self._local == _CLOSED:
+            raise SessionException("the connection is closed")
+        session = Session(self)
+        self._sessions.append(session)
+        session._push(Event.SESSION_INIT)
+        return session
+
+    def session_head(self, mask: int) -> Session | None:
+        """The first session whose state matches ``mask``."""
+        return next((s for s in self._sessions if s.state & mask == mask), None)
+
+    def link_head(self, mask: int) -> Link | None:
+        """The first link of this connection whose state matches ``mask``."""
+        return next((link for s in self._sessions for link in s._links if link.state & mask == mask), None)
+
+    def free(self) -> None:
+        """Forget the connection (close it first)."""
+        container = self._reactor
+        if container is not None:
+            container._forget_connection(self)
+
+    # --- for the container -------------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        container = self._reactor
+        if container is not None:
+            container._dirty[self] = None
+
+    def _engine_usable(self) -> bool:
+        """True while the engine takes frames for this connection (bound, opened by us, not closed)."""
+        impl = self._impl
+        return impl is not None and impl.local_state is EndpointState.ACTIVE and not impl.closed
+
+    def _abort_transport(self) -> None:
+        channel = self._channel
+        if channel is not None:
+            channel.abort()
+
+    def _bind(self, engine: EngineConnection) -> None:
+        """Give this connection (and its open sessions and links) a new engine, replaying what is open."""
+        self._impl = engine
+        self._sessions = [s for s in self._sessions if s._local != _CLOSED]
+        for session in self._sessions:
+            session._impl = None
+            for link in session._links:
+                link._unbind()
+            session._links = [link for link in session._links if link._local != _CLOSED]
+        if self._local == _ACTIVE:
+            engine.open()
+            for session in self._sessions:
+                session._begin_if_ready()
+        elif self._local == _CLOSED:
+            engine.open()
+            engine.close(_error_of(self.condition))
+
+    def __repr__(self) -> str:
+        return f"Connection(container={self.container!r}, url={self.connected_address!r}, state={self.state})"
+
+
+class Session(Endpoint):
+    """A session: made by :meth:`Connection.session` (or by the peer).
+
+    Attributes:
+        connection: the session's connection.
+        handler: the handler for this session's events (None: the connection's).
+        incoming_capacity: the bytes of incoming transfers this session buffers (sets its incoming window).
+        condition: the condition to end with.
+    """
+
+    _is_session = True
+
+    def __init__(self, connection: Connection, impl: EngineSession | None = None) -> None:
+        self.connection = connection
+        self._impl = impl
+        self._local = _UNINIT
+        self.handler: Any = None
+        self.condition: Condition | None = None
+        self.incoming_capacity = 0
+        self.outgoing_window = 2048
+        self._links: list[Link] = []
+
+    def _container(self) -> Any:
+        return self.connection._reactor
+
+    @property
+    def transport(self) -> Transport:
+        """The transport of the session's connection."""
+        return self.connection.transport
+
+    @property
+    def incoming_bytes(self) -> int:
+        """Bytes of incoming transfers held (deliveries are handed over whole, so 0 between callbacks)."""
+        return 0
+
+    @property
+    def outgoing_bytes(self) -> int:
+        """Bytes of outgoing transfers waiting for the peer's window."""
+        impl = self._impl
+        return 0 if impl is None else impl.outgoing_backlog
+
+    def open(self) -> None:
+        """Begin the session."""
+        if self._local != _UNINIT:
+            return
+        self._local = _ACTIVE
+        self._push(Event.SESSION_LOCAL_OPEN)
+        self._begin_if_ready()
+
+    def close(self) -> None:
+        """End the session (with :attr:`condition`, if set)."""
+        if self._local == _CLOSED:
+            return
+        self._local = _CLOSED
+        self._push(Event.SESSION_LOCAL_CLOSE)
+        impl = self._impl
+        if impl is not None and impl.local_state is EndpointState.ACTIVE and self.connection._engine_usable():
+            impl.end(_error_of(self.condition))
+            self.connection._touch()
+
+    def sender(self, name: str) -> Sender:
+        """A new sending link called ``name`` (set its termini and options, then :meth:`Link.open`)."""
+        return self._new_link(Sender, name)
+
+    def receiver(self, name: str) -> Receiver:
+        """A new receiving link called ``name`` (set its termini and options, then :meth:`Link.open`)."""
+        return self._new_link(Receiver, name)
+
+    def _new_link(self, kind: type[LinkT], name: str) -> LinkT:
+        if self._local == _CLOSED:
+            raise LinkException("the session is closed")
+        link = kind(self, name)
+        self._links.append(link)
+        link._push(Event.LINK_INIT)
+        return link
+
+    def next(self, mask: int) -> Session | None:
+        """The next session of the connection whose state matches ``mask``."""
+        sessions = self.connection._sessions
+        index = sessions.index(self) if self in sessions else len(sessions)
+        return next((s for s in sessions[index + 1 :] if s.state & mask == mask), None)
+
+    def free(self) -> None:
+        """Forget the session (end it first)."""
+        if self in self.connection._sessions:
+            self.connection._sessions.remove(self)
+
+    def _engine_active(self) -> bool:
+        """True while the engine session takes frames (begun by us, not ended by the peer, connection usable)."""
+        impl = self._impl
+        return (
+            impl is not None
+            and impl.local_state is EndpointState.ACTIVE
+            and impl.remote_state is not EndpointState.CLOSED
+            and self.connection._engine_usable()
+        )
+
+    def _begin_if_ready(self) -> None:
+        """Begin on the engine once this session is open and the connection's engine can take it."""
+        if self._local != _ACTIVE or not self.connection._engine_usable():
+            return
+        engine = self.connection._impl
+        assert engine is not None
+        impl = self._impl
+        if impl is None:
+            options: dict[str, Any] = {}
+            if self.incoming_capacity:
+                frame = max(engine.max_frame_size, 512)
+                options["incoming_window"] = max(1, self.incoming_capacity // frame)
+            impl = self._impl = engine.begin_session(**options)
+            impl.user_data = self
+        elif impl.local_state is EndpointState.UNINIT:
+            impl.begin()
+        else:
+            return
+        self.connection._touch()
+        for link in self._links:
+            link._attach_if_ready()
+
+    def __repr__(self) -> str:
+        return f"Session(state={self.state})"
+
+
+class Terminus:
+    """A source or target: the node a link takes messages from or gives them to, and how.
+
+    On a link's local termini every attribute may be set before the link is opened; the remote termini
+    (:attr:`Link.remote_source`, :attr:`Link.remote_target`) hold what the peer's attach said.
+    :attr:`properties`, :attr:`capabilities`, :attr:`outcomes` and :attr:`filter` are :class:`Data` objects, as
+    in proton (``link.source.filter.put_dict(...)``).
+    """
+
+    UNSPECIFIED = 0
+    SOURCE = 1
+    TARGET = 2
+    COORDINATOR = 3
+    NONDURABLE = 0
+    CONFIGURATION = 1
+    DELIVERIES = 2
+    EXPIRE_WITH_LINK = 0
+    EXPIRE_WITH_SESSION = 1
+    EXPIRE_WITH_CONNECTION = 2
+    EXPIRE_NEVER = 3
+    DIST_MODE_UNSPECIFIED = 0
+    DIST_MODE_COPY = 1
+    DIST_MODE_MOVE = 2
+
+    def __init__(self, kind: int = 0) -> None:
+        self.type = kind
+        self.address: str | None = None
+        self.durability = self.NONDURABLE
+        self.expiry_policy = self.EXPIRE_WITH_SESSION
+        self.timeout = 0
+        self.dynamic = False
+        self.distribution_mode = self.DIST_MODE_UNSPECIFIED
+        self.properties = Data()
+        self.capabilities = Data()
+        self.outcomes = Data()
+        self.filter = Data()
+        self.default_outcome: Any = None
+
+    def copy(self, src: Terminus) -> None:
+        """Copy every attribute of ``src`` into this terminus."""
+        for name in ("type", "address", "durability", "expiry_policy", "timeout", "dynamic", "distribution_mode"):
+            setattr(self, name, getattr(src, name))
+        self.default_outcome = src.default_outcome
+        for name in ("properties", "capabilities", "outcomes", "filter"):
+            data = Data()
+            value = _data_value(getattr(src, name))
+            if value is not None:
+                data.put_object(value)
+            setattr(self, name, data)
+
+    # --- to and from the codec's composites --------------------------------------------------------------
+
+    @classmethod
+    def _from_composite(cls, composite: Source | Target | None, kind: int) -> Terminus:
+        terminus = cls(kind)
+        if composite is None:
+            terminus.type = cls.UNSPECIFIED
+            return terminus
+        terminus.address = None if composite.address is None else str(composite.address)
+        terminus.durability = int(composite.durable)
+        terminus.expiry_policy = _EXPIRY_CODES.get(str(composite.expiry_policy), cls.EXPIRE_WITH_SESSION)
+        terminus.timeout = int(composite.timeout)
+        terminus.dynamic = bool(composite.dynamic)
+        if composite.dynamic_node_properties is not None:
+            terminus.properties.put_object(composite.dynamic_node_properties)
+        if composite.capabilities is not None:
+            terminus.capabilities.put_object(list(composite.capabilities))
+        if isinstance(composite, Source):
+            mode = None if composite.distribution_mode is None else str(composite.distribution_mode)
+            terminus.distribution_mode = {"copy": cls.DIST_MODE_COPY, "move": cls.DIST_MODE_MOVE}.get(mode or "", 0)
+            if composite.filter is not None:
+                terminus.filter.put_object(composite.filter)
+            if composite.outcomes is not None:
+                terminus.outcomes.put_object(list(composite.outcomes))
+            terminus.default_outcome = composite.default_outcome
+        return terminus
+
+    def _composite(self) -> Source | Target | None:
+        """The source or target to send in attach (None for an unspecified terminus)."""
+        if self.type == self.UNSPECIFIED:
+            return None
+        if self.type == self.COORDINATOR:
+            raise LinkException("transactions (a coordinator target) are not supported yet")
+        common: dict[str, Any] = {
+            "address": self.address,
+            "durable": self.durability,
+            "expiry_policy": symbol(_EXPIRY_NAMES[self.expiry_policy]),
+            "timeout": self.timeout,
+            "dynamic": bool(self.dynamic),
+            "dynamic_node_properties": _data_value(self.properties),
+            "capabilities": _symbols(_data_value(self.capabilities)),
+        }
+        if self.type == self.SOURCE:
+            mode = {self.DIST_MODE_COPY: "copy", self.DIST_MODE_MOVE: "move"}.get(self.distribution_mode)
+            return Source(
+                **common,
+                distribution_mode=None if mode is None else symbol(mode),
+                filter=_data_value(self.filter),
+                outcomes=_symbols(_data_value(self.outcomes)),
+                default_outcome=self.default_outcome,
+            )
+        return Target(**common)
+
+    def __repr__(self) -> str:
+        return f"Terminus(address={self.address!r}, dynamic={self.dynamic})"
+
+
+_EXPIRY_NAMES = {0: "link-detach", 1: "session-end", 2: "connection-close", 3: "never"}
+_EXPIRY_CODES = {name: code for code, name in _EXPIRY_NAMES.items()}
+
+
+def _data_value(data: Data) -> Any:
+    """The first value a terminus's :class:`Data` holds, or None when it is empty."""
+    data.rewind()
+    if data.next() is None:
+        return None
+    value = data.get_object()
+    data.rewind()
+    return value
+
+
+def _symbols(value: Any) -> tuple[symbol, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        return (symbol(value if isinstance(value, str) else value.decode()),)
+    return tuple(symbol(str(item)) for item in value)
+
+
+class Link(Endpoint):
+    """One end of a link (a :class:`Sender` or a :class:`Receiver`).
+
+    Attributes:
+        name: the link name.
+        session: the link's session.
+        handler: the handler for this link's events (None: the session's or connection's).
+        source, target: this end's termini (set them before :meth:`open`).
+        snd_settle_mode, rcv_settle_mode: the settle modes to ask for (``Link.SND_*``, ``Link.RCV_*``).
+        max_message_size: the largest message this end accepts (0: no limit).
+        properties: the link properties to send (a dict with symbol keys), or None.
+        offered_capabilities, desired_capabilities: the link capabilities to send, or None.
+        condition: the condition to close with.
+    """
+
+    SND_UNSETTLED = 0
+    SND_SETTLED = 1
+    SND_MIXED = 2
+    RCV_FIRST = 0
+    RCV_SECOND = 1
+
+    _is_link = True
+    is_sender = False
+    is_receiver = False
+
+    def __init__(self, session: Session, name: str) -> None:
+        self.session = session
+        self.name = name
+        self._impl: Any = None
+        self._local = _UNINIT
+        self.handler: Any = None
+        self.condition: Condition | None = None
+        self.source = Terminus(Terminus.SOURCE)
+        self.target = Terminus(Terminus.TARGET)
+        self.snd_settle_mode = SND_MIXED
+        self.rcv_settle_mode = RCV_FIRST
+        self.max_message_size = 0
+        self.properties: Any = None
+        self.offered_capabilities: Any = None
+        self.desired_capabilities: Any = None
+        self._drain_mode = False
+
+    def _container(self) -> Any:
+        return self.session.connection._reactor
+
+    @property
+    def connection(self) -> Connection:
+        """The link's connection."""
+        return self.session.connection
+
+    @property
+    def transport(self) -> Transport:
+        """The transport of the link's connection."""
+        return self.session.connection.transport
+
+    # --- what the peer said ------------------------------------------------------------------------------
+
+    @property
+    def remote_source(self) -> Terminus:
+        """The source the peer's attach carried."""
+        impl = self._impl
+        return Terminus._from_composite(None if impl is None else impl.remote_source, Terminus.SOURCE)
+
+    @property
+    def remote_target(self) -> Terminus:
+        """The target the peer's attach carried."""
+        impl = self._impl
+        return Terminus._from_composite(None if impl is None else impl.remote_target, Terminus.TARGET)
+
+    @property
+    def remote_snd_settle_mode(self) -> int:
+        """The sender settle mode the peer's attach carried."""
+        impl = self._impl
+        return SND_MIXED if impl is None else int(impl.remote_snd_settle_mode)
+
+    @property
+    def remote_rcv_settle_mode(self) -> int:
+        """The receiver settle mode the peer's attach carried."""
+        impl = self._impl
+        return RCV_FIRST if impl is None else int(impl.remote_rcv_settle_mode)
+
+    @property
+    def remote_max_message_size(self) -> int:
+        """The largest message the peer accepts (0: no limit)."""
+        impl = self._impl
+        return 0 if impl is None else int(impl.remote_max_message_size or 0)
+
+    @property
+    def remote_properties(self) -> Any:
+        """The link properties the peer sent, or None."""
+        impl = self._impl
+        return None if impl is None or impl.remote_attach is None else impl.remote_attach.properties
+
+    @property
+    def remote_offered_capabilities(self) -> Any:
+        """The capabilities the peer offered on this link, or None."""
+        impl = self._impl
+        return None if impl is None or impl.remote_attach is None else impl.remote_attach.offered_capabilities
+
+    @property
+    def remote_desired_capabilities(self) -> Any:
+        """The capabilities the peer desired on this link, or None."""
+        impl = self._impl
+        return None if impl is None or impl.remote_attach is None else impl.remote_attach.desired_capabilities
+
+    # --- credit ------------------------------------------------------------------------------------------
+
+    @property
+    def credit(self) -> int:
+        """The link credit: how many more messages may be sent now."""
+        impl = self._impl
+        return 0 if impl is None else int(impl.link_credit)
+
+    @property
+    def available(self) -> int:
+        """The sender's count of messages it could send now (§2.6.7)."""
+        impl = self._impl
+        return 0 if impl is None else int(impl.available)
+
+    @property
+    def queued(self) -> int:
+        """Deliveries waiting on this end: not yet sent (sender) or not yet read (receiver)."""
+        return 0
+
+    @property
+    def unsettled(self) -> int:
+        """Deliveries of this link not yet settled on this end."""
+        return 0
+
+    @property
+    def drain_mode(self) -> bool:
+        """The drain flag: a receiver asks the sender to use up or give back its credit."""
+        impl = self._impl
+        return self._drain_mode if impl is None else bool(impl.drain)
+
+    @drain_mode.setter
+    def drain_mode(self, value: bool) -> None:
+        self._drain_mode = bool(value)
+
+    @property
+    def current(self) -> Delivery | None:
+        """The current delivery: the one being written (sender) or read (receiver)."""
+        return None
+
+    def advance(self) -> bool:
+        """Move past the current delivery; True when there was one."""
+        return False
+
+    def drained(self) -> int:
+        """Answer (sender) or account for (receiver) a drain; returns the credit it gave back."""
+        return 0
+
+    # --- life --------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Attach the link (answering the peer's attach, for a link it started)."""
+        if self._local != _UNINIT:
+            return
+        self._local = _ACTIVE
+        self._push(Event.LINK_LOCAL_OPEN)
+        self._attach_if_ready()
+
+    def close(self) -> None:
+        """Detach and close the link (with :attr:`condition`, if set)."""
+        self._detach(closed=True)
+
+    def detach(self) -> None:
+        """Detach the link without closing it (it may be resumed)."""
+        self._detach(closed=False)
+
+    def _detach(self, closed: bool) -> None:
+        if self._local == _CLOSED:
+            return
+        self._local = _CLOSED
+        self._push(Event.LINK_LOCAL_CLOSE if closed else Event.LINK_LOCAL_DETACH)
+        impl = self._impl
+        if impl is not None and impl.local_state is not EndpointState.CLOSED and self.session._engine_active():
+            impl.detach(closed=closed, error=_error_of(self.condition))
+            self.connection._touch()
+
+    def free(self) -> None:
+        """Forget the link (close it first)."""
+        links = self.session._links
+        if self in links:
+            links.remove(self)
+
+    def next(self, mask: int) -> Link | None:
+        """The next link of the connection whose state matches ``mask``."""
+        links = [link for s in self.connection._sessions for link in s._links]
+        index = links.index(self) if self in links else len(links)
+        return next((link for link in links[index + 1 :] if link.state & mask == mask), None)
+
+    def delivery(self, tag: bytes | str) -> Delivery:
+        """Start a new delivery with ``tag`` (a sender's low-level API: :meth:`Sender.stream`, :meth:`advance`)."""
+        raise LinkException("only a sender makes deliveries")
+
+    # --- binding to the engine ---------------------------------------------------------------------------
+
+    def _attach_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "source": self.source._composite(),
+            "target": self.target._composite(),
+            "snd_settle_mode": self.snd_settle_mode,
+            "rcv_settle_mode": self.rcv_settle_mode,
+        }
+        if self.max_message_size:
+            options["max_message_size"] = ulong(self.max_message_size)
+        if self.properties:
+            options["properties"] = {symbol(str(k)): v for k, v in dict(self.properties).items()}
+        if self.offered_capabilities:
+            options["offered_capabilities"] = self.offered_capabilities
+        if self.desired_capabilities:
+            options["desired_capabilities"] = self.desired_capabilities
+        return options
+
+    def _attach_if_ready(self) -> None:
+        session = self.session
+        if self._local != _ACTIVE or not session._engine_active():
+            return
+        impl = self._impl
+        if impl is None:
+            attach = session._impl.attach_sender if self.is_sender else session._impl.attach_receiver
+            impl = self._impl = attach(self.name, **self._attach_options())
+            impl.user_data = self
+        elif impl.local_state is EndpointState.UNINIT:
+            impl.attach(**self._attach_options())
+        else:
+            return
+        self.connection._touch()
+        self._after_attach()
+
+    def _after_attach(self) -> None:
+        """Subclass hook: the engine link was attached on our side."""
+
+    def _unbind(self) -> None:
+        """The transport is gone: forget the engine link (a new one is made on the next transport)."""
+        self._impl = None
+
+    def _delivery_updated(self, delivery: Delivery) -> None:
+        """A delivery's local state was set."""
+
+    def _settle(self, delivery: Delivery) -> None:
+        """Settle ``delivery`` on the engine."""
+
+    def _send_state(self, delivery: Delivery) -> None:
+        """Send the local state of ``delivery``, unsettled (it was updated and not settled in the callback)."""
+
+    def _abort(self, delivery: Delivery) -> None:
+        raise LinkException("only a sender aborts deliveries")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, state={self.state})"
+
+
+class Sender(Link):
+    """A link on which this end sends messages.
+
+    Messages sent without credit (or before the link is attached) wait here, in order, and go as credit comes, as
+    in proton; :attr:`queued` counts them.
+
+    Attributes:
+        tag_generator: an iterator (or a function) giving delivery tags; by default "1", "2", ... as proton's.
+    """
+
+    is_sender = True
+
+    def __init__(self, session: Session, name: str) -> None:
+        super().__init__(session, name)
+        self._pending: deque[tuple[Delivery, bytes]] = deque()
+        self._unsettled: dict[Delivery, None] = {}
+        self._tag_count = 0
+        self.tag_generator: Any = None
+        self._current: Delivery | None = None
+        self._stream: bytearray | None = None
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting to be sent (no credit yet)."""
+        return len(self._pending)
+
+    @property
+    def unsettled(self) -> int:
+        """Messages sent (or waiting) not yet settled on this end."""
+        return len(self._unsettled)
+
+    @property
+    def current(self) -> Delivery | None:
+        """The delivery being written with :meth:`stream`, if any."""
+        return self._current
+
+    def delivery_tag(self) -> bytes:
+        """The tag for the next delivery."""
+        generator = self.tag_generator
+        if generator is None:
+            self._tag_count += 1
+            return str(self._tag_count).encode()
+        tag = next(generator) if hasattr(generator, "__next__") else generator()
+        return tag.encode() if isinstance(tag, str) else bytes(tag)
+
+    def offered(self, n: int) -> None:
+        """Tell the receiver how many messages are available to send (§2.6.7 ``available``)."""
+        impl = self._impl
+        if impl is not None and impl.local_state is EndpointState.ACTIVE:
+            impl.set_available(n)
+            self.connection._touch()
+
+    def send(self, obj: Any, tag: bytes | str | None = None) -> Any:
+        """Send a message (a :class:`Message`, or anything with a ``send(sender, tag)`` method) as a new
+        delivery, or write raw bytes to the current delivery (see :meth:`stream`).
+
+        Returns:
+            The :class:`Delivery` (for bytes: the number of bytes written).
+        """
+        if isinstance(obj, Message):
+            return self._send_payload(obj.encode(), tag)
+        if hasattr(obj, "send"):
+            return obj.send(self, tag=tag)
+        return self.stream(obj)
+
+    def _send_payload(self, payload: bytes, tag: bytes | str | None, delivery: Delivery | None = None) -> Delivery:
+        if delivery is None:
+            if tag is None:
+                tag = self.delivery_tag()
+            elif isinstance(tag, str):
+                tag = tag.encode()
+            delivery = Delivery(self, tag)
+        else:
+            tag = delivery._tag
+        settled = self.snd_settle_mode == SND_SETTLED
+        if settled:
+            delivery._settled_here = True
+        else:
+            self._unsettled[delivery] = None
+        impl = self._impl
+        if not self._pending and impl is not None and impl.link_credit > 0 and self._sendable():
+            engine_delivery = impl.send(payload, tag=tag, settled=settled)
+            delivery._impl = engine_delivery
+            engine_delivery.user_data = delivery
+            self.connection._touch()
+        else:
+            self._pending.append((delivery, payload))
+        return delivery
+
+    def _sendable(self) -> bool:
+        impl = self._impl
+        return (
+            impl.local_state is EndpointState.ACTIVE
+            and impl.remote_state is EndpointState.ACTIVE
+            and self.session._engine_active()
+        )
+
+    def _pump(self) -> None:
+        """Send the waiting messages the credit allows."""
+        impl = self._impl
+        pending = self._pending
+        if not pending or impl is None or not self._sendable():
+            return
+        settled = self.snd_settle_mode == SND_SETTLED
+        while pending and impl.link_credit > 0:
+            delivery, payload = pending.popleft()
+            engine_delivery = impl.send(payload, tag=delivery._tag, settled=settled)
+            delivery._impl = engine_delivery
+            engine_delivery.user_data = delivery
+        self.connection._touch()
+
+    # --- proton's low-level delivery API -----------------------------------------------------------------
+
+    def delivery(self, tag: bytes | str) -> Delivery:
+        """Start a delivery with ``tag``: :meth:`stream` its bytes, then :meth:`advance` to send it."""
+        self._current = Delivery(self, tag.encode() if isinstance(tag, str) else bytes(tag))
+        self._stream = bytearray()
+        return self._current
+
+    def stream(self, data: bytes) -> int:
+        """Append bytes to the current delivery (made by :meth:`delivery`); returns how many were taken."""
+        if self._current is None or self._stream is None:
+            raise LinkException("no current delivery: call sender.delivery(tag) first")
+        self._stream += data
+        return len(data)
+
+    def advance(self) -> bool:
+        """Finish the current delivery and send it."""
+        current, data = self._current, self._stream
+        if current is None or data is None:
+            return False
+        self._current = self._stream = None
+        self._send_payload(bytes(data), None, current)
+        return True
+
+    def drained(self) -> int:
+        """Answer the receiver's drain: give back the credit not used; returns how much."""
+        impl = self._impl
+        if impl is None or not impl.drain:
+            return 0
+        credit = int(impl.link_credit)
+        impl.drained()
+        self.connection._touch()
+        return credit
+
+    # --- engine hooks ------------------------------------------------------------------------------------
+
+    def _after_attach(self) -> None:
+        self._pump()
+
+    def _unbind(self) -> None:
+        # Messages sent on the lost transport are in doubt: as in proton, nothing resends them.
+        self._impl = None
+        for delivery in list(self._unsettled):
+            if delivery._impl is not None:
+                del self._unsettled[delivery]
+
+    def _delivery_updated(self, delivery: Delivery) -> None:
+        pass  # a sender's own state is not sent; settle() sends the settlement
+
+    def _settle(self, delivery: Delivery) -> None:
+        self._unsettled.pop(delivery, None)
+        impl = delivery._impl
+        if impl is None:
+            # Not sent yet: settling it first is giving it up.
+            self._pending = deque(item for item in self._pending if item[0] is not delivery)
+            return
+        link: Any = self._impl
+        if not impl.settled and link is not None and impl.link is link:
+            cast("EngineSender", link).settle(impl, state_object(delivery.local) if delivery._local_type else None)
+            self.connection._touch()
+
+    def _abort(self, delivery: Delivery) -> None:
+        impl = delivery._impl
+        if impl is None:
+            self._pending = deque(item for item in self._pending if item[0] is not delivery)
+        elif self._impl is not None and self._impl is impl.link:
+            self.session._impl.abort(impl)
+            self.connection._touch()
+        delivery._settled_here = True
+        self._unsettled.pop(delivery, None)
+
+
+class Receiver(Link):
+    """A link on which this end receives messages.
+
+    Complete deliveries queue here in order; the current one is read with :meth:`recv` and left with
+    :meth:`advance` (``MessagingHandler`` does both and hands over the message).
+    """
+
+    is_receiver = True
+
+    def __init__(self, session: Session, name: str) -> None:
+        super().__init__(session, name)
+        self._incoming: deque[Delivery] = deque()
+        self._unsettled_count = 0
+        self._credit_wanted = 0
+        self._drained_credit = 0
+        self._credit_seen = 0
+
+    @property
+    def credit(self) -> int:
+        """The credit the sender has on this link (credit asked for before the attach included)."""
+        impl = self._impl
+        if impl is None or impl.local_state is not EndpointState.ACTIVE:
+            return self._credit_wanted
+        return int(impl.link_credit)
+
+    @property
+    def queued(self) -> int:
+        """Complete deliveries not yet read (advanced past)."""
+        return len(self._incoming)
+
+    @property
+    def unsettled(self) -> int:
+        """Deliveries received and not yet settled on this end."""
+        impl = self._impl
+        return 0 if impl is None or self.session._impl is None else self.session._impl.unsettled_incoming
+
+    @property
+    def current(self) -> Delivery | None:
+        """The delivery to read now, if any."""
+        incoming = self._incoming
+        return incoming[0] if incoming else None
+
+    def flow(self, n: int) -> None:
+        """Give the sender ``n`` more credit."""
+        if n <= 0:
+            return
+        impl = self._impl
+        if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
+            impl.add_credit(n)
+            self.connection._touch()
+        else:
+            self._credit_wanted += n
+
+    def drain(self, n: int) -> None:
+        """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
+        impl = self._impl
+        if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
+            impl.grant_credit(int(impl.link_credit) + max(n, 0), drain=True)
+            self._credit_seen = int(impl.link_credit)
+            self.connection._touch()
+        else:
+            self._drain_mode = True
+            self._credit_wanted += max(n, 0)
+
+    def draining(self) -> bool:
+        """True while a drain asked for is not complete (the sender still has credit)."""
+        impl = self._impl
+        return impl is not None and bool(impl.drain) and impl.link_credit > 0
+
+    def drained(self) -> int:
+        """The credit the sender gave back by draining, since the last call."""
+        drained, self._drained_credit = self._drained_credit, 0
+        return drained
+
+    def recv(self, limit: int) -> bytes | None:
+        """Read up to ``limit`` bytes of the current delivery; None once it is all read."""
+        current = self.current
+        if current is None:
+            raise LinkException("no current delivery to read")
+        payload = current._payload
+        if payload is None:
+            return None
+        start = current._read
+        if start >= len(payload):
+            return None
+        end = min(len(payload), start + limit)
+        current._read = end
+        return bytes(payload[start:end]) if start or end != len(payload) else bytes(payload)
+
+    def advance(self) -> bool:
+        """Move past the current delivery."""
+        if self._incoming:
+            self._incoming.popleft()
+            return True
+        return False
+
+    # --- engine hooks ------------------------------------------------------------------------------------
+
+    def _after_attach(self) -> None:
+        wanted, self._credit_wanted = self._credit_wanted, 0
+        if wanted:
+            impl: EngineReceiver = self._impl
+            impl.grant_credit(wanted, drain=self._drain_mode)
+        self._credit_seen = wanted
+
+    def _unbind(self) -> None:
+        self._impl = None
+        self._incoming.clear()
+
+    def _delivery_updated(self, delivery: Delivery) -> None:
+        container = self._container()
+        if container is not None:
+            container._updated.append(delivery)
+
+    def _settle(self, delivery: Delivery) -> None:
+        impl = delivery._impl
+        link: Any = self._impl
+        if impl is not None and link is not None and impl.link is link and not impl.settled:
+            state = state_object(delivery.local) if delivery._local_type else None
+            if link.local_state is EndpointState.ACTIVE:
+                cast("EngineReceiver", link).settle(impl, state)
+                self.connection._touch()
+        incoming = self._incoming
+        if incoming and incoming[0] is delivery:
+            incoming.popleft()
+
+    def _send_state(self, delivery: Delivery) -> None:
+        impl = delivery._impl
+        link: Any = self._impl
+        if impl is None or link is None or impl.link is not link or impl.settled:
+            return
+        if link.local_state is EndpointState.ACTIVE:
+            cast("EngineReceiver", link).settle(impl, state_object(delivery.local), settled=False)
+            self.connection._touch()

@@ -1,0 +1,340 @@
+"""proton's events and handlers: :class:`EventType`, :class:`Event`, :class:`Handler` and the dispatch rule.
+
+An event names what happened (``Event.LINK_FLOW``...) and the object it happened to (its *context*: a connection,
+session, link, delivery, transport, timer task or the container). Dispatching an event to a handler calls the
+handler's ``on_<event>`` method when it has one, else its ``on_unhandled(method, event)``, and then does the same for
+each of the handler's child ``handlers``, depth first, as proton does. Which handler receives an event is decided by
+the container (:meth:`Event.handler`: the link's, the session's or the connection's handler, else the container's).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ._delivery import Delivery
+    from ._endpoints import Connection, Receiver, Sender, Session
+    from ._transport import Transport
+
+__all__ = ["ApplicationEvent", "Event", "EventBase", "EventType", "Handler", "dispatch"]
+
+
+class EventType:
+    """A kind of event: its ``name`` and the handler ``method`` called for it (``on_<name>``).
+
+    Types are registered by number (proton's core event numbers) and by name; :meth:`get` finds or makes one, so an
+    application may define its own types (as :class:`ApplicationEvent` does).
+    """
+
+    TYPES: ClassVar[dict[int, EventType]] = {}
+    _BY_NAME: ClassVar[dict[str, EventType]] = {}
+    _extended = 10000
+
+    def __init__(self, name: str | None = None, number: int | None = None, method: str | None = None) -> None:
+        if name is None and method is not None:
+            name = method[3:] if method.startswith("on_") else method
+        if name is None:
+            raise TypeError("an event type needs a name or a method")
+        if number is None:
+            EventType._extended += 1
+            number = EventType._extended
+        self.name = name
+        self.number = number
+        self.method = method or "on_" + name
+        EventType.TYPES[number] = self
+        EventType._BY_NAME[name] = self
+
+    @classmethod
+    def get(cls, name: str) -> EventType:
+        """The type called ``name``, made on first use."""
+        existing = cls._BY_NAME.get(name)
+        return existing if existing is not None else cls(name=name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    __str__ = __repr__
+
+
+def dispatch(handler: Any, method: str, event: Any) -> None:
+    """Call ``handler.<method>(event)``, or ``handler.on_unhandled(method, event)`` when it has no such method."""
+    callback = getattr(handler, method, None)
+    if callback is not None:
+        callback(event)
+    else:
+        unhandled = getattr(handler, "on_unhandled", None)
+        if unhandled is not None:
+            unhandled(method, event)
+
+
+class EventBase:
+    """What every event has: a type, and dispatch to a handler and its children."""
+
+    _type: EventType
+
+    def __init__(self, type: EventType) -> None:  # noqa: A002 - proton's name
+        self._type = type
+
+    @property
+    def type(self) -> EventType:
+        """The type of this event."""
+        return self._type
+
+    @property
+    def handler(self) -> Any:
+        """The handler scoped to this event's context, if any (None: the container's)."""
+        return None
+
+    def dispatch(self, handler: Any, type: EventType | None = None) -> None:  # noqa: A002 - proton's name
+        """Deliver this event to ``handler`` and then, depth first, to each of its child ``handlers``."""
+        method = (type or self._type).method
+        callback = getattr(handler, method, None)
+        if callback is not None:
+            callback(self)
+        else:
+            unhandled = getattr(handler, "on_unhandled", None)
+            if unhandled is not None:
+                unhandled(method, self)
+        children = getattr(handler, "handlers", None)
+        if children:
+            for child in children:
+                self.dispatch(child, type)
+
+
+def _core(name: str, number: int) -> EventType:
+    return EventType(name=name, number=number)
+
+
+class Event(EventBase):
+    """Notification of a state change: a connection opened, a message arrived, a timer fired...
+
+    The typed accessors (:attr:`connection`, :attr:`session`, :attr:`link`, :attr:`sender`, :attr:`receiver`,
+    :attr:`delivery`, :attr:`transport`) follow the context upwards: a delivery event also has its link, session
+    and connection. :attr:`container` (and its old name :attr:`reactor`) is the container that dispatched it.
+    Handlers may attach attributes (``MessagingHandler`` sets ``event.message``).
+    """
+
+    TIMER_TASK = _core("timer_task", 30)
+    CONNECTION_INIT = _core("connection_init", 1)
+    CONNECTION_BOUND = _core("connection_bound", 2)
+    CONNECTION_UNBOUND = _core("connection_unbound", 3)
+    CONNECTION_LOCAL_OPEN = _core("connection_local_open", 4)
+    CONNECTION_REMOTE_OPEN = _core("connection_remote_open", 5)
+    CONNECTION_LOCAL_CLOSE = _core("connection_local_close", 6)
+    CONNECTION_REMOTE_CLOSE = _core("connection_remote_close", 7)
+    CONNECTION_FINAL = _core("connection_final", 8)
+    SESSION_INIT = _core("session_init", 9)
+    SESSION_LOCAL_OPEN = _core("session_local_open", 10)
+    SESSION_REMOTE_OPEN = _core("session_remote_open", 11)
+    SESSION_LOCAL_CLOSE = _core("session_local_close", 12)
+    SESSION_REMOTE_CLOSE = _core("session_remote_close", 13)
+    SESSION_FINAL = _core("session_final", 14)
+    LINK_INIT = _core("link_init", 15)
+    LINK_LOCAL_OPEN = _core("link_local_open", 16)
+    LINK_REMOTE_OPEN = _core("link_remote_open", 17)
+    LINK_LOCAL_CLOSE = _core("link_local_close", 18)
+    LINK_REMOTE_CLOSE = _core("link_remote_close", 19)
+    LINK_LOCAL_DETACH = _core("link_local_detach", 20)
+    LINK_REMOTE_DETACH = _core("link_remote_detach", 21)
+    LINK_FLOW = _core("link_flow", 22)
+    LINK_FINAL = _core("link_final", 23)
+    DELIVERY = _core("delivery", 24)
+    TRANSPORT = _core("transport", 25)
+    TRANSPORT_ERROR = _core("transport_error", 26)
+    TRANSPORT_HEAD_CLOSED = _core("transport_head_closed", 27)
+    TRANSPORT_TAIL_CLOSED = _core("transport_tail_closed", 28)
+    TRANSPORT_CLOSED = _core("transport_closed", 29)
+    REACTOR_INIT = _core("reactor_init", 40)
+    REACTOR_QUIESCED = _core("reactor_quiesced", 41)
+    REACTOR_FINAL = _core("reactor_final", 42)
+    SELECTABLE_INIT = _core("selectable_init", 50)
+    SELECTABLE_UPDATED = _core("selectable_updated", 51)
+    SELECTABLE_READABLE = _core("selectable_readable", 52)
+    SELECTABLE_WRITABLE = _core("selectable_writable", 53)
+    SELECTABLE_EXPIRED = _core("selectable_expired", 54)
+    SELECTABLE_ERROR = _core("selectable_error", 55)
+    SELECTABLE_FINAL = _core("selectable_final", 56)
+
+    message: Any  # set by MessagingHandler for on_message
+
+    def __init__(self, type: EventType, context: Any, container: Any = None) -> None:  # noqa: A002
+        self._type = type
+        self._context = context
+        self._container = container
+
+    @property
+    def context(self) -> Any:
+        """The object the event happened to."""
+        return self._context
+
+    @property
+    def clazz(self) -> str:
+        """proton's class name of the context (``pn_connection``, ``pn_link``...)."""
+        name = type(self._context).__name__.lower()
+        if name in ("sender", "receiver"):
+            name = "link"
+        return "pn_" + name
+
+    @property
+    def container(self) -> Any:
+        """The container that dispatched the event."""
+        return self._container
+
+    @property
+    def reactor(self) -> Any:
+        """Deprecated name of :attr:`container`."""
+        return self._container
+
+    @property
+    def delivery(self) -> Delivery | None:
+        """The delivery of the event, if any."""
+        return (getattr(self._context, "_is_delivery", False) and self._context) or None
+
+    @property
+    def link(self) -> Sender | Receiver | None:
+        """The link of the event (a delivery event's link too), if any."""
+        context = self._context
+        if getattr(context, "_is_link", False):
+            return context  # type: ignore[no-any-return]
+        return getattr(context, "_event_link", None)
+
+    @property
+    def sender(self) -> Sender | None:
+        """The link of the event when it is a sender, else None."""
+        link = self.link
+        return link if link is not None and link.is_sender else None  # type: ignore[return-value]
+
+    @property
+    def receiver(self) -> Receiver | None:
+        """The link of the event when it is a receiver, else None."""
+        link = self.link
+        return link if link is not None and link.is_receiver else None  # type: ignore[return-value]
+
+    @property
+    def session(self) -> Session | None:
+        """The session of the event (that of its link or delivery too), if any."""
+        context = self._context
+        if getattr(context, "_is_session", False):
+            return context  # type: ignore[no-any-return]
+        link = self.link
+        if link is not None:
+            return link.session
+        return getattr(context, "_event_session", None)
+
+    @property
+    def connection(self) -> Connection | None:
+        """The connection of the event (that of its session, link, delivery or transport too), if any."""
+        context = self._context
+        if getattr(context, "_is_connection", False):
+            return context  # type: ignore[no-any-return]
+        return getattr(context, "connection", None)
+
+    @property
+    def transport(self) -> Transport | None:
+        """The transport of the event's connection, if any."""
+        context = self._context
+        if getattr(context, "_is_transport", False):
+            return context  # type: ignore[no-any-return]
+        connection = self.connection
+        return None if connection is None else connection.transport
+
+    @property
+    def handler(self) -> Any:
+        """The handler scoped to the event: the link's, else the session's, else the connection's, else the
+        context's own ``handler`` (a timer task's); None means the container's handlers."""
+        context = self._context
+        link = self.link
+        if link is not None and link.handler is not None:
+            return link.handler
+        session = self.session
+        if session is not None and session.handler is not None:
+            return session.handler
+        connection = self.connection
+        if connection is not None and connection.handler is not None:
+            return connection.handler
+        return getattr(context, "handler", None) if not getattr(context, "_is_container", False) else None
+
+    def __getattr__(self, name: str) -> Any:
+        # proton: an unknown attribute is looked up on the context (``event.selectable``, ``event.task``...).
+        if name.startswith("__"):
+            raise AttributeError(name)
+        context = self.__dict__.get("_context")
+        if type(context).__name__.lower() == name:
+            return context
+        return getattr(context, name, None)
+
+    def __repr__(self) -> str:
+        return f"{self._type}({self._context!r})"
+
+
+class ApplicationEvent(EventBase):
+    """An event an application makes (``ApplicationEvent("my_event")`` is handled by ``on_my_event``), usually to
+    hand work to the container's thread through an :class:`~amqp_async.proton.reactor.EventInjector`.
+
+    Args:
+        typename: the event's name; handlers receive it in ``on_<typename>``.
+        connection, session, link, delivery: the endpoint the event concerns, if any.
+        subject: anything the application wants to carry along.
+    """
+
+    def __init__(
+        self,
+        typename: str,
+        connection: Any = None,
+        session: Any = None,
+        link: Any = None,
+        delivery: Any = None,
+        subject: Any = None,
+    ) -> None:
+        super().__init__(EventType.get(typename))
+        self.delivery = delivery
+        self.link = link if link is not None else (delivery.link if delivery is not None else None)
+        self.session = session if session is not None else (self.link.session if self.link is not None else None)
+        self.connection = (
+            connection if connection is not None else (self.session.connection if self.session is not None else None)
+        )
+        self.subject = subject
+        self.container: Any = None
+
+    @property
+    def context(self) -> Any:
+        """The event itself (proton's convention for application events)."""
+        return self
+
+    @property
+    def reactor(self) -> Any:
+        """Deprecated name of :attr:`container`."""
+        return self.container
+
+    @property
+    def transport(self) -> Any:
+        """The transport of the event's connection, if any."""
+        return None if self.connection is None else self.connection.transport
+
+    def __repr__(self) -> str:
+        objects = [self.connection, self.session, self.link, self.delivery, self.subject]
+        return f"{self.type}({', '.join(str(o) for o in objects if o is not None)})"
+
+
+class _LazyHandlers:
+    """proton's ``handlers`` attribute: a list made on first access, per instance."""
+
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        if obj is None:
+            return self
+        handlers: list[Any] = []
+        obj.__dict__["handlers"] = handlers
+        return handlers
+
+
+class Handler:
+    """Base of event handlers: :meth:`add` child handlers, and :meth:`on_unhandled` for events without a method."""
+
+    handlers: Any = _LazyHandlers()
+
+    def add(self, handler: Any, on_error: Any = None) -> None:
+        """Add a child handler: it receives every event this handler receives, after this handler."""
+        self.handlers.append(handler)
+
+    def on_unhandled(self, method: str, *args: Any) -> None:
+        """Called for an event this handler has no ``on_<event>`` method for; does nothing by default."""

@@ -1,0 +1,652 @@
+"""proton's handlers: :class:`MessagingHandler` and the helpers it is made of.
+
+A :class:`MessagingHandler` turns the engine-level events (``on_link_flow``, ``on_delivery``,
+``on_connection_remote_open``...) into the callbacks applications write (``on_sendable``, ``on_message``,
+``on_accepted``, ``on_connection_opened``...). As in proton it does so through four child handlers, which receive every
+event after it: :class:`FlowController` (keeps ``prefetch`` credit on receivers), :class:`EndpointStateHandler`
+(opened/opening/closing/closed/error callbacks, and answers the peer's opens and closes),
+:class:`IncomingMessageHandler` (decodes messages, accepts them when ``auto_accept``) and
+:class:`OutgoingMessageHandler` (sendable and outcome callbacks, settles when ``auto_settle``). Each child calls back
+into the messaging handler, so overriding a callback there is all an application does.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from typing import Any
+
+from ..message import Message
+from ._delivery import Delivery
+from ._endpoints import Endpoint
+from ._events import Event, Handler, dispatch
+from ._exceptions import ProtonException
+
+__all__ = [
+    "Acking",
+    "CFlowController",
+    "CHandshaker",
+    "EndpointStateHandler",
+    "FlowController",
+    "Handshaker",
+    "IncomingMessageHandler",
+    "MessagingHandler",
+    "OutgoingMessageHandler",
+    "Reject",
+    "Release",
+    "TransactionHandler",
+    "TransactionalClientHandler",
+]
+
+log = logging.getLogger("proton")
+
+_LOCAL_UNINIT, _LOCAL_ACTIVE, _LOCAL_CLOSED = Endpoint.LOCAL_UNINIT, Endpoint.LOCAL_ACTIVE, Endpoint.LOCAL_CLOSED
+_REMOTE_ACTIVE, _REMOTE_CLOSED = Endpoint.REMOTE_ACTIVE, Endpoint.REMOTE_CLOSED
+
+
+class Reject(ProtonException):
+    """Raise from ``on_message`` to reject the message (the sender sees ``on_rejected``)."""
+
+
+class Release(ProtonException):
+    """Raise from ``on_message`` to release the message, modified (delivery-failed)."""
+
+
+class Acking:
+    """The settling methods shared by message handlers."""
+
+    def accept(self, delivery: Delivery) -> None:
+        """Accept a received message and settle it."""
+        self.settle(delivery, Delivery.ACCEPTED)
+
+    def reject(self, delivery: Delivery) -> None:
+        """Reject a received message (it is invalid or unprocessable) and settle it."""
+        self.settle(delivery, Delivery.REJECTED)
+
+    def release(self, delivery: Delivery, delivered: bool = True) -> None:
+        """Give a received message back to the source: ``delivered=True`` counts this as a delivery attempt
+        (the modified outcome with delivery-failed), ``False`` does not (the released outcome)."""
+        if delivered:
+            delivery.local.failed = True
+            self.settle(delivery, Delivery.MODIFIED)
+        else:
+            self.settle(delivery, Delivery.RELEASED)
+
+    def settle(self, delivery: Delivery, state: int | None = None) -> None:
+        """Settle a delivery, first setting its state when one is given."""
+        if state:
+            delivery.update(state)
+        delivery.settle()
+
+
+def _delegate(handler: Any, method: str, event: Any) -> None:
+    if handler is not None:
+        dispatch(handler, method, event)
+
+
+class OutgoingMessageHandler(Handler):
+    """Sendable and outcome callbacks for messages this end sends.
+
+    Args:
+        auto_settle: settle a delivery once the peer has settled it.
+        delegate: the handler to call back (``on_sendable``, ``on_accepted``...).
+    """
+
+    def __init__(self, auto_settle: bool = True, delegate: Any = None) -> None:
+        self.auto_settle = auto_settle
+        self.delegate = delegate
+
+    def on_link_flow(self, event: Event) -> None:
+        link = event.link
+        if link is not None and link.is_sender and link.credit:
+            state = link.state
+            if state & _LOCAL_ACTIVE and state & _REMOTE_ACTIVE:
+                self.on_sendable(event)
+
+    def on_delivery(self, event: Event) -> None:
+        delivery = event.delivery
+        if delivery is None or not delivery.link.is_sender or not delivery._updated:
+            return
+        state = delivery.remote_state
+        if state == Delivery.ACCEPTED:
+            self.on_accepted(event)
+        elif state == Delivery.REJECTED:
+            self.on_rejected(event)
+        elif state == Delivery.RELEASED or state == Delivery.MODIFIED:
+            self.on_released(event)
+        if delivery.settled:
+            self.on_settled(event)
+            if self.auto_settle:
+                delivery.settle()
+
+    def on_sendable(self, event: Event) -> None:
+        """The link has credit: messages may be sent."""
+        _delegate(self.delegate, "on_sendable", event)
+
+    def on_accepted(self, event: Event) -> None:
+        """The peer accepted a message."""
+        _delegate(self.delegate, "on_accepted", event)
+
+    def on_rejected(self, event: Event) -> None:
+        """The peer rejected a message."""
+        _delegate(self.delegate, "on_rejected", event)
+
+    def on_released(self, event: Event) -> None:
+        """The peer released a message (released or modified outcome)."""
+        _delegate(self.delegate, "on_released", event)
+
+    def on_settled(self, event: Event) -> None:
+        """The peer settled a message: it will never be sent again."""
+        _delegate(self.delegate, "on_settled", event)
+
+
+def recv_msg(delivery: Delivery) -> Message:
+    """Decode the message of a complete incoming delivery and advance its link past it."""
+    message = Message()
+    payload = delivery._payload
+    if payload is not None and delivery._read == 0:
+        delivery._read = len(payload)
+        message.decode(payload)
+    else:
+        link = delivery.link
+        message.decode(link.recv(delivery.pending) or b"")  # type: ignore[attr-defined]
+    delivery.link.advance()
+    return message
+
+
+class IncomingMessageHandler(Handler, Acking):
+    """Message callbacks for messages this end receives.
+
+    Args:
+        auto_accept: accept (and settle) each message once ``on_message`` returns without raising.
+        delegate: the handler to call back (``on_message``...).
+    """
+
+    def __init__(self, auto_accept: bool = True, delegate: Any = None) -> None:
+        self.delegate = delegate
+        self.auto_accept = auto_accept
+
+    def on_delivery(self, event: Event) -> None:
+        delivery = event.delivery
+        if delivery is None or not delivery.link.is_receiver:
+            return
+        if delivery.aborted:
+            self.on_aborted(event)
+            delivery.settle()
+        elif delivery.readable and not delivery.partial:
+            event.message = recv_msg(delivery)
+            if delivery.link.state & _LOCAL_CLOSED:
+                if self.auto_accept:
+                    delivery.update(Delivery.RELEASED)
+                    delivery.settle()
+                return
+            try:
+                self.on_message(event)
+                if self.auto_accept:
+                    delivery.update(Delivery.ACCEPTED)
+                    delivery.settle()
+            except Reject:
+                delivery.update(Delivery.REJECTED)
+                delivery.settle()
+            except Release:
+                delivery.update(Delivery.MODIFIED)
+                delivery.settle()
+        elif delivery._updated and delivery.settled:
+            self.on_settled(event)
+
+    def on_message(self, event: Event) -> None:
+        """A message arrived: ``event.message``; settle it through ``event.delivery``."""
+        _delegate(self.delegate, "on_message", event)
+
+    def on_settled(self, event: Event) -> None:
+        """The peer settled a delivery this end received."""
+        _delegate(self.delegate, "on_settled", event)
+
+    def on_aborted(self, event: Event) -> None:
+        """The sender aborted a delivery."""
+        _delegate(self.delegate, "on_aborted", event)
+
+
+class EndpointStateHandler(Handler):
+    """Opened/opening/closing/closed/error callbacks for connections, sessions and links.
+
+    ``..._opened`` is called when both ends have opened; ``..._opening`` when the peer opened first (the endpoint is
+    then opened here too); ``..._closing`` when the peer closed first (it is then closed here too); ``..._closed``
+    when both have closed; ``..._error`` when the peer closed with an error condition.
+
+    Args:
+        peer_close_is_error: treat the peer closing first as an error (``..._error`` instead of ``..._closing``).
+        delegate: the handler to call back.
+    """
+
+    def __init__(self, peer_close_is_error: bool = False, delegate: Any = None) -> None:
+        self.delegate = delegate
+        self.peer_close_is_error = peer_close_is_error
+
+    @classmethod
+    def is_local_open(cls, endpoint: Endpoint) -> bool:
+        """True when this end has opened ``endpoint``."""
+        return bool(endpoint.state & _LOCAL_ACTIVE)
+
+    @classmethod
+    def is_local_uninitialised(cls, endpoint: Endpoint) -> bool:
+        """True when this end has not opened ``endpoint``."""
+        return bool(endpoint.state & _LOCAL_UNINIT)
+
+    @classmethod
+    def is_local_closed(cls, endpoint: Endpoint) -> bool:
+        """True when this end has closed ``endpoint``."""
+        return bool(endpoint.state & _LOCAL_CLOSED)
+
+    @classmethod
+    def is_remote_open(cls, endpoint: Endpoint) -> bool:
+        """True when the peer has opened ``endpoint``."""
+        return bool(endpoint.state & _REMOTE_ACTIVE)
+
+    @classmethod
+    def is_remote_closed(cls, endpoint: Endpoint) -> bool:
+        """True when the peer has closed ``endpoint``."""
+        return bool(endpoint.state & _REMOTE_CLOSED)
+
+    @classmethod
+    def print_error(cls, endpoint: Endpoint, endpoint_type: str) -> None:
+        """Log why the peer closed ``endpoint``."""
+        condition = endpoint.remote_condition
+        if condition:
+            log.error(condition.description or condition.name)
+        elif cls.is_local_open(endpoint) and cls.is_remote_closed(endpoint):
+            log.error("%s closed by peer", endpoint_type)
+
+    # --- closes ------------------------------------------------------------------------------------------
+
+    def on_link_remote_close(self, event: Event) -> None:
+        link = event.link
+        assert link is not None
+        if link.remote_condition:
+            self.on_link_error(event)
+        elif self.is_local_closed(link):
+            self.on_link_closed(event)
+        else:
+            self.on_link_closing(event)
+        link.close()
+
+    def on_link_local_close(self, event: Event) -> None:
+        link = event.link
+        if link is not None and self.is_remote_closed(link):
+            self.on_link_closed(event)
+
+    def on_session_remote_close(self, event: Event) -> None:
+        session = event.session
+        assert session is not None
+        if session.remote_condition:
+            self.on_session_error(event)
+        elif self.is_local_closed(session):
+            self.on_session_closed(event)
+        else:
+            self.on_session_closing(event)
+        session.close()
+
+    def on_session_local_close(self, event: Event) -> None:
+        session = event.session
+        if session is not None and self.is_remote_closed(session):
+            self.on_session_closed(event)
+
+    def on_connection_remote_close(self, event: Event) -> None:
+        connection = event.connection
+        assert connection is not None
+        condition = connection.remote_condition
+        if condition:
+            if condition.name == "amqp:connection:forced":
+                # As a transport drop: the connection reconnects, if it may, without closing callbacks.
+                return
+            self.on_connection_error(event)
+        elif self.is_local_closed(connection):
+            self.on_connection_closed(event)
+        else:
+            self.on_connection_closing(event)
+        connection.close()
+
+    def on_connection_local_close(self, event: Event) -> None:
+        connection = event.connection
+        if connection is not None and self.is_remote_closed(connection):
+            self.on_connection_closed(event)
+
+    # --- opens -------------------------------------------------------------------------------------------
+
+    def on_connection_local_open(self, event: Event) -> None:
+        connection = event.connection
+        if connection is not None and self.is_remote_open(connection):
+            self.on_connection_opened(event)
+
+    def on_connection_remote_open(self, event: Event) -> None:
+        connection = event.connection
+        assert connection is not None
+        if self.is_local_open(connection):
+            self.on_connection_opened(event)
+        elif self.is_local_uninitialised(connection):
+            self.on_connection_opening(event)
+            connection.open()
+
+    def on_session_local_open(self, event: Event) -> None:
+        session = event.session
+        if session is not None and self.is_remote_open(session):
+            self.on_session_opened(event)
+
+    def on_session_remote_open(self, event: Event) -> None:
+        session = event.session
+        assert session is not None
+        if self.is_local_open(session):
+            self.on_session_opened(event)
+        elif self.is_local_uninitialised(session):
+            self.on_session_opening(event)
+            session.open()
+
+    def on_link_local_open(self, event: Event) -> None:
+        link = event.link
+        if link is not None and self.is_remote_open(link):
+            self.on_link_opened(event)
+
+    def on_link_remote_open(self, event: Event) -> None:
+        link = event.link
+        assert link is not None
+        if self.is_local_open(link):
+            self.on_link_opened(event)
+        elif self.is_local_uninitialised(link):
+            self.on_link_opening(event)
+            link.open()
+
+    # --- the callbacks -----------------------------------------------------------------------------------
+
+    def on_connection_opened(self, event: Event) -> None:
+        """Both ends opened the connection."""
+        _delegate(self.delegate, "on_connection_opened", event)
+
+    def on_session_opened(self, event: Event) -> None:
+        """Both ends opened the session."""
+        _delegate(self.delegate, "on_session_opened", event)
+
+    def on_link_opened(self, event: Event) -> None:
+        """Both ends opened the link."""
+        _delegate(self.delegate, "on_link_opened", event)
+
+    def on_connection_opening(self, event: Event) -> None:
+        """The peer opened the connection first (it is opened here when this returns)."""
+        _delegate(self.delegate, "on_connection_opening", event)
+
+    def on_session_opening(self, event: Event) -> None:
+        """The peer opened the session first (it is opened here when this returns)."""
+        _delegate(self.delegate, "on_session_opening", event)
+
+    def on_link_opening(self, event: Event) -> None:
+        """The peer opened the link first (it is opened here when this returns)."""
+        _delegate(self.delegate, "on_link_opening", event)
+
+    def on_connection_error(self, event: Event) -> None:
+        """The peer closed the connection with an error."""
+        if self.delegate is not None:
+            dispatch(self.delegate, "on_connection_error", event)
+        else:
+            self.print_error(event.connection, "connection")  # type: ignore[arg-type]
+
+    def on_session_error(self, event: Event) -> None:
+        """The peer ended the session with an error."""
+        if self.delegate is not None:
+            dispatch(self.delegate, "on_session_error", event)
+        else:
+            self.print_error(event.session, "session")  # type: ignore[arg-type]
+            event.connection.close()  # type: ignore[union-attr]
+
+    def on_link_error(self, event: Event) -> None:
+        """The peer detached the link with an error."""
+        if self.delegate is not None:
+            dispatch(self.delegate, "on_link_error", event)
+        else:
+            self.print_error(event.link, "link")  # type: ignore[arg-type]
+            event.link.close()  # type: ignore[union-attr]
+
+    def on_connection_closed(self, event: Event) -> None:
+        """Both ends closed the connection."""
+        _delegate(self.delegate, "on_connection_closed", event)
+
+    def on_session_closed(self, event: Event) -> None:
+        """Both ends ended the session."""
+        _delegate(self.delegate, "on_session_closed", event)
+
+    def on_link_closed(self, event: Event) -> None:
+        """Both ends closed the link."""
+        _delegate(self.delegate, "on_link_closed", event)
+
+    def on_connection_closing(self, event: Event) -> None:
+        """The peer closed the connection first (it is closed here when this returns)."""
+        if self.delegate is not None:
+            dispatch(self.delegate, "on_connection_closing", event)
+        elif self.peer_close_is_error:
+            self.on_connection_error(event)
+
+    def on_session_closing(self, event: Event) -> None:
+        """The peer ended the session first (it is ended here when this returns)."""
+        if self.delegate is not None:
+            dispatch(self.delegate, "on_session_closing", event)
+        elif self.peer_close_is_error:
+            self.on_session_error(event)
+
+    def on_link_closing(self, event: Event) -> None:
+        """The peer closed the link first (it is closed here when this returns)."""
+        if self.delegate is not None:
+            dispatch(self.delegate, "on_link_closing", event)
+        elif self.peer_close_is_error:
+            self.on_link_error(event)
+
+    def on_transport_tail_closed(self, event: Event) -> None:
+        self.on_transport_closed(event)
+
+    def on_transport_closed(self, event: Event) -> None:
+        """The transport ended: ``on_disconnected`` when the connection was still open here."""
+        connection = event.connection
+        if self.delegate is not None and connection is not None and self.is_local_open(connection):
+            dispatch(self.delegate, "on_disconnected", event)
+
+
+class MessagingHandler(Handler, Acking):
+    """The handler applications subclass: override the callbacks of interest.
+
+    Args:
+        prefetch: the credit kept on each receiver (0: none; issue it with ``receiver.flow``).
+        auto_accept: accept each message once ``on_message`` returns (raise :class:`Reject` or :class:`Release`
+            to do otherwise).
+        auto_settle: settle sent messages once the peer settled them.
+        peer_close_is_error: the peer closing an endpoint first is reported as an error.
+    """
+
+    def __init__(
+        self,
+        prefetch: int = 10,
+        auto_accept: bool = True,
+        auto_settle: bool = True,
+        peer_close_is_error: bool = False,
+    ) -> None:
+        self.handlers: list[Any] = []
+        if prefetch:
+            self.handlers.append(FlowController(prefetch))
+        me = weakref.proxy(self)
+        self.handlers.append(EndpointStateHandler(peer_close_is_error, me))
+        self.handlers.append(IncomingMessageHandler(auto_accept, me))
+        self.handlers.append(OutgoingMessageHandler(auto_settle, me))
+        self.fatal_conditions = ["amqp:unauthorized-access"]
+
+    def on_transport_error(self, event: Event) -> None:
+        """The transport failed (connection refused, authentication failed, protocol error...): the error is
+        logged, and an authentication failure closes the connection (no reconnect)."""
+        transport = event.transport
+        condition = None if transport is None else transport.condition
+        if condition:
+            if condition.info:
+                log.error("%s: %s: %s", condition.name, condition.description, condition.info)
+            else:
+                log.error("%s: %s", condition.name, condition.description)
+            if condition.name in self.fatal_conditions and event.connection is not None:
+                event.connection.close()
+        else:
+            log.error("Unspecified transport error")
+
+    def on_connection_error(self, event: Event) -> None:
+        """The peer closed the connection with an error: logged."""
+        EndpointStateHandler.print_error(event.connection, "connection")  # type: ignore[arg-type]
+
+    def on_session_error(self, event: Event) -> None:
+        """The peer ended a session with an error: logged, and the connection closed."""
+        EndpointStateHandler.print_error(event.session, "session")  # type: ignore[arg-type]
+        event.connection.close()  # type: ignore[union-attr]
+
+    def on_link_error(self, event: Event) -> None:
+        """The peer detached a link with an error: logged, and the connection closed."""
+        EndpointStateHandler.print_error(event.link, "link")  # type: ignore[arg-type]
+        event.connection.close()  # type: ignore[union-attr]
+
+    def on_reactor_init(self, event: Event) -> None:
+        """The container started: calls :meth:`on_start`."""
+        self.on_start(event)
+
+    def on_start(self, event: Event) -> None:
+        """The container started."""
+
+    def on_connection_closed(self, event: Event) -> None:
+        """Both ends closed the connection."""
+
+    def on_session_closed(self, event: Event) -> None:
+        """Both ends ended the session."""
+
+    def on_link_closed(self, event: Event) -> None:
+        """Both ends closed the link."""
+
+    def on_connection_closing(self, event: Event) -> None:
+        """The peer closed the connection first."""
+
+    def on_session_closing(self, event: Event) -> None:
+        """The peer ended the session first."""
+
+    def on_link_closing(self, event: Event) -> None:
+        """The peer closed the link first."""
+
+    def on_disconnected(self, event: Event) -> None:
+        """The transport ended while the connection was open (a reconnect follows, if allowed)."""
+
+    def on_sendable(self, event: Event) -> None:
+        """A sender has credit: send messages."""
+
+    def on_accepted(self, event: Event) -> None:
+        """The peer accepted a message."""
+
+    def on_rejected(self, event: Event) -> None:
+        """The peer rejected a message."""
+
+    def on_released(self, event: Event) -> None:
+        """The peer released a message (released or modified)."""
+
+    def on_settled(self, event: Event) -> None:
+        """The peer settled a delivery."""
+
+    def on_message(self, event: Event) -> None:
+        """A message arrived: ``event.message``."""
+
+
+class TransactionHandler:
+    """The transaction callbacks (transactions are not supported yet; see :meth:`Container.declare_transaction`)."""
+
+    def on_transaction_declared(self, event: Event) -> None:
+        """A transaction was declared."""
+
+    def on_transaction_committed(self, event: Event) -> None:
+        """A transaction was committed."""
+
+    def on_transaction_aborted(self, event: Event) -> None:
+        """A transaction was aborted."""
+
+    def on_transaction_declare_failed(self, event: Event) -> None:
+        """Declaring a transaction failed."""
+
+    def on_transaction_commit_failed(self, event: Event) -> None:
+        """Committing a transaction failed."""
+
+
+class TransactionalClientHandler(MessagingHandler, TransactionHandler):
+    """A messaging handler that accepts within transactions: not supported yet, so making one raises
+    :class:`NotImplementedError` that says so."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from ._reactor import _NO_TRANSACTIONS
+
+        raise NotImplementedError(_NO_TRANSACTIONS)
+
+
+class FlowController(Handler):
+    """Keeps ``window`` credit on every receiver it sees (the ``prefetch`` of :class:`MessagingHandler`)."""
+
+    def __init__(self, window: int = 1024) -> None:
+        self._window = window
+        self._drained = 0
+
+    def on_link_local_open(self, event: Event) -> None:
+        self._flow(event.link)
+
+    def on_link_remote_open(self, event: Event) -> None:
+        self._flow(event.link)
+
+    def on_link_flow(self, event: Event) -> None:
+        self._flow(event.link)
+
+    def on_delivery(self, event: Event) -> None:
+        self._flow(event.link)
+
+    def _flow(self, link: Any) -> None:
+        if link is not None and link.is_receiver:
+            # As proton: once any receiver was drained, this controller stops topping up (the application drains).
+            self._drained += link.drained()
+            if self._drained == 0:
+                link.flow(self._window - link.credit)
+
+
+class Handshaker(Handler):
+    """Opens and closes what the peer opens and closes (for handlers that are not a :class:`MessagingHandler`)."""
+
+    @staticmethod
+    def on_connection_remote_open(event: Event) -> None:
+        connection = event.connection
+        if connection is not None and connection.state & _LOCAL_UNINIT:
+            connection.open()
+
+    @staticmethod
+    def on_session_remote_open(event: Event) -> None:
+        session = event.session
+        if session is not None and session.state & _LOCAL_UNINIT:
+            session.open()
+
+    @staticmethod
+    def on_link_remote_open(event: Event) -> None:
+        link = event.link
+        if link is not None and link.state & _LOCAL_UNINIT:
+            link.source.copy(link.remote_source)
+            link.target.copy(link.remote_target)
+            link.open()
+
+    @staticmethod
+    def on_connection_remote_close(event: Event) -> None:
+        connection = event.connection
+        if connection is not None and not connection.state & _LOCAL_CLOSED:
+            connection.close()
+
+    @staticmethod
+    def on_session_remote_close(event: Event) -> None:
+        session = event.session
+        if session is not None and not session.state & _LOCAL_CLOSED:
+            session.close()
+
+    @staticmethod
+    def on_link_remote_close(event: Event) -> None:
+        link = event.link
+        if link is not None and not link.state & _LOCAL_CLOSED:
+            link.close()
+
+
+CFlowController = FlowController
+CHandshaker = Handshaker

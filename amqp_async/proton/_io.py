@@ -1,0 +1,413 @@
+"""The container's I/O: one channel task per connection, one listener task per acceptor.
+
+A :class:`Channel` connects (trying the URLs with the reconnect delays), gives the connection a fresh engine
+(:meth:`Connection._bind`), and runs the shared :class:`~amqp_async._driver.EngineDriver` over the stream. The
+driver hands each batch of engine events to :meth:`Channel.on_events`, which turns them into proton's events and has
+the container dispatch them at once, on the same task: a callback runs with no task switch after its frame arrived,
+and whatever it queued on the engine is written by the driver's writer in one go.
+
+When the transport ends the channel reports it as proton does (``on_transport_error`` when it failed, then the
+transport-closed events), and reconnects while the connection is open locally and the reconnect policy allows.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+from anyio.streams.tls import TLSAttribute
+
+from .. import protocol
+from .._driver import EngineDriver, describe_transport_error
+from ..client._config import ResolvedOptions
+from ..client._trace import FrameTracer
+from ..client._url import Address
+from ..codec.performatives import SENDER
+from ..protocol import events as ev
+from ..protocol.endpoint import EndpointState
+from ..protocol.sasl import SaslClient, SaslServer
+from ._condition import Condition
+from ._delivery import Delivery
+from ._endpoints import Connection, Receiver, Sender, Session
+from ._events import Event
+from ._url import Url
+
+if TYPE_CHECKING:
+    from ._reactor import Container
+
+__all__ = ["Channel", "Listener"]
+
+log = logging.getLogger("amqp_async.proton")
+
+_SASL_CONDITION = "amqp:unauthorized-access"
+
+
+class Channel:
+    """Drives one connection: connect (and reconnect), run the engine, translate its events.
+
+    Args:
+        container: the container that dispatches the events.
+        connection: the connection to drive.
+        options: where and how to connect (None for a connection an acceptor let in: ``stream`` is given).
+        stream: the accepted stream of an incoming connection.
+    """
+
+    def __init__(
+        self,
+        container: Container,
+        connection: Connection,
+        options: ResolvedOptions | None,
+        stream: anyio.abc.ByteStream | None = None,
+        server_mechanisms: str | None = None,
+    ) -> None:
+        self.container = container
+        self.connection = connection
+        self.options = options
+        self._stream = stream
+        self._server_mechanisms = server_mechanisms
+        self._driver: EngineDriver | None = None
+        self._attempts: Iterator[tuple[float, Address]] | None = None
+        self._failed = False
+        self._cancel: anyio.CancelScope | None = None
+        self.done = False
+        connection._channel = self
+
+    # --- control from the application -------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """Drop the transport now (proton's ``close_head``/``close_tail``)."""
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    def kick(self) -> None:
+        """The engine has output: wake the writer."""
+        driver = self._driver
+        if driver is not None:
+            driver.kick()
+
+    # --- the task ----------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect and drive until the connection is over (closed, or the transport lost for good)."""
+        try:
+            if self.options is None:
+                assert self._stream is not None
+                await self._serve(self._stream)
+            else:
+                await self._run_client(self.options)
+        finally:
+            self.done = True
+            self.connection._channel = None
+            self.container._channel_done(self)
+
+    async def _run_client(self, options: ResolvedOptions) -> None:
+        connection = self.connection
+        self._attempts = options.attempts()
+        while True:
+            if connection._local == 4 and connection._impl is None:
+                return  # closed before it ever connected
+            try:
+                delay, address = next(self._attempts)
+            except StopIteration:
+                return
+            if delay:
+                await anyio.sleep(delay)
+            if connection._local == 4:
+                return
+            try:
+                stream = await self._open_stream(options, address)
+            except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
+                log.info("connecting to %s failed: %r", address, exc)
+                self._transport_failed(Condition("proton:io", f"{describe_transport_error(exc) or exc}"))
+                self.container._process()
+                if not self._should_retry(options):
+                    return
+                continue
+            connection.url = Url(address.to_url(show_password=False))
+            engine = self._client_engine(options, address)
+            await self._drive(engine, stream)
+            if not self._should_retry(options):
+                return
+            if engine.remote_open is not None:
+                self._attempts = options.attempts()  # a connection was made: start the delays again
+                next(self._attempts)  # its first, immediate, attempt is the one proton skips too
+
+    def _should_retry(self, options: ResolvedOptions) -> bool:
+        return options.reconnect is not False and self.connection._local == 2
+
+    async def _open_stream(self, options: ResolvedOptions, address: Address) -> anyio.abc.ByteStream:
+        if address.tls:
+            context = options.ssl_context or ssl.create_default_context()
+            return await anyio.connect_tcp(
+                address.host,
+                address.port,
+                ssl_context=context,
+                tls_hostname=options.sni_for(address),
+                tls_standard_compatible=False,
+            )
+        return await anyio.connect_tcp(address.host, address.port)
+
+    def _client_engine(self, options: ResolvedOptions, address: Address) -> protocol.Connection:
+        connection = self.connection
+        transport = connection.transport
+        user, password = options.credentials_for(address)
+        user = address.user or connection.user or user
+        password = address.password or connection.password or password
+        hostname = connection.hostname or options.virtual_host_for(address)
+        sasl = None
+        sasl_settings = transport._sasl
+        if options.sasl_enabled:
+            sasl = SaslClient(
+                user=user,
+                password=password,
+                allowed_mechs=(sasl_settings.mechs if sasl_settings and sasl_settings.mechs else options.allowed_mechs),
+                allow_insecure_mechs=(
+                    sasl_settings.allow_insecure_mechs if sasl_settings is not None else options.allow_insecure_mechs
+                ),
+                encrypted=address.tls,
+                hostname=hostname,
+            )
+        heartbeat = transport.idle_timeout or options.heartbeat
+        return protocol.Connection(
+            role=protocol.CLIENT,
+            container_id=connection.container or options.container_id,
+            hostname=hostname,
+            max_frame_size=transport.max_frame_size or options.max_frame_size or 65536,
+            channel_max=transport.channel_max,
+            idle_timeout=heartbeat or None,
+            properties=connection.properties if connection.properties is not None else options.properties,
+            offered_capabilities=connection.offered_capabilities or options.offered_capabilities,
+            desired_capabilities=connection.desired_capabilities or options.desired_capabilities,
+            sasl=sasl,
+        )
+
+    async def _serve(self, stream: anyio.abc.ByteStream) -> None:
+        container = self.container
+        mechanisms = self._server_mechanisms or "ANONYMOUS"
+        engine = protocol.Connection(
+            role=protocol.SERVER,
+            container_id=container.container_id,
+            sasl=SaslServer(mechanisms),
+            require_sasl=False,
+        )
+        await self._drive(engine, stream)
+
+    async def _drive(self, engine: protocol.Connection, stream: anyio.abc.ByteStream) -> None:
+        """Bind the engine, run it over ``stream`` until the transport ends, and report the end."""
+        connection = self.connection
+        container = self.container
+        connection._tls = stream.extra(TLSAttribute.ssl_object, None)
+        connection.transport.condition = None
+        connection.transport._closed = False
+        connection._bind(engine)
+        container._push(Event.CONNECTION_BOUND, connection)
+        driver = self._driver = EngineDriver(engine, stream, self.on_events, tracer=FrameTracer.from_environment())
+        self._failed = False
+        try:
+            with anyio.CancelScope() as scope:
+                self._cancel = scope
+                container._process()
+                await driver.run()
+        finally:
+            self._cancel = None
+            self._driver = None
+            with anyio.CancelScope(shield=True):
+                try:
+                    await stream.aclose()
+                except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    pass
+        if (not engine.closed or driver.transport_failed) and connection.transport.condition is None:
+            reason = driver.transport_error or "connection aborted"
+            self._failed = True
+            connection.transport.condition = Condition("amqp:connection:framing-error", reason)
+            container._push(Event.TRANSPORT_ERROR, connection.transport)
+        self._transport_closed()
+        container._process()
+
+    # --- reporting the end of a transport -----------------------------------------------------------------
+
+    def _transport_failed(self, condition: Condition) -> None:
+        """A connection attempt failed: report the error and the closed transport."""
+        transport = self.connection.transport
+        transport.condition = condition
+        self._failed = True
+        self.container._push(Event.TRANSPORT_ERROR, transport)
+        self._transport_closed()
+
+    def _transport_closed(self) -> None:
+        container = self.container
+        connection = self.connection
+        transport = connection.transport
+        transport._closed = True
+        container._push(Event.TRANSPORT_TAIL_CLOSED, transport)
+        container._push(Event.TRANSPORT_HEAD_CLOSED, transport)
+        container._push(Event.TRANSPORT_CLOSED, transport)
+        container._push(Event.CONNECTION_UNBOUND, connection)
+
+    # --- engine events → proton events ------------------------------------------------------------------
+
+    def on_events(self, events: list[ev.Event]) -> None:
+        """Translate a batch of engine events and have the container dispatch them."""
+        container = self.container
+        push = container._push
+        for event in events:
+            kind = type(event)
+            if kind is ev.DeliveriesReceived:
+                link = event.link  # type: ignore[attr-defined]
+                receiver: Receiver = link.user_data
+                incoming = link.incoming
+                queue = receiver._incoming
+                while incoming:
+                    engine_delivery = incoming.popleft()
+                    delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
+                    delivery._payload = engine_delivery.payload
+                    engine_delivery.user_data = delivery
+                    queue.append(delivery)
+                    push(Event.DELIVERY, delivery)
+            elif kind is ev.DeliveriesUpdated:
+                for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
+                    delivery = engine_delivery.user_data
+                    if delivery is not None:
+                        delivery._updated = True
+                        push(Event.DELIVERY, delivery)
+            elif kind is ev.FlowReceived:
+                link = event.link  # type: ignore[attr-defined]
+                if link is not None and link.user_data is not None:
+                    wrapper = link.user_data
+                    if wrapper.is_sender:
+                        wrapper._pump()
+                    elif event.drained:  # type: ignore[attr-defined]
+                        wrapper._drained_credit += wrapper._credit_seen
+                        wrapper._credit_seen = 0
+                    push(Event.LINK_FLOW, wrapper)
+            else:
+                self._on_endpoint_event(event)
+        container._process()
+
+    def _on_endpoint_event(self, event: ev.Event) -> None:
+        container = self.container
+        push = container._push
+        connection = self.connection
+        if isinstance(event, ev.ConnectionOpened):
+            push(Event.CONNECTION_REMOTE_OPEN, connection)
+        elif isinstance(event, ev.SessionBegun):
+            session = event.session.user_data
+            if session is None:
+                session = Session(connection, event.session)
+                event.session.user_data = session
+                connection._sessions.append(session)
+                push(Event.SESSION_INIT, session)
+            push(Event.SESSION_REMOTE_OPEN, session)
+        elif isinstance(event, ev.LinkAttached):
+            engine_link = event.link
+            link = engine_link.user_data
+            if link is None:
+                session = engine_link.session.user_data
+                kind = Sender if engine_link.role is SENDER else Receiver
+                link = kind(session, engine_link.name)
+                link._impl = engine_link
+                engine_link.user_data = link
+                session._links.append(link)
+                push(Event.LINK_INIT, link)
+            push(Event.LINK_REMOTE_OPEN, link)
+            if link.is_sender:
+                link._pump()
+        elif isinstance(event, ev.LinkDetached):
+            link = event.link.user_data
+            if link is None:
+                return
+            if event.remote:
+                push(Event.LINK_REMOTE_CLOSE if event.closed else Event.LINK_REMOTE_DETACH, link)
+            else:
+                # The engine detached the link because the peer broke a link rule: our side is closed.
+                link._local = 4
+                link.condition = None if event.error is None else Condition.from_error(event.error)
+                push(Event.LINK_LOCAL_CLOSE, link)
+        elif isinstance(event, ev.SessionEnded):
+            session = event.session.user_data
+            if session is None:
+                return
+            if event.remote:
+                push(Event.SESSION_REMOTE_CLOSE, session)
+            else:
+                session._local = 4
+                session.condition = None if event.error is None else Condition.from_error(event.error)
+                push(Event.SESSION_LOCAL_CLOSE, session)
+        elif isinstance(event, ev.ConnectionClosed):
+            engine = connection._impl
+            transport = connection.transport
+            if engine is not None and engine.remote_state is EndpointState.CLOSED:
+                push(Event.CONNECTION_REMOTE_CLOSE, connection)
+            elif event.sasl_code is not None:
+                description = event.error.description if event.error is not None else None
+                transport.condition = Condition(_SASL_CONDITION, description or "Authentication failed")
+                self._failed = True
+                push(Event.TRANSPORT_ERROR, transport)
+            elif event.transport_ended:
+                pass  # reported with the driver's reason once the transport is closed
+            elif event.error is not None:
+                # The engine closed the connection: the peer broke the protocol, or went silent.
+                transport.condition = Condition.from_error(event.error)
+                self._failed = True
+                push(Event.TRANSPORT_ERROR, transport)
+
+
+class Listener:
+    """An acceptor's task: accept connections on a TCP listener and give each one a :class:`Channel`.
+
+    Args:
+        container: the container that runs the connections.
+        listener: the bound TCP (or TLS) listener.
+        handler: the handler for the accepted connections (None: the container's).
+    """
+
+    def __init__(self, container: Container, listener: anyio.abc.Listener[Any], handler: Any) -> None:
+        self.container = container
+        self.listener = listener
+        self.handler = handler
+        self.ssl_context: ssl.SSLContext | None = None
+        self.sasl_mechanisms: str | None = None
+        self._scope: anyio.CancelScope | None = None
+        self.closed = False
+
+    def close(self) -> None:
+        """Stop accepting connections."""
+        self.closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> None:
+        """Accept until closed."""
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                if self.closed:
+                    return
+                await self.listener.serve(self._accepted)
+        finally:
+            self.closed = True
+            with anyio.CancelScope(shield=True):
+                await self.listener.aclose()
+            self.container._wake()
+
+    async def _accepted(self, stream: anyio.abc.ByteStream) -> None:
+        container = self.container
+        if self.ssl_context is not None:
+            from anyio.streams.tls import TLSStream
+
+            try:
+                stream = await TLSStream.wrap(stream, server_side=True, ssl_context=self.ssl_context)
+            except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
+                log.info("TLS handshake with a client failed: %r", exc)
+                return
+        connection = container._new_connection(self.handler)
+        remote = stream.extra(anyio.abc.SocketAttribute.remote_address, None)
+        if isinstance(remote, tuple):
+            connection.url = Url(host=str(remote[0]), port=int(remote[1]))
+        channel = Channel(container, connection, None, stream, self.sasl_mechanisms)
+        container._channels.add(channel)
+        await channel.run()

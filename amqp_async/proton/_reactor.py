@@ -1,0 +1,913 @@
+"""proton's ``Container``: connections, listeners, timers and the event loop of the callback API, on anyio.
+
+:meth:`Container.run` runs an event loop (asyncio, with uvloop when it is installed) until there is nothing left to
+do: no connection, listener, timer or open :class:`EventInjector`, or until :meth:`Container.stop`. Inside a program
+that already runs an asyncio (or trio) loop, ``await container.run_async()`` does the same on that loop.
+
+Events are queued (the collector) and dispatched in order by :meth:`Container._process`; callbacks may open, close
+and send, which queues more events, dispatched in the same round. After each round the connections whose engines
+have output are flushed by their drivers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anyio
+import anyio.abc
+import sniffio
+
+from ..client._backoff import Backoff as _ClientBackoff
+from ..client._config import resolve_options
+from ..types import Described, symbol
+from ._delivery import Delivery
+from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
+from ._events import ApplicationEvent, Event, EventBase, Handler
+from ._exceptions import ProtonException
+from ._io import Channel, Listener
+from ._transport import SSLDomain
+from ._url import Url
+
+__all__ = [
+    "Acceptor",
+    "ApplicationEvent",
+    "AtLeastOnce",
+    "AtMostOnce",
+    "Backoff",
+    "Container",
+    "Copy",
+    "DurableSubscription",
+    "DynamicNodeProperties",
+    "EventInjector",
+    "Filter",
+    "LinkOption",
+    "Move",
+    "Reactor",
+    "ReceiverOption",
+    "Selectable",
+    "Selector",
+    "SenderOption",
+    "Task",
+    "Transaction",
+    "delay_iter",
+]
+
+log = logging.getLogger("amqp_async.proton")
+
+_CONNECT_OPTIONS = frozenset(
+    {
+        "sasl_enabled",
+        "allowed_mechs",
+        "allow_insecure_mechs",
+        "password",
+        "user",
+        "virtual_host",
+        "offered_capabilities",
+        "desired_capabilities",
+        "properties",
+        "sni",
+        "max_frame_size",
+        "container_id",
+    }
+)
+
+
+# --- reconnect delays ----------------------------------------------------------------------------------------
+
+
+def delay_iter(
+    initial: float = 0.1, factor: float = 2.0, max_delay: float = 10.0, max_tries: int | None = None
+) -> Iterator[float]:
+    """proton's reconnect delays: 0, then ``initial``, growing by ``factor`` up to ``max_delay``."""
+    yield 0.0
+    tries = 1
+    delay = initial
+    while max_tries is None or tries < max_tries:
+        yield delay
+        tries += 1
+        delay = min(max_delay, factor * delay)
+
+
+class Backoff(_ClientBackoff):
+    """Reconnect delays with proton's arguments (``initial``, ``factor``, ``max_delay``, ``max_tries``).
+
+    The delays are exactly proton's (no jitter), so a program sees the same timing under both.
+    """
+
+    def __init__(
+        self, initial: float = 0.1, factor: float = 2.0, max_delay: float = 10.0, max_tries: int | None = None
+    ) -> None:
+        super().__init__(initial=initial, factor=factor, maximum=max_delay, jitter=0.0, max_tries=max_tries)
+
+
+# --- link options --------------------------------------------------------------------------------------------
+
+
+class LinkOption:
+    """Something applied to a link before it opens: override :meth:`apply` (and :meth:`test` to limit where)."""
+
+    def apply(self, link: Link) -> None:
+        """Change ``link``."""
+
+    def test(self, link: Link) -> bool:
+        """Whether the option applies to ``link`` (all links by default)."""
+        return True
+
+
+class AtMostOnce(LinkOption):
+    """Messages are sent settled: never redelivered, lost if the connection fails (snd-settle-mode settled)."""
+
+    def apply(self, link: Link) -> None:
+        link.snd_settle_mode = Link.SND_SETTLED
+
+
+class AtLeastOnce(LinkOption):
+    """Messages are sent unsettled and the receiver settles first: redelivered if in doubt."""
+
+    def apply(self, link: Link) -> None:
+        link.snd_settle_mode = Link.SND_UNSETTLED
+        link.rcv_settle_mode = Link.RCV_FIRST
+
+
+class SenderOption(LinkOption):
+    """An option that applies only to senders."""
+
+    def test(self, link: Link) -> bool:
+        return link.is_sender
+
+
+class ReceiverOption(LinkOption):
+    """An option that applies only to receivers."""
+
+    def test(self, link: Link) -> bool:
+        return link.is_receiver
+
+
+class DynamicNodeProperties(LinkOption):
+    """Properties of a dynamic node (§3.5.9): set on the source of a receiver or the target of a sender."""
+
+    def __init__(self, props: dict[Any, Any] | None = None) -> None:
+        self.properties = {symbol(k) if isinstance(k, str) else k: v for k, v in (props or {}).items()}
+
+    def apply(self, link: Link) -> None:
+        terminus = link.source if link.is_receiver else link.target
+        terminus.properties.clear()
+        terminus.properties.put_dict(self.properties)
+
+
+class Filter(ReceiverOption):
+    """A filter set (§3.5.8) on the receiver's source."""
+
+    def __init__(self, filter_set: dict[Any, Any] | None = None) -> None:
+        self.filter_set = dict(filter_set or {})
+
+    def apply(self, receiver: Link) -> None:
+        receiver.source.filter.clear()
+        receiver.source.filter.put_dict(self.filter_set)
+
+
+class Selector(Filter):
+    """A JMS selector filter (``apache.org:selector-filter:string``)."""
+
+    def __init__(self, value: str, name: str = "selector") -> None:
+        super().__init__({symbol(name): Described(symbol("apache.org:selector-filter:string"), value)})
+
+
+class DurableSubscription(ReceiverOption):
+    """A durable subscription: the source keeps its deliveries and never expires."""
+
+    def apply(self, receiver: Link) -> None:
+        receiver.source.durability = Terminus.DELIVERIES
+        receiver.source.expiry_policy = Terminus.EXPIRE_NEVER
+
+
+class Move(ReceiverOption):
+    """Messages are taken from the source (distribution-mode move)."""
+
+    def apply(self, receiver: Link) -> None:
+        receiver.source.distribution_mode = Terminus.DIST_MODE_MOVE
+
+
+class Copy(ReceiverOption):
+    """Messages are copied from the source, which keeps them (distribution-mode copy: browsing)."""
+
+    def apply(self, receiver: Link) -> None:
+        receiver.source.distribution_mode = Terminus.DIST_MODE_COPY
+
+
+def _apply_link_options(options: Any, link: Link) -> None:
+    if options is None:
+        return
+    for option in options if isinstance(options, (list, tuple)) else [options]:
+        if option.test(link):
+            option.apply(link)
+
+
+# --- timers, injected events, selectables ----------------------------------------------------------------
+
+
+class Task:
+    """A timer made by :meth:`Container.schedule`: fires ``on_timer_task`` at its deadline unless cancelled."""
+
+    def __init__(self, container: Container, deadline: float, handler: Any) -> None:
+        self._container = container
+        self._deadline = deadline
+        self.handler = handler
+        self._cancelled = False
+
+    def __lt__(self, other: Task) -> bool:
+        return self._deadline < other._deadline
+
+    @property
+    def container(self) -> Container:
+        """The container that runs the timer."""
+        return self._container
+
+    def cancel(self) -> None:
+        """Do not fire."""
+        self._cancelled = True
+        self._container._wake()
+
+
+class EventInjector:
+    """Hands events to a container from other threads: :meth:`trigger` an :class:`ApplicationEvent` and it is
+    dispatched on the container's thread, in order. Register it with :meth:`Container.selectable`; :meth:`close`
+    it when done so the container may finish.
+    """
+
+    def __init__(self) -> None:
+        self.queue: deque[EventBase] = deque()
+        self._container: Container | None = None
+        self._closed = False
+
+    def trigger(self, event: EventBase) -> None:
+        """Have ``event`` dispatched on the container's thread (safe from any thread)."""
+        self.queue.append(event)
+        container = self._container
+        if container is not None:
+            container._wake_threadsafe()
+
+    def close(self) -> None:
+        """Stop: events already triggered are still dispatched."""
+        self._closed = True
+        container = self._container
+        if container is not None:
+            container._wake_threadsafe()
+
+    def fileno(self) -> int:
+        """proton's injector is a pipe; ours needs none (-1)."""
+        return -1
+
+
+class Selectable:
+    """What :meth:`Container.selectable` returns: the registration of an :class:`EventInjector`."""
+
+    def __init__(self, container: Container, delegate: Any) -> None:
+        self._container = container
+        self._delegate = delegate
+        self.is_terminal = False
+
+    def terminate(self) -> None:
+        """Unregister."""
+        self.is_terminal = True
+        if isinstance(self._delegate, EventInjector):
+            self._delegate.close()
+
+    def update(self) -> None:
+        """Nothing to do: the container watches injectors itself."""
+
+
+class Acceptor:
+    """A listening socket made by :meth:`Container.listen`; :meth:`close` stops accepting."""
+
+    def __init__(self, container: Container, listener: Listener | None, host: str, port: int) -> None:
+        self._container = container
+        self._listener = listener
+        self.host = host
+        self.port = port
+
+    def set_ssl_domain(self, ssl_domain: SSLDomain) -> None:
+        """Accept TLS connections with these settings."""
+        if self._listener is not None:
+            self._listener.ssl_context = ssl_domain.context()
+
+    def close(self) -> None:
+        """Stop accepting connections (those accepted go on)."""
+        if self._listener is not None:
+            self._listener.close()
+        self._container._wake()
+
+
+class SSLConfig:
+    """The container's default TLS settings: :attr:`client` for ``amqps`` connections, :attr:`server` for
+    ``amqps`` listeners."""
+
+    def __init__(self) -> None:
+        self.client = SSLDomain(SSLDomain.MODE_CLIENT)
+        self.server = SSLDomain(SSLDomain.MODE_SERVER)
+
+    def set_credentials(self, cert_file: str, key_file: str | None, password: str | None) -> None:
+        """The certificate both use."""
+        self.client.set_credentials(cert_file, key_file, password)
+        self.server.set_credentials(cert_file, key_file, password)
+
+    def set_trusted_ca_db(self, certificate_db: str) -> None:
+        """The CA certificates both trust."""
+        self.client.set_trusted_ca_db(certificate_db)
+        self.server.set_trusted_ca_db(certificate_db)
+
+
+class Transaction:
+    """Transactions are the subject of a later release; declaring one raises :class:`NotImplementedError`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError(_NO_TRANSACTIONS)
+
+
+_NO_TRANSACTIONS = (
+    "AMQP transactions (declare_transaction, Transaction, TransactionalClientHandler) are not supported by "
+    "amqp_async.proton yet; send and settle without a transaction"
+)
+
+
+# --- the container -------------------------------------------------------------------------------------------
+
+
+class Container:
+    """Connections, listeners and timers, and the loop that dispatches their events to handlers.
+
+    Args:
+        handlers: the container's handlers: they receive every event not scoped to a connection, session or link
+            with a handler of its own.
+        container_id: this container's id (default: a random UUID).
+        global_handler: a handler that receives every event after the scoped one.
+
+    Attributes:
+        container_id: the id sent in every connection's open.
+        ssl: default TLS settings (:class:`SSLConfig`).
+        sasl_enabled, allowed_mechs, allow_insecure_mechs, user, password: defaults for :meth:`connect`.
+    """
+
+    _is_container = True
+
+    def __init__(self, *handlers: Any, **kwargs: Any) -> None:
+        self._handler = Handler()
+        for handler in handlers:
+            self._handler.add(handler)
+        self.global_handler: Any = kwargs.get("global_handler")
+        self.container_id: str = kwargs.get("container_id") or str(uuid.uuid4())
+        self.ssl = SSLConfig()
+        self.sasl_enabled = True
+        self.allowed_mechs: str | None = None
+        self.allow_insecure_mechs = True
+        self.user: str | None = None
+        self.password: str | None = None
+        self.errors: list[BaseException] = []
+        self.timeout = 0.0
+        self._collector: deque[EventBase] = deque()
+        self._dirty: dict[Connection, None] = {}
+        self._updated: list[Delivery] = []
+        self._channels: set[Channel] = set()
+        self._listeners: list[Listener] = []
+        self._timers: list[Task] = []
+        self._injectors: list[EventInjector] = []
+        self._to_start: list[Callable[[], Any]] = []
+        self._group: anyio.abc.TaskGroup | None = None
+        self._wake_event: anyio.Event | None = None
+        self._processing = False
+        self._stopping = False
+        self._running = False
+        self._loop_thread: int | None = None
+        self._call_soon: Callable[[Callable[[], None]], None] | None = None
+        self._threadsafe_calls: deque[Callable[[], None]] = deque()
+
+    # --- proton's Reactor attributes ---------------------------------------------------------------------
+
+    @property
+    def handler(self) -> Any:
+        """The container's root handler (its handlers are the ones given to the constructor)."""
+        return self._handler
+
+    @handler.setter
+    def handler(self, handler: Any) -> None:
+        self._handler = handler
+
+    @property
+    def now(self) -> float:
+        """The loop's clock, in seconds."""
+        return time.monotonic()
+
+    def mark(self) -> float:
+        """The loop's clock, in seconds (proton's)."""
+        return time.monotonic()
+
+    # --- connections -------------------------------------------------------------------------------------
+
+    def connect(
+        self,
+        url: str | Url | None = None,
+        urls: list[str] | None = None,
+        address: str | None = None,
+        handler: Any = None,
+        reconnect: Any = None,
+        heartbeat: float | None = None,
+        ssl_domain: SSLDomain | None = None,
+        **kwargs: Any,
+    ) -> Connection:
+        """Open a connection to ``url`` (or the first of ``urls`` that answers; or as connect.json says when
+        neither is given), and return it at once: it is established when the container runs.
+
+        Args:
+            url, urls: where to connect. ``address`` is proton's older name for ``url``.
+            handler: the handler for this connection's events (instead of the container's).
+            reconnect: None (reconnect with the default :class:`Backoff`), False (never), or a :class:`Backoff`.
+            heartbeat: the idle timeout to ask the peer to honour, in seconds.
+            ssl_domain: TLS settings for ``amqps`` URLs (default: :attr:`ssl` ``.client``, or connect.json's).
+            kwargs: ``sasl_enabled``, ``allowed_mechs``, ``allow_insecure_mechs``, ``user``, ``password``,
+                ``virtual_host``, ``offered_capabilities``, ``desired_capabilities``, ``properties``, ``sni``,
+                ``max_frame_size``, ``container_id``.
+
+        Raises:
+            TypeError: an unknown keyword argument.
+            ValueError: a bad URL or a bad connect.json.
+        """
+        unknown = sorted(set(kwargs) - _CONNECT_OPTIONS)
+        if unknown:
+            raise TypeError(f"connect() got unexpected keyword argument(s): {', '.join(unknown)}")
+        if url is None and address is not None:
+            url = address
+        options: dict[str, Any] = {
+            "sasl_enabled": self.sasl_enabled,
+            "allow_insecure_mechs": self.allow_insecure_mechs,
+        }
+        for name in ("allowed_mechs", "user", "password"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name)
+        options.update({k: v for k, v in kwargs.items() if v is not None})
+        if urls:
+            options["urls"] = [str(u) for u in urls]
+        if heartbeat:
+            options["heartbeat"] = heartbeat
+        options["reconnect"] = reconnect
+        if ssl_domain is not None:
+            options["ssl_context"] = ssl_domain.context()
+        elif (url or urls) and any(str(u).startswith("amqps:") for u in ([url] if url else list(urls or []))):
+            options["ssl_context"] = self.ssl.client.context()
+        options.setdefault("container_id", self.container_id)
+        resolved = resolve_options(None if url is None else str(url), options)
+        connection = self._new_connection(handler)
+        connection.container = resolved.container_id
+        connection.offered_capabilities = kwargs.get("offered_capabilities")
+        connection.desired_capabilities = kwargs.get("desired_capabilities")
+        connection.properties = kwargs.get("properties")
+        if kwargs.get("virtual_host"):
+            connection.hostname = kwargs["virtual_host"]
+        connection._options = resolved  # type: ignore[attr-defined]
+        connection.open()
+        return connection
+
+    def _new_connection(self, handler: Any) -> Connection:
+        connection = Connection()
+        connection._reactor = self
+        connection.handler = handler
+        connection.container = self.container_id
+        self._push(Event.CONNECTION_INIT, connection)
+        return connection
+
+    def _connection_opened_locally(self, connection: Connection) -> None:
+        options = getattr(connection, "_options", None)
+        if options is None or connection._channel is not None:
+            return
+        channel = Channel(self, connection, options)
+        self._channels.add(channel)
+        self._start(channel.run)
+
+    def _connection_closed_locally(self, connection: Connection) -> None:
+        self._wake()
+
+    def _forget_connection(self, connection: Connection) -> None:
+        connection._abort_transport()
+
+    def _channel_done(self, channel: Channel) -> None:
+        self._channels.discard(channel)
+        self._wake()
+
+    def _get_session(self, context: Any) -> Session:
+        if isinstance(context, Session):
+            return context
+        if isinstance(context, Connection):
+            session = context._default_session
+            if session is None or session._local == 4:
+                session = context._default_session = context.session()
+                session.open()
+            return session
+        if isinstance(context, (str, Url)):
+            return self._get_session(self.connect(url=context))
+        return context.session()  # type: ignore[no-any-return]
+
+    def _link_id(self, connection: Connection, remote: str | None, local: str | None) -> str:
+        container = connection.container or self.container_id
+        if remote and local:
+            return f"{container}-{remote}-{local}"
+        if remote or local:
+            return f"{container}-{remote or local}"
+        return f"{container}-{uuid.uuid4()}"
+
+    def create_sender(
+        self,
+        context: Any,
+        target: str | None = None,
+        source: str | None = None,
+        name: str | None = None,
+        handler: Any = None,
+        tags: Any = None,
+        options: Any = None,
+    ) -> Sender:
+        """Open a sending link on ``context``: a connection (or session), or a URL (a new connection; its path is
+        the target when ``target`` is not given)."""
+        if isinstance(context, str):
+            context = Url(context)
+        if isinstance(context, Url) and not target:
+            target = context.path
+        session = self._get_session(context)
+        sender = session.sender(name or self._link_id(session.connection, target, source))
+        if source:
+            sender.source.address = source
+        if target:
+            sender.target.address = target
+        if handler is not None:
+            sender.handler = handler
+        if tags:
+            sender.tag_generator = tags
+        _apply_link_options(options, sender)
+        sender.open()
+        return sender
+
+    def create_receiver(
+        self,
+        context: Any,
+        source: str | None = None,
+        target: str | None = None,
+        name: str | None = None,
+        dynamic: bool = False,
+        handler: Any = None,
+        options: Any = None,
+    ) -> Receiver:
+        """Open a receiving link on ``context``: a connection (or session), or a URL (a new connection; its path
+        is the source when ``source`` is not given). ``dynamic=True`` asks the peer to make the source node."""
+        if isinstance(context, str):
+            context = Url(context)
+        if isinstance(context, Url) and not source:
+            source = context.path
+        session = self._get_session(context)
+        receiver = session.receiver(name or self._link_id(session.connection, source, target))
+        if source:
+            receiver.source.address = source
+        if dynamic:
+            receiver.source.dynamic = True
+        if target:
+            receiver.target.address = target
+        if handler is not None:
+            receiver.handler = handler
+        _apply_link_options(options, receiver)
+        receiver.open()
+        return receiver
+
+    def declare_transaction(self, context: Any, handler: Any = None, settle_before_discharge: bool = False) -> Any:
+        """Transactions are not supported yet: raises :class:`NotImplementedError` saying so."""
+        raise NotImplementedError(_NO_TRANSACTIONS)
+
+    # --- listening ---------------------------------------------------------------------------------------
+
+    def listen(self, url: str | Url, ssl_domain: SSLDomain | None = None) -> Acceptor:
+        """Accept AMQP connections on the host and port of ``url`` (``amqps``: with TLS, using ``ssl_domain`` or
+        :attr:`ssl` ``.server``). Returns the :class:`Acceptor`; the socket is bound before this returns."""
+        parsed = Url(url)
+        host = parsed.host or "0.0.0.0"
+        port = int(parsed.port or 5672)
+        return self.acceptor(host, port, ssl_domain=ssl_domain, tls=parsed.scheme == "amqps")
+
+    def acceptor(
+        self, host: str, port: int | str, handler: Any = None, ssl_domain: SSLDomain | None = None, tls: bool = False
+    ) -> Acceptor:
+        """Listen on ``host``:``port`` (proton's lower-level form of :meth:`listen`)."""
+        import socket
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        bound_port = sock.getsockname()[1]
+        listener = Listener(self, _SocketListener(sock), handler)
+        if ssl_domain is not None or tls:
+            listener.ssl_context = (ssl_domain or self.ssl.server).context()
+        mechs = self.allowed_mechs
+        if mechs:
+            listener.sasl_mechanisms = mechs
+        self._listeners.append(listener)
+        self._start(listener.run)
+        return Acceptor(self, listener, host, bound_port)
+
+    # --- timers and injected events ----------------------------------------------------------------------
+
+    def schedule(self, delay: float, handler: Any = None) -> Task:
+        """Fire ``on_timer_task`` on ``handler`` (default: the container's handlers) after ``delay`` seconds."""
+        task = Task(self, time.monotonic() + delay, handler)
+        heapq.heappush(self._timers, task)
+        self._wake()
+        return task
+
+    def selectable(self, handler: Any = None, delegate: Any = None) -> Selectable:
+        """Register an :class:`EventInjector` (``handler``) so its events are dispatched by this container."""
+        injector = handler if isinstance(handler, EventInjector) else delegate
+        if not isinstance(injector, EventInjector):
+            raise TypeError(
+                "Container.selectable() takes an EventInjector; raw sockets are not supported: use the container's "
+                "connections, or run your own I/O on the event loop (see Container.run_async)"
+            )
+        injector._container = self
+        self._injectors.append(injector)
+        self._wake_threadsafe()
+        return Selectable(self, injector)
+
+    def push_event(self, obj: Any, etype: Any) -> None:
+        """Queue an event of type ``etype`` about ``obj`` for dispatch."""
+        self._push(etype, obj)
+        self._wake_threadsafe()
+
+    # --- running -----------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run the event loop until there is nothing left to do or :meth:`stop` is called.
+
+        Uses asyncio, with uvloop when it is installed. Exceptions raised by a handler stop the container and are
+        raised here.
+        """
+        backend_options: dict[str, Any] = {}
+        try:
+            import uvloop  # noqa: F401
+
+            backend_options["use_uvloop"] = True
+        except ImportError:
+            pass
+        anyio.run(self.run_async, backend="asyncio", backend_options=backend_options)
+
+    async def run_async(self) -> None:
+        """Run the container on the event loop already running (asyncio or trio): ``await container.run_async()``
+        from a task of your program. Returns when :meth:`run` would."""
+        if self._running:
+            raise ProtonException("the container is already running")
+        self._running = True
+        self._stopping = False
+        self._loop_thread = threading.get_ident()
+        self._bind_wakeup()
+        self._wake_event = anyio.Event()
+        try:
+            async with anyio.create_task_group() as group:
+                self._group = group
+                self._push(Event.REACTOR_INIT, self)
+                self._process()
+                while True:
+                    self._start_pending()
+                    self._run_threadsafe_calls()
+                    self._drain_injectors()
+                    self._fire_timers()
+                    self._process()
+                    if self._stopping or not self._has_work():
+                        break
+                    await self._sleep()
+                group.cancel_scope.cancel()
+        finally:
+            self._group = None
+            self._running = False
+            self._call_soon = None
+            self._loop_thread = None
+        self._push(Event.REACTOR_FINAL, self)
+        self._process()
+        if self.errors:
+            error = self.errors[0]
+            self.errors = []
+            raise error
+
+    def stop(self) -> None:
+        """Stop the container: after the current callback, every connection and listener is dropped and
+        :meth:`run` returns."""
+        self._stopping = True
+        self._wake_threadsafe()
+
+    def stop_events(self) -> None:
+        """Drop the events not yet dispatched."""
+        self._collector.clear()
+
+    def wakeup(self) -> None:
+        """Wake the loop (safe from any thread)."""
+        self._wake_threadsafe()
+
+    def yield_(self) -> None:
+        """proton's cooperative yield: nothing to do here (callbacks already return to the loop)."""
+
+    @property
+    def quiesced(self) -> bool:
+        """True when no event is waiting to be dispatched."""
+        return not self._collector
+
+    def process(self) -> bool:
+        """Stepping the loop by hand is not supported: use :meth:`run` or ``await`` :meth:`run_async`."""
+        raise NotImplementedError(
+            "Container.process()/do_work() are not supported by amqp_async.proton: use Container.run(), or await "
+            "Container.run_async() inside a running event loop"
+        )
+
+    def do_work(self, timeout: float | None = None) -> bool:
+        """Not supported: see :meth:`process`."""
+        return self.process()
+
+    # --- the loop's internals ----------------------------------------------------------------------------
+
+    def _start(self, function: Callable[[], Any]) -> None:
+        if self._group is not None and threading.get_ident() == self._loop_thread:
+            self._group.start_soon(function)
+        else:
+            self._to_start.append(function)
+            self._wake_threadsafe()
+
+    def _start_pending(self) -> None:
+        while self._to_start and self._group is not None:
+            self._group.start_soon(self._to_start.pop(0))
+
+    def _has_work(self) -> bool:
+        if self._channels or self._to_start or self._collector or self._threadsafe_calls:
+            return True
+        if any(not listener.closed for listener in self._listeners):
+            return True
+        if any(not task._cancelled for task in self._timers):
+            return True
+        return any(not injector._closed or injector.queue for injector in self._injectors)
+
+    async def _sleep(self) -> None:
+        wake = self._wake_event
+        assert wake is not None
+        timers = self._timers
+        while timers and timers[0]._cancelled:
+            heapq.heappop(timers)
+        delay = None if not timers else max(0.0, timers[0]._deadline - time.monotonic())
+        if not wake.is_set():
+            if delay is None:
+                await wake.wait()
+            else:
+                with anyio.move_on_after(delay):
+                    await wake.wait()
+        self._wake_event = anyio.Event()
+
+    def _wake(self) -> None:
+        event = self._wake_event
+        if event is not None:
+            event.set()
+
+    def _bind_wakeup(self) -> None:
+        try:
+            backend = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:  # pragma: no cover - run_async always runs under a loop
+            backend = "asyncio"
+        if backend == "asyncio":
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+
+            def call_soon_threadsafe(function: Callable[[], None]) -> None:
+                loop.call_soon_threadsafe(function)
+
+            self._call_soon = call_soon_threadsafe
+        else:
+            token = anyio.lowlevel.current_token()
+
+            def call_soon(function: Callable[[], None]) -> None:
+                anyio.from_thread.run_sync(function, token=token)
+
+            self._call_soon = call_soon
+
+    def _wake_threadsafe(self) -> None:
+        if threading.get_ident() == self._loop_thread or self._loop_thread is None:
+            self._wake()
+            return
+        call_soon = self._call_soon
+        if call_soon is not None:
+            try:
+                call_soon(self._wake)
+            except RuntimeError:
+                pass  # the loop has ended
+
+    def call_threadsafe(self, function: Callable[[], None]) -> None:
+        """Run ``function`` on the container's thread, between callbacks (safe from any thread)."""
+        self._threadsafe_calls.append(function)
+        self._wake_threadsafe()
+
+    def _run_threadsafe_calls(self) -> None:
+        calls = self._threadsafe_calls
+        while calls:
+            function = calls.popleft()
+            try:
+                function()
+            except Exception as exc:
+                self._fail(exc)
+
+    def _drain_injectors(self) -> None:
+        for injector in list(self._injectors):
+            queue = injector.queue
+            while queue:
+                event = queue.popleft()
+                if isinstance(event, ApplicationEvent):
+                    event.container = self
+                self._collector.append(event)
+            if injector._closed:
+                self._injectors.remove(injector)
+
+    def _fire_timers(self) -> None:
+        timers = self._timers
+        now = time.monotonic()
+        while timers and (timers[0]._cancelled or timers[0]._deadline <= now):
+            task = heapq.heappop(timers)
+            if not task._cancelled:
+                self._push(Event.TIMER_TASK, task)
+
+    def _push(self, event_type: Any, context: Any) -> None:
+        self._collector.append(Event(event_type, context, self))
+
+    def _fail(self, exc: BaseException) -> None:
+        self.errors.append(exc)
+        self._stopping = True
+        self._collector.clear()
+        self._wake()
+
+    def _process(self) -> None:
+        """Dispatch every queued event (and those the callbacks queue), then flush what they did."""
+        if self._processing:
+            return
+        self._processing = True
+        try:
+            collector = self._collector
+            root = self._handler
+            while collector:
+                event = collector.popleft()
+                handler = event.handler or root
+                try:
+                    event.dispatch(handler)
+                    global_handler = self.global_handler
+                    if global_handler is not None:
+                        event.dispatch(global_handler)
+                except Exception as exc:
+                    log.debug("a handler raised %r; stopping the container", exc)
+                    self._fail(exc)
+                    break
+                context = getattr(event, "_context", None)
+                if type(context) is Delivery:
+                    context._updated = False
+            updated = self._updated
+            if updated:
+                self._updated = []
+                for delivery in updated:
+                    if not delivery._settled_here:
+                        delivery.link._send_state(delivery)
+            dirty = self._dirty
+            if dirty:
+                self._dirty = {}
+                for connection in dirty:
+                    channel = connection._channel
+                    if channel is not None:
+                        channel.kick()
+        finally:
+            self._processing = False
+
+
+Reactor = Container
+
+
+class _SocketListener(anyio.abc.Listener[anyio.abc.SocketStream]):
+    """An anyio listener over a socket :meth:`Container.acceptor` bound at once (proton binds in ``listen``)."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+        self._listener: anyio.abc.SocketListener | None = None
+
+    async def serve(self, handler: Any, task_group: Any = None) -> None:
+        self._listener = await anyio.abc.SocketListener.from_socket(self._sock)
+        await self._listener.serve(handler, task_group)
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            await self._listener.aclose()
+        else:
+            self._sock.close()
