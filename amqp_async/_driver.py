@@ -19,7 +19,7 @@ someone waits on them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -32,6 +32,8 @@ __all__ = ["EngineDriver", "describe_transport_error"]
 
 # asyncio's transports read up to 256 KiB at a time: asking for as much means a read is never split (and copied).
 _READ_SIZE = 262144
+# Output buffers at least this large are written on their own rather than copied into a joined write.
+_WRITE_ALONE = 262144
 # How long the final write may take once the connection has ended, and how long the writer may take to do it.
 _FINAL_WRITE = 1.0
 _STOP_GRACE = 2.0
@@ -49,6 +51,22 @@ def describe_transport_error(exc: BaseException) -> str | None:
         if candidate is not None and str(candidate):
             return f"{type(candidate).__name__}: {candidate}"
     return type(exc).__name__
+
+
+def _coalesce(buffers: list[bytes | bytearray | memoryview]) -> Iterator[bytes | bytearray | memoryview]:
+    """The engine's output buffers as few writes: small ones joined, large ones (message payloads, by reference)
+    alone, since a write costs more than copying a small buffer and less than copying a large one."""
+    run: list[bytes | bytearray | memoryview] = []
+    for buffer in buffers:
+        if len(buffer) < _WRITE_ALONE:
+            run.append(buffer)
+            continue
+        if run:
+            yield b"".join(run) if len(run) > 1 else run[0]
+            run = []
+        yield buffer
+    if run:
+        yield b"".join(run) if len(run) > 1 else run[0]
 
 
 class EngineDriver:
@@ -268,12 +286,16 @@ class EngineDriver:
     async def _write(self) -> bool:
         """Write everything the engine has queued; False once the stream is broken (it is closed then)."""
         epoch = self.flush_epoch
-        data = self.engine.data_to_send(anyio.current_time())
-        if data:
+        buffers = self.engine.buffers_to_send(anyio.current_time())
+        if buffers:
             if self._tracer is not None:
-                self._tracer.sent(data)
+                self._tracer.sent(b"".join(buffers))
             try:
-                await self.stream.send(data)
+                if len(buffers) == 1:
+                    await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken
+                else:
+                    for data in _coalesce(buffers):
+                        await self.stream.send(data)  # type: ignore[arg-type]
             except _SEND_ERRORS as exc:
                 if not self._stopping:
                     self.transport_failed = not self.closing

@@ -217,8 +217,9 @@ class FrameDecoder:
     Nothing is decoded ahead of the caller's request, so the caller can switch between frames and headers.
 
     Bytes are kept as the ``bytes`` objects received: frames are decoded straight from them, and payloads are
-    ``memoryview`` slices of them (no copy). Pieces are joined only when a header or a frame spans several
-    pieces, and only once all of its bytes are there, so a byte is copied at most twice whatever the chunking.
+    ``memoryview`` slices of them (no copy). A frame that spans several pieces is copied out of them once all of
+    its bytes are there (that frame only, not the rest of the last piece), so a byte is copied at most once
+    whatever the chunking. Nothing is kept once every buffered byte is consumed.
 
     Args:
         max_frame_size: the largest frame accepted (our max-frame-size as announced in open; §2.7.1 says it is
@@ -260,6 +261,40 @@ class FrameDecoder:
         self._pos = 0
         self._chunks = []
         return data
+
+    def _peek(self, size: int) -> bytes:
+        """The next ``size`` buffered bytes (at least that many are buffered), copied out of the pieces, unconsumed."""
+        peeked = bytes(memoryview(self._data)[self._pos : self._pos + size])
+        for chunk in self._chunks:
+            if len(peeked) >= size:
+                break
+            peeked += chunk[: size - len(peeked)]
+        return peeked
+
+    def _take(self, size: int) -> bytes:
+        """Consume the next ``size`` bytes (more than ``_data`` holds; at least that many are buffered) as one new
+        bytes object: the frame is copied out of its pieces, and the last piece stays, from where the frame ends."""
+        pieces: list[Buffer] = [memoryview(self._data)[self._pos :]]
+        need = size - len(pieces[0])
+        chunks = self._chunks
+        while need > 0:
+            chunk = chunks.pop(0)
+            if len(chunk) > need:
+                pieces.append(memoryview(chunk)[:need])
+                chunks.insert(0, chunk)
+                self._pos = need
+                break
+            pieces.append(chunk)
+            need -= len(chunk)
+        else:
+            self._pos = 0
+        self._avail -= size
+        if self._avail == 0:
+            self._data = b""  # drop our reference: payload views keep what they need alive
+            self._pos = 0
+        else:
+            self._data = chunks.pop(0)
+        return b"".join(pieces)
 
     def _consume(self, end: int, size: int) -> None:
         self._avail -= size
@@ -312,22 +347,21 @@ class FrameDecoder:
             return None
         data = self._data
         pos = self._pos
-        if len(data) - pos < 8:
-            data, pos = self._join(), 0
-        size, doff, frame_type, channel = _unpack_header(data, pos)
+        held = len(data) - pos
+        size, doff, frame_type, channel = _unpack_header(data, pos) if held >= 8 else _unpack_header(self._peek(8))
         if size > self.max_frame_size:
             raise FramingError(f"frame of {size} bytes exceeds the maximum frame size {self.max_frame_size}")
         if size < 8:
             raise FramingError(f"frame size {size} is smaller than the frame header")
         if avail < size:
             return None
-        if len(data) - pos < size:
-            data, pos = self._join(), 0
-        body = pos + 4 * doff
-        end = pos + size
-        if doff < 2 or body > end:
+        if doff < 2 or 4 * doff > size:
             raise FramingError(f"frame data offset {doff} is invalid for a frame of {size} bytes")
         # consume the frame before the caller decodes it, so that a decode error cannot make it loop on it
+        if held < size:
+            # The frame spans pieces: copy it (only it) out of them.
+            return frame_type, channel, self._take(size), 4 * doff, size
+        end = pos + size
         avail -= size
         self._avail = avail
         if avail == 0:
@@ -338,7 +372,7 @@ class FrameDecoder:
             self._pos = 0
         else:
             self._pos = end
-        return frame_type, channel, data, body, end
+        return frame_type, channel, data, pos + 4 * doff, end
 
     def next_frame(self) -> Frame | None:
         """Consume and return the next complete frame, or ``None`` if its bytes have not all arrived.

@@ -96,6 +96,9 @@ class Connection(Endpoint):
         sasl: a :class:`SaslClient` (client) or :class:`SaslServer` (server) to run SASL first, or None.
         incoming_window: the default incoming window of our sessions, in frames.
         require_sasl: a server with ``sasl`` refuses clients that skip it (default True).
+        answer_detach: answer the peer's detach at once (default). False leaves it to the layer above, which
+            detaches when its application closes the link (proton's model: outcomes the application gives first
+            still go out before the detach).
     """
 
     # Slots: a connection is long-lived and there may be thousands of them.
@@ -120,6 +123,7 @@ class Connection(Endpoint):
         "_sessions_by_channel",
         "_sessions_by_remote_channel",
         "_transport_closed",
+        "answer_detach",
         "channel_max",
         "container_id",
         "desired_capabilities",
@@ -151,6 +155,7 @@ class Connection(Endpoint):
         sasl: SaslClient | SaslServer | None = None,
         incoming_window: int = 2048,
         require_sasl: bool = True,
+        answer_detach: bool = True,
     ) -> None:
         super().__init__()
         if role not in (CLIENT, SERVER):
@@ -170,6 +175,7 @@ class Connection(Endpoint):
         self.desired_capabilities = as_symbols(desired_capabilities)
         self.sasl = sasl
         self.require_sasl = require_sasl
+        self.answer_detach = answer_detach
         self.incoming_window = incoming_window
         #: the peer's open frame, once received.
         self.remote_open: Open | None = None
@@ -431,9 +437,8 @@ class Connection(Endpoint):
         """Append a transfer's payload to the output: a large immutable one by reference (no copy), anything else
         copied (the caller may reuse a bytearray once ``send`` returns)."""
         size = len(payload)
-        if size < _BY_REFERENCE or not (
-            payload.__class__ is bytes or (payload.__class__ is memoryview and payload.obj.__class__ is bytes)  # type: ignore[union-attr]
-        ):
+        owner = payload.obj if isinstance(payload, memoryview) else payload
+        if size < _BY_REFERENCE or owner.__class__ is not bytes:
             self._out += payload
             return
         parts = self._out_parts
@@ -579,7 +584,9 @@ class Connection(Endpoint):
             session = self._sessions_by_remote_channel.get(channel)
             if session is None:
                 session = self._session_for(channel)  # raises
-            _session_transfer(session, fields, data[after:end])
+            # A view, not a copy: the session copies it once (the whole of a one-frame delivery, or the frames of a
+            # longer one joined).
+            _session_transfer(session, fields, memoryview(data)[after:end])
             return
         performative, after = decode_value(data, body)
         if after > end:
@@ -761,7 +768,7 @@ class Connection(Endpoint):
         self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code))
 
 
-def _session_transfer(session: Session, fields: Any, payload: bytes) -> None:
+def _session_transfer(session: Session, fields: Any, payload: bytes | memoryview) -> None:
     if session.local_state is EndpointState.CLOSED:
         return  # §2.5.1: after our end, frames other than the peer's end are ignored
     try:

@@ -498,7 +498,8 @@ class Session(Endpoint):
                 )
             )
         if link.local_state is EndpointState.ACTIVE:
-            link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
+            if self.connection.answer_detach:
+                link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
         else:
             self._forget_link_if_done(link)
 
@@ -534,7 +535,7 @@ class Session(Endpoint):
         if self._outgoing_queue:
             self._pump_outgoing()
 
-    def _on_transfer(self, fields: Any, payload: bytes) -> None:
+    def _on_transfer(self, fields: Any, payload: bytes | memoryview) -> None:
         # §2.5.6: every transfer frame uses one unit of our incoming window. The peer may send up to the limit we
         # last told it (next-incoming-id + incoming-window in our last begin or flow actually written).
         remaining = (self._advertised_limit - self.next_incoming_id) & MASK
@@ -570,7 +571,11 @@ class Session(Endpoint):
                     scope="link",
                 )
             return  # we detached: the peer has not seen it yet (§2.6.4); the frame is dropped
-        delivery = link._on_transfer(fields, payload, 0)
+        if payload.__class__ is memoryview and link._current is None and not (len(fields) > 5 and fields[5] is True):
+            # A delivery in one frame: its payload is this frame's, as bytes of its own. The frames of a longer one
+            # stay views into the received bytes until the link joins them (one copy either way).
+            payload = bytes(payload)
+        delivery = link._on_transfer(fields, payload, 0)  # type: ignore[arg-type]  # a view is joined, not kept
         if delivery is not None:
             if delivery.remote_settled or delivery.aborted:
                 self._incoming_unsettled.pop(delivery.delivery_id, None)

@@ -35,7 +35,7 @@ from ._condition import Condition
 from ._data import Data
 from ._delivery import Delivery, Disposition, DispositionType
 from ._endpoints import Connection, Endpoint, Link, Receiver, Sender, Session, Terminus
-from ._events import ApplicationEvent, Event, EventBase, EventType, Handler
+from ._events import ApplicationEvent, Collector, Event, EventBase, EventType, Handler
 from ._exceptions import (
     ConnectionException,
     DataException,
@@ -53,13 +53,25 @@ from ._restricted import AnnotationDict, PropertyDict, SymbolList
 from ._transport import SASL, SSL, SSLDomain, SSLSessionDetails, Transport
 from ._url import Url
 
+#: proton's version constants: the proton API version this module follows.
+VERSION_MAJOR = 0
+VERSION_MINOR = 40
+#: proton's language constants: this implementation is Python all the way down.
+API_LANGUAGE = "Python"
+IMPLEMENTATION_LANGUAGE = "Python"
+
 __all__ = [
+    "API_LANGUAGE",
+    "IMPLEMENTATION_LANGUAGE",
     "SASL",
     "SSL",
     "UNDESCRIBED",
+    "VERSION_MAJOR",
+    "VERSION_MINOR",
     "AnnotationDict",
     "ApplicationEvent",
     "Array",
+    "Collector",
     "Condition",
     "Connection",
     "ConnectionException",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._endpoints import Connection, Receiver, Sender, Session
     from ._transport import Transport
 
-__all__ = ["ApplicationEvent", "Event", "EventBase", "EventType", "Handler", "dispatch"]
+__all__ = ["ApplicationEvent", "Collector", "Event", "EventBase", "EventType", "Handler", "dispatch"]
 
 
 class EventType:
@@ -338,3 +338,39 @@ class Handler:
 
     def on_unhandled(self, method: str, *args: Any) -> None:
         """Called for an event this handler has no ``on_<event>`` method for; does nothing by default."""
+
+
+class Collector:
+    """A queue of events (proton's ``Collector``): :meth:`put` appends, :meth:`peek` and :meth:`pop` take in order.
+
+    The container keeps its own; this one is for programs that drive endpoints by hand.
+    """
+
+    def __init__(self) -> None:
+        from collections import deque
+
+        self._events: deque[EventBase] = deque()
+        self._released = False
+
+    def put(self, obj: Any, etype: EventType) -> None:
+        """Queue an event of type ``etype`` about ``obj`` (nothing once released)."""
+        if not self._released:
+            self._events.append(obj if isinstance(obj, EventBase) else Event(etype, obj))
+
+    def peek(self) -> EventBase | None:
+        """The next event, or None."""
+        return self._events[0] if self._events else None
+
+    def more(self) -> bool:
+        """True when more than one event is queued."""
+        return len(self._events) > 1
+
+    def pop(self) -> None:
+        """Drop the next event."""
+        if self._events:
+            self._events.popleft()
+
+    def release(self) -> None:
+        """Drop every event and take no more."""
+        self._released = True
+        self._events.clear()

@@ -29,9 +29,11 @@ __all__ = [
     "EndpointStateHandler",
     "FlowController",
     "Handshaker",
+    "IOHandler",
     "IncomingMessageHandler",
     "MessagingHandler",
     "OutgoingMessageHandler",
+    "PythonIO",
     "Reject",
     "Release",
     "TransactionHandler",
@@ -650,3 +652,11 @@ class Handshaker(Handler):
 
 CFlowController = FlowController
 CHandshaker = Handshaker
+
+
+class IOHandler(Handler):
+    """proton's socket handler. Here the container's driver does the I/O, so this handler has nothing to do; it
+    exists so programs that name it (as a ``global_handler`` base) still import and run."""
+
+
+PythonIO = IOHandler

@@ -183,6 +183,7 @@ class Channel:
             offered_capabilities=connection.offered_capabilities or options.offered_capabilities,
             desired_capabilities=connection.desired_capabilities or options.desired_capabilities,
             sasl=sasl,
+            answer_detach=False,
         )
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
@@ -193,6 +194,7 @@ class Channel:
             container_id=container.container_id,
             sasl=SaslServer(mechanisms),
             require_sasl=False,
+            answer_detach=False,
         )
         await self._drive(engine, stream)
 
@@ -410,4 +412,5 @@ class Listener:
             connection.url = Url(host=str(remote[0]), port=int(remote[1]))
         channel = Channel(container, connection, None, stream, self.sasl_mechanisms)
         container._channels.add(channel)
-        await channel.run()
+        # The connection outlives the acceptor (closing it only stops accepting): run it in the container's tasks.
+        container._start(channel.run)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._events import ApplicationEvent, EventType
+from ._events import ApplicationEvent, EventType, Handler
 from ._reactor import (
     Acceptor,
     AtLeastOnce,
@@ -40,6 +40,7 @@ __all__ = [
     "EventInjector",
     "EventType",
     "Filter",
+    "Handler",
     "LinkOption",
     "Move",
     "Reactor",
