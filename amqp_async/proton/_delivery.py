@@ -46,6 +46,7 @@ _ACCEPTED = Accepted()
 _RELEASED = Released()
 
 _CODE_OF_STATE = {Received: 0x23, Accepted: 0x24, Rejected: 0x25, Released: 0x26, Modified: 0x27}
+_TYPE_OF_STATE: dict[type, DispositionType] = {kind: DispositionType(code) for kind, code in _CODE_OF_STATE.items()}
 
 
 class Disposition:
@@ -194,7 +195,7 @@ class Delivery:
         impl = self._impl
         if impl is None or impl.remote_state is None:
             return 0
-        return DispositionType.or_int(_CODE_OF_STATE.get(type(impl.remote_state), 0))
+        return _TYPE_OF_STATE.get(type(impl.remote_state), 0)
 
     @property
     def settled(self) -> bool:

@@ -38,6 +38,7 @@ __all__ = ["Connection", "Endpoint", "Link", "Receiver", "Sender", "Session", "T
 
 _UNINIT, _ACTIVE, _CLOSED = 1, 2, 4
 LinkT = TypeVar("LinkT", bound="Link")
+_ENGINE_ACTIVE = EndpointState.ACTIVE
 _REMOTE_BITS = {EndpointState.UNINIT: 8, EndpointState.ACTIVE: 16, EndpointState.CLOSED: 32}
 
 
@@ -862,7 +863,13 @@ class Sender(Link):
         else:
             self._unsettled[delivery] = None
         impl = self._impl
-        if not self._pending and impl is not None and impl.link_credit > 0 and self._sendable():
+        if (
+            impl is not None
+            and impl.link_credit > 0
+            and not self._pending
+            and impl.remote_state is _ENGINE_ACTIVE
+            and impl.local_state is _ENGINE_ACTIVE
+        ):
             engine_delivery = impl.send(payload, tag=tag, settled=settled)
             delivery._impl = engine_delivery
             engine_delivery.user_data = delivery

@@ -56,15 +56,34 @@ class EventType:
     __str__ = __repr__
 
 
+# (handler class, method) -> 1: the class has the method; 2: it has an on_unhandled worth calling; 0: neither.
+# Looking the method up on the class once, instead of on every event, is most of the cost of dispatch saved;
+# proton looks at the instance, so a class is only cached when its instances do not shadow its ``on_*`` names.
+_ROUTES: dict[tuple[type, str], int] = {}
+
+
+def _route(handler: Any, method: str) -> int:
+    cls = handler.__class__
+    key = (cls, method)
+    route = _ROUTES.get(key)
+    if route is None:
+        if getattr(handler, method, None) is not None:
+            route = 1
+        else:
+            unhandled = getattr(cls, "on_unhandled", None)
+            route = 0 if unhandled is None or unhandled is _NOOP_UNHANDLED else 2
+        if not any(name.startswith("on_") for name in getattr(handler, "__dict__", ())):
+            _ROUTES[key] = route
+    return route
+
+
 def dispatch(handler: Any, method: str, event: Any) -> None:
     """Call ``handler.<method>(event)``, or ``handler.on_unhandled(method, event)`` when it has no such method."""
-    callback = getattr(handler, method, None)
-    if callback is not None:
-        callback(event)
-    else:
-        unhandled = getattr(handler, "on_unhandled", None)
-        if unhandled is not None:
-            unhandled(method, event)
+    route = _route(handler, method)
+    if route == 1:
+        getattr(handler, method)(event)
+    elif route == 2:
+        handler.on_unhandled(method, event)
 
 
 class EventBase:
@@ -88,13 +107,13 @@ class EventBase:
     def dispatch(self, handler: Any, type: EventType | None = None) -> None:  # noqa: A002 - proton's name
         """Deliver this event to ``handler`` and then, depth first, to each of its child ``handlers``."""
         method = (type or self._type).method
-        callback = getattr(handler, method, None)
-        if callback is not None:
-            callback(self)
-        else:
-            unhandled = getattr(handler, "on_unhandled", None)
-            if unhandled is not None:
-                unhandled(method, self)
+        route = _ROUTES.get((handler.__class__, method))
+        if route is None:
+            route = _route(handler, method)
+        if route == 1:
+            getattr(handler, method)(self)
+        elif route == 2:
+            handler.on_unhandled(method, self)
         children = getattr(handler, "handlers", None)
         if children:
             for child in children:
@@ -243,6 +262,15 @@ class Event(EventBase):
         """The handler scoped to the event: the link's, else the session's, else the connection's, else the
         context's own ``handler`` (a timer task's); None means the container's handlers."""
         context = self._context
+        if getattr(context, "_is_delivery", False):
+            link = context.link
+            handler = link.handler
+            if handler is None:
+                session = link.session
+                handler = session.handler
+                if handler is None:
+                    handler = session.connection.handler
+            return handler
         link = self.link
         if link is not None and link.handler is not None:
             return link.handler
@@ -338,6 +366,9 @@ class Handler:
 
     def on_unhandled(self, method: str, *args: Any) -> None:
         """Called for an event this handler has no ``on_<event>`` method for; does nothing by default."""
+
+
+_NOOP_UNHANDLED = Handler.on_unhandled
 
 
 class Collector:
