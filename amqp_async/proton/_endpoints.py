@@ -50,6 +50,17 @@ def _error_of(condition: Condition | None) -> Error | None:
     return None if condition is None else condition.to_error()
 
 
+def _close_later(endpoint: Connection | Session | Link) -> None:
+    """Close the engine endpoint after the callbacks of this round, as proton's transport does: whatever the
+    callbacks did before (an outcome, a send) goes out before the close, detach or end."""
+    container = endpoint._container()
+    if container is None:
+        endpoint._close_engine()
+    else:
+        container._closing.append(endpoint)
+        container._wake()
+
+
 class Endpoint:
     """What connections, sessions and links share: the state bits and the conditions.
 
@@ -82,6 +93,9 @@ class Endpoint:
         return None if impl is None else _condition_of(impl.remote_error)
 
     def _container(self) -> Any:
+        raise NotImplementedError
+
+    def _close_engine(self) -> None:
         raise NotImplementedError
 
     def _push(self, event_type: Any) -> None:
@@ -206,12 +220,19 @@ class Connection(Endpoint):
             return
         self._local = _CLOSED
         self._push(Event.CONNECTION_LOCAL_CLOSE)
+        _close_later(self)
+
+    def _close_engine(self) -> None:
+        """Send our close (the container does it once the callbacks of the round have returned)."""
         impl = self._impl
         if impl is not None and impl.local_state is not EndpointState.CLOSED and not impl.closed:
             if impl.local_state is EndpointState.UNINIT:
                 impl.open()
             impl.close(_error_of(self.condition))
             self._touch()
+            channel = self._channel
+            if channel is not None:
+                channel.head_closed()
         container = self._reactor
         if container is not None:
             container._connection_closed_locally(self)
@@ -332,6 +353,10 @@ class Session(Endpoint):
             return
         self._local = _CLOSED
         self._push(Event.SESSION_LOCAL_CLOSE)
+        _close_later(self)
+
+    def _close_engine(self) -> None:
+        """Send our end (the container does it once the callbacks of the round have returned)."""
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.ACTIVE and self.connection._engine_usable():
             impl.end(_error_of(self.condition))
@@ -570,6 +595,7 @@ class Link(Endpoint):
         self.offered_capabilities: Any = None
         self.desired_capabilities: Any = None
         self._drain_mode = False
+        self._closes = True
 
     def _container(self) -> Any:
         return self.session.connection._reactor
@@ -703,10 +729,15 @@ class Link(Endpoint):
         if self._local == _CLOSED:
             return
         self._local = _CLOSED
+        self._closes = closed
         self._push(Event.LINK_LOCAL_CLOSE if closed else Event.LINK_LOCAL_DETACH)
+        _close_later(self)
+
+    def _close_engine(self) -> None:
+        """Send our detach (the container does it once the callbacks of the round have returned)."""
         impl = self._impl
         if impl is not None and impl.local_state is not EndpointState.CLOSED and self.session._engine_active():
-            impl.detach(closed=closed, error=_error_of(self.condition))
+            impl.detach(closed=self._closes, error=_error_of(self.condition))
             self.connection._touch()
 
     def free(self) -> None:
@@ -873,7 +904,10 @@ class Sender(Link):
             engine_delivery = impl.send(payload, tag=tag, settled=settled)
             delivery._impl = engine_delivery
             engine_delivery.user_data = delivery
-            self.connection._touch()
+            container = self.session.connection._reactor
+            if container is not None:
+                container._dirty[self.session.connection] = None
+                container._sent[self] = None
         else:
             self._pending.append((delivery, payload))
         return delivery

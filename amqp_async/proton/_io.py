@@ -73,6 +73,10 @@ class Channel:
         self._attempts: Iterator[tuple[float, Address]] | None = None
         self._failed = False
         self._cancel: anyio.CancelScope | None = None
+        # What of the transport's end was reported (proton's head: our output; tail: the peer's input).
+        self._head_reported = False
+        self._tail_reported = False
+        self._end_reported = False
         self.done = False
         connection._channel = self
 
@@ -118,11 +122,14 @@ class Channel:
                 await anyio.sleep(delay)
             if connection._local == 4:
                 return
+            self.container._push(Event.CONNECTION_BOUND, connection)
+            self._head_reported = self._tail_reported = self._end_reported = False
             try:
                 stream = await self._open_stream(options, address)
             except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
                 log.info("connecting to %s failed: %r", address, exc)
-                self._transport_failed(Condition("proton:io", f"{describe_transport_error(exc) or exc}"))
+                # proton's Python I/O layer names this condition "proton.pythonio".
+                self._report_failure(Condition("proton.pythonio", f"{describe_transport_error(exc) or exc}"))
                 self.container._process()
                 if not self._should_retry(options):
                     return
@@ -206,7 +213,9 @@ class Channel:
         connection.transport.condition = None
         connection.transport._closed = False
         connection._bind(engine)
-        container._push(Event.CONNECTION_BOUND, connection)
+        if self.options is None:
+            container._push(Event.CONNECTION_BOUND, connection)
+        self._head_reported = self._tail_reported = self._end_reported = False
         driver = self._driver = EngineDriver(engine, stream, self.on_events, tracer=FrameTracer.from_environment())
         self._failed = False
         try:
@@ -222,33 +231,54 @@ class Channel:
                     await stream.aclose()
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass
-        if (not engine.closed or driver.transport_failed) and connection.transport.condition is None:
-            reason = driver.transport_error or "connection aborted"
-            self._failed = True
-            connection.transport.condition = Condition("amqp:connection:framing-error", reason)
-            container._push(Event.TRANSPORT_ERROR, connection.transport)
-        self._transport_closed()
+        if not self._end_reported:
+            transport = connection.transport
+            push = container._push
+            self._end_reported = True
+            transport._closed = True
+            failed = (not engine.closed or driver.transport_failed) and transport.condition is None
+            # The stream ended: proton reports what of each direction was not reported yet, head first.
+            if not self._head_reported:
+                push(Event.TRANSPORT_HEAD_CLOSED, transport)
+            if not self._tail_reported:
+                push(Event.TRANSPORT_TAIL_CLOSED, transport)
+            push(Event.TRANSPORT_CLOSED, transport)
+            if failed:
+                self._failed = True
+                transport.condition = Condition(
+                    "amqp:connection:framing-error", driver.transport_error or "connection aborted"
+                )
+                push(Event.TRANSPORT_ERROR, transport)
         container._process()
 
     # --- reporting the end of a transport -----------------------------------------------------------------
 
-    def _transport_failed(self, condition: Condition) -> None:
-        """A connection attempt failed: report the error and the closed transport."""
+    def head_closed(self) -> None:
+        """Our close went to the engine: proton reports the output side closed at once."""
+        if self._driver is not None and not self._head_reported:
+            self._head_reported = True
+            self.container._push(Event.TRANSPORT_HEAD_CLOSED, self.connection.transport)
+
+    def _report_failure(self, condition: Condition, error_first: bool = False) -> None:
+        """The transport failed before or without a close (refused, authentication, protocol error): proton's
+        order is tail closed, the error, head closed, closed; an authentication failure puts the error first."""
+        if self._end_reported:
+            return
+        self._end_reported = True
         transport = self.connection.transport
         transport.condition = condition
-        self._failed = True
-        self.container._push(Event.TRANSPORT_ERROR, transport)
-        self._transport_closed()
-
-    def _transport_closed(self) -> None:
-        container = self.container
-        connection = self.connection
-        transport = connection.transport
         transport._closed = True
-        container._push(Event.TRANSPORT_TAIL_CLOSED, transport)
-        container._push(Event.TRANSPORT_HEAD_CLOSED, transport)
-        container._push(Event.TRANSPORT_CLOSED, transport)
-        container._push(Event.CONNECTION_UNBOUND, connection)
+        self._failed = True
+        push = self.container._push
+        if error_first:
+            push(Event.TRANSPORT_ERROR, transport)
+        if not self._tail_reported:
+            push(Event.TRANSPORT_TAIL_CLOSED, transport)
+        if not error_first:
+            push(Event.TRANSPORT_ERROR, transport)
+        if not self._head_reported:
+            push(Event.TRANSPORT_HEAD_CLOSED, transport)
+        push(Event.TRANSPORT_CLOSED, transport)
 
     # --- engine events → proton events ------------------------------------------------------------------
 
@@ -322,7 +352,7 @@ class Channel:
             link = event.link.user_data
             if link is None:
                 return
-            if event.remote:
+            if event.remote or link._local == 4:
                 push(Event.LINK_REMOTE_CLOSE if event.closed else Event.LINK_REMOTE_DETACH, link)
             else:
                 # The engine detached the link because the peer broke a link rule: our side is closed.
@@ -333,7 +363,7 @@ class Channel:
             session = event.session.user_data
             if session is None:
                 return
-            if event.remote:
+            if event.remote or session._local == 4:
                 push(Event.SESSION_REMOTE_CLOSE, session)
             else:
                 session._local = 4
@@ -344,18 +374,19 @@ class Channel:
             transport = connection.transport
             if engine is not None and engine.remote_state is EndpointState.CLOSED:
                 push(Event.CONNECTION_REMOTE_CLOSE, connection)
+                if not self._tail_reported:
+                    self._tail_reported = True
+                    push(Event.TRANSPORT_TAIL_CLOSED, transport)
             elif event.sasl_code is not None:
                 description = event.error.description if event.error is not None else None
-                transport.condition = Condition(_SASL_CONDITION, description or "Authentication failed")
-                self._failed = True
-                push(Event.TRANSPORT_ERROR, transport)
+                self._report_failure(
+                    Condition(_SASL_CONDITION, description or "Authentication failed"), error_first=True
+                )
             elif event.transport_ended:
                 pass  # reported with the driver's reason once the transport is closed
             elif event.error is not None:
                 # The engine closed the connection: the peer broke the protocol, or went silent.
-                transport.condition = Condition.from_error(event.error)
-                self._failed = True
-                push(Event.TRANSPORT_ERROR, transport)
+                self._report_failure(Condition.from_error(event.error))
 
 
 class Listener:

@@ -374,6 +374,8 @@ class Container:
         self._collector: deque[EventBase] = deque()
         self._dirty: dict[Connection, None] = {}
         self._updated: list[Delivery] = []
+        self._closing: deque[Any] = deque()
+        self._sent: dict[Sender, None] = {}
         self._channels: set[Channel] = set()
         self._listeners: list[Listener] = []
         self._timers: list[Task] = []
@@ -852,6 +854,48 @@ class Container:
         self._collector.clear()
         self._wake()
 
+    def _dispatch_all(self) -> None:
+        collector = self._collector
+        root = self._handler
+        transport_closed = Event.TRANSPORT_CLOSED
+        while collector:
+            event = collector.popleft()
+            handler = event.handler or root
+            try:
+                event.dispatch(handler)
+                global_handler = self.global_handler
+                if global_handler is not None:
+                    event.dispatch(global_handler)
+            except Exception as exc:
+                log.debug("a handler raised %r; stopping the container", exc)
+                self._fail(exc)
+                return
+            context = getattr(event, "_context", None)
+            if type(context) is Delivery:
+                context._updated = False
+            elif event._type is transport_closed:
+                # proton unbinds a closed transport from its connection once the closed event is handled.
+                self._push(Event.CONNECTION_UNBOUND, getattr(event, "connection", None))
+
+    def _after_callbacks(self) -> None:
+        """What proton's transport does once callbacks return: send the states set without settling, then the
+        closes asked for, and tell senders that still have credit after sending that they may send more."""
+        updated = self._updated
+        if updated:
+            self._updated = []
+            for delivery in updated:
+                if not delivery._settled_here:
+                    delivery.link._send_state(delivery)
+        closing = self._closing
+        while closing:
+            closing.popleft()._close_engine()
+        sent = self._sent
+        if sent:
+            self._sent = {}
+            for sender in sent:
+                if sender.credit > 0 and sender._local == 2 and sender._impl is not None:
+                    self._push(Event.LINK_FLOW, sender)
+
     def _process(self) -> None:
         """Dispatch every queued event (and those the callbacks queue), then flush what they did."""
         if self._processing:
@@ -859,28 +903,11 @@ class Container:
         self._processing = True
         try:
             collector = self._collector
-            root = self._handler
-            while collector:
-                event = collector.popleft()
-                handler = event.handler or root
-                try:
-                    event.dispatch(handler)
-                    global_handler = self.global_handler
-                    if global_handler is not None:
-                        event.dispatch(global_handler)
-                except Exception as exc:
-                    log.debug("a handler raised %r; stopping the container", exc)
-                    self._fail(exc)
+            while True:
+                self._dispatch_all()
+                self._after_callbacks()
+                if not collector or self._stopping:
                     break
-                context = getattr(event, "_context", None)
-                if type(context) is Delivery:
-                    context._updated = False
-            updated = self._updated
-            if updated:
-                self._updated = []
-                for delivery in updated:
-                    if not delivery._settled_here:
-                        delivery.link._send_state(delivery)
             dirty = self._dirty
             if dirty:
                 self._dirty = {}
