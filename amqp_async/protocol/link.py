@@ -402,7 +402,16 @@ class ReceiverLink(Link):
         drain: we asked the sender to use up or give back all credit, and it has not done so yet.
     """
 
-    __slots__ = ("_current", "_current_parts", "_overshoot", "available", "drain", "incoming", "overshoot_tolerance")
+    __slots__ = (
+        "_current",
+        "_current_parts",
+        "_overshoot",
+        "available",
+        "drain",
+        "drained_credit",
+        "incoming",
+        "overshoot_tolerance",
+    )
 
     role = RECEIVER
 
@@ -411,6 +420,8 @@ class ReceiverLink(Link):
         self.incoming: deque[Delivery] = deque()
         self.available = 0
         self.drain = False
+        #: credit the sender gave back by advancing its delivery-count (a drain); the layer above resets it.
+        self.drained_credit = 0
         self._current: Delivery | None = None
         self._current_parts: list[bytes] = []
         #: deliveries beyond the credit granted that are accepted anyway (0: the spec's strict rule).
@@ -467,6 +478,11 @@ class ReceiverLink(Link):
         """Update from the sender's flow; return True when a drain we asked for has completed."""
         limit = (self.delivery_count + self.link_credit) & MASK
         if flow.delivery_count is not None:
+            # §2.6.7: a sender that drains advances its delivery-count past what it sent: that much credit is
+            # given back (proton's ``drained``).
+            advanced = serial_diff(flow.delivery_count & MASK, self.delivery_count)
+            if advanced > 0:
+                self.drained_credit += advanced
             self.delivery_count = flow.delivery_count & MASK
         self.link_credit = max(serial_diff(limit, self.delivery_count), 0)
         self.available = flow.available or 0

@@ -1020,8 +1020,6 @@ class Receiver(Link):
         self._incoming: deque[Delivery] = deque()
         self._unsettled_count = 0
         self._credit_wanted = 0
-        self._drained_credit = 0
-        self._credit_seen = 0
 
     @property
     def credit(self) -> int:
@@ -1064,7 +1062,6 @@ class Receiver(Link):
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
             impl.grant_credit(int(impl.link_credit) + max(n, 0), drain=True)
-            self._credit_seen = int(impl.link_credit)
             self.connection._touch()
         else:
             self._drain_mode = True
@@ -1077,8 +1074,11 @@ class Receiver(Link):
 
     def drained(self) -> int:
         """The credit the sender gave back by draining, since the last call."""
-        drained, self._drained_credit = self._drained_credit, 0
-        return drained
+        impl = self._impl
+        if impl is None:
+            return 0
+        drained, impl.drained_credit = impl.drained_credit, 0
+        return int(drained)
 
     def recv(self, limit: int) -> bytes | None:
         """Read up to ``limit`` bytes of the current delivery; None once it is all read."""
@@ -1109,7 +1109,6 @@ class Receiver(Link):
         if wanted:
             impl: EngineReceiver = self._impl
             impl.grant_credit(wanted, drain=self._drain_mode)
-        self._credit_seen = wanted
 
     def _unbind(self) -> None:
         self._impl = None

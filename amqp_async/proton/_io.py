@@ -312,9 +312,6 @@ class Channel:
                     wrapper = link.user_data
                     if wrapper.is_sender:
                         wrapper._pump()
-                    elif event.drained:  # type: ignore[attr-defined]
-                        wrapper._drained_credit += wrapper._credit_seen
-                        wrapper._credit_seen = 0
                     push(Event.LINK_FLOW, wrapper)
             else:
                 self._on_endpoint_event(event)

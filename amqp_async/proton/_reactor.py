@@ -593,7 +593,7 @@ class Container:
         :attr:`ssl` ``.server``). Returns the :class:`Acceptor`; the socket is bound before this returns."""
         parsed = Url(url)
         host = parsed.host or "0.0.0.0"
-        port = int(parsed.port or 5672)
+        port = int(parsed.port) if parsed.port is not None else (5671 if parsed.scheme == "amqps" else 5672)
         return self.acceptor(host, port, ssl_domain=ssl_domain, tls=parsed.scheme == "amqps")
 
     def acceptor(
