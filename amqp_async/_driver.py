@@ -32,8 +32,8 @@ __all__ = ["EngineDriver", "describe_transport_error"]
 
 # asyncio's transports read up to 256 KiB at a time: asking for as much means a read is never split (and copied).
 _READ_SIZE = 262144
-# Output buffers at least this large are written on their own rather than copied into a joined write.
-_WRITE_ALONE = 262144
+# Output buffers are joined into writes of up to this size; a larger buffer is written on its own, uncopied.
+_WRITE_SIZE = 262144
 # How long the final write may take once the connection has ended, and how long the writer may take to do it.
 _FINAL_WRITE = 1.0
 _STOP_GRACE = 2.0
@@ -54,17 +54,22 @@ def describe_transport_error(exc: BaseException) -> str | None:
 
 
 def _coalesce(buffers: list[bytes | bytearray | memoryview]) -> Iterator[bytes | bytearray | memoryview]:
-    """The engine's output buffers as few writes: small ones joined, large ones (message payloads, by reference)
-    alone, since a write costs more than copying a small buffer and less than copying a large one."""
+    """The engine's output buffers as few writes of moderate size: small buffers joined up to :data:`_WRITE_SIZE`,
+    a large one (a message payload, by reference) alone. A write costs more than copying a small buffer; joining
+    megabytes at once costs fresh memory (page faults) where moderate writes reuse the same."""
     run: list[bytes | bytearray | memoryview] = []
+    size = 0
     for buffer in buffers:
-        if len(buffer) < _WRITE_ALONE:
-            run.append(buffer)
-            continue
-        if run:
+        length = len(buffer)
+        if run and size + length > _WRITE_SIZE:
             yield b"".join(run) if len(run) > 1 else run[0]
             run = []
-        yield buffer
+            size = 0
+        if length >= _WRITE_SIZE:
+            yield buffer
+            continue
+        run.append(buffer)
+        size += length
     if run:
         yield b"".join(run) if len(run) > 1 else run[0]
 
@@ -264,14 +269,14 @@ class EngineDriver:
             if self._retime or (next_tick is not None and anyio.current_time() >= next_tick):
                 self._retime = False
                 next_tick = self._tick()
-                if engine.closed and not self._stopping:
-                    # A timeout closed the connection, and a silent peer will not answer our close: write it,
-                    # then close the stream so that the reader stops waiting for input.
-                    with anyio.move_on_after(_FINAL_WRITE):
-                        await self._write()
-                    with anyio.CancelScope(shield=True):
-                        await self.stream.aclose()
-                    return
+            if engine.closed and not self._stopping:
+                # The engine closed while the reader waits for input (a timeout: a silent peer will not answer
+                # our close): write what is left, then close the stream so that the reader stops waiting.
+                with anyio.move_on_after(_FINAL_WRITE):
+                    await self._write()
+                with anyio.CancelScope(shield=True):
+                    await self.stream.aclose()
+                return
             if self._woken:
                 self._woken = False
                 if self._stopping:

@@ -226,6 +226,9 @@ class Link(Endpoint, abc.ABC):
         # Queued dispositions and flows go first: an outcome given just before the detach must reach the peer
         # before it (or the peer takes the delivery as unsettled, and sends it again).
         self.session.connection._flush_session(self.session)
+        # Transfer frames still waiting for the peer's window die with the link: no frame may name its handle after
+        # the detach (§2.6.4), and the receiver drops a delivery left incomplete by a detach.
+        self.session._drop_queued_transfers(self)
         self.local_state = EndpointState.CLOSED
         self.local_error = error
         self.session._send_frame(Detach(handle=self.handle, closed=closed, error=error))

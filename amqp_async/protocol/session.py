@@ -231,6 +231,11 @@ class Session(Endpoint):
             self._flow_links.pop(link, None)
             self._drop_unsettled(link)
 
+    def _drop_queued_transfers(self, link: Link) -> None:
+        """Forget the transfer frames of ``link`` still waiting for the peer's incoming window."""
+        if self._outgoing_queue:
+            self._outgoing_queue = deque(item for item in self._outgoing_queue if item[0] is not link)
+
     def _drop_unsettled(self, link: Link) -> None:
         """Forget the unsettled deliveries of a link that is gone, so the maps stay bounded."""
         for unsettled in (self._outgoing_unsettled, self._incoming_unsettled):
