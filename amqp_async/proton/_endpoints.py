@@ -39,6 +39,7 @@ __all__ = ["Connection", "Endpoint", "Link", "Receiver", "Sender", "Session", "T
 _UNINIT, _ACTIVE, _CLOSED = 1, 2, 4
 LinkT = TypeVar("LinkT", bound="Link")
 _ENGINE_ACTIVE = EndpointState.ACTIVE
+_OVERSHOOT_TOLERANCE = 4096
 _REMOTE_BITS = {EndpointState.UNINIT: 8, EndpointState.ACTIVE: 16, EndpointState.CLOSED: 32}
 
 
@@ -1105,6 +1106,9 @@ class Receiver(Link):
     # --- engine hooks ------------------------------------------------------------------------------------
 
     def _after_attach(self) -> None:
+        # proton accepts transfers beyond the credit it gave (RabbitMQ before 4.0 sends a few too many after a
+        # credit top-up); a peer that overshoots by more than this bound is still stopped (§2.6.7).
+        self._impl.overshoot_tolerance = _OVERSHOOT_TOLERANCE
         wanted, self._credit_wanted = self._credit_wanted, 0
         if wanted:
             impl: EngineReceiver = self._impl

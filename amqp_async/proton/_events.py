@@ -56,10 +56,14 @@ class EventType:
     __str__ = __repr__
 
 
-# (handler class, method) -> 1: the class has the method; 2: it has an on_unhandled worth calling; 0: neither.
+# (handler class, method) -> 1: the class has the method; 2: it has an on_unhandled worth calling; 0: neither
+# (or the method is a default that does nothing: proton calls it and nothing happens, so skipping it is the same).
 # Looking the method up on the class once, instead of on every event, is most of the cost of dispatch saved;
 # proton looks at the instance, so a class is only cached when its instances do not shadow its ``on_*`` names.
 _ROUTES: dict[tuple[type, str], int] = {}
+
+#: functions known to do nothing (the defaults of MessagingHandler's callbacks), registered by their modules.
+NOOP_CALLBACKS: set[Any] = set()
 
 
 def _route(handler: Any, method: str) -> int:
@@ -68,7 +72,7 @@ def _route(handler: Any, method: str) -> int:
     route = _ROUTES.get(key)
     if route is None:
         if getattr(handler, method, None) is not None:
-            route = 1
+            route = 0 if getattr(cls, method, None) in NOOP_CALLBACKS else 1
         else:
             unhandled = getattr(cls, "on_unhandled", None)
             route = 0 if unhandled is None or unhandled is _NOOP_UNHANDLED else 2
@@ -79,11 +83,73 @@ def _route(handler: Any, method: str) -> int:
 
 def dispatch(handler: Any, method: str, event: Any) -> None:
     """Call ``handler.<method>(event)``, or ``handler.on_unhandled(method, event)`` when it has no such method."""
-    route = _route(handler, method)
+    route = _ROUTES.get((handler.__class__, method))
+    if route is None:
+        route = _route(handler, method)
     if route == 1:
         getattr(handler, method)(event)
     elif route == 2:
         handler.on_unhandled(method, event)
+
+
+class _Plan:
+    """The calls one event type makes on a tree of handlers, flattened in proton's order (each handler, then its
+    children, depth first), with what to check to know the tree has not changed since."""
+
+    __slots__ = ("calls", "lists")
+
+    def __init__(self, root: Any, method: str) -> None:
+        self.calls: list[Any] = []
+        self.lists: list[tuple[Any, list[Any], int]] = []
+        self._add(root, method, 0)
+
+    def _add(self, handler: Any, method: str, depth: int) -> None:
+        if depth > 50:
+            raise RecursionError("handlers nest more than 50 deep (a handler is its own child?)")
+        route = _route(handler, method)
+        if route == 1:
+            self.calls.append(getattr(handler, method))
+        elif route == 2:
+            self.calls.append(_Unhandled(handler.on_unhandled, method))
+        children = getattr(handler, "handlers", None)
+        if isinstance(children, list):
+            self.lists.append((handler, children, len(children)))
+            for child in children:
+                self._add(child, method, depth + 1)
+        elif children:
+            raise TypeError(f"the handlers of {handler!r} must be a list")
+
+    def valid(self) -> bool:
+        for owner, children, count in self.lists:
+            if len(children) != count or getattr(owner, "handlers", None) is not children:
+                return False
+        return True
+
+
+class _Unhandled:
+    __slots__ = ("callback", "method")
+
+    def __init__(self, callback: Any, method: str) -> None:
+        self.callback = callback
+        self.method = method
+
+    def __call__(self, event: Any) -> None:
+        self.callback(self.method, event)
+
+
+_PLANS: dict[tuple[int, str], _Plan] = {}
+
+
+def dispatch_tree(event: Any, root: Any, method: str) -> None:
+    """Deliver ``event`` to ``root`` and its children as :meth:`EventBase.dispatch` does, from a cached plan."""
+    key = (id(root), method)
+    plan = _PLANS.get(key)
+    if plan is None or not plan.valid():
+        if len(_PLANS) > 4096:
+            _PLANS.clear()  # handlers made and dropped by the thousand: start again rather than grow
+        plan = _PLANS[key] = _Plan(root, method)
+    for call in plan.calls:
+        call(event)
 
 
 class EventBase:

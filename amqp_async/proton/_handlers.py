@@ -19,7 +19,7 @@ from typing import Any
 from ..message import Message
 from ._delivery import Delivery
 from ._endpoints import Endpoint
-from ._events import Event, Handler, dispatch
+from ._events import NOOP_CALLBACKS, Event, Handler, dispatch
 from ._exceptions import ProtonException
 
 __all__ = [
@@ -81,9 +81,7 @@ class Acking:
         delivery.settle()
 
 
-def _delegate(handler: Any, method: str, event: Any) -> None:
-    if handler is not None:
-        dispatch(handler, method, event)
+_delegate = dispatch  # the children call back into the messaging handler exactly as dispatch does
 
 
 class OutgoingMessageHandler(Handler):
@@ -552,6 +550,27 @@ class MessagingHandler(Handler, Acking):
         """A message arrived: ``event.message``."""
 
 
+NOOP_CALLBACKS.update(
+    getattr(MessagingHandler, name)
+    for name in (
+        "on_start",
+        "on_connection_closed",
+        "on_session_closed",
+        "on_link_closed",
+        "on_connection_closing",
+        "on_session_closing",
+        "on_link_closing",
+        "on_disconnected",
+        "on_sendable",
+        "on_accepted",
+        "on_rejected",
+        "on_released",
+        "on_settled",
+        "on_message",
+    )
+)
+
+
 class TransactionHandler:
     """The transaction callbacks (transactions are not supported yet; see :meth:`Container.declare_transaction`)."""
 
@@ -603,9 +622,13 @@ class FlowController(Handler):
     def _flow(self, link: Any) -> None:
         if link is not None and link.is_receiver:
             # As proton: once any receiver was drained, this controller stops topping up (the application drains).
-            self._drained += link.drained()
+            impl = link._impl
+            if impl is not None and impl.drained_credit:
+                self._drained += link.drained()
             if self._drained == 0:
-                link.flow(self._window - link.credit)
+                delta = self._window - link.credit
+                if delta > 0:
+                    link.flow(delta)
 
 
 class Handshaker(Handler):

@@ -29,7 +29,7 @@ from ..client._config import resolve_options
 from ..types import Described, symbol
 from ._delivery import Delivery
 from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
-from ._events import ApplicationEvent, Event, EventBase, Handler
+from ._events import ApplicationEvent, Event, EventBase, Handler, dispatch_tree
 from ._exceptions import ProtonException
 from ._io import Channel, Listener
 from ._transport import SSLDomain
@@ -862,7 +862,7 @@ class Container:
             event = collector.popleft()
             handler = event.handler or root
             try:
-                event.dispatch(handler)
+                dispatch_tree(event, handler, event._type.method)
                 global_handler = self.global_handler
                 if global_handler is not None:
                     event.dispatch(global_handler)
