@@ -104,6 +104,22 @@ def state_object(disposition: Disposition) -> Any:
         return _ACCEPTED
     if code == 0x26:
         return _RELEASED
+    return _state_with_fields(code, disposition)
+
+
+def local_state_object(delivery: Delivery) -> Any:
+    """The codec composite to send for ``delivery``'s local state (None: no state)."""
+    code = delivery._local_type
+    if code == 0x24:
+        return _ACCEPTED
+    if code == 0x26:
+        return _RELEASED
+    if not code:
+        return None
+    return _state_with_fields(code, delivery.local)
+
+
+def _state_with_fields(code: int, disposition: Disposition) -> Any:
     if code == 0x25:
         condition = disposition.condition
         return Rejected(error=None if condition is None else condition.to_error())
@@ -177,6 +193,7 @@ class Delivery:
         """The local disposition: set its fields, then :meth:`update` with its type."""
         if self._local is None:
             self._local = Disposition(local=True)
+            self._local.type = self._local_type
         return self._local
 
     @property
@@ -262,9 +279,21 @@ class Delivery:
         The disposition is sent with the settlement when :meth:`settle` follows in the same callback (the usual
         ``accept``), else on its own, unsettled, once the callback returns.
         """
-        self.local.type = state
         self._local_type = state
+        local = self._local
+        if local is not None:
+            local.type = state
         self.link._delivery_updated(self)
+
+    def _settle_as(self, state: int) -> None:
+        """``update(state)`` then ``settle()``, in one step (the auto-accept of every received message)."""
+        self._local_type = state
+        local = self._local
+        if local is not None:
+            local.type = state
+        if not self._settled_here:
+            self._settled_here = True
+            self.link._settle(self)
 
     def settle(self) -> None:
         """Settle the delivery on this end: nothing more will be said or heard about it.

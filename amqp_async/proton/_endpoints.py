@@ -14,7 +14,7 @@ for the container, as proton's collector does.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.performatives import RCV_FIRST, SND_MIXED, SND_SETTLED, Error
 from ..codec.terminus import Source, Target
@@ -23,7 +23,7 @@ from ..protocol.endpoint import EndpointState
 from ..types import symbol, ulong
 from ._condition import Condition
 from ._data import Data
-from ._delivery import Delivery, state_object
+from ._delivery import Delivery, local_state_object
 from ._events import Event
 from ._exceptions import LinkException, SessionException
 from ._transport import Transport
@@ -991,9 +991,9 @@ class Sender(Link):
             # Not sent yet: settling it first is giving it up.
             self._pending = deque(item for item in self._pending if item[0] is not delivery)
             return
-        link: Any = self._impl
+        link: EngineSender | None = self._impl
         if not impl.settled and link is not None and impl.link is link:
-            cast("EngineSender", link).settle(impl, state_object(delivery.local) if delivery._local_type else None)
+            link.settle(impl, local_state_object(delivery))
             self.connection._touch()
 
     def _abort(self, delivery: Delivery) -> None:
@@ -1125,21 +1125,27 @@ class Receiver(Link):
 
     def _settle(self, delivery: Delivery) -> None:
         impl = delivery._impl
-        link: Any = self._impl
-        if impl is not None and link is not None and impl.link is link and not impl.settled:
-            state = state_object(delivery.local) if delivery._local_type else None
-            if link.local_state is EndpointState.ACTIVE:
-                cast("EngineReceiver", link).settle(impl, state)
-                self.connection._touch()
+        link: EngineReceiver | None = self._impl
+        if (
+            impl is not None
+            and link is not None
+            and impl.link is link
+            and not impl.settled
+            and link.local_state is _ENGINE_ACTIVE
+        ):
+            link.settle(impl, local_state_object(delivery))
+            container = self.session.connection._reactor
+            if container is not None:
+                container._dirty[self.session.connection] = None
         incoming = self._incoming
         if incoming and incoming[0] is delivery:
             incoming.popleft()
 
     def _send_state(self, delivery: Delivery) -> None:
         impl = delivery._impl
-        link: Any = self._impl
+        link: EngineReceiver | None = self._impl
         if impl is None or link is None or impl.link is not link or impl.settled:
             return
         if link.local_state is EndpointState.ACTIVE:
-            cast("EngineReceiver", link).settle(impl, state_object(delivery.local), settled=False)
+            link.settle(impl, local_state_object(delivery), settled=False)
             self.connection._touch()

@@ -137,19 +137,35 @@ class _Unhandled:
         self.callback(self.method, event)
 
 
-_PLANS: dict[tuple[int, str], _Plan] = {}
+class PlanCache:
+    """The dispatch plans of one container, checked against their handler trees once per round of callbacks
+    (handlers that add children do it in a callback; the next round sees them)."""
 
+    __slots__ = ("_checked", "_plans")
 
-def dispatch_tree(event: Any, root: Any, method: str) -> None:
-    """Deliver ``event`` to ``root`` and its children as :meth:`EventBase.dispatch` does, from a cached plan."""
-    key = (id(root), method)
-    plan = _PLANS.get(key)
-    if plan is None or not plan.valid():
-        if len(_PLANS) > 4096:
-            _PLANS.clear()  # handlers made and dropped by the thousand: start again rather than grow
-        plan = _PLANS[key] = _Plan(root, method)
-    for call in plan.calls:
-        call(event)
+    def __init__(self) -> None:
+        self._plans: dict[tuple[int, str], _Plan] = {}
+        self._checked: set[tuple[int, str]] = set()
+
+    def new_round(self) -> None:
+        """Check every plan again before its next use."""
+        self._checked.clear()
+
+    def dispatch(self, event: Any, root: Any, method: str) -> None:
+        """Deliver ``event`` to ``root`` and its children as :meth:`EventBase.dispatch` does."""
+        key = (id(root), method)
+        if key in self._checked:
+            calls = self._plans[key].calls
+        else:
+            plan = self._plans.get(key)
+            if plan is None or not plan.valid():
+                if len(self._plans) > 4096:
+                    self._plans.clear()  # handlers made and dropped by the thousand: start again, not grow
+                plan = self._plans[key] = _Plan(root, method)
+            self._checked.add(key)
+            calls = plan.calls
+        for call in calls:
+            call(event)
 
 
 class EventBase:

@@ -13,12 +13,11 @@ into the messaging handler, so overriding a callback there is all an application
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any
 
 from ..message import Message
 from ._delivery import Delivery
-from ._endpoints import Endpoint
+from ._endpoints import Endpoint, Receiver
 from ._events import NOOP_CALLBACKS, Event, Handler, dispatch
 from ._exceptions import ProtonException
 
@@ -44,6 +43,7 @@ log = logging.getLogger("proton")
 
 _LOCAL_UNINIT, _LOCAL_ACTIVE, _LOCAL_CLOSED = Endpoint.LOCAL_UNINIT, Endpoint.LOCAL_ACTIVE, Endpoint.LOCAL_CLOSED
 _REMOTE_ACTIVE, _REMOTE_CLOSED = Endpoint.REMOTE_ACTIVE, Endpoint.REMOTE_CLOSED
+_ACCEPTED, _REJECTED, _RELEASED, _MODIFIED = Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED
 
 
 class Reject(ProtonException):
@@ -105,16 +105,17 @@ class OutgoingMessageHandler(Handler):
 
     def on_delivery(self, event: Event) -> None:
         delivery = event.delivery
-        if delivery is None or not delivery.link.is_sender or not delivery._updated:
+        if delivery is None or not delivery._updated or not delivery.link.is_sender:
             return
         state = delivery.remote_state
-        if state == Delivery.ACCEPTED:
+        if state == _ACCEPTED:
             self.on_accepted(event)
-        elif state == Delivery.REJECTED:
+        elif state == _REJECTED:
             self.on_rejected(event)
-        elif state == Delivery.RELEASED or state == Delivery.MODIFIED:
+        elif state in (_RELEASED, _MODIFIED):
             self.on_released(event)
-        if delivery.settled:
+        impl = delivery._impl
+        if impl is not None and impl.remote_settled:
             self.on_settled(event)
             if self.auto_settle:
                 delivery.settle()
@@ -168,29 +169,28 @@ class IncomingMessageHandler(Handler, Acking):
 
     def on_delivery(self, event: Event) -> None:
         delivery = event.delivery
-        if delivery is None or not delivery.link.is_receiver:
+        if delivery is None:
+            return
+        link = delivery.link
+        if not isinstance(link, Receiver):
             return
         if delivery.aborted:
             self.on_aborted(event)
             delivery.settle()
-        elif delivery.readable and not delivery.partial:
+        elif link._incoming and link._incoming[0] is delivery:  # readable: the link's current delivery
             event.message = recv_msg(delivery)
-            if delivery.link.state & _LOCAL_CLOSED:
+            if link._local == _LOCAL_CLOSED:
                 if self.auto_accept:
-                    delivery.update(Delivery.RELEASED)
-                    delivery.settle()
+                    delivery._settle_as(_RELEASED)
                 return
             try:
                 self.on_message(event)
                 if self.auto_accept:
-                    delivery.update(Delivery.ACCEPTED)
-                    delivery.settle()
+                    delivery._settle_as(_ACCEPTED)
             except Reject:
-                delivery.update(Delivery.REJECTED)
-                delivery.settle()
+                delivery._settle_as(_REJECTED)
             except Release:
-                delivery.update(Delivery.MODIFIED)
-                delivery.settle()
+                delivery._settle_as(_MODIFIED)
         elif delivery._updated and delivery.settled:
             self.on_settled(event)
 
@@ -468,7 +468,9 @@ class MessagingHandler(Handler, Acking):
         self.handlers: list[Any] = []
         if prefetch:
             self.handlers.append(FlowController(prefetch))
-        me = weakref.proxy(self)
+        # proton hands its children a weak proxy; a plain reference is faster to call through, and the cycle it
+        # makes is collected like any other.
+        me = self
         self.handlers.append(EndpointStateHandler(peer_close_is_error, me))
         self.handlers.append(IncomingMessageHandler(auto_accept, me))
         self.handlers.append(OutgoingMessageHandler(auto_settle, me))
@@ -626,8 +628,10 @@ class FlowController(Handler):
             if impl is not None and impl.drained_credit:
                 self._drained += link.drained()
             if self._drained == 0:
+                # Topped up once half the window is used (proton tops up on every delivery; the peer sees the same
+                # credit granted, in fewer and larger steps).
                 delta = self._window - link.credit
-                if delta > 0:
+                if delta > 0 and delta * 2 >= self._window:
                     link.flow(delta)
 
 

@@ -29,7 +29,7 @@ from ..client._config import resolve_options
 from ..types import Described, symbol
 from ._delivery import Delivery
 from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
-from ._events import ApplicationEvent, Event, EventBase, Handler, dispatch_tree
+from ._events import ApplicationEvent, Event, EventBase, Handler, PlanCache
 from ._exceptions import ProtonException
 from ._io import Channel, Listener
 from ._transport import SSLDomain
@@ -375,6 +375,7 @@ class Container:
         self._dirty: dict[Connection, None] = {}
         self._updated: list[Delivery] = []
         self._closing: deque[Any] = deque()
+        self._plans = PlanCache()
         self._sent: dict[Sender, None] = {}
         self._channels: set[Channel] = set()
         self._listeners: list[Listener] = []
@@ -858,11 +859,14 @@ class Container:
         collector = self._collector
         root = self._handler
         transport_closed = Event.TRANSPORT_CLOSED
+        plans = self._plans
+        plans.new_round()
+        dispatch = plans.dispatch
         while collector:
             event = collector.popleft()
             handler = event.handler or root
             try:
-                dispatch_tree(event, handler, event._type.method)
+                dispatch(event, handler, event._type.method)
                 global_handler = self.global_handler
                 if global_handler is not None:
                     event.dispatch(global_handler)
