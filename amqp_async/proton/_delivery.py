@@ -149,16 +149,18 @@ class Delivery:
 
     _is_delivery = True
 
+    # Defaults kept on the class: most deliveries never change most of them, so a new delivery sets three fields.
+    _local: Disposition | None = None
+    _local_type = 0
+    _settled_here = False
+    _updated = False
+    _payload: bytes | bytearray | memoryview | None = None
+    _read = 0
+
     def __init__(self, link: Link, tag: bytes, impl: EngineDelivery | None = None) -> None:
         self.link = link
         self._tag = tag
         self._impl = impl
-        self._local: Disposition | None = None
-        self._local_type = 0
-        self._settled_here = False
-        self._updated = False
-        self._payload: bytes | bytearray | None = None
-        self._read = 0
 
     # --- where it belongs --------------------------------------------------------------------------------
 

@@ -829,6 +829,7 @@ class Sender(Link):
 
     def __init__(self, session: Session, name: str) -> None:
         super().__init__(session, name)
+        self._connection = session.connection
         self._pending: deque[tuple[Delivery, bytes]] = deque()
         self._unsettled: dict[Delivery, None] = {}
         self._tag_count = 0
@@ -856,7 +857,7 @@ class Sender(Link):
         generator = self.tag_generator
         if generator is None:
             self._tag_count += 1
-            return str(self._tag_count).encode()
+            return b"%d" % self._tag_count
         tag = next(generator) if hasattr(generator, "__next__") else generator()
         return tag.encode() if isinstance(tag, str) else bytes(tag)
 
@@ -883,7 +884,11 @@ class Sender(Link):
     def _send_payload(self, payload: bytes, tag: bytes | str | None, delivery: Delivery | None = None) -> Delivery:
         if delivery is None:
             if tag is None:
-                tag = self.delivery_tag()
+                if self.tag_generator is None:
+                    self._tag_count = count = self._tag_count + 1
+                    tag = b"%d" % count
+                else:
+                    tag = self.delivery_tag()
             elif isinstance(tag, str):
                 tag = tag.encode()
             delivery = Delivery(self, tag)
@@ -905,9 +910,10 @@ class Sender(Link):
             engine_delivery = impl.send(payload, tag=tag, settled=settled)
             delivery._impl = engine_delivery
             engine_delivery.user_data = delivery
-            container = self.session.connection._reactor
+            connection = self._connection
+            container = connection._reactor
             if container is not None:
-                container._dirty[self.session.connection] = None
+                container._dirty[connection] = None
                 container._sent[self] = None
         else:
             self._pending.append((delivery, payload))

@@ -62,6 +62,10 @@ class EventType:
 # proton looks at the instance, so a class is only cached when its instances do not shadow its ``on_*`` names.
 _ROUTES: dict[tuple[type, str], int] = {}
 
+#: ``on_delivery`` methods that act only on one end's deliveries ("sender" or "receiver"), registered by their
+#: modules: a plan for the other end's deliveries leaves them out (calling them would return at once).
+DELIVERY_ROLES: dict[Any, str] = {}
+
 #: functions known to do nothing (the defaults of MessagingHandler's callbacks), registered by their modules.
 NOOP_CALLBACKS: set[Any] = set()
 
@@ -96,11 +100,12 @@ class _Plan:
     """The calls one event type makes on a tree of handlers, flattened in proton's order (each handler, then its
     children, depth first), with what to check to know the tree has not changed since."""
 
-    __slots__ = ("calls", "lists")
+    __slots__ = ("calls", "lists", "role")
 
-    def __init__(self, root: Any, method: str) -> None:
+    def __init__(self, root: Any, method: str, role: str | None = None) -> None:
         self.calls: list[Any] = []
         self.lists: list[tuple[Any, list[Any], int]] = []
+        self.role = role
         self._add(root, method, 0)
 
     def _add(self, handler: Any, method: str, depth: int) -> None:
@@ -108,7 +113,9 @@ class _Plan:
             raise RecursionError("handlers nest more than 50 deep (a handler is its own child?)")
         route = _route(handler, method)
         if route == 1:
-            self.calls.append(getattr(handler, method))
+            limited_to = DELIVERY_ROLES.get(getattr(handler.__class__, method, None))
+            if limited_to is None or self.role is None or limited_to == self.role:
+                self.calls.append(getattr(handler, method))
         elif route == 2:
             self.calls.append(_Unhandled(handler.on_unhandled, method))
         children = getattr(handler, "handlers", None)
@@ -144,28 +151,26 @@ class PlanCache:
     __slots__ = ("_checked", "_plans")
 
     def __init__(self) -> None:
-        self._plans: dict[tuple[int, str], _Plan] = {}
-        self._checked: set[tuple[int, str]] = set()
+        self._plans: dict[tuple[int, str, str | None], _Plan] = {}
+        self._checked: set[tuple[int, str, str | None]] = set()
 
     def new_round(self) -> None:
         """Check every plan again before its next use."""
         self._checked.clear()
 
-    def dispatch(self, event: Any, root: Any, method: str) -> None:
-        """Deliver ``event`` to ``root`` and its children as :meth:`EventBase.dispatch` does."""
-        key = (id(root), method)
+    def calls(self, root: Any, method: str, role: str | None = None) -> list[Any]:
+        """The calls that deliver an event of ``method`` to ``root`` and its children (as
+        :meth:`EventBase.dispatch` does); ``role`` narrows a delivery event's plan to that end's handlers."""
+        key = (id(root), method, role)
         if key in self._checked:
-            calls = self._plans[key].calls
-        else:
-            plan = self._plans.get(key)
-            if plan is None or not plan.valid():
-                if len(self._plans) > 4096:
-                    self._plans.clear()  # handlers made and dropped by the thousand: start again, not grow
-                plan = self._plans[key] = _Plan(root, method)
-            self._checked.add(key)
-            calls = plan.calls
-        for call in calls:
-            call(event)
+            return self._plans[key].calls
+        plan = self._plans.get(key)
+        if plan is None or not plan.valid():
+            if len(self._plans) > 4096:
+                self._plans.clear()  # handlers made and dropped by the thousand: start again, not grow
+            plan = self._plans[key] = _Plan(root, method, role)
+        self._checked.add(key)
+        return plan.calls
 
 
 class EventBase:
@@ -295,6 +300,8 @@ class Event(EventBase):
     def link(self) -> Sender | Receiver | None:
         """The link of the event (a delivery event's link too), if any."""
         context = self._context
+        if getattr(context, "_is_delivery", False):
+            return context.link  # type: ignore[no-any-return]
         if getattr(context, "_is_link", False):
             return context  # type: ignore[no-any-return]
         return getattr(context, "_event_link", None)

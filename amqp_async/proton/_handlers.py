@@ -18,7 +18,7 @@ from typing import Any
 from ..message import Message
 from ._delivery import Delivery
 from ._endpoints import Endpoint, Receiver
-from ._events import NOOP_CALLBACKS, Event, Handler, dispatch
+from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, dispatch
 from ._exceptions import ProtonException
 
 __all__ = [
@@ -104,8 +104,12 @@ class OutgoingMessageHandler(Handler):
                 self.on_sendable(event)
 
     def on_delivery(self, event: Event) -> None:
-        delivery = event.delivery
-        if delivery is None or not delivery._updated or not delivery.link.is_sender:
+        delivery = event._context
+        if type(delivery) is not Delivery:
+            delivery = event.delivery
+            if delivery is None:
+                return
+        if not delivery._updated or not delivery.link.is_sender:
             return
         state = delivery.remote_state
         if state == _ACCEPTED:
@@ -168,9 +172,11 @@ class IncomingMessageHandler(Handler, Acking):
         self.auto_accept = auto_accept
 
     def on_delivery(self, event: Event) -> None:
-        delivery = event.delivery
-        if delivery is None:
-            return
+        delivery = event._context
+        if type(delivery) is not Delivery:
+            delivery = event.delivery
+            if delivery is None:
+                return
         link = delivery.link
         if not isinstance(link, Receiver):
             return
@@ -619,7 +625,9 @@ class FlowController(Handler):
         self._flow(event.link)
 
     def on_delivery(self, event: Event) -> None:
-        self._flow(event.link)
+        link = event.link
+        if link is not None and link.is_receiver:  # outcomes of sent messages change no receiver's credit
+            self._flow(link)
 
     def _flow(self, link: Any) -> None:
         if link is not None and link.is_receiver:
@@ -687,3 +695,12 @@ class IOHandler(Handler):
 
 
 PythonIO = IOHandler
+
+
+DELIVERY_ROLES.update(
+    {
+        FlowController.on_delivery: "receiver",
+        IncomingMessageHandler.on_delivery: "receiver",
+        OutgoingMessageHandler.on_delivery: "sender",
+    }
+)

@@ -861,12 +861,31 @@ class Container:
         transport_closed = Event.TRANSPORT_CLOSED
         plans = self._plans
         plans.new_round()
-        dispatch = plans.dispatch
+        plan_calls = plans.calls
+        # Consecutive events mostly share a handler and a type (a batch of deliveries): reuse the last plan.
+        last_handler: Any = None
+        last_key: Any = None
+        key: Any
+        calls: list[Any] = []
         while collector:
             event = collector.popleft()
-            handler = event.handler or root
+            context = event._context if type(event) is Event else None
+            if type(context) is Delivery:
+                link = context.link
+                handler = link.handler or link.session.handler or link.session.connection.handler or root
+                key = "s" if link.is_sender else "r"
+            else:
+                handler = event.handler or root
+                key = event._type
+            if handler is not last_handler or key is not last_key:
+                last_handler, last_key = handler, key
+                if type(key) is str:
+                    calls = plan_calls(handler, "on_delivery", "sender" if key == "s" else "receiver")
+                else:
+                    calls = plan_calls(handler, event._type.method)
             try:
-                dispatch(event, handler, event._type.method)
+                for call in calls:
+                    call(event)
                 global_handler = self.global_handler
                 if global_handler is not None:
                     event.dispatch(global_handler)
@@ -874,7 +893,6 @@ class Container:
                 log.debug("a handler raised %r; stopping the container", exc)
                 self._fail(exc)
                 return
-            context = getattr(event, "_context", None)
             if type(context) is Delivery:
                 context._updated = False
             elif event._type is transport_closed:
