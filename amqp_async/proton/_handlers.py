@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from ..message import Message
+from ..protocol.endpoint import EndpointState
 from ._delivery import Delivery
 from ._endpoints import Endpoint, Receiver
 from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, dispatch
@@ -43,6 +44,7 @@ log = logging.getLogger("proton")
 
 _LOCAL_UNINIT, _LOCAL_ACTIVE, _LOCAL_CLOSED = Endpoint.LOCAL_UNINIT, Endpoint.LOCAL_ACTIVE, Endpoint.LOCAL_CLOSED
 _REMOTE_ACTIVE, _REMOTE_CLOSED = Endpoint.REMOTE_ACTIVE, Endpoint.REMOTE_CLOSED
+_ACTIVE = EndpointState.ACTIVE
 _ACCEPTED, _REJECTED, _RELEASED, _MODIFIED = Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED
 
 
@@ -625,9 +627,19 @@ class FlowController(Handler):
         self._flow(event.link)
 
     def on_delivery(self, event: Event) -> None:
-        link = event.link
-        if link is not None and link.is_receiver:  # outcomes of sent messages change no receiver's credit
-            self._flow(link)
+        context = event._context
+        link = context.link if type(context) is Delivery else event.link
+        if not isinstance(link, Receiver):  # outcomes of sent messages change no receiver's credit
+            return
+        impl = link._impl
+        if impl is not None and not self._drained and not impl.drained_credit and impl.local_state is _ACTIVE:
+            # The common case of _flow, inline: one delivery used one credit.
+            window = self._window
+            delta = window - impl.link_credit
+            if delta > 0 and delta * 2 >= window:
+                link.flow(delta)
+            return
+        self._flow(link)
 
     def _flow(self, link: Any) -> None:
         if link is not None and link.is_receiver:

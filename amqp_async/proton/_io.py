@@ -293,13 +293,15 @@ class Channel:
                 receiver: Receiver = link.user_data
                 incoming = link.incoming
                 queue = receiver._incoming
+                collector = container._collector
+                delivery_event = Event.DELIVERY
                 while incoming:
                     engine_delivery = incoming.popleft()
                     delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
                     delivery._payload = engine_delivery.payload
                     engine_delivery.user_data = delivery
                     queue.append(delivery)
-                    push(Event.DELIVERY, delivery)
+                    collector.append(Event(delivery_event, delivery, container))
             elif kind is ev.DeliveriesUpdated:
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
