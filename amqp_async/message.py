@@ -642,8 +642,6 @@ class Message:
             "id",
             "correlation_id",
             "user_id",
-            "subject",
-            "content_type",
             "group_id",
             "group_sequence",
             "reply_to_group_id",
@@ -653,7 +651,13 @@ class Message:
             "body",
         ):
             value = getattr(self, name)
-            if value and not (name == "priority" and value == _DEFAULT_PRIORITY):
+            if (
+                name in ("priority", "delivery_count", "group_sequence", "id", "correlation_id")
+                and type(value) is not bool
+                and isinstance(value, int)
+            ):
+                value = int(value)  # proton shows these as plain numbers
+            if value:
                 shown.append(f"{name}={value!r}")
         return f"Message({', '.join(shown)})"
 
