@@ -4,7 +4,9 @@ Run: ``python benchmarks/report.py [--quick] [--no-rabbitmq] [--only SECTION ...
 
 Sections, in order: codec (``codec.py``), engine (``engine.py``), backends (``client.py``'s send and receive to the
 C ``direct`` example on asyncio, uvloop and trio, via ``backends.py``), broker (``throughput.py``: our broker and
-RabbitMQ 3.10), 1 MiB (``large.py``), latency (``latency.py``) and memory (``memory.py``). Each script also runs
+RabbitMQ 3.10), callback (``callback.py``: the callback API ``amqp_async.proton`` and the awaitable API beside
+proton's own Container, to the C ``direct`` example) and callback/brokers (the same through our broker and RabbitMQ),
+1 MiB (``large.py``), latency (``latency.py``) and memory (``memory.py``). Each script also runs
 alone; this one imports them and makes the same measurements with the same run sizes (default or ``--quick``).
 
 Writes ``docs/benchmarks_latest.md`` (the table, the machine, the command) and ``docs/benchmarks.png`` (the
@@ -35,7 +37,7 @@ import amqp_async
 #: No section may take longer than this (a peer that never answers must not hang the report).
 SECTION_TIMEOUT = 300
 
-SECTIONS = ("codec", "engine", "backends", "broker", "1 MiB", "latency", "memory")
+SECTIONS = ("codec", "engine", "backends", "broker", "callback", "callback/brokers", "1 MiB", "latency", "memory")
 
 
 def codec_rows(quick: bool) -> list[Row]:
@@ -86,6 +88,18 @@ def broker_rows(quick: bool, rabbitmq: bool) -> list[Row]:
     import throughput
 
     return throughput.run(quick, rabbitmq=rabbitmq)
+
+
+def callback_rows(quick: bool) -> list[Row]:
+    import callback
+
+    return callback.run_direct(quick)
+
+
+def callback_broker_rows(quick: bool, rabbitmq: bool) -> list[Row]:
+    import callback
+
+    return callback.run_brokers(quick, rabbitmq=rabbitmq)
 
 
 def large_rows(quick: bool) -> list[Row]:
@@ -208,6 +222,8 @@ def main() -> int:
         "engine": lambda: engine_rows(args.quick),
         "backends": lambda: backends_rows(args.quick),
         "broker": lambda: broker_rows(args.quick, not args.no_rabbitmq),
+        "callback": lambda: callback_rows(args.quick),
+        "callback/brokers": lambda: callback_broker_rows(args.quick, not args.no_rabbitmq),
         "1 MiB": lambda: large_rows(args.quick),
         "latency": lambda: latency_rows(args.quick),
         "memory": lambda: memory_rows(args.quick),

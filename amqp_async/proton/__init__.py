@@ -11,6 +11,8 @@ AMQP values), :class:`Url`, :class:`Condition`, proton's exceptions, :class:`Pro
 
 from __future__ import annotations
 
+import logging
+
 from ..message import Message
 from ..types import (
     UNDESCRIBED,
@@ -52,6 +54,10 @@ from ._exceptions import (
 from ._restricted import AnnotationDict, PropertyDict, SymbolList
 from ._transport import SASL, SSL, SSLDomain, SSLSessionDetails, Transport
 from ._url import Url
+
+# As proton: the "proton" logger (MessagingHandler's error reports) stays silent unless the application
+# configures logging.
+logging.getLogger("proton").addHandler(logging.NullHandler())
 
 #: proton's version constants: the proton API version this module follows.
 VERSION_MAJOR = 0
