@@ -1744,3 +1744,31 @@ def test_listen_on_port_zero_binds_a_free_port() -> None:
     handler = H()
     run_container(Container(handler), timeout=5)
     assert handler.port not in (0, 5672)
+
+
+def test_outcome_after_the_sender_closed_is_still_reported() -> None:
+    """A sender closed right after sending still hears the outcome (proton keeps the delivery until it settles),
+    even from a broker that answers the detach before it settles what came with it."""
+
+    class H(MessagingHandler):
+        def __init__(self, url: str) -> None:
+            super().__init__()
+            self.url = url
+            self.outcomes: list[str] = []
+
+        def on_start(self, event: Any) -> None:
+            event.container.create_sender(self.url + "/after-close")
+
+        def on_sendable(self, event: Any) -> None:
+            event.sender.send(Message(body="only one"))
+            event.sender.close()
+
+        def on_accepted(self, event: Any) -> None:
+            self.outcomes.append("accepted")
+            event.connection.close()
+
+    with BrokerThread() as broker:
+        handler = H(broker.url)
+        run_container(Container(handler), timeout=10)
+        assert handler.outcomes == ["accepted"]
+        assert len(broker.broker.queues["after-close"]) == 1

@@ -98,7 +98,8 @@ class Connection(Endpoint):
         require_sasl: a server with ``sasl`` refuses clients that skip it (default True).
         answer_detach: answer the peer's detach at once (default). False leaves it to the layer above, which
             detaches when its application closes the link (proton's model: outcomes the application gives first
-            still go out before the detach).
+            still go out before the detach), and keeps a detached link's unsettled deliveries tracked until they
+            settle or the session ends (the peer may settle them after the detach).
     """
 
     # Slots: a connection is long-lived and there may be thousands of them.

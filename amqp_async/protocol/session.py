@@ -229,7 +229,12 @@ class Session(Endpoint):
             if self._links_by_name.get((link.name, link.role)) is link:
                 del self._links_by_name[(link.name, link.role)]
             self._flow_links.pop(link, None)
-            self._drop_unsettled(link)
+            if self.connection.answer_detach:
+                self._drop_unsettled(link)
+            else:
+                # proton's model (the layer above answers detaches): the peer may still settle what it got before
+                # the link went, so the deliveries stay tracked until they settle or the session ends.
+                self._drop_queued_transfers(link)
 
     def _drop_queued_transfers(self, link: Link) -> None:
         """Forget the transfer frames of ``link`` still waiting for the peer's incoming window."""

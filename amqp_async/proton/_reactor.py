@@ -22,7 +22,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import sniffio
 
 from ..client._backoff import Backoff as _ClientBackoff
 from ..client._config import resolve_options
@@ -781,14 +780,13 @@ class Container:
             event.set()
 
     def _bind_wakeup(self) -> None:
-        try:
-            backend = sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:  # pragma: no cover - run_async always runs under a loop
-            backend = "asyncio"
-        if backend == "asyncio":
-            import asyncio
+        import asyncio
 
+        try:
             loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None  # not asyncio (trio, through anyio)
+        if loop is not None:
 
             def call_soon_threadsafe(function: Callable[[], None]) -> None:
                 loop.call_soon_threadsafe(function)
