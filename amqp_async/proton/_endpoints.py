@@ -667,7 +667,7 @@ class Link(Endpoint):
     def credit(self) -> int:
         """The link credit: how many more messages may be sent now."""
         impl = self._impl
-        return 0 if impl is None else int(impl.link_credit)
+        return 0 if impl is None else impl.link_credit
 
     @property
     def available(self) -> int:
@@ -1034,7 +1034,8 @@ class Receiver(Link):
         impl = self._impl
         if impl is None or impl.local_state is not EndpointState.ACTIVE:
             return self._credit_wanted
-        return int(impl.link_credit)
+        credit: int = impl.link_credit
+        return credit
 
     @property
     def queued(self) -> int:

@@ -176,6 +176,8 @@ class PlanCache:
 class EventBase:
     """What every event has: a type, and dispatch to a handler and its children."""
 
+    __slots__ = ("_type",)
+
     _type: EventType
 
     def __init__(self, type: EventType) -> None:  # noqa: A002 - proton's name
@@ -260,6 +262,9 @@ class Event(EventBase):
     SELECTABLE_EXPIRED = _core("selectable_expired", 54)
     SELECTABLE_ERROR = _core("selectable_error", 55)
     SELECTABLE_FINAL = _core("selectable_final", 56)
+
+    # Slots make the one event per delivery cheaper to build and read; __dict__ stays for what handlers attach.
+    __slots__ = ("__dict__", "_container", "_context")
 
     message: Any  # set by MessagingHandler for on_message
 

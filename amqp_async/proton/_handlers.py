@@ -86,6 +86,14 @@ class Acking:
 _delegate = dispatch  # the children call back into the messaging handler exactly as dispatch does
 
 
+_OUTCOME_CALLBACKS: dict[int, str] = {
+    Delivery.ACCEPTED: "on_accepted",
+    Delivery.REJECTED: "on_rejected",
+    Delivery.RELEASED: "on_released",
+    Delivery.MODIFIED: "on_released",
+}
+
+
 class OutgoingMessageHandler(Handler):
     """Sendable and outcome callbacks for messages this end sends.
 
@@ -114,15 +122,21 @@ class OutgoingMessageHandler(Handler):
         if not delivery._updated or not delivery.link.is_sender:
             return
         state = delivery.remote_state
-        if state == _ACCEPTED:
-            self.on_accepted(event)
-        elif state == _REJECTED:
-            self.on_rejected(event)
-        elif state in (_RELEASED, _MODIFIED):
-            self.on_released(event)
+        delegate = self.delegate
+        # When a callback is not overridden here it only hands the event on: hand it on directly.
+        direct = delegate is not None and self.__class__ is OutgoingMessageHandler
+        outcome = _OUTCOME_CALLBACKS.get(state)
+        if outcome is not None:
+            if direct:
+                dispatch(delegate, outcome, event)
+            else:
+                getattr(self, outcome)(event)
         impl = delivery._impl
         if impl is not None and impl.remote_settled:
-            self.on_settled(event)
+            if direct:
+                dispatch(delegate, "on_settled", event)
+            else:
+                self.on_settled(event)
             if self.auto_settle:
                 delivery.settle()
 

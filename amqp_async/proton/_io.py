@@ -303,11 +303,13 @@ class Channel:
                     queue.append(delivery)
                     collector.append(Event(delivery_event, delivery, container))
             elif kind is ev.DeliveriesUpdated:
+                collector = container._collector
+                delivery_event = Event.DELIVERY
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
                     if delivery is not None:
                         delivery._updated = True
-                        push(Event.DELIVERY, delivery)
+                        collector.append(Event(delivery_event, delivery, container))
             elif kind is ev.FlowReceived:
                 link = event.link  # type: ignore[attr-defined]
                 if link is not None and link.user_data is not None:
