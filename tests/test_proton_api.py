@@ -1772,3 +1772,35 @@ def test_outcome_after_the_sender_closed_is_still_reported() -> None:
         run_container(Container(handler), timeout=10)
         assert handler.outcomes == ["accepted"]
         assert len(broker.broker.queues["after-close"]) == 1
+
+
+def test_changes_from_another_thread_are_refused_with_a_clear_error() -> None:
+    """While the container runs, its objects belong to its thread: a send from elsewhere is refused, not raced."""
+    errors: list[BaseException] = []
+
+    class H(MessagingHandler):
+        def __init__(self, url: str) -> None:
+            super().__init__()
+            self.url = url
+
+        def on_start(self, event: Any) -> None:
+            event.container.create_sender(self.url + "/from-a-thread")
+
+        def on_sendable(self, event: Any) -> None:
+            sender = event.sender
+
+            def elsewhere() -> None:
+                try:
+                    sender.send(Message(body="from a thread"))
+                except Exception as exc:
+                    errors.append(exc)
+
+            thread = threading.Thread(target=elsewhere)
+            thread.start()
+            thread.join()
+            event.connection.close()
+
+    with BrokerThread() as broker:
+        run_container(Container(H(broker.url)), timeout=10)
+        assert "from-a-thread" not in broker.broker.queues or len(broker.broker.queues["from-a-thread"]) == 0
+    assert len(errors) == 1 and "call_threadsafe" in str(errors[0]), errors

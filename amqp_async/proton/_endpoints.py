@@ -102,6 +102,7 @@ class Endpoint:
     def _push(self, event_type: Any) -> None:
         container = self._container()
         if container is not None:
+            container._check_thread()
             container._push(event_type, self)
 
 
@@ -882,6 +883,9 @@ class Sender(Link):
         return self.stream(obj)
 
     def _send_payload(self, payload: bytes, tag: bytes | str | None, delivery: Delivery | None = None) -> Delivery:
+        container = self._connection._reactor
+        if container is not None and container._loop_thread is not None:
+            container._check_thread()
         if delivery is None:
             if tag is None:
                 if self.tag_generator is None:
@@ -1058,6 +1062,9 @@ class Receiver(Link):
         """Give the sender ``n`` more credit."""
         if n <= 0:
             return
+        container = self.session.connection._reactor
+        if container is not None:
+            container._check_thread()
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
             impl.add_credit(n)

@@ -811,6 +811,15 @@ class Container:
             except RuntimeError:
                 pass  # the loop has ended
 
+    def _check_thread(self) -> None:
+        """Refuse a change made from another thread while the container runs (it would race its callbacks)."""
+        loop_thread = self._loop_thread
+        if loop_thread is not None and threading.get_ident() != loop_thread:
+            raise ProtonException(
+                "amqp_async.proton objects belong to their container's thread while it runs: from another thread, "
+                "use an EventInjector (container.selectable) or container.call_threadsafe(function)"
+            )
+
     def call_threadsafe(self, function: Callable[[], None]) -> None:
         """Run ``function`` on the container's thread, between callbacks (safe from any thread)."""
         self._threadsafe_calls.append(function)
