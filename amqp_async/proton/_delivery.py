@@ -304,8 +304,8 @@ class Delivery:
         """
         if self._settled_here:
             return
-        container = self.link.session.connection._reactor
-        if container is not None:
+        container = self.link._connection._reactor
+        if container is not None and container._loop_thread is not None:
             container._check_thread()
         self._settled_here = True
         self.link._settle(self)

@@ -583,6 +583,7 @@ class Link(Endpoint):
 
     def __init__(self, session: Session, name: str) -> None:
         self.session = session
+        self._connection = session.connection
         self.name = name
         self._impl: Any = None
         self._local = _UNINIT
@@ -830,7 +831,6 @@ class Sender(Link):
 
     def __init__(self, session: Session, name: str) -> None:
         super().__init__(session, name)
-        self._connection = session.connection
         self._pending: deque[tuple[Delivery, bytes]] = deque()
         self._unsettled: dict[Delivery, None] = {}
         self._tag_count = 0

@@ -12,14 +12,16 @@ into the messaging handler, so overriding a callback there is all an application
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
+from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..message import Message
 from ..protocol.endpoint import EndpointState
 from ._delivery import Delivery
 from ._endpoints import Endpoint, Receiver
-from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, dispatch
+from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, _route, dispatch
 from ._exceptions import ProtonException
 
 __all__ = [
@@ -86,11 +88,11 @@ class Acking:
 _delegate = dispatch  # the children call back into the messaging handler exactly as dispatch does
 
 
-_OUTCOME_CALLBACKS: dict[int, str] = {
-    Delivery.ACCEPTED: "on_accepted",
-    Delivery.REJECTED: "on_rejected",
-    Delivery.RELEASED: "on_released",
-    Delivery.MODIFIED: "on_released",
+_OUTCOME_OF_STATE: dict[type, str] = {
+    Accepted: "on_accepted",
+    Rejected: "on_rejected",
+    Released: "on_released",
+    Modified: "on_released",
 }
 
 
@@ -119,26 +121,54 @@ class OutgoingMessageHandler(Handler):
             delivery = event.delivery
             if delivery is None:
                 return
-        if not delivery._updated or not delivery.link.is_sender:
-            return
-        state = delivery.remote_state
-        delegate = self.delegate
-        # When a callback is not overridden here it only hands the event on: hand it on directly.
-        direct = delegate is not None and self.__class__ is OutgoingMessageHandler
-        outcome = _OUTCOME_CALLBACKS.get(state)
-        if outcome is not None:
-            if direct:
-                dispatch(delegate, outcome, event)
-            else:
-                getattr(self, outcome)(event)
         impl = delivery._impl
-        if impl is not None and impl.remote_settled:
-            if direct:
-                dispatch(delegate, "on_settled", event)
-            else:
-                self.on_settled(event)
+        if impl is None or not delivery._updated or not delivery.link.is_sender:
+            return
+        state = impl.remote_state
+        outcome = None if state is None else _OUTCOME_OF_STATE.get(state.__class__)
+        if self.__class__ is OutgoingMessageHandler:
+            # Nothing is overridden here: hand the outcome straight to the delegate's own callbacks.
+            callbacks = self.__dict__.get("_callbacks")
+            if callbacks is None or callbacks[0] is not self.delegate:
+                callbacks = self._resolve_callbacks()
+            if outcome is not None:
+                callback = callbacks[1][outcome]
+                if callback is not None:
+                    callback(event)
+            if impl.remote_settled:
+                callback = callbacks[2]
+                if callback is not None:
+                    callback(event)
+                if self.auto_settle:
+                    delivery.settle()
+            return
+        if outcome is not None:
+            getattr(self, outcome)(event)
+        if impl.remote_settled:
+            self.on_settled(event)
             if self.auto_settle:
                 delivery.settle()
+
+    def _resolve_callbacks(self) -> tuple[Any, dict[str, Any], Any]:
+        """The delegate's outcome callbacks as :func:`dispatch` would call them (None: nothing to call), looked up
+        once per delegate; a delegate whose instance shadows its callbacks is looked up on every event, as proton."""
+        delegate = self.delegate
+        shadows = any(name.startswith("on_") for name in getattr(delegate, "__dict__", ()))
+
+        def resolve(method: str) -> Any:
+            if shadows:
+                return functools.partial(dispatch, delegate, method)
+            route = _route(delegate, method) if delegate is not None else 0
+            if route == 1:
+                return getattr(delegate, method)
+            if route == 2:
+                return functools.partial(delegate.on_unhandled, method)
+            return None
+
+        outcomes = {name: resolve(name) for name in ("on_accepted", "on_rejected", "on_released")}
+        callbacks = (delegate, outcomes, resolve("on_settled"))
+        self.__dict__["_callbacks"] = callbacks
+        return callbacks
 
     def on_sendable(self, event: Event) -> None:
         """The link has credit: messages may be sent."""

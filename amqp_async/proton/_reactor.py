@@ -874,10 +874,12 @@ class Container:
         last_key: Any = None
         key: Any
         calls: list[Any] = []
+        global_handler = self.global_handler  # one setting per round: a handler that sets it, sets it for the next
         while collector:
             event = collector.popleft()
-            context = event._context if type(event) is Event else None
-            if type(context) is Delivery:
+            context: Any = event._context if type(event) is Event else None
+            is_delivery = type(context) is Delivery
+            if is_delivery:
                 link = context.link
                 handler = link.handler or link.session.handler or link.session.connection.handler or root
                 key = "s" if link.is_sender else "r"
@@ -893,14 +895,13 @@ class Container:
             try:
                 for call in calls:
                     call(event)
-                global_handler = self.global_handler
                 if global_handler is not None:
                     event.dispatch(global_handler)
             except Exception as exc:
                 log.debug("a handler raised %r; stopping the container", exc)
                 self._fail(exc)
                 return
-            if type(context) is Delivery:
+            if is_delivery:
                 context._updated = False
             elif event._type is transport_closed:
                 # proton unbinds a closed transport from its connection once the closed event is handled.
