@@ -14,6 +14,7 @@ for the container, as proton's collector does.
 from __future__ import annotations
 
 from collections import deque
+from threading import get_ident
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.performatives import RCV_FIRST, SND_MIXED, SND_SETTLED, Error
@@ -884,8 +885,8 @@ class Sender(Link):
 
     def _send_payload(self, payload: bytes, tag: bytes | str | None, delivery: Delivery | None = None) -> Delivery:
         container = self._connection._reactor
-        if container is not None and container._loop_thread is not None:
-            container._check_thread()
+        if container is not None and container._loop_thread is not None and container._loop_thread != get_ident():
+            container._check_thread()  # raises: another thread
         if delivery is None:
             if tag is None:
                 if self.tag_generator is None:
@@ -914,10 +915,8 @@ class Sender(Link):
             engine_delivery = impl.send(payload, tag=tag, settled=settled)
             delivery._impl = engine_delivery
             engine_delivery.user_data = delivery
-            connection = self._connection
-            container = connection._reactor
             if container is not None:
-                container._dirty[connection] = None
+                container._dirty[self._connection] = None
                 container._sent[self] = None
         else:
             self._pending.append((delivery, payload))

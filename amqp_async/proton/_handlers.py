@@ -151,22 +151,10 @@ class OutgoingMessageHandler(Handler):
 
     def _resolve_callbacks(self) -> tuple[Any, dict[str, Any], Any]:
         """The delegate's outcome callbacks as :func:`dispatch` would call them (None: nothing to call), looked up
-        once per delegate; a delegate whose instance shadows its callbacks is looked up on every event, as proton."""
+        once per delegate."""
         delegate = self.delegate
-        shadows = any(name.startswith("on_") for name in getattr(delegate, "__dict__", ()))
-
-        def resolve(method: str) -> Any:
-            if shadows:
-                return functools.partial(dispatch, delegate, method)
-            route = _route(delegate, method) if delegate is not None else 0
-            if route == 1:
-                return getattr(delegate, method)
-            if route == 2:
-                return functools.partial(delegate.on_unhandled, method)
-            return None
-
-        outcomes = {name: resolve(name) for name in ("on_accepted", "on_rejected", "on_released")}
-        callbacks = (delegate, outcomes, resolve("on_settled"))
+        outcomes = {name: _resolved(delegate, name) for name in ("on_accepted", "on_rejected", "on_released")}
+        callbacks = (delegate, outcomes, _resolved(delegate, "on_settled"))
         self.__dict__["_callbacks"] = callbacks
         return callbacks
 
@@ -189,6 +177,21 @@ class OutgoingMessageHandler(Handler):
     def on_settled(self, event: Event) -> None:
         """The peer settled a message: it will never be sent again."""
         _delegate(self.delegate, "on_settled", event)
+
+
+def _resolved(handler: Any, method: str) -> Any:
+    """What :func:`dispatch` calls for ``method`` on ``handler``, as one callable (None: nothing). A handler whose
+    instance shadows its callbacks gets a dispatch on every call, as proton looks them up each time."""
+    if handler is None:
+        return None
+    if any(name.startswith("on_") for name in getattr(handler, "__dict__", ())):
+        return functools.partial(dispatch, handler, method)
+    route = _route(handler, method)
+    if route == 1:
+        return getattr(handler, method)
+    if route == 2:
+        return functools.partial(handler.on_unhandled, method)
+    return None
 
 
 def recv_msg(delivery: Delivery) -> Message:
@@ -236,7 +239,18 @@ class IncomingMessageHandler(Handler, Acking):
                     delivery._settle_as(_RELEASED)
                 return
             try:
-                self.on_message(event)
+                if self.__class__ is IncomingMessageHandler and self.delegate is not None:
+                    # Nothing is overridden here: call the delegate's on_message directly.
+                    callback = self.__dict__.get("_on_message")
+                    if callback is None or callback[0] is not self.delegate:
+                        callback = self.__dict__["_on_message"] = (
+                            self.delegate,
+                            _resolved(self.delegate, "on_message"),
+                        )
+                    if callback[1] is not None:
+                        callback[1](event)
+                else:
+                    self.on_message(event)
                 if self.auto_accept:
                     delivery._settle_as(_ACCEPTED)
             except Reject:
