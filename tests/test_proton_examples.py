@@ -31,6 +31,11 @@ from typing import Any
 
 import pytest
 
+try:
+    from proton_examples_support import _bring_loopback_up, _stop
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.proton_examples_support import _bring_loopback_up, _stop
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = Path("/usr/share/proton/examples/python")
 PACKAGE = "libqpid-proton11-dev-examples"
@@ -50,33 +55,6 @@ SEQUENCE = [f"{{'sequence': {i + 1}}}" for i in range(100)]
 
 # ---------------------------------------------------------------------------------------------------------------
 # Inside the namespace (this file run as a script): no pytest, no proton needed here.
-
-
-def _bring_loopback_up() -> None:
-    """``ip link set lo up``, without needing iproute2: SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP."""
-    import fcntl
-    import socket
-    import struct
-
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH22x", b"lo", 0)
-        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, siocgifflags, request))[1]
-        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
-
-
-def _stop(process: subprocess.Popen[bytes], first: int, grace: float) -> bool:
-    """Send ``first``, then SIGKILL after ``grace`` seconds; True if it had to be killed."""
-    if process.poll() is not None:
-        return False
-    process.send_signal(first)
-    try:
-        process.wait(grace)
-        return False
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-        return True
 
 
 def _inside(spec_path: str) -> None:

@@ -10,6 +10,7 @@ convert, in one place.
 from __future__ import annotations
 
 import enum
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
@@ -305,8 +306,8 @@ class Delivery:
         if self._settled_here:
             return
         container = self.link._connection._reactor
-        if container is not None and container._loop_thread is not None:
-            container._check_thread()
+        if container is not None and container._loop_thread not in (None, get_ident()):
+            container._check_thread()  # raises: another thread
         self._settled_here = True
         self.link._settle(self)
 

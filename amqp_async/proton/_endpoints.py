@@ -13,6 +13,7 @@ for the container, as proton's collector does.
 
 from __future__ import annotations
 
+import abc
 from collections import deque
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -63,7 +64,7 @@ def _close_later(endpoint: Connection | Session | Link) -> None:
         container._wake()
 
 
-class Endpoint:
+class Endpoint(abc.ABC):
     """What connections, sessions and links share: the state bits and the conditions.
 
     ``state`` is a bit field: one of :attr:`LOCAL_UNINIT`, :attr:`LOCAL_ACTIVE`, :attr:`LOCAL_CLOSED` or-ed with one
@@ -94,11 +95,13 @@ class Endpoint:
         impl = self._impl
         return None if impl is None else _condition_of(impl.remote_error)
 
+    @abc.abstractmethod
     def _container(self) -> Any:
-        raise NotImplementedError
+        """The container that dispatches this endpoint's events (None for an endpoint made without one)."""
 
+    @abc.abstractmethod
     def _close_engine(self) -> None:
-        raise NotImplementedError
+        """Send this endpoint's close, end or detach on the engine."""
 
     def _push(self, event_type: Any) -> None:
         container = self._container()

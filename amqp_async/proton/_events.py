@@ -196,13 +196,7 @@ class EventBase:
     def dispatch(self, handler: Any, type: EventType | None = None) -> None:  # noqa: A002 - proton's name
         """Deliver this event to ``handler`` and then, depth first, to each of its child ``handlers``."""
         method = (type or self._type).method
-        route = _ROUTES.get((handler.__class__, method))
-        if route is None:
-            route = _route(handler, method)
-        if route == 1:
-            getattr(handler, method)(self)
-        elif route == 2:
-            handler.on_unhandled(method, self)
+        dispatch(handler, method, self)
         children = getattr(handler, "handlers", None)
         if children:
             for child in children:
@@ -330,9 +324,7 @@ class Event(EventBase):
         if getattr(context, "_is_session", False):
             return context  # type: ignore[no-any-return]
         link = self.link
-        if link is not None:
-            return link.session
-        return getattr(context, "_event_session", None)
+        return None if link is None else link.session
 
     @property
     def connection(self) -> Connection | None:

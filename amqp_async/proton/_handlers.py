@@ -85,9 +85,6 @@ class Acking:
         delivery.settle()
 
 
-_delegate = dispatch  # the children call back into the messaging handler exactly as dispatch does
-
-
 _OUTCOME_OF_STATE: dict[type, str] = {
     Accepted: "on_accepted",
     Rejected: "on_rejected",
@@ -160,23 +157,23 @@ class OutgoingMessageHandler(Handler):
 
     def on_sendable(self, event: Event) -> None:
         """The link has credit: messages may be sent."""
-        _delegate(self.delegate, "on_sendable", event)
+        dispatch(self.delegate, "on_sendable", event)
 
     def on_accepted(self, event: Event) -> None:
         """The peer accepted a message."""
-        _delegate(self.delegate, "on_accepted", event)
+        dispatch(self.delegate, "on_accepted", event)
 
     def on_rejected(self, event: Event) -> None:
         """The peer rejected a message."""
-        _delegate(self.delegate, "on_rejected", event)
+        dispatch(self.delegate, "on_rejected", event)
 
     def on_released(self, event: Event) -> None:
         """The peer released a message (released or modified outcome)."""
-        _delegate(self.delegate, "on_released", event)
+        dispatch(self.delegate, "on_released", event)
 
     def on_settled(self, event: Event) -> None:
         """The peer settled a message: it will never be sent again."""
-        _delegate(self.delegate, "on_settled", event)
+        dispatch(self.delegate, "on_settled", event)
 
 
 def _resolved(handler: Any, method: str) -> Any:
@@ -262,15 +259,15 @@ class IncomingMessageHandler(Handler, Acking):
 
     def on_message(self, event: Event) -> None:
         """A message arrived: ``event.message``; settle it through ``event.delivery``."""
-        _delegate(self.delegate, "on_message", event)
+        dispatch(self.delegate, "on_message", event)
 
     def on_settled(self, event: Event) -> None:
         """The peer settled a delivery this end received."""
-        _delegate(self.delegate, "on_settled", event)
+        dispatch(self.delegate, "on_settled", event)
 
     def on_aborted(self, event: Event) -> None:
         """The sender aborted a delivery."""
-        _delegate(self.delegate, "on_aborted", event)
+        dispatch(self.delegate, "on_aborted", event)
 
 
 class EndpointStateHandler(Handler):
@@ -425,27 +422,27 @@ class EndpointStateHandler(Handler):
 
     def on_connection_opened(self, event: Event) -> None:
         """Both ends opened the connection."""
-        _delegate(self.delegate, "on_connection_opened", event)
+        dispatch(self.delegate, "on_connection_opened", event)
 
     def on_session_opened(self, event: Event) -> None:
         """Both ends opened the session."""
-        _delegate(self.delegate, "on_session_opened", event)
+        dispatch(self.delegate, "on_session_opened", event)
 
     def on_link_opened(self, event: Event) -> None:
         """Both ends opened the link."""
-        _delegate(self.delegate, "on_link_opened", event)
+        dispatch(self.delegate, "on_link_opened", event)
 
     def on_connection_opening(self, event: Event) -> None:
         """The peer opened the connection first (it is opened here when this returns)."""
-        _delegate(self.delegate, "on_connection_opening", event)
+        dispatch(self.delegate, "on_connection_opening", event)
 
     def on_session_opening(self, event: Event) -> None:
         """The peer opened the session first (it is opened here when this returns)."""
-        _delegate(self.delegate, "on_session_opening", event)
+        dispatch(self.delegate, "on_session_opening", event)
 
     def on_link_opening(self, event: Event) -> None:
         """The peer opened the link first (it is opened here when this returns)."""
-        _delegate(self.delegate, "on_link_opening", event)
+        dispatch(self.delegate, "on_link_opening", event)
 
     def on_connection_error(self, event: Event) -> None:
         """The peer closed the connection with an error."""
@@ -472,15 +469,15 @@ class EndpointStateHandler(Handler):
 
     def on_connection_closed(self, event: Event) -> None:
         """Both ends closed the connection."""
-        _delegate(self.delegate, "on_connection_closed", event)
+        dispatch(self.delegate, "on_connection_closed", event)
 
     def on_session_closed(self, event: Event) -> None:
         """Both ends ended the session."""
-        _delegate(self.delegate, "on_session_closed", event)
+        dispatch(self.delegate, "on_session_closed", event)
 
     def on_link_closed(self, event: Event) -> None:
         """Both ends closed the link."""
-        _delegate(self.delegate, "on_link_closed", event)
+        dispatch(self.delegate, "on_link_closed", event)
 
     def on_connection_closing(self, event: Event) -> None:
         """The peer closed the connection first (it is closed here when this returns)."""

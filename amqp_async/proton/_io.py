@@ -71,7 +71,6 @@ class Channel:
         self._server_mechanisms = server_mechanisms
         self._driver: EngineDriver | None = None
         self._attempts: Iterator[tuple[float, Address]] | None = None
-        self._failed = False
         self._cancel: anyio.CancelScope | None = None
         # What of the transport's end was reported (proton's head: our output; tail: the peer's input).
         self._head_reported = False
@@ -217,7 +216,6 @@ class Channel:
             container._push(Event.CONNECTION_BOUND, connection)
         self._head_reported = self._tail_reported = self._end_reported = False
         driver = self._driver = EngineDriver(engine, stream, self.on_events, tracer=FrameTracer.from_environment())
-        self._failed = False
         try:
             with anyio.CancelScope() as scope:
                 self._cancel = scope
@@ -244,7 +242,6 @@ class Channel:
                 push(Event.TRANSPORT_TAIL_CLOSED, transport)
             push(Event.TRANSPORT_CLOSED, transport)
             if failed:
-                self._failed = True
                 transport.condition = Condition(
                     "amqp:connection:framing-error", driver.transport_error or "connection aborted"
                 )
@@ -268,7 +265,6 @@ class Channel:
         transport = self.connection.transport
         transport.condition = condition
         transport._closed = True
-        self._failed = True
         push = self.container._push
         if error_first:
             push(Event.TRANSPORT_ERROR, transport)
