@@ -10,7 +10,13 @@ called on the event loop with no ``await`` in between, so the engine is only eve
 - the writer sleeps until woken, then writes everything the engine has queued in one socket write; it also keeps
   the engine's time (``tick``: heartbeats, the peer's idle timeout), sleeping no longer than the engine's next
   deadline, and when a timeout closed the connection it writes the close and closes the stream (a silent peer
-  will not answer).
+  will not answer);
+- an owner whose synchronous code queues much output before it returns to the loop (a callback that sends a
+  thousand messages) calls :meth:`EngineDriver.write_now`, which hands the output to the socket at once when that
+  takes no waiting, so that the peer works on it while the callback goes on.
+
+On asyncio TCP streams both write through a :class:`~amqp_async._direct_write.DirectWriter`: the whole output in
+one gathered write, frame heads and payloads together, where anyio's ``send`` would take one buffer at a time.
 
 An idle connection costs two tasks and one wake-up object: the other synchronisation objects are made only while
 someone waits on them.
@@ -25,6 +31,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from ._direct_write import DirectWriter
 from .protocol import Connection as Engine
 from .protocol.events import Event
 
@@ -92,6 +99,7 @@ class EngineDriver:
     """
 
     __slots__ = (
+        "_direct",
         "_flushed",
         "_on_events",
         "_opened",
@@ -100,6 +108,7 @@ class EngineDriver:
         "_tracer",
         "_wake",
         "_woken",
+        "_writing",
         "closing",
         "engine",
         "flush_epoch",
@@ -126,6 +135,8 @@ class EngineDriver:
         self._retime = True  # the engine's deadlines may have changed: tick now
         self._stopping = False  # the reader is done: write what is left and stop
         self._opened = False
+        self._writing = False  # the writer holds output it took from the engine and has not handed to the stream
+        self._direct = DirectWriter.of(stream)
         self._wake: asyncio.Future[None] | anyio.Event | None = None
         self._flushed: anyio.Event | None = None
         self.flush_epoch = 0
@@ -142,6 +153,27 @@ class EngineDriver:
         if not self._woken:
             self._woken = True
             self._wake_writer()
+
+    def write_now(self) -> bool:
+        """Hand the engine's output to the stream at once, from synchronous code on the event loop; True if it did.
+
+        It does so only when that needs no waiting and keeps the order of the bytes: the stream is a TCP stream
+        on asyncio, the writer holds no output it took earlier, and the socket took everything written before
+        (else the output stays queued for the writer, which waits for the socket: memory stays bounded by what
+        the owner queues between two calls).
+        """
+        direct = self._direct
+        if direct is None or self._writing or self._stopping or not direct.idle():
+            return False
+        buffers = self.engine.buffers_to_send(anyio.current_time())
+        if buffers:
+            if self._tracer is not None:
+                self._tracer.sent(b"".join(buffers))
+            try:
+                direct.write(list(_coalesce(buffers)))
+            except anyio.BrokenResourceError:
+                return False  # the reader sees the end and reports it
+        return True
 
     def wake_timer(self) -> None:
         """Make the writer recompute the engine's deadline now (e.g. the peer's idle timeout just became known)."""
@@ -293,10 +325,15 @@ class EngineDriver:
         epoch = self.flush_epoch
         buffers = self.engine.buffers_to_send(anyio.current_time())
         if buffers:
+            self._writing = True
             if self._tracer is not None:
                 self._tracer.sent(b"".join(buffers))
             try:
-                if len(buffers) == 1:
+                direct = self._direct
+                if direct is not None:
+                    direct.write(buffers if len(buffers) == 1 else list(_coalesce(buffers)))
+                    await direct.drain()
+                elif len(buffers) == 1:
                     await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken
                 else:
                     for data in _coalesce(buffers):
@@ -307,6 +344,8 @@ class EngineDriver:
                     self.transport_error = describe_transport_error(exc)
                 await self.stream.aclose()  # the reader sees the end and reports it
                 return False
+            finally:
+                self._writing = False
         self.flushed_epoch = epoch
         self._wake_flush_waiters()
         return True

@@ -30,11 +30,16 @@ from .codec import sections as _sections
 from .codec._decoder import _DECODERS, decode_value
 from .codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
 from .errors import DecodeError, EncodeError
+from .protocol.payload import Gathered
 from .types import Described, char, symbol, timestamp, ubyte, uint, ulong
 
 __all__ = ["Message"]
 
 # Section descriptor codes, §3.2.
+# A bytes body at least this large is sent by reference (see Message._encode_payload), not copied into the
+# encoding: below it, one copy costs less than the extra buffer does on its way to the socket.
+_GATHER_MIN = 65536
+
 _HEADER = 0x70
 _DELIVERY_ANNOTATIONS = 0x71
 _MESSAGE_ANNOTATIONS = 0x72
@@ -429,6 +434,14 @@ class Message:
             EncodeError: a field holds a value AMQP cannot carry (e.g. an application property key that is
                 not a str).
         """
+        return bytes(self._encode(False))
+
+    def _encode_payload(self) -> bytes | Gathered:
+        """:meth:`encode`, for a sender: a large ``bytes`` body in a data section stays out of the result (a
+        :class:`Gathered` of the sections before it and the body itself), so the engine sends it uncopied."""
+        return self._encode(True)
+
+    def _encode(self, gather: bool) -> bytes | Gathered:
         buf = bytearray()
         if (
             self._durable
@@ -477,6 +490,8 @@ class Message:
                 buf += b"\x00\x53\x75\xb0"
                 buf += size.to_bytes(4, "big")
             if self.footer is None:
+                if gather and size >= _GATHER_MIN and body_class is bytes:
+                    return Gathered((bytes(buf), body))
                 return b"".join((buf, body))
             buf += body
         elif body_class is _Data or body_class is _AmqpSequence:

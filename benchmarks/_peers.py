@@ -1,9 +1,12 @@
-"""Real peers for the benchmarks: the Qpid Proton C examples, installed and built on demand.
+"""Real peers for the benchmarks: the Qpid Proton C examples, and our C sink, installed and built on demand.
 
 DESIGN.md ("Real peers"): Debian's ``libqpid-proton11-dev`` and ``libqpid-proton11-dev-examples`` put the C examples
 in ``/usr/share/proton/examples/c/``; each builds with ``gcc -O2 X.c -o X -lqpid-proton -lpthread``. This module
 installs the packages when they are missing (as root, with apt-get), builds the examples into a cache directory
 (rebuilding when a source is newer than its binary), and starts them on free ports.
+
+``peers/sink.c`` is ours, on the same C library: a receiver that accepts and drops every message, so that a
+benchmark of large messages measures the client rather than what the peer does with the bytes.
 
 Not a benchmark itself (the leading underscore keeps ``nox -s bench`` from running it).
 """
@@ -17,11 +20,12 @@ import subprocess
 import threading
 from pathlib import Path
 
-__all__ = ["CPeer", "build_c_examples", "start_direct"]
+__all__ = ["CPeer", "build_c_examples", "start_direct", "start_sink"]
 
 EXAMPLES = Path("/usr/share/proton/examples/c")
 CACHE = Path(os.environ.get("AMQP_ASYNC_PEERS", Path.home() / ".cache" / "amqp_async" / "c-peers"))
 PACKAGES = ("libqpid-proton11-dev", "libqpid-proton11-dev-examples")
+SINK = Path(__file__).resolve().parent / "peers" / "sink.c"
 
 
 def _install() -> None:
@@ -35,24 +39,24 @@ def _install() -> None:
         subprocess.run(command, env=environment, capture_output=True, check=True)
 
 
+def _build(source: Path, binary: Path) -> Path:
+    """``gcc -O2`` ``source`` into ``binary`` against the Qpid Proton C library, unless it is up to date."""
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        subprocess.run(
+            ["gcc", "-O2", str(source), "-o", str(binary), "-lqpid-proton", "-lpthread"],
+            check=True,
+            capture_output=True,
+            cwd=source.parent,
+        )
+    return binary
+
+
 def build_c_examples(names: tuple[str, ...] = ("direct", "send", "receive", "broker")) -> dict[str, Path]:
     """The paths of the built C examples, installing and building what is missing or stale."""
     if not (EXAMPLES / "direct.c").exists():
         _install()
     CACHE.mkdir(parents=True, exist_ok=True)
-    built = {}
-    for name in names:
-        source = EXAMPLES / f"{name}.c"
-        binary = CACHE / name
-        if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
-            subprocess.run(
-                ["gcc", "-O2", str(source), "-o", str(binary), "-lqpid-proton", "-lpthread"],
-                check=True,
-                capture_output=True,
-                cwd=EXAMPLES,
-            )
-        built[name] = binary
-    return built
+    return {name: _build(EXAMPLES / f"{name}.c", CACHE / name) for name in names}
 
 
 class CPeer:
@@ -87,15 +91,22 @@ def start_direct(address: str, count: int) -> CPeer:
     """Start the C ``direct`` example on a free port: it receives (and accepts) ``count`` messages, or sends
     ``count`` messages to a receiver that attaches, then closes."""
     binary = build_c_examples(("direct",))["direct"]
-    process = subprocess.Popen(
-        ["stdbuf", "-oL", str(binary), "127.0.0.1", "0", address, str(count)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    return _start([str(binary), "127.0.0.1", "0", address, str(count)], "the C direct example")
+
+
+def _start(command: list[str], what: str) -> CPeer:
+    process = subprocess.Popen(["stdbuf", "-oL", *command], stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     line = process.stdout.readline()
     match = re.search(r"listening on (\d+)", line)
     if match is None:
         process.kill()
-        raise RuntimeError(f"the C direct example did not start: {line!r}")
+        raise RuntimeError(f"{what} did not start: {line!r}")
     return CPeer(process, int(match.group(1)))
+
+
+def start_sink() -> CPeer:
+    """Start ``peers/sink.c`` on a free port: it accepts and drops every message it is sent, until stopped."""
+    build_c_examples(())  # the C library and headers
+    binary = _build(SINK, CACHE / "sink")
+    return _start([str(binary), "127.0.0.1", "0"], "the C sink")

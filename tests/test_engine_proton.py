@@ -38,6 +38,7 @@ from amqp_async.codec.performatives import Disposition as DispositionFrame  # no
 from amqp_async.codec.terminus import COPY, LINK_DETACH, UNSETTLED_STATE, DeleteOnClose, Source, Target  # noqa: E402
 from amqp_async.protocol import events as ev  # noqa: E402
 from amqp_async.protocol.link import ReceiverLink, SenderLink  # noqa: E402
+from amqp_async.protocol.payload import Gathered  # noqa: E402
 from amqp_async.protocol.sasl import SaslClient, SaslServer  # noqa: E402
 from amqp_async.protocol.sasl_scram import InMemoryCredentialStore  # noqa: E402
 from amqp_async.protocol.session import Session  # noqa: E402
@@ -653,10 +654,13 @@ def test_proton_receiver_drains_our_sender(direction: str) -> None:
     assert preceiver.drained() == 3
 
 
-def test_large_message_our_sender(direction: str) -> None:
+@pytest.mark.parametrize("gathered", [False, True], ids=["bytes", "gathered"])
+def test_large_message_our_sender(direction: str, gathered: bool) -> None:
     """1 MiB through proton's max-frame-size 4096 and an incoming window of 4 frames: the transfer has to wait for
-    proton's flows."""
+    proton's flows. Gathered: the payload given in parts (as a message's sections and its uncopied body), whose
+    boundaries fall inside frames."""
     payload = os.urandom(1 << 20)
+    parts = (payload[:100], payload[100:-37], payload[-37:])
     prot_options: dict[str, Any] = {"max_frame_size": 4096, "session_capacity": 4 * 4096}
     pair = Pair(direction, prot=prot_options)
     pair.open(max_frame_size=4096)
@@ -671,7 +675,7 @@ def test_large_message_our_sender(direction: str) -> None:
     assert pair.session.remote_begin is not None
     assert pair.session.remote_begin.incoming_window <= 4
     link, _preceiver = pair.our_sender("big", credit=1)
-    link.send(payload, tag=b"big")
+    link.send(Gathered(parts) if gathered else payload, tag=b"big")
     assert pair.session.outgoing_backlog > 0  # waiting for the window
     pair.pump(rounds=2000)
     [got] = pair.prot.received("big")

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from amqp_async import EncodeError, Message, codec
 from amqp_async import types as T
+from amqp_async.protocol.payload import Gathered
 
 proton = pytest.importorskip("proton", reason="python-qpid-proton is the oracle; CI installs it")
 from proton import _message as _pm  # noqa: E402  (proton's raw C accessors, for NULL vs "" fields)
@@ -503,6 +504,32 @@ def test_binary_body_default_is_a_data_section_proton_reads() -> None:
     theirs.decode(raw)
     assert type(theirs.body) is memoryview and bytes(theirs.body) == b"\x00\x01payload"
     assert theirs.inferred is True
+
+
+@pytest.mark.parametrize("size", [65535, 65536, 1 << 20])
+@pytest.mark.parametrize("footer", [None, {"f": 1}], ids=["no-footer", "footer"])
+def test_large_binary_body_is_sent_uncopied_and_proton_reads_the_whole(size: int, footer: Any) -> None:
+    """What a sender hands the engine for a large ``bytes`` body: the body itself, by reference, after the encoded
+    sections before it (no copy of the body); joined, the parts are exactly ``encode()``, which proton reads."""
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    message = Message(body=body, id="big", properties={"k": "v"}, footer=footer)
+    payload = message._encode_payload()
+    assert bytes(payload) == message.encode()
+    gathered = size >= 65536 and footer is None
+    assert isinstance(payload, Gathered) is gathered
+    if isinstance(payload, Gathered):
+        assert payload.parts[-1] is body  # the caller's object itself: not copied
+    theirs = proton.Message()
+    theirs.decode(bytes(payload))
+    assert bytes(theirs.body) == body and theirs.id == "big" and theirs.properties == {"k": "v"}
+
+
+def test_a_bytearray_body_is_copied_since_the_caller_may_change_it() -> None:
+    body = bytearray(1 << 17)
+    payload = Message(body=body)._encode_payload()
+    assert type(payload) is bytes
+    body[0] = 1
+    assert payload[-len(body)] == 0
 
 
 @pytest.mark.parametrize("field", ["annotations", "instructions"])

@@ -930,6 +930,57 @@ def test_at_least_once_sends_unsettled(peer: ProtonBroker) -> None:
     assert handler.calls.count("accepted") == 1 and handler.calls.count("settled") == 1
 
 
+def test_a_long_callback_hands_its_output_to_the_peer_before_it_returns() -> None:
+    """proton writes what a callback sent once it returns; a callback that sends its whole credit would leave the
+    peer idle (and the output growing) meanwhile. Ours hands the output to the socket as it grows: the peer has
+    messages while the callback is still running (it waits for them, with the GIL released by ``sleep``)."""
+    with ProtonBroker(timeout=TIMEOUT, credit_window=2000) as peer:
+        seen_during_callback: list[int] = []
+
+        class SendAll(MessagingHandler):
+            def on_start(self, event: Any) -> None:
+                event.container.create_sender(event.container.connect(peer.url, reconnect=False), "long")
+
+            def on_sendable(self, event: Any) -> None:
+                sender = event.sender
+                if seen_during_callback:
+                    return
+                for n in range(sender.credit):
+                    sender.send(Message(body="x" * 100, id=n))
+                deadline = time.monotonic() + 5
+                while not peer.messages and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                seen_during_callback.append(len(peer.messages))
+                event.connection.close()
+
+        run_container(Container(SendAll()))
+        assert seen_during_callback[0] > 0, "the peer got nothing until the callback returned"
+        messages = peer.wait_messages(2000)
+        assert [m.message.id for m in messages] == list(range(2000))  # all of them, in order
+
+
+def test_settled_deliveries_are_freed_without_the_garbage_collector(peer: ProtonBroker) -> None:
+    """A settled delivery and its engine delivery do not keep each other alive: at a thousand messages a second, a
+    reference cycle each would have the collector run (and stall) all the time."""
+    import gc
+
+    def alive() -> int:
+        return sum(1 for thing in gc.get_objects() if isinstance(thing, Delivery))
+
+    handler = SendN(peer.url, "freed", list(range(300)))
+    gc.collect()
+    before = alive()
+    gc.disable()
+    try:
+        run_container(Container(handler))
+        handler.deliveries.clear()
+        left = alive() - before
+    finally:
+        gc.enable()
+    assert handler.done == 300
+    assert left == 0, f"{left} deliveries wait for the garbage collector"
+
+
 def test_dynamic_receiver_with_node_properties(peer: ProtonBroker) -> None:
     class H(MessagingHandler):
         def on_start(self, event: Any) -> None:

@@ -327,7 +327,7 @@ class Sender(_Link):
         Cancellation: cancelled while it waits for credit, nothing was sent. Once it returns, the message is on
         its way; cancelling ``await tracker`` leaves the outcome to be learned from the tracker later.
         """
-        payload = message.encode() if isinstance(message, Message) else bytes(message)
+        payload = message._encode_payload() if isinstance(message, Message) else bytes(message)
         link = self._engine_link
         connection = self.connection
         if (

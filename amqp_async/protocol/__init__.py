@@ -20,6 +20,7 @@ from .errors import (
     SessionWindowClosedError,
 )
 from .link import Link, ReceiverLink, SenderLink
+from .payload import Gathered
 from .sasl import SaslClient, SaslResult, SaslServer
 from .session import Session
 
@@ -30,6 +31,7 @@ __all__ = [
     "ConnectionClosedError",
     "Delivery",
     "EndpointState",
+    "Gathered",
     "Link",
     "LocalProtocolError",
     "NoCreditError",

@@ -55,6 +55,7 @@ from .events import (
     SessionEnded,
 )
 from .link import Link, as_symbols
+from .payload import Gathered, Payload
 from .sasl import SaslClient, SaslServer
 from .sasl_mechanisms import SaslMechanismError
 from .session import TRANSFER_OVERHEAD, Session
@@ -434,9 +435,13 @@ class Connection(Endpoint):
         except EncodeError as exc:
             raise LocalProtocolError(f"cannot send {type(performative).__name__}: {exc.description}") from exc
 
-    def _write_payload(self, payload: bytes | bytearray | memoryview) -> None:
+    def _write_payload(self, payload: Payload) -> None:
         """Append a transfer's payload to the output: a large immutable one by reference (no copy), anything else
-        copied (the caller may reuse a bytearray once ``send`` returns)."""
+        copied (the caller may reuse a bytearray once ``send`` returns); a gathered one part by part."""
+        if isinstance(payload, Gathered):
+            for part in payload.parts:
+                self._write_payload(part)
+            return
         size = len(payload)
         owner = payload.obj if isinstance(payload, memoryview) else payload
         if size < _BY_REFERENCE or owner.__class__ is not bytes:

@@ -35,6 +35,7 @@ from ..types import symbol, uint
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, NoCreditError, RemoteProtocolError
+from .payload import Payload
 from .serial import MASK, serial_diff
 
 if TYPE_CHECKING:
@@ -296,7 +297,7 @@ class SenderLink(Link):
 
     def send(
         self,
-        payload: bytes | bytearray | memoryview,
+        payload: Payload,
         *,
         tag: bytes | None = None,
         settled: bool | None = None,
@@ -307,7 +308,8 @@ class SenderLink(Link):
         until the peer's flow opens it (they are bounded by the credit each one used).
 
         Args:
-            payload: the encoded message.
+            payload: the encoded message (a :class:`~amqp_async.protocol.payload.Gathered` sends its parts
+                uncopied).
             tag: the delivery tag (default: :meth:`next_tag`).
             settled: send it settled (at-most-once). Default: as the link's sender settle mode says.
             message_format: §2.7.5 message-format (0: the AMQP message format).

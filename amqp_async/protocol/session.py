@@ -32,6 +32,7 @@ from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, RemoteProtocolError
 from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
 from .link import Link, ReceiverLink, SenderLink
+from .payload import payload_slice
 from .serial import MASK
 from .transfer_frames import encode_handle, write_transfer_head
 
@@ -314,10 +315,10 @@ class Session(Endpoint):
             end = offset + chunk
             if end >= len(payload):
                 queue.popleft()
-                self._write_transfer(link, delivery, memoryview(payload)[offset:] if offset else payload, False)
+                self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, False)
             else:
                 item[3] = end
-                self._write_transfer(link, delivery, memoryview(payload)[offset:end], True)
+                self._write_transfer(link, delivery, payload_slice(payload, offset, end), True)
 
     def abort(self, delivery: Delivery) -> None:
         """Abort a delivery whose frames are not all written yet (§2.6.14); a written one cannot be aborted."""

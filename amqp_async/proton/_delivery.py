@@ -297,6 +297,7 @@ class Delivery:
         if not self._settled_here:
             self._settled_here = True
             self.link._settle(self)
+            self._forget()
 
     def settle(self) -> None:
         """Settle the delivery on this end: nothing more will be said or heard about it.
@@ -310,6 +311,14 @@ class Delivery:
             container._check_thread()  # raises: another thread
         self._settled_here = True
         self.link._settle(self)
+        self._forget()
+
+    def _forget(self) -> None:
+        # Settled here, the engine says no more of it (§2.6.12): drop its link back to us, so that the pair is
+        # not a reference cycle that only the garbage collector frees (one per message, which makes it run often).
+        impl = self._impl
+        if impl is not None:
+            impl.user_data = None
 
     def abort(self) -> None:
         """Abort an outgoing delivery (§2.6.14): the receiver discards what it got of it."""

@@ -22,6 +22,7 @@ from ..codec.performatives import RCV_FIRST, SND_MIXED, SND_SETTLED, Error
 from ..codec.terminus import Source, Target
 from ..message import Message
 from ..protocol.endpoint import EndpointState
+from ..protocol.payload import Gathered
 from ..types import symbol, ulong
 from ._condition import Condition
 from ._data import Data
@@ -42,6 +43,9 @@ _UNINIT, _ACTIVE, _CLOSED = 1, 2, 4
 LinkT = TypeVar("LinkT", bound="Link")
 _ENGINE_ACTIVE = EndpointState.ACTIVE
 _OVERSHOOT_TOLERANCE = 4096
+# proton writes what callbacks send once they return; a callback that sends its whole credit would leave the peer
+# idle (and the output growing) until then. Past this much output, it is handed to the socket as it comes.
+_WRITE_THROUGH = 16384
 _REMOTE_BITS = {EndpointState.UNINIT: 8, EndpointState.ACTIVE: 16, EndpointState.CLOSED: 32}
 
 
@@ -835,7 +839,7 @@ class Sender(Link):
 
     def __init__(self, session: Session, name: str) -> None:
         super().__init__(session, name)
-        self._pending: deque[tuple[Delivery, bytes]] = deque()
+        self._pending: deque[tuple[Delivery, bytes | Gathered]] = deque()
         self._unsettled: dict[Delivery, None] = {}
         self._tag_count = 0
         self.tag_generator: Any = None
@@ -881,12 +885,14 @@ class Sender(Link):
             The :class:`Delivery` (for bytes: the number of bytes written).
         """
         if isinstance(obj, Message):
-            return self._send_payload(obj.encode(), tag)
+            return self._send_payload(obj._encode_payload(), tag)
         if hasattr(obj, "send"):
             return obj.send(self, tag=tag)
         return self.stream(obj)
 
-    def _send_payload(self, payload: bytes, tag: bytes | str | None, delivery: Delivery | None = None) -> Delivery:
+    def _send_payload(
+        self, payload: bytes | Gathered, tag: bytes | str | None, delivery: Delivery | None = None
+    ) -> Delivery:
         container = self._connection._reactor
         if container is not None and container._loop_thread is not None and container._loop_thread != get_ident():
             container._check_thread()  # raises: another thread
@@ -919,8 +925,11 @@ class Sender(Link):
             delivery._impl = engine_delivery
             engine_delivery.user_data = delivery
             if container is not None:
-                container._dirty[self._connection] = None
+                connection = self._connection
+                container._dirty[connection] = None
                 container._sent[self] = None
+                if connection._channel is not None and impl.session.connection.output_buffered > _WRITE_THROUGH:
+                    connection._channel.write_now()
         else:
             self._pending.append((delivery, payload))
         return delivery

@@ -92,6 +92,12 @@ class Channel:
         if driver is not None:
             driver.kick()
 
+    def write_now(self) -> None:
+        """A callback is queueing much output: let the socket have it now (see ``EngineDriver.write_now``)."""
+        driver = self._driver
+        if driver is not None:
+            driver.write_now()
+
     # --- the task ----------------------------------------------------------------------------------------
 
     async def run(self) -> None:

@@ -1,0 +1,140 @@
+"""The driver's direct write path (`amqp_async._direct_write.DirectWriter`): which streams get it, that what it
+writes arrives whole and in order, and that a lost connection is an error, not a hang."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.streams.tls
+import pytest
+
+from amqp_async._direct_write import DirectWriter
+
+try:
+    from tls_certs import make_ca, make_cert, openssl_available
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.tls_certs import make_ca, make_cert, openssl_available
+
+ASYNCIO_LOOPS = [
+    pytest.param(("asyncio", {}), id="asyncio"),
+    pytest.param(("asyncio", {"use_uvloop": True}), id="uvloop"),
+]
+
+
+async def _pair() -> tuple[anyio.abc.SocketStream, anyio.abc.SocketStream, Any]:
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    accepted: list[anyio.abc.SocketStream] = []
+
+    async def accept() -> None:
+        async with anyio.create_task_group() as group:
+
+            async def handler(stream: anyio.abc.SocketStream) -> None:
+                accepted.append(stream)
+                group.cancel_scope.cancel()
+
+            await listener.serve(handler)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(accept)
+        client = await anyio.connect_tcp("127.0.0.1", port)
+    return client, accepted[0], listener
+
+
+async def _read(stream: anyio.abc.SocketStream, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        data += await stream.receive()
+    return bytes(data)
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_writes_arrive_whole_and_in_order(loop: tuple[str, dict[str, Any]]) -> None:
+    big = bytes(range(256)) * 8192  # 2 MiB: more than the socket takes at once
+    buffers = [b"head-1", memoryview(big), b"head-2", bytearray(b"tail")]
+    expected = b"".join(buffers)
+
+    async def main() -> None:
+        client, server, listener = await _pair()
+        writer = DirectWriter.of(client)
+        assert writer is not None
+        assert writer.idle()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                received: list[bytes] = []
+
+                async def read() -> None:
+                    received.append(await _read(server, len(expected) * 2))
+
+                group.start_soon(read)
+                writer.write(buffers)
+                await writer.drain()  # returns once the kernel took all of it (the reader makes room)
+                assert writer.idle()
+                writer.write([b"".join(buffers)])
+                await writer.drain()
+        assert received[0] == expected * 2
+        await client.aclose()
+        await server.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend=loop[0], backend_options=loop[1])
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_a_lost_connection_is_an_error_not_a_hang(loop: tuple[str, dict[str, Any]]) -> None:
+    async def main() -> None:
+        client, server, listener = await _pair()
+        writer = DirectWriter.of(client)
+        assert writer is not None
+        await server.aclose()
+        with anyio.fail_after(10), pytest.raises(anyio.BrokenResourceError):
+            for _ in range(10_000):  # the peer's reset arrives after a write or two
+                writer.write([bytes(65536)])
+                await writer.drain()
+        await client.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend=loop[0], backend_options=loop[1])
+
+
+def test_streams_without_a_synchronous_transport_get_none() -> None:
+    """trio's streams, and TLS over any backend, are written through anyio's ``send``."""
+
+    async def main() -> None:
+        client, server, listener = await _pair()
+        assert DirectWriter.of(client) is None
+        await client.aclose()
+        await server.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend="trio")
+
+
+@pytest.mark.skipif(not openssl_available(), reason="the openssl command makes the test certificates")
+def test_a_tls_stream_gets_none(tmp_path: Path) -> None:
+    ca = make_ca(tmp_path, "ca")
+    cert = make_cert(tmp_path, "server", ca, "localhost", san=["DNS:localhost"])
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(cert.cert, cert.key)
+    client_context = ssl.create_default_context(cafile=ca.cert)
+
+    async def main() -> None:
+        listener = anyio.streams.tls.TLSListener(
+            await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0), server_context
+        )
+        port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)  # type: ignore[attr-defined]
+
+        async def handler(stream: Any) -> None:
+            await stream.aclose()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(listener.serve, handler)
+            stream = await anyio.connect_tcp("127.0.0.1", port, ssl_context=client_context, tls_hostname="localhost")
+            assert DirectWriter.of(stream) is None
+            await stream.aclose()
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
