@@ -1258,6 +1258,100 @@ def test_run_async_under_trio(broker: BrokerThread) -> None:
     assert len(broker.broker.queue("trio-q")) == 1
 
 
+@pytest.mark.parametrize("impl", ["proton", "ours"])
+def test_stepping_by_hand_with_start_process_stop(peer: ProtonBroker, impl: str) -> None:
+    """proton's ``run()`` spelled out, as programs that share their thread write it: ``start()``, ``process()``
+    until it returns False, ``stop()``, a last ``process()``. The same program on real proton and on ours."""
+    handler_class, container_class = _api(impl)
+
+    class Send(handler_class):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+            self.to_send = ["a", "b", "c"]
+
+        def on_start(self, event: Any) -> None:
+            self.calls.append("start")
+            event.container.create_sender(event.container.connect(peer.url, reconnect=False), "stepped")
+
+        def on_sendable(self, event: Any) -> None:
+            while self.to_send and event.sender.credit:
+                body = self.to_send.pop(0)
+                event.sender.send(Message(body=body) if impl == "ours" else proton.Message(body=body))
+
+        def on_accepted(self, event: Any) -> None:
+            self.calls.append("accepted")
+            if self.calls.count("accepted") == 3:
+                event.connection.close()
+
+        def on_connection_closed(self, event: Any) -> None:
+            self.calls.append("closed")
+
+    handler = Send()
+    container = container_class(handler)
+    container.timeout = 0.05
+    container.start()
+    steps = 0
+    deadline = time.monotonic() + TIMEOUT
+    while container.process():
+        steps += 1
+        assert time.monotonic() < deadline, "process() kept returning True"
+    container.stop()
+    assert container.process() is False
+    assert handler.calls == ["start", "accepted", "accepted", "accepted", "closed"]
+    assert len(peer.wait_messages(3)) == 3
+    assert steps >= 2  # it came back between rounds, not only at the end
+
+
+def test_do_work_returns_within_its_timeout_while_waiting_for_a_timer() -> None:
+    class Timed(MessagingHandler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fired = 0.0
+
+        def on_start(self, event: Any) -> None:
+            event.container.schedule(0.3, self)
+
+        def on_timer_task(self, event: Any) -> None:
+            self.fired = time.monotonic()
+
+    handler = Timed()
+    container = Container(handler)
+    started = time.monotonic()
+    assert container.do_work(0.05) is True  # on_start
+    returns = []
+    while not handler.fired and time.monotonic() - started < TIMEOUT:
+        before = time.monotonic()
+        assert container.do_work(0.05) is True or handler.fired
+        returns.append(time.monotonic() - before)
+    assert handler.fired - started >= 0.3
+    assert max(returns) < 0.25  # each call came back after about its timeout, not at the timer
+    container.stop()
+    assert container.process() is False
+
+
+def test_a_handler_error_while_stepping_is_raised_by_process() -> None:
+    class Fails(MessagingHandler):
+        def on_start(self, event: Any) -> None:
+            raise ValueError("from on_start")
+
+    container = Container(Fails())
+    with pytest.raises(ValueError, match="from on_start"):
+        while container.process():
+            pass
+    assert container.process() is False
+
+
+def test_run_refuses_a_container_being_stepped() -> None:
+    container = Container(MessagingHandler())
+    container.start()
+    with pytest.raises(Exception, match="already running"):
+        container.run()
+    container.stop()
+    while container.process():
+        pass
+
+
 def test_stop_from_a_callback(peer: ProtonBroker) -> None:
     class H(Recorder):
         def on_start(self, event: Any) -> None:

@@ -389,6 +389,9 @@ class Sender(_Link):
             LinkError, ConnectionError: the link or connection failed.
         """
         tracker = await self.submit(message)
+        driver = self.connection._driver
+        if driver is not None and not tracker.done:
+            driver.write_eagerly()  # we wait on this transfer: it need not wait for the writer's turn
         if tracker.delivery is not None and tracker.delivery.settled and tracker.done:
             await self.connection._wait_flushed()
             return None

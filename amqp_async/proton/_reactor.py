@@ -31,6 +31,7 @@ from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
 from ._events import ApplicationEvent, Event, EventBase, Handler, PlanCache
 from ._exceptions import ProtonException
 from ._io import Channel, Listener
+from ._stepping import Stepper
 from ._transport import SSLDomain
 from ._url import Url
 
@@ -389,6 +390,7 @@ class Container:
         self._loop_thread: int | None = None
         self._call_soon: Callable[[Callable[[], None]], None] | None = None
         self._threadsafe_calls: deque[Callable[[], None]] = deque()
+        self._stepper: Stepper | None = None  # start()/process() drive the container by hand
 
     # --- proton's Reactor attributes ---------------------------------------------------------------------
 
@@ -658,6 +660,8 @@ class Container:
         Uses asyncio, with uvloop when it is installed. Exceptions raised by a handler stop the container and are
         raised here.
         """
+        if self._stepper is not None and not self._stepper.finished:
+            raise ProtonException("the container is already running: it is being stepped with process()")
         backend_options: dict[str, Any] = {}
         try:
             import uvloop  # noqa: F401
@@ -726,15 +730,33 @@ class Container:
         """True when no event is waiting to be dispatched."""
         return not self._collector
 
+    # --- stepping by hand (see _stepping.py) -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin stepping the container by hand: then :meth:`process` until it returns False (proton's ``run()``
+        is ``start()``, ``process()`` in a loop, ``stop()`` and a last ``process()``)."""
+        if self._running or (self._stepper is not None and not self._stepper.finished):
+            raise ProtonException("the container is already running")
+        self._stepper = Stepper(self)
+
     def process(self) -> bool:
-        """Stepping the loop by hand is not supported: use :meth:`run` or ``await`` :meth:`run_async`."""
-        raise NotImplementedError(
-            "Container.process()/do_work() are not supported by amqp_async.proton: use Container.run(), or await "
-            "Container.run_async() inside a running event loop"
-        )
+        """Dispatch the events that are ready, waiting for I/O at most :attr:`timeout` seconds; False once the
+        container has nothing left to do (or was stopped). Calls :meth:`start` first if it was not called.
+
+        Raises:
+            Exception: what a handler raised (the container has stopped).
+        """
+        stepper = self._stepper
+        if stepper is None:
+            self.start()
+            stepper = self._stepper
+            assert stepper is not None
+        return stepper.step(max(0.0, self.timeout))
 
     def do_work(self, timeout: float | None = None) -> bool:
-        """Not supported: see :meth:`process`."""
+        """:meth:`process`, after setting :attr:`timeout` to ``timeout`` when one is given (proton's Reactor)."""
+        if timeout:
+            self.timeout = timeout
         return self.process()
 
     # --- the loop's internals ----------------------------------------------------------------------------
@@ -933,6 +955,8 @@ class Container:
         self._processing = True
         try:
             collector = self._collector
+            if collector and self._stepper is not None:
+                self._stepper.dispatched()  # process() may return once this round is done
             while True:
                 self._dispatch_all()
                 self._after_callbacks()
