@@ -18,8 +18,9 @@ called on the event loop with no ``await`` in between, so the engine is only eve
   thousand messages) calls :meth:`EngineDriver.write_now`, which hands the output to the socket at once when that
   takes no waiting, so that the peer works on it while the callback goes on.
 
-On asyncio TCP streams both write through a :class:`~amqp_async._direct_write.DirectWriter`: the whole output in
-one gathered write, frame heads and payloads together, where anyio's ``send`` would take one buffer at a time.
+On asyncio TCP streams both read and write through a :class:`~amqp_async._direct_stream.DirectStream`: the whole
+output in one gathered write, frame heads and payloads together, where anyio's ``send`` would take one buffer at a
+time, and reads that leave the socket registered where anyio's ``receive`` pauses and resumes it around each one.
 
 An idle connection costs two tasks and one wake-up object: the other synchronisation objects are made only while
 someone waits on them.
@@ -34,7 +35,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._direct_write import DirectWriter
+from ._direct_stream import DirectStream
 from .protocol import Connection as Engine
 from .protocol.events import Event
 
@@ -141,7 +142,7 @@ class EngineDriver:
         self._opened = False
         self._writing = False  # the writer holds output it took from the engine and has not handed to the stream
         self._eager_written = False  # write_eagerly wrote since the writer's last turn
-        self._direct = DirectWriter.of(stream)
+        self._direct = DirectStream.of(stream)
         self._wake: asyncio.Future[None] | anyio.Event | None = None
         self._flushed: anyio.Event | None = None
         self.flush_epoch = 0
@@ -266,17 +267,17 @@ class EngineDriver:
 
     async def _reader(self) -> None:
         engine = self.engine
-        stream = self.stream
+        receive = self._direct.receive if self._direct is not None else self._receive
         self.kick()
         while not engine.closed:
             expires = engine.input_deadline
             try:
                 if expires is None:
-                    data = await stream.receive(_READ_SIZE)
+                    data = await receive()
                 else:
                     received: bytes | None = None
                     with anyio.CancelScope(deadline=expires):
-                        received = await stream.receive(_READ_SIZE)
+                        received = await receive()
                     if received is None:
                         self._tick()  # the peer said nothing for our whole idle timeout: the engine closes
                         continue
@@ -298,6 +299,9 @@ class EngineDriver:
             self.kick()
             if not data:
                 return
+
+    async def _receive(self) -> bytes:
+        return await self.stream.receive(_READ_SIZE)
 
     def _tick(self) -> float | None:
         """Let the engine do what time calls for; return its next deadline."""

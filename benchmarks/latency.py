@@ -12,12 +12,15 @@ Run: ``python benchmarks/latency.py [--quick] [--messages N]``.
   to the client to receiving the reply (decoded); the reply is accepted and the request's own outcome awaited
   before the next request, for both clients.
 
-The first ``warm-up`` round trips of every run are left out of the figures, the same number for both clients.
+The first ``warm-up`` round trips of every run are left out of the figures, the same number for both clients. Each
+client runs in a fresh process of its own; ours on asyncio, and the confirmed send also on uvloop.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -97,13 +100,50 @@ def proton_confirmed(url: str, address: str, count: int, warmup: int) -> list[fl
     return handler.times[warmup:]
 
 
-def _against_direct(function: Any, count: int, warmup: int, asynchronous: bool) -> list[float] | None:
+CLIENTS = {
+    "proton": None,
+    "asyncio": {"backend": "asyncio"},
+    "uvloop": {"backend": "asyncio", "backend_options": {"use_uvloop": True}},
+}
+
+
+def child(kind: str, client: str, url: str, address: str, count: int, warmup: int) -> list[float] | None:
+    """One client's round trips, in this process (the subprocess body)."""
+    if client == "proton":
+        function = proton_confirmed if kind == "confirmed" else proton_request_reply
+        return function(url, address, count, warmup)
+    function = ours_confirmed if kind == "confirmed" else ours_request_reply
+    return anyio.run(function, url, address, count, warmup, **CLIENTS[client])  # type: ignore[no-any-return]
+
+
+def measure(kind: str, client: str, url: str, address: str, count: int, warmup: int) -> list[float] | None:
+    """:func:`child` in a fresh subprocess: nothing else of the benchmark (such as the thread that reads the C
+    peer's output) shares the client's interpreter."""
+    if client == "proton" and not proton_available():
+        return None
+    if client == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        return None
+    environment = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    arguments = [kind, client, url, address, str(count), str(warmup)]
+    result = subprocess.run(
+        [sys.executable, __file__, "--child", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=False,
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"latency child {arguments} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    times: list[float] | None = json.loads(lines[-1])
+    return times
+
+
+def _against_direct(client: str, count: int, warmup: int) -> list[float] | None:
     peer = start_direct("examples", count + warmup)
     try:
-        url = f"amqp://127.0.0.1:{peer.port}"
-        if asynchronous:
-            return anyio.run(function, url, "examples", count, warmup)  # type: ignore[no-any-return]
-        return function(url, "examples", count, warmup)  # type: ignore[no-any-return]
+        return measure("confirmed", client, f"amqp://127.0.0.1:{peer.port}", "examples", count, warmup)
     finally:
         peer.stop()
 
@@ -238,18 +278,16 @@ def _rows(section: str, label: str, ours: list[float] | None, theirs: list[float
 def run(quick: bool = False, messages: int | None = None) -> list[Row]:
     count = messages or (1_000 if quick else 10_000)
     warmup = max(50, count // 20)
-    rows = _rows(
-        "latency",
-        "confirmed send to C direct",
-        _against_direct(ours_confirmed, count, warmup, True),
-        _against_direct(proton_confirmed, count, warmup, False),
-        target=True,
+    theirs = _against_direct("proton", count, warmup)
+    rows = _rows("latency", "confirmed send to C direct", _against_direct("asyncio", count, warmup), theirs, True)
+    rows += _rows(
+        "latency", "confirmed send to C direct, uvloop", _against_direct("uvloop", count, warmup), theirs, True
     )
     with broker_process() as broker:
         responder_process = Responder(broker.url, "requests")
         try:
-            theirs = proton_request_reply(broker.url, "requests", count, warmup)
-            ours = anyio.run(ours_request_reply, broker.url, "requests", count, warmup)
+            theirs = measure("request-reply", "proton", broker.url, "requests", count, warmup)
+            ours = measure("request-reply", "asyncio", broker.url, "requests", count, warmup)
         finally:
             responder_process.stop()
     rows += _rows("latency", "request/reply, dynamic queue, our broker", ours, theirs, target=False)
@@ -261,7 +299,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a small run (1,000 round trips)")
     parser.add_argument("--messages", type=int, help="round trips measured per run (default 10,000)")
     parser.add_argument("--responder", nargs=2, metavar=("URL", "ADDRESS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=6, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        kind, client, url, address, count, warmup = args.child
+        print(json.dumps(child(kind, client, url, address, int(count), int(warmup))), flush=True)
+        return
     if args.responder:
         anyio.run(responder, *args.responder)
         return

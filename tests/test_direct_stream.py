@@ -1,5 +1,6 @@
-"""The driver's direct write path (`amqp_async._direct_write.DirectWriter`): which streams get it, that what it
-writes arrives whole and in order, and that a lost connection is an error, not a hang."""
+"""The driver's direct path (`amqp_async._direct_stream.DirectStream`): which streams get it, that what it writes
+arrives whole and in order, that it reads everything the peer sent and then the end of the stream, and that a lost
+connection is an error, not a hang."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import anyio
 import anyio.streams.tls
 import pytest
 
-from amqp_async._direct_write import DirectWriter
+from amqp_async._direct_stream import DirectStream
 
 try:
     from tls_certs import make_ca, make_cert, openssl_available
@@ -59,7 +60,7 @@ def test_writes_arrive_whole_and_in_order(loop: tuple[str, dict[str, Any]]) -> N
 
     async def main() -> None:
         client, server, listener = await _pair()
-        writer = DirectWriter.of(client)
+        writer = DirectStream.of(client)
         assert writer is not None
         assert writer.idle()
         with anyio.fail_after(10):
@@ -87,7 +88,7 @@ def test_writes_arrive_whole_and_in_order(loop: tuple[str, dict[str, Any]]) -> N
 def test_a_lost_connection_is_an_error_not_a_hang(loop: tuple[str, dict[str, Any]]) -> None:
     async def main() -> None:
         client, server, listener = await _pair()
-        writer = DirectWriter.of(client)
+        writer = DirectStream.of(client)
         assert writer is not None
         await server.aclose()
         with anyio.fail_after(10), pytest.raises(anyio.BrokenResourceError):
@@ -100,12 +101,62 @@ def test_a_lost_connection_is_an_error_not_a_hang(loop: tuple[str, dict[str, Any
     anyio.run(main, backend=loop[0], backend_options=loop[1])
 
 
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_reads_everything_then_the_end_of_the_stream(loop: tuple[str, dict[str, Any]]) -> None:
+    chunks = [bytes([n]) * (1000 + n * 7919) for n in range(50)]  # about 10 MB in uneven writes
+
+    async def main() -> None:
+        client, server, listener = await _pair()
+        reader = DirectStream.of(client)
+        assert reader is not None
+        received = bytearray()
+
+        async def write() -> None:
+            for chunk in chunks:
+                await server.send(chunk)
+            await server.aclose()  # a clean close: the reader sees the end of the stream
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(write)
+                with pytest.raises(anyio.EndOfStream):
+                    while True:
+                        received += await reader.receive()
+        assert bytes(received) == b"".join(chunks)
+        await client.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend=loop[0], backend_options=loop[1])
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_a_read_waiting_when_the_stream_is_closed_here_ends(loop: tuple[str, dict[str, Any]]) -> None:
+    async def main() -> None:
+        client, server, listener = await _pair()
+        reader = DirectStream.of(client)
+        assert reader is not None
+
+        async def close_soon() -> None:
+            await anyio.sleep(0.05)
+            await client.aclose()
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(close_soon)
+                with pytest.raises((anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)):
+                    await reader.receive()
+        await server.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend=loop[0], backend_options=loop[1])
+
+
 def test_streams_without_a_synchronous_transport_get_none() -> None:
     """trio's streams, and TLS over any backend, are written through anyio's ``send``."""
 
     async def main() -> None:
         client, server, listener = await _pair()
-        assert DirectWriter.of(client) is None
+        assert DirectStream.of(client) is None
         await client.aclose()
         await server.aclose()
         await listener.aclose()
@@ -133,7 +184,7 @@ def test_a_tls_stream_gets_none(tmp_path: Path) -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(listener.serve, handler)
             stream = await anyio.connect_tcp("127.0.0.1", port, ssl_context=client_context, tls_hostname="localhost")
-            assert DirectWriter.of(stream) is None
+            assert DirectStream.of(stream) is None
             await stream.aclose()
             group.cancel_scope.cancel()
 
