@@ -410,6 +410,7 @@ class ReceiverLink(Link):
     __slots__ = (
         "_current",
         "_current_parts",
+        "_current_size",
         "_overshoot",
         "available",
         "drain",
@@ -429,6 +430,7 @@ class ReceiverLink(Link):
         self.drained_credit = 0
         self._current: Delivery | None = None
         self._current_parts: list[bytes] = []
+        self._current_size = 0  # bytes in _current_parts (checked against max-message-size at each frame)
         #: deliveries beyond the credit granted that are accepted anyway (0: the spec's strict rule).
         self.overshoot_tolerance = 0
         self._overshoot = 0
@@ -542,6 +544,7 @@ class ReceiverLink(Link):
                 return current
             self._current = current
             self._current_parts = [payload]
+            self._current_size = len(payload)
             return None
         # A continuation frame: its delivery-id, if present, must be the current one.
         if count > 1 and fields[1] is not None and fields[1] != current.delivery_id:
@@ -557,8 +560,9 @@ class ReceiverLink(Link):
             return current
         parts = self._current_parts
         parts.append(payload)
+        self._current_size += len(payload)
         max_size = self.max_message_size
-        if max_size and sum(len(part) for part in parts) > max_size:
+        if max_size and self._current_size > max_size:
             raise RemoteProtocolError(
                 f"message on link {self.name!r} exceeds max-message-size {max_size}",
                 condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
