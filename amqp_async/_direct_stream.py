@@ -11,14 +11,14 @@ whole list through it in one call (one ``writev`` where the transport gathers), 
 ``send`` does: until the transport's buffer has gone to the kernel. The same synchronous write lets an owner hand
 output to the socket from inside a long callback (``EngineDriver.write_now``).
 
-Reading. anyio's ``receive`` resumes the transport's reading before it waits and pauses it after each chunk, so
-that data it is not asked for stays in the kernel; on asyncio's own loop each of those is an ``epoll_ctl``
-system call, two per read, which on a request/response exchange cost as much as the read itself.
-:meth:`DirectStream.receive` leaves reading on and takes what the transport has queued, without yielding when
-there is some: the driver's reader hands each read to the engine before it asks for more, and the loop adds to
-the queue only when that reader waits, so the queue holds at most what one turn of the loop reads. The peer's
-input is bounded by the protocol itself (credit and session windows; a peer that floods is a protocol error),
-and past :data:`_PAUSE_ABOVE` queued bytes reading is paused anyway.
+Reading. anyio's ``receive`` resumes the transport's reading before it waits and pauses it after each chunk (on
+asyncio's own loop each of those is an ``epoll_ctl`` system call), and the chunk reaches the reading task only on
+the loop's next turn, after the protocol callback queued it. :meth:`DirectStream.deliver_input` has the
+transport's protocol call the driver's input handler directly with each chunk, so the engine takes it in the same
+turn, and reading stays on: a request/response round trip is one turn of the loop, two system calls and one task
+switch shorter. Nothing is queued: each chunk is handled before the loop reads again, and the peer's input is
+bounded by the protocol itself (credit and session windows; a peer that floods is a protocol error). The reading
+task only waits for the end of the stream (:meth:`DirectStream.wait_end`).
 
 This reaches under anyio's public API (its stream's ``_transport`` and ``_protocol``). :meth:`DirectStream.of`
 checks every piece it uses and returns None when anything differs (trio, TLS streams, another anyio), and the
@@ -28,21 +28,26 @@ driver then uses ``send`` and ``receive`` as before.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 
+# anyio finds its backend through sniffio when sniffio is installed (it is optional): see _InputTap.data_received.
+sniffio: Any
+try:
+    sniffio = importlib.import_module("sniffio")
+except ImportError:  # anyio then recognises asyncio by its running loop, which a loop callback has too
+    sniffio = None
+
 __all__ = ["DirectStream"]
 
 Buffer = bytes | bytearray | memoryview
-
-# Reading pauses while more than this waits in the transport's queue (a safety net: see the module's docstring).
-_PAUSE_ABOVE = 4 << 20
 
 
 def _gathers(transport: Any) -> bool:
@@ -54,7 +59,7 @@ def _gathers(transport: Any) -> bool:
 class DirectStream:
     """Reads from and writes to the asyncio transport under an anyio TCP stream (see the module's docstring)."""
 
-    __slots__ = ("_event", "_gather", "_paused", "_protocol", "_queue", "_readable", "_transport")
+    __slots__ = ("_event", "_failure", "_gather", "_interrupted", "_protocol", "_queue", "_readable", "_transport")
 
     def __init__(self, transport: Any, protocol: Any) -> None:
         self._transport = transport
@@ -63,7 +68,8 @@ class DirectStream:
         self._readable: asyncio.Event = protocol.read_event
         self._queue: deque[bytes] = protocol.read_queue
         self._gather = _gathers(transport)
-        self._paused = True  # anyio keeps reading paused between its receives
+        self._failure: BaseException | None = None  # what the input handler raised
+        self._interrupted = False
 
     @classmethod
     def of(cls, stream: anyio.abc.ByteStream) -> DirectStream | None:
@@ -72,7 +78,15 @@ class DirectStream:
             return None
         transport = getattr(stream, "_transport", None)
         protocol = getattr(stream, "_protocol", None)
-        methods = ("write", "writelines", "get_write_buffer_size", "is_closing", "pause_reading", "resume_reading")
+        methods = (
+            "write",
+            "writelines",
+            "get_write_buffer_size",
+            "is_closing",
+            "pause_reading",
+            "resume_reading",
+            "set_protocol",
+        )
         if transport is None or not all(callable(getattr(transport, name, None)) for name in methods):
             return None
         events = ("write_event", "read_event")
@@ -125,38 +139,95 @@ class DirectStream:
         if self._transport.is_closing():
             raise anyio.BrokenResourceError
 
-    async def receive(self) -> bytes:
-        """The next bytes the peer sent: everything queued, or, when nothing is, the first chunk to arrive.
+    # --- reading ---------------------------------------------------------------------------------------
+
+    def deliver_input(self, handler: Callable[[bytes], None]) -> bytes:
+        """From now on, call ``handler(data)`` with each chunk the peer sends, from the event loop's callback,
+        and return what had already arrived (for the caller to handle first; b"" if nothing).
+
+        ``handler`` runs outside any task, so what it raises cannot propagate: it is kept, reading stops, and
+        :meth:`wait_end` raises it.
+        """
+        self._transport.set_protocol(_InputTap(self._protocol, self, handler))
+        queue = self._queue
+        data = queue.popleft() if len(queue) == 1 else b"".join(queue)
+        queue.clear()
+        self._transport.resume_reading()  # anyio pauses it between its reads; ours stays on
+        return data
+
+    def _handler_failed(self, exc: BaseException) -> None:
+        self._failure = exc
+        self._transport.pause_reading()
+        self._readable.set()
+
+    def interrupt(self) -> None:
+        """Make :meth:`wait_end` return (the owner has something for the waiting task to look at)."""
+        self._interrupted = True
+        self._readable.set()
+
+    async def wait_end(self) -> None:
+        """Wait, while input goes to the handler, for the end of the stream; return early after :meth:`interrupt`.
 
         Raises:
             anyio.EndOfStream: the peer closed its side.
             anyio.BrokenResourceError: the connection was lost.
             anyio.ClosedResourceError: the stream was closed here.
+            BaseException: what the input handler raised.
         """
-        queue = self._queue
-        if not queue:
-            if self._paused:
-                self._paused = False
-                self._transport.resume_reading()
-            while not queue:
-                protocol = self._protocol
-                if protocol.exception is not None:
-                    raise anyio.BrokenResourceError from protocol.exception
-                if protocol.is_at_eof:
-                    raise anyio.EndOfStream
-                if self._transport.is_closing():
-                    raise anyio.ClosedResourceError
-                self._readable.clear()
-                await self._readable.wait()
-        if len(queue) == 1:
-            data = queue.popleft()
-        else:
-            data = b"".join(queue)
-            queue.clear()
-        self._readable.clear()
-        if len(data) > _PAUSE_ABOVE and not self._paused:
-            # More came in one turn of the loop than we ever expect (see the module's docstring): let the kernel
-            # hold the rest until we ask again.
-            self._paused = True
-            self._transport.pause_reading()
-        return data
+        protocol = self._protocol
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._interrupted:
+                self._interrupted = False
+                return
+            if protocol.exception is not None:
+                raise anyio.BrokenResourceError from protocol.exception
+            if protocol.is_at_eof:
+                raise anyio.EndOfStream
+            if self._transport.is_closing():
+                raise anyio.ClosedResourceError
+            self._readable.clear()
+            await self._readable.wait()
+
+
+class _InputTap(asyncio.Protocol):
+    """The transport's protocol while input goes straight to a handler: anyio's protocol keeps everything else
+    (the end of the stream, a lost connection, write flow control), so its stream still works for writes and
+    closes."""
+
+    __slots__ = ("_handler", "_inner", "_stream")
+
+    def __init__(self, inner: Any, stream: DirectStream, handler: Callable[[bytes], None]) -> None:
+        self._inner = inner
+        self._stream = stream
+        self._handler = handler
+
+    def data_received(self, data: bytes) -> None:
+        # The handler runs in a loop callback, outside any task: sniffio (through which anyio finds its backend)
+        # recognises asyncio by its current task, so it is told here, as its documentation has libraries do.
+        previous = None if sniffio is None else sniffio.thread_local.name
+        if sniffio is not None:
+            sniffio.thread_local.name = "asyncio"
+        try:
+            self._handler(data)
+        except BaseException as exc:  # nothing above a loop callback would see it: kept for wait_end to raise
+            self._stream._handler_failed(exc)
+        finally:
+            if sniffio is not None:
+                sniffio.thread_local.name = previous
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()  # type: ignore[no-any-return]
+
+    def connection_made(self, transport: Any) -> None:
+        self._inner.connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()

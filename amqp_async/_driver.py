@@ -29,6 +29,7 @@ someone waits on them.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -104,6 +105,7 @@ class EngineDriver:
 
     __slots__ = (
         "_direct",
+        "_direct_input",
         "_eager_written",
         "_flushed",
         "_on_events",
@@ -143,6 +145,7 @@ class EngineDriver:
         self._writing = False  # the writer holds output it took from the engine and has not handed to the stream
         self._eager_written = False  # write_eagerly wrote since the writer's last turn
         self._direct = DirectStream.of(stream)
+        self._direct_input = False  # input comes through the transport's callback (see _read_direct)
         self._wake: asyncio.Future[None] | anyio.Event | None = None
         self._flushed: anyio.Event | None = None
         self.flush_epoch = 0
@@ -266,18 +269,20 @@ class EngineDriver:
                     pass
 
     async def _reader(self) -> None:
+        if self._direct is not None:
+            await self._read_direct(self._direct)
+            return
         engine = self.engine
-        receive = self._direct.receive if self._direct is not None else self._receive
         self.kick()
         while not engine.closed:
             expires = engine.input_deadline
             try:
                 if expires is None:
-                    data = await receive()
+                    data = await self._receive()
                 else:
                     received: bytes | None = None
                     with anyio.CancelScope(deadline=expires):
-                        received = await receive()
+                        received = await self._receive()
                     if received is None:
                         self._tick()  # the peer said nothing for our whole idle timeout: the engine closes
                         continue
@@ -286,19 +291,50 @@ class EngineDriver:
                 data = b""
                 self.transport_failed = not self.closing
                 self.transport_error = describe_transport_error(exc)
-            if self._tracer is not None:
-                self._tracer.received(data)
-            engine.receive_data(data, anyio.current_time())
-            self._on_events(engine.next_events())
-            # What the owner answered goes out now, from this task (one task switch less on every round trip);
-            # the writer, woken below, takes what the socket did not (and keeps the flush accounting).
-            self.write_now()
-            if not self._opened and engine.remote_open is not None:
-                self._opened = True
-                self._retime = True  # the peer's idle timeout is known now
-            self.kick()
+            self._on_input(data)
             if not data:
                 return
+
+    async def _read_direct(self, direct: DirectStream) -> None:
+        """The reader on an asyncio TCP stream: input goes to :meth:`_on_input` from the transport's callback
+        (see ``_direct_stream``); this task waits for the end of the stream, keeps the idle deadline, and stops
+        once the engine has closed."""
+        engine = self.engine
+        self.kick()
+        self._direct_input = True
+        queued = direct.deliver_input(self._on_input)
+        if queued:
+            self._on_input(queued)
+        while not engine.closed:
+            expires = engine.input_deadline
+            try:
+                with anyio.CancelScope(deadline=math.inf if expires is None else expires) as scope:
+                    await direct.wait_end()
+                if scope.cancelled_caught:
+                    self._tick()  # the peer may have said nothing for our whole idle timeout: the engine decides
+            except _STREAM_ERRORS as exc:
+                self.transport_failed = not self.closing
+                self.transport_error = describe_transport_error(exc)
+                self._on_input(b"")
+                return
+
+    def _on_input(self, data: bytes) -> None:
+        """Hand what the peer sent (b"": the stream ended) to the engine, and its events to the owner; write the
+        owner's answer at once (one task switch less on every round trip: the writer, woken too, takes what the
+        socket did not, and keeps the flush accounting)."""
+        engine = self.engine
+        if self._tracer is not None:
+            self._tracer.received(data)
+        engine.receive_data(data, anyio.current_time())
+        self._on_events(engine.next_events())
+        self.write_now()
+        if not self._opened and engine.remote_open is not None:
+            self._opened = True
+            self._retime = True  # the peer's idle timeout is known now
+        self.kick()
+        if engine.closed and self._direct_input and data:
+            assert self._direct is not None
+            self._direct.interrupt()  # the reading task stops now
 
     async def _receive(self) -> bytes:
         return await self.stream.receive(_READ_SIZE)

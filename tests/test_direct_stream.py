@@ -1,6 +1,6 @@
 """The driver's direct path (`amqp_async._direct_stream.DirectStream`): which streams get it, that what it writes
-arrives whole and in order, that it reads everything the peer sent and then the end of the stream, and that a lost
-connection is an error, not a hang."""
+arrives whole and in order, that input reaches the handler whole and then the end of the stream is seen, that the
+handler's failure is raised where a task can see it, and that a lost connection is an error, not a hang."""
 
 from __future__ import annotations
 
@@ -102,27 +102,31 @@ def test_a_lost_connection_is_an_error_not_a_hang(loop: tuple[str, dict[str, Any
 
 
 @pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
-def test_reads_everything_then_the_end_of_the_stream(loop: tuple[str, dict[str, Any]]) -> None:
+def test_input_goes_to_the_handler_whole_then_the_end_of_the_stream(loop: tuple[str, dict[str, Any]]) -> None:
     chunks = [bytes([n]) * (1000 + n * 7919) for n in range(50)]  # about 10 MB in uneven writes
 
     async def main() -> None:
         client, server, listener = await _pair()
+        await server.send(b"before")  # queued by anyio's protocol before the handler is installed: handed back
+        client._transport.resume_reading()  # type: ignore[attr-defined]  # (anyio reads only inside receive())
+        await anyio.sleep(0.05)
         reader = DirectStream.of(client)
         assert reader is not None
         received = bytearray()
+        received += reader.deliver_input(received.extend)
+        assert bytes(received) == b"before"
 
         async def write() -> None:
             for chunk in chunks:
                 await server.send(chunk)
-            await server.aclose()  # a clean close: the reader sees the end of the stream
+            await server.aclose()  # a clean close: the end of the stream
 
         with anyio.fail_after(10):
             async with anyio.create_task_group() as group:
                 group.start_soon(write)
                 with pytest.raises(anyio.EndOfStream):
-                    while True:
-                        received += await reader.receive()
-        assert bytes(received) == b"".join(chunks)
+                    await reader.wait_end()
+        assert bytes(received) == b"before" + b"".join(chunks)
         await client.aclose()
         await listener.aclose()
 
@@ -130,21 +134,56 @@ def test_reads_everything_then_the_end_of_the_stream(loop: tuple[str, dict[str, 
 
 
 @pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
-def test_a_read_waiting_when_the_stream_is_closed_here_ends(loop: tuple[str, dict[str, Any]]) -> None:
+def test_what_the_handler_raises_is_raised_by_wait_end_and_reading_stops(loop: tuple[str, dict[str, Any]]) -> None:
     async def main() -> None:
         client, server, listener = await _pair()
         reader = DirectStream.of(client)
         assert reader is not None
+        calls: list[bytes] = []
 
-        async def close_soon() -> None:
+        def handler(data: bytes) -> None:
+            calls.append(data)
+            raise ValueError("the owner failed")
+
+        reader.deliver_input(handler)
+        await server.send(b"one")
+        with anyio.fail_after(10), pytest.raises(ValueError, match="the owner failed"):
+            await reader.wait_end()
+        await server.send(b"two")
+        await anyio.sleep(0.05)
+        assert calls == [b"one"]  # nothing more is read once the handler failed
+        await client.aclose()
+        await server.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend=loop[0], backend_options=loop[1])
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_wait_end_returns_on_interrupt_and_ends_when_the_stream_is_closed_here(
+    loop: tuple[str, dict[str, Any]],
+) -> None:
+    async def main() -> None:
+        client, server, listener = await _pair()
+        reader = DirectStream.of(client)
+        assert reader is not None
+        reader.deliver_input(lambda data: None)
+
+        async def soon(action: Any) -> None:
             await anyio.sleep(0.05)
-            await client.aclose()
+            await action()
+
+        async def interrupt() -> None:
+            reader.interrupt()
 
         with anyio.fail_after(10):
             async with anyio.create_task_group() as group:
-                group.start_soon(close_soon)
+                group.start_soon(soon, interrupt)
+                await reader.wait_end()  # returns: interrupted
+            async with anyio.create_task_group() as group:
+                group.start_soon(soon, client.aclose)
                 with pytest.raises((anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)):
-                    await reader.receive()
+                    await reader.wait_end()
         await server.aclose()
         await listener.aclose()
 
