@@ -18,9 +18,10 @@ called on the event loop with no ``await`` in between, so the engine is only eve
   thousand messages) calls :meth:`EngineDriver.write_now`, which hands the output to the socket at once when that
   takes no waiting, so that the peer works on it while the callback goes on.
 
-On asyncio TCP streams both read and write through a :class:`~amqp_async._direct_stream.DirectStream`: the whole
-output in one gathered write, frame heads and payloads together, where anyio's ``send`` would take one buffer at a
-time, and reads that leave the socket registered where anyio's ``receive`` pauses and resumes it around each one.
+On asyncio TCP streams both go through a :class:`~amqp_async._direct_stream.DirectStream`: the whole output in one
+gathered write, frame heads and payloads together, where anyio's ``send`` would take one buffer at a time; and the
+input is handed to the engine by the transport's own callback, where anyio's ``receive`` would queue it for the
+reader task's next turn (the reader then only waits for the stream's end and keeps the idle deadline).
 
 An idle connection costs two tasks and one wake-up object: the other synchronisation objects are made only while
 someone waits on them.

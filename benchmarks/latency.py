@@ -13,7 +13,8 @@ Run: ``python benchmarks/latency.py [--quick] [--messages N]``.
   before the next request, for both clients.
 
 The first ``warm-up`` round trips of every run are left out of the figures, the same number for both clients. Each
-client runs in a fresh process of its own; ours on asyncio, and the confirmed send also on uvloop.
+client runs in a fresh process of its own; ours on asyncio, and the confirmed send also on uvloop. The clients take
+turns, twice by default, and each keeps its run with the lowest median (p99 from that same run).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def proton_confirmed(url: str, address: str, count: int, warmup: int) -> list[fl
     return handler.times[warmup:]
 
 
+#: One run's figures: {"p50": µs, "p99": µs}.
+Summary = dict[str, float]
+
 CLIENTS = {
     "proton": None,
     "asyncio": {"backend": "asyncio"},
@@ -116,9 +120,9 @@ def child(kind: str, client: str, url: str, address: str, count: int, warmup: in
     return anyio.run(function, url, address, count, warmup, **CLIENTS[client])  # type: ignore[no-any-return]
 
 
-def measure(kind: str, client: str, url: str, address: str, count: int, warmup: int) -> list[float] | None:
-    """:func:`child` in a fresh subprocess: nothing else of the benchmark (such as the thread that reads the C
-    peer's output) shares the client's interpreter."""
+def measure(kind: str, client: str, url: str, address: str, count: int, warmup: int) -> Summary | None:
+    """:func:`child` in a fresh subprocess, summarized (p50, p99 in µs): nothing else of the benchmark (such as the
+    thread that reads the C peer's output) shares the client's interpreter."""
     if client == "proton" and not proton_available():
         return None
     if client == "uvloop" and importlib.util.find_spec("uvloop") is None:
@@ -136,11 +140,11 @@ def measure(kind: str, client: str, url: str, address: str, count: int, warmup: 
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines:
         raise RuntimeError(f"latency child {arguments} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    times: list[float] | None = json.loads(lines[-1])
-    return times
+    summary: Summary | None = json.loads(lines[-1])
+    return summary
 
 
-def _against_direct(client: str, count: int, warmup: int) -> list[float] | None:
+def _against_direct(client: str, count: int, warmup: int) -> Summary | None:
     peer = start_direct("examples", count + warmup)
     try:
         return measure("confirmed", client, f"amqp://127.0.0.1:{peer.port}", "examples", count, warmup)
@@ -265,32 +269,57 @@ def proton_request_reply(url: str, address: str, count: int, warmup: int) -> lis
 # --- the benchmark -----------------------------------------------------------------------------------------------
 
 
-def _rows(section: str, label: str, ours: list[float] | None, theirs: list[float] | None, target: bool) -> list[Row]:
+def summarize(times: list[float] | None) -> Summary | None:
+    """p50 and p99 of one run's round trips, in µs."""
+    if not times:
+        return None
+    return {"p50": percentile(times, 0.50) * 1e6, "p99": percentile(times, 0.99) * 1e6}
+
+
+def _rows(section: str, label: str, ours: Summary | None, theirs: Summary | None, target: bool) -> list[Row]:
     rows = []
-    for name, fraction in (("p50", 0.50), ("p99", 0.99)):
-        mine = percentile(ours, fraction) * 1e6 if ours else None
-        reference = percentile(theirs, fraction) * 1e6 if theirs else None
+    for name in ("p50", "p99"):
+        mine = ours[name] if ours else None
+        reference = theirs[name] if theirs else None
         goal = 2.0 if target and name == "p50" else None
         rows.append(Row(section, f"{label} {name}", "µs", mine, reference, better="lower", target=goal))
     return rows
 
 
-def run(quick: bool = False, messages: int | None = None) -> list[Row]:
+def _best(runs: list[Summary | None]) -> Summary | None:
+    """The run with the lowest median (each client's best turn, as the throughput figures keep their best)."""
+    known = [summary for summary in runs if summary]
+    return min(known, key=lambda summary: summary["p50"]) if known else None
+
+
+def run(quick: bool = False, messages: int | None = None, repeat: int | None = None) -> list[Row]:
     count = messages or (1_000 if quick else 10_000)
     warmup = max(50, count // 20)
-    theirs = _against_direct("proton", count, warmup)
-    rows = _rows("latency", "confirmed send to C direct", _against_direct("asyncio", count, warmup), theirs, True)
-    rows += _rows(
-        "latency", "confirmed send to C direct, uvloop", _against_direct("uvloop", count, warmup), theirs, True
-    )
+    turns = repeat or (1 if quick else 2)
+    clients = ("proton", "asyncio", "uvloop")
+    confirmed: dict[str, list[Summary | None]] = {client: [] for client in clients}
+    replies: dict[str, list[Summary | None]] = {client: [] for client in ("proton", "asyncio")}
+    for turn in range(turns):
+        for client in clients if turn % 2 == 0 else clients[::-1]:
+            confirmed[client].append(_against_direct(client, count, warmup))
     with broker_process() as broker:
         responder_process = Responder(broker.url, "requests")
         try:
-            theirs = measure("request-reply", "proton", broker.url, "requests", count, warmup)
-            ours = measure("request-reply", "asyncio", broker.url, "requests", count, warmup)
+            for turn in range(turns):
+                for client in ("proton", "asyncio") if turn % 2 == 0 else ("asyncio", "proton"):
+                    replies[client].append(measure("request-reply", client, broker.url, "requests", count, warmup))
         finally:
             responder_process.stop()
-    rows += _rows("latency", "request/reply, dynamic queue, our broker", ours, theirs, target=False)
+    theirs = _best(confirmed["proton"])
+    rows = _rows("latency", "confirmed send to C direct", _best(confirmed["asyncio"]), theirs, True)
+    rows += _rows("latency", "confirmed send to C direct, uvloop", _best(confirmed["uvloop"]), theirs, True)
+    rows += _rows(
+        "latency",
+        "request/reply, dynamic queue, our broker",
+        _best(replies["asyncio"]),
+        _best(replies["proton"]),
+        False,
+    )
     return rows
 
 
@@ -298,17 +327,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small run (1,000 round trips)")
     parser.add_argument("--messages", type=int, help="round trips measured per run (default 10,000)")
+    parser.add_argument("--repeat", type=int, help="runs per client, the best median kept (default 2; quick 1)")
     parser.add_argument("--responder", nargs=2, metavar=("URL", "ADDRESS"), help=argparse.SUPPRESS)
     parser.add_argument("--child", nargs=6, metavar="ARG", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, client, url, address, count, warmup = args.child
-        print(json.dumps(child(kind, client, url, address, int(count), int(warmup))), flush=True)
+        print(json.dumps(summarize(child(kind, client, url, address, int(count), int(warmup)))), flush=True)
         return
     if args.responder:
         anyio.run(responder, *args.responder)
         return
-    rows = run(args.quick, args.messages)
+    rows = run(args.quick, args.messages, args.repeat)
     print_rows("Latency (µs; one message at a time; warm-up round trips excluded)", rows)
 
 

@@ -691,7 +691,7 @@ class FlowController(Handler):
             # The common case of _flow, inline: one delivery used one credit.
             window = self._window
             delta = window - impl.link_credit
-            if delta > 0 and delta * 2 >= window:
+            if delta > 0 and delta * 4 >= window:
                 link.flow(delta)
             return
         self._flow(link)
@@ -703,10 +703,11 @@ class FlowController(Handler):
             if impl is not None and impl.drained_credit:
                 self._drained += link.drained()
             if self._drained == 0:
-                # Topped up once half the window is used (proton tops up on every delivery; the peer sees the same
-                # credit granted, in fewer and larger steps).
+                # Topped up once a quarter of the window is used (proton tops up on every delivery; the peer sees
+                # the same credit granted, in fewer and larger steps). Half would let a fast sender use up its credit
+                # and wait for ours while we are still handling what it sent.
                 delta = self._window - link.credit
-                if delta > 0 and delta * 2 >= self._window:
+                if delta > 0 and delta * 4 >= self._window:
                     link.flow(delta)
 
 
