@@ -93,14 +93,14 @@ def broker_rows(quick: bool, rabbitmq: bool) -> list[Row]:
 def callback_rows(quick: bool) -> list[Row]:
     import callback
 
-    # Best of two turns each: the callback/awaitable ratios compare two of our own figures, both noisy here.
-    return callback.run_direct(quick, repeat=1 if quick else 2)
+    # Best of three turns each: the callback/awaitable ratios compare two of our own figures, both noisy here.
+    return callback.run_direct(quick, repeat=1 if quick else 3)
 
 
 def callback_broker_rows(quick: bool, rabbitmq: bool) -> list[Row]:
     import callback
 
-    return callback.run_brokers(quick, rabbitmq=rabbitmq, repeat=1 if quick else 2)
+    return callback.run_brokers(quick, rabbitmq=rabbitmq, repeat=1 if quick else 3)
 
 
 def large_rows(quick: bool) -> list[Row]:
