@@ -14,6 +14,7 @@ Timing rules, the same for both clients everywhere:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -39,6 +40,7 @@ __all__ = [
     "Row",
     "broker_process",
     "c_broker",
+    "child_run",
     "ours_receive",
     "ours_send",
     "percentile",
@@ -115,6 +117,29 @@ def rss_bytes() -> int:
     """This process's resident set size now (Linux /proc)."""
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child_run(script: str, arguments: list[str], what: str, timeout: float = 300) -> Any:
+    """Run ``script --child ARGUMENTS`` in a fresh interpreter (our package first on its path) and return the JSON
+    value it printed last: one measurement with nothing else of the benchmark sharing the client's process.
+
+    Raises:
+        RuntimeError: the child failed or printed nothing (with the end of its stderr).
+        subprocess.TimeoutExpired: it ran past ``timeout`` seconds.
+    """
+    environment = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    result = subprocess.run(
+        [sys.executable, script, "--child", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        check=False,
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise RuntimeError(f"{what} child {arguments} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    return json.loads(lines[-1])
 
 
 def proton_available() -> bool:

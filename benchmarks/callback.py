@@ -42,7 +42,6 @@ import argparse
 import importlib
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -53,7 +52,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, Row, broker_process, print_rows, proton_available
+from _common import Row, broker_process, child_run, print_rows, proton_available
 
 BODY = b"0123456789abcdef"
 WINDOW = 1000
@@ -224,20 +223,8 @@ def measure(
     """One measurement in a fresh subprocess; None for proton when it is not installed."""
     if client == "proton" and not proton_available():
         return None
-    environment = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     arguments = [client, kind, url, address, str(count), str(warmup), settle]
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=environment,
-        check=False,
-    )
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"callback child {arguments} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    rate = float(json.loads(lines[-1])["rate"])
+    rate = float(child_run(__file__, arguments, "callback", timeout=120)["rate"])
     print(f"  {client:>9} {kind} {settle} via {address}: {rate:,.0f} msg/s", file=sys.stderr, flush=True)
     return rate
 

@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -41,10 +39,10 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
-    ROOT,
     Row,
     broker_process,
     c_broker,
+    child_run,
     ours_receive,
     ours_send,
     print_rows,
@@ -78,20 +76,7 @@ def measure(client: str, kind: str, url: str, address: str, count: int) -> float
     """One measurement in a fresh subprocess: MB/s (None for proton when it is not installed)."""
     if client == "proton" and not proton_available():
         return None
-    environment = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    arguments = [client, kind, url, address, str(count)]
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=environment,
-        check=False,
-    )
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"1 MiB child {arguments} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    rate = json.loads(lines[-1])["rate"]
+    rate = child_run(__file__, [client, kind, url, address, str(count)], "1 MiB")["rate"]
     figure = None if rate is None else rate * MB
     if figure is not None:
         print(f"  {client:>6} {kind} via {url}: {figure:,.0f} MB/s", file=sys.stderr, flush=True)

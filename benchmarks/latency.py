@@ -33,7 +33,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, Row, broker_process, percentile, print_rows, proton_available
+from _common import ROOT, Row, broker_process, child_run, percentile, print_rows, proton_available
 from _peers import start_direct
 
 import amqp_async
@@ -127,20 +127,7 @@ def measure(kind: str, client: str, url: str, address: str, count: int, warmup: 
         return None
     if client == "uvloop" and importlib.util.find_spec("uvloop") is None:
         return None
-    environment = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    arguments = [kind, client, url, address, str(count), str(warmup)]
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=environment,
-        check=False,
-    )
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"latency child {arguments} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    summary: Summary | None = json.loads(lines[-1])
+    summary: Summary | None = child_run(__file__, [kind, client, url, address, str(count), str(warmup)], "latency")
     return summary
 
 
