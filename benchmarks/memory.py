@@ -26,7 +26,6 @@ import gc
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -38,7 +37,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ROOT, Row, broker_process, print_rows, proton_available, rss_bytes
+from _common import Row, broker_process, child_run, print_rows, proton_available, rss_bytes
 
 import amqp_async
 from amqp_async.message import Message
@@ -179,19 +178,8 @@ def _child(arguments: list[str]) -> None:
 
 
 def _spawn(*arguments: str, timeout: float = 180) -> dict[str, float]:
-    environment = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=environment,
-        check=False,
-    )
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise RuntimeError(f"memory child {arguments} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    return json.loads(lines[-1])  # type: ignore[no-any-return]
+    figures: dict[str, float] = child_run(__file__, list(arguments), "memory", timeout=timeout)
+    return figures
 
 
 async def _fill(url: str, address: str, count: int) -> None:
