@@ -106,7 +106,6 @@ class EngineDriver:
 
     __slots__ = (
         "_direct",
-        "_direct_input",
         "_eager_written",
         "_flushed",
         "_on_events",
@@ -146,7 +145,6 @@ class EngineDriver:
         self._writing = False  # the writer holds output it took from the engine and has not handed to the stream
         self._eager_written = False  # write_eagerly wrote since the writer's last turn
         self._direct = DirectStream.of(stream)
-        self._direct_input = False  # input comes through the transport's callback (see _read_direct)
         self._wake: asyncio.Future[None] | anyio.Event | None = None
         self._flushed: anyio.Event | None = None
         self.flush_epoch = 0
@@ -302,7 +300,6 @@ class EngineDriver:
         once the engine has closed."""
         engine = self.engine
         self.kick()
-        self._direct_input = True
         queued = direct.deliver_input(self._on_input)
         if queued:
             self._on_input(queued)
@@ -333,9 +330,8 @@ class EngineDriver:
             self._opened = True
             self._retime = True  # the peer's idle timeout is known now
         self.kick()
-        if engine.closed and self._direct_input and data:
-            assert self._direct is not None
-            self._direct.interrupt()  # the reading task stops now
+        if engine.closed and data and self._direct is not None:
+            self._direct.interrupt()  # the reading task (waiting in _read_direct) stops now
 
     async def _receive(self) -> bytes:
         return await self.stream.receive(_READ_SIZE)

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,82 @@ def _stop(process: subprocess.Popen[bytes], first: int, grace: float) -> bool:
         return True
 
 
+def launch_program(
+    work: Path, name: str, argv: list[str], env: dict[str, str], stdin: str | None
+) -> subprocess.Popen[bytes]:
+    """Start one program of a scenario in ``work``, its stdin, stdout and stderr in files named after it."""
+    (work / f"{name}.stdin").write_text(stdin or "")
+    with (
+        open(work / f"{name}.stdin", "rb") as into,
+        open(work / f"{name}.stdout", "wb") as out,
+        open(work / f"{name}.stderr", "wb") as err,
+    ):
+        return subprocess.Popen(argv, cwd=work, env=env, stdin=into, stdout=out, stderr=err)
+
+
+def record_end(
+    report: dict[str, Any],
+    work: Path,
+    name: str,
+    process: subprocess.Popen[bytes],
+    *,
+    timed_out: bool = False,
+    killed: bool = False,
+) -> None:
+    """Put how a program ended, and what it printed, in ``report["processes"]``."""
+    report["processes"][name] = {
+        "returncode": process.returncode,
+        "timed_out": timed_out,
+        "killed": killed,
+        "stdout": (work / f"{name}.stdout").read_text(errors="replace"),
+        "stderr": (work / f"{name}.stderr").read_text(errors="replace"),
+    }
+
+
+def run_steps(
+    spec: dict[str, Any],
+    work: Path,
+    report: dict[str, Any],
+    launch: Callable[[str, list[str], str | None], subprocess.Popen[bytes]],
+    await_port: Callable[..., bool] | None = None,
+) -> None:
+    """Run a scenario's steps (run, start, wait, stop, sleep; listening when ``await_port`` is given), then kill
+    what is still running. Every program's end goes in the report."""
+    running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
+
+    def wait(name: str, process: subprocess.Popen[bytes], deadline: float) -> None:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+            record_end(report, work, name, process)
+        except subprocess.TimeoutExpired:
+            record_end(report, work, name, process, timed_out=True, killed=_stop(process, signal.SIGINT, 2.0))
+
+    for step in spec["steps"]:
+        kind, name = step["kind"], step.get("name", "")
+        if kind == "run":
+            process = launch(name, step["argv"], step.get("stdin"))
+            wait(name, process, time.monotonic() + step.get("timeout", spec["timeout"]))
+        elif kind == "start":
+            running[name] = (launch(name, step["argv"], step.get("stdin")), time.monotonic())
+        elif kind == "wait":
+            process, started = running.pop(name)
+            wait(name, process, started + step.get("timeout", spec["timeout"]))
+        elif kind == "stop":
+            process, _ = running.pop(name)
+            exited = process.poll() is not None
+            record_end(report, work, name, process, killed=_stop(process, signal.SIGINT, 5.0))
+            report["processes"][name]["exited_by_itself"] = exited
+        elif kind == "listening" and await_port is not None:  # a background program listens (or has died)
+            watched = [process for process, _ in running.values()]
+            report.setdefault("listening", {})[str(step["port"])] = await_port(
+                step["port"], step.get("timeout", spec["timeout"]), *watched
+            )
+        elif kind == "sleep":
+            time.sleep(step["seconds"])
+    for name, (process, _) in running.items():
+        record_end(report, work, name, process, killed=_stop(process, signal.SIGKILL, 1.0))
+
+
 def _inside(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     _bring_loopback_up()
@@ -136,7 +213,6 @@ def _inside(spec_path: str) -> None:
     work = Path(spec["work"])
     flavours: dict[str, dict[str, Any]] = spec["flavours"]
     report: dict[str, Any] = {"processes": {}, "peer": None}
-    running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
 
     def launch(name: str, argv: list[str], stdin: str | None) -> subprocess.Popen[bytes]:
         flavour, _, program = argv[0].partition(":")
@@ -145,29 +221,7 @@ def _inside(spec_path: str) -> None:
             argv = [spec["python"], os.path.join(environment["directory"], program), *argv[1:]]
         else:  # "FLAVOUR:", "-m", "module", ...: the interpreter with these arguments
             argv = [spec["python"], *argv[1:]]
-        (work / f"{name}.stdin").write_text(stdin or "")
-        with (
-            open(work / f"{name}.stdin", "rb") as into,
-            open(work / f"{name}.stdout", "wb") as out,
-            open(work / f"{name}.stderr", "wb") as err,
-        ):
-            return subprocess.Popen(argv, cwd=work, env=environment["env"], stdin=into, stdout=out, stderr=err)
-
-    def finish(name: str, process: subprocess.Popen[bytes], *, timed_out: bool = False, killed: bool = False) -> None:
-        report["processes"][name] = {
-            "returncode": process.returncode,
-            "timed_out": timed_out,
-            "killed": killed,
-            "stdout": (work / f"{name}.stdout").read_text(errors="replace"),
-            "stderr": (work / f"{name}.stderr").read_text(errors="replace"),
-        }
-
-    def wait(name: str, process: subprocess.Popen[bytes], deadline: float) -> None:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-            finish(name, process)
-        except subprocess.TimeoutExpired:
-            finish(name, process, timed_out=True, killed=_stop(process, signal.SIGINT, 2.0))
+        return launch_program(work, name, argv, environment["env"], stdin)
 
     def await_port(port: int, timeout: float, *watched: subprocess.Popen[bytes]) -> bool:
         deadline = time.monotonic() + timeout
@@ -185,34 +239,10 @@ def _inside(spec_path: str) -> None:
         ready = await_port(peer["port"], spec["peer_start_timeout"], broker)
         report["peer_listening"] = ready
     if ready:
-        for step in spec["steps"]:
-            kind, name = step["kind"], step.get("name", "")
-            if kind == "run":
-                process = launch(name, step["argv"], step.get("stdin"))
-                wait(name, process, time.monotonic() + step.get("timeout", spec["timeout"]))
-            elif kind == "start":
-                running[name] = (launch(name, step["argv"], step.get("stdin")), time.monotonic())
-            elif kind == "wait":
-                process, started = running.pop(name)
-                wait(name, process, started + step.get("timeout", spec["timeout"]))
-            elif kind == "stop":
-                process, _ = running.pop(name)
-                exited = process.poll() is not None
-                killed = _stop(process, signal.SIGINT, 5.0)
-                finish(name, process, killed=killed)
-                report["processes"][name]["exited_by_itself"] = exited
-            elif kind == "listening":  # a background program listens on the port (or has died)
-                watched = [process for process, _ in running.values()]
-                report.setdefault("listening", {})[str(step["port"])] = await_port(
-                    step["port"], step.get("timeout", spec["timeout"]), *watched
-                )
-            elif kind == "sleep":
-                time.sleep(step["seconds"])
-    for name, (process, _) in running.items():
-        finish(name, process, killed=_stop(process, signal.SIGKILL, 1.0))
+        run_steps(spec, work, report, launch, await_port)
     if broker is not None:
         killed = _stop(broker, getattr(signal, peer["stop_signal"]), 10.0)
-        finish("peer", broker, killed=killed)
+        record_end(report, work, "peer", broker, killed=killed)
     print(json.dumps(report))
 
 

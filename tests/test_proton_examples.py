@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 
 try:
-    from proton_examples_support import _bring_loopback_up, _stop
+    from proton_examples_support import _bring_loopback_up, _stop, launch_program, run_steps
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.proton_examples_support import _bring_loopback_up, _stop
+    from tests.proton_examples_support import _bring_loopback_up, _stop, launch_program, run_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = Path("/usr/share/proton/examples/python")
@@ -70,34 +70,11 @@ def _inside(spec_path: str) -> None:
     work = Path(spec["work"])
     python, examples = spec["python"], spec["examples"]
     report: dict[str, Any] = {"interfaces": sorted(name for _, name in socket.if_nameindex()), "processes": {}}
-    running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
 
     def launch(name: str, argv: list[str], stdin: str | None) -> subprocess.Popen[bytes]:
         if argv[0].endswith(".py"):
             argv = [python, os.path.join(examples, argv[0]), *argv[1:]]
-        (work / f"{name}.stdin").write_text(stdin or "")
-        with (
-            open(work / f"{name}.stdin", "rb") as into,
-            open(work / f"{name}.stdout", "wb") as out,
-            open(work / f"{name}.stderr", "wb") as err,
-        ):
-            return subprocess.Popen(argv, cwd=work, env=spec["env"], stdin=into, stdout=out, stderr=err)
-
-    def finish(name: str, process: subprocess.Popen[bytes], *, timed_out: bool = False, killed: bool = False) -> None:
-        report["processes"][name] = {
-            "returncode": process.returncode,
-            "timed_out": timed_out,
-            "killed": killed,
-            "stdout": (work / f"{name}.stdout").read_text(errors="replace"),
-            "stderr": (work / f"{name}.stderr").read_text(errors="replace"),
-        }
-
-    def wait(name: str, process: subprocess.Popen[bytes], deadline: float) -> None:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-            finish(name, process)
-        except subprocess.TimeoutExpired:
-            finish(name, process, timed_out=True, killed=_stop(process, signal.SIGINT, 2.0))
+        return launch_program(work, name, argv, spec["env"], stdin)
 
     broker_env = dict(spec["env"], PYTHONPATH=spec["root"])
     with open(work / "broker.stdout", "wb") as out, open(work / "broker.stderr", "wb") as err:
@@ -115,26 +92,7 @@ def _inside(spec_path: str) -> None:
         time.sleep(0.05)
     report["broker_listening"] = (work / "broker.stdout").read_text(errors="replace").strip()
     if "listening on" in report["broker_listening"]:
-        for step in spec["steps"]:
-            kind, name = step["kind"], step.get("name", "")
-            if kind == "run":
-                process = launch(name, step["argv"], step.get("stdin"))
-                wait(name, process, time.monotonic() + step.get("timeout", spec["timeout"]))
-            elif kind == "start":
-                running[name] = (launch(name, step["argv"], step.get("stdin")), time.monotonic())
-            elif kind == "wait":
-                process, started = running.pop(name)
-                wait(name, process, started + step.get("timeout", spec["timeout"]))
-            elif kind == "stop":
-                process, _ = running.pop(name)
-                exited = process.poll() is not None
-                killed = _stop(process, signal.SIGINT, 5.0)
-                finish(name, process, killed=killed)
-                report["processes"][name]["exited_by_itself"] = exited
-            elif kind == "sleep":
-                time.sleep(step["seconds"])
-    for name, (process, _) in running.items():
-        finish(name, process, killed=_stop(process, signal.SIGKILL, 1.0))
+        run_steps(spec, work, report, launch)
     report["broker_killed"] = _stop(broker, signal.SIGTERM, 10.0)
     report["broker_returncode"] = broker.returncode
     report["broker_log"] = (work / "broker.stderr").read_text(errors="replace")

@@ -33,15 +33,6 @@ class Gathered:
     def __bytes__(self) -> bytes:
         return b"".join(self.parts)
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Gathered):
-            return bytes(self) == bytes(other)
-        if isinstance(other, bytes | bytearray | memoryview):
-            return bytes(self) == bytes(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
     def __repr__(self) -> str:
         return f"Gathered({len(self.parts)} parts, {self._size} bytes)"
 

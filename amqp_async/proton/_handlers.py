@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..message import Message
 from ..protocol.endpoint import EndpointState
 from ._delivery import Delivery
-from ._endpoints import Endpoint, Receiver
+from ._endpoints import Connection, Endpoint, Link, Receiver, Session
 from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, _route, dispatch
 from ._exceptions import ProtonException
 
@@ -41,6 +42,10 @@ __all__ = [
     "TransactionHandler",
     "TransactionalClientHandler",
 ]
+
+# What opens and closes (the endpoints of EndpointStateHandler's rules), and a callback it calls.
+_Opening = Connection | Session | Link
+_Callback = Callable[[Event], None]
 
 log = logging.getLogger("proton")
 
@@ -320,103 +325,95 @@ class EndpointStateHandler(Handler):
         elif cls.is_local_open(endpoint) and cls.is_remote_closed(endpoint):
             log.error("%s closed by peer", endpoint_type)
 
+    # --- the state changes, the same rule for connections, sessions and links ---------------------------
+
+    def _local_opened(self, endpoint: _Opening | None, event: Event, opened: _Callback) -> None:
+        if endpoint is not None and self.is_remote_open(endpoint):
+            opened(event)
+
+    def _remote_opened(
+        self,
+        endpoint: _Opening | None,
+        event: Event,
+        opened: _Callback,
+        opening: _Callback,
+    ) -> None:
+        assert endpoint is not None
+        if self.is_local_open(endpoint):
+            opened(event)
+        elif self.is_local_uninitialised(endpoint):
+            opening(event)
+            endpoint.open()
+
+    def _local_closed(self, endpoint: _Opening | None, event: Event, closed: _Callback) -> None:
+        if endpoint is not None and self.is_remote_closed(endpoint):
+            closed(event)
+
+    def _remote_closed(
+        self,
+        endpoint: _Opening | None,
+        event: Event,
+        error: _Callback,
+        closed: _Callback,
+        closing: _Callback,
+    ) -> None:
+        assert endpoint is not None
+        if endpoint.remote_condition:
+            error(event)
+        elif self.is_local_closed(endpoint):
+            closed(event)
+        else:
+            closing(event)
+        endpoint.close()
+
     # --- closes ------------------------------------------------------------------------------------------
 
     def on_link_remote_close(self, event: Event) -> None:
-        link = event.link
-        assert link is not None
-        if link.remote_condition:
-            self.on_link_error(event)
-        elif self.is_local_closed(link):
-            self.on_link_closed(event)
-        else:
-            self.on_link_closing(event)
-        link.close()
+        self._remote_closed(event.link, event, self.on_link_error, self.on_link_closed, self.on_link_closing)
 
     def on_link_local_close(self, event: Event) -> None:
-        link = event.link
-        if link is not None and self.is_remote_closed(link):
-            self.on_link_closed(event)
+        self._local_closed(event.link, event, self.on_link_closed)
 
     def on_session_remote_close(self, event: Event) -> None:
-        session = event.session
-        assert session is not None
-        if session.remote_condition:
-            self.on_session_error(event)
-        elif self.is_local_closed(session):
-            self.on_session_closed(event)
-        else:
-            self.on_session_closing(event)
-        session.close()
+        self._remote_closed(
+            event.session, event, self.on_session_error, self.on_session_closed, self.on_session_closing
+        )
 
     def on_session_local_close(self, event: Event) -> None:
-        session = event.session
-        if session is not None and self.is_remote_closed(session):
-            self.on_session_closed(event)
+        self._local_closed(event.session, event, self.on_session_closed)
 
     def on_connection_remote_close(self, event: Event) -> None:
         connection = event.connection
-        assert connection is not None
-        condition = connection.remote_condition
-        if condition:
-            if condition.name == "amqp:connection:forced":
-                # As a transport drop: the connection reconnects, if it may, without closing callbacks.
-                return
-            self.on_connection_error(event)
-        elif self.is_local_closed(connection):
-            self.on_connection_closed(event)
-        else:
-            self.on_connection_closing(event)
-        connection.close()
+        condition = None if connection is None else connection.remote_condition
+        if condition and condition.name == "amqp:connection:forced":
+            # As a transport drop: the connection reconnects, if it may, without closing callbacks.
+            return
+        self._remote_closed(
+            connection, event, self.on_connection_error, self.on_connection_closed, self.on_connection_closing
+        )
 
     def on_connection_local_close(self, event: Event) -> None:
-        connection = event.connection
-        if connection is not None and self.is_remote_closed(connection):
-            self.on_connection_closed(event)
+        self._local_closed(event.connection, event, self.on_connection_closed)
 
     # --- opens -------------------------------------------------------------------------------------------
 
     def on_connection_local_open(self, event: Event) -> None:
-        connection = event.connection
-        if connection is not None and self.is_remote_open(connection):
-            self.on_connection_opened(event)
+        self._local_opened(event.connection, event, self.on_connection_opened)
 
     def on_connection_remote_open(self, event: Event) -> None:
-        connection = event.connection
-        assert connection is not None
-        if self.is_local_open(connection):
-            self.on_connection_opened(event)
-        elif self.is_local_uninitialised(connection):
-            self.on_connection_opening(event)
-            connection.open()
+        self._remote_opened(event.connection, event, self.on_connection_opened, self.on_connection_opening)
 
     def on_session_local_open(self, event: Event) -> None:
-        session = event.session
-        if session is not None and self.is_remote_open(session):
-            self.on_session_opened(event)
+        self._local_opened(event.session, event, self.on_session_opened)
 
     def on_session_remote_open(self, event: Event) -> None:
-        session = event.session
-        assert session is not None
-        if self.is_local_open(session):
-            self.on_session_opened(event)
-        elif self.is_local_uninitialised(session):
-            self.on_session_opening(event)
-            session.open()
+        self._remote_opened(event.session, event, self.on_session_opened, self.on_session_opening)
 
     def on_link_local_open(self, event: Event) -> None:
-        link = event.link
-        if link is not None and self.is_remote_open(link):
-            self.on_link_opened(event)
+        self._local_opened(event.link, event, self.on_link_opened)
 
     def on_link_remote_open(self, event: Event) -> None:
-        link = event.link
-        assert link is not None
-        if self.is_local_open(link):
-            self.on_link_opened(event)
-        elif self.is_local_uninitialised(link):
-            self.on_link_opening(event)
-            link.open()
+        self._remote_opened(event.link, event, self.on_link_opened, self.on_link_opening)
 
     # --- the callbacks -----------------------------------------------------------------------------------
 

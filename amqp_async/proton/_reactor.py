@@ -202,6 +202,18 @@ class Copy(ReceiverOption):
         receiver.source.distribution_mode = Terminus.DIST_MODE_COPY
 
 
+def _open_link(link: Link, source: str | None, target: str | None, handler: Any, options: Any) -> None:
+    """What create_sender and create_receiver do alike: addresses, scoped handler, link options, then open."""
+    if source:
+        link.source.address = source
+    if target:
+        link.target.address = target
+    if handler is not None:
+        link.handler = handler
+    _apply_link_options(options, link)
+    link.open()
+
+
 def _apply_link_options(options: Any, link: Link) -> None:
     if options is None:
         return
@@ -542,16 +554,9 @@ class Container:
             target = context.path
         session = self._get_session(context)
         sender = session.sender(name or self._link_id(session.connection, target, source))
-        if source:
-            sender.source.address = source
-        if target:
-            sender.target.address = target
-        if handler is not None:
-            sender.handler = handler
         if tags:
             sender.tag_generator = tags
-        _apply_link_options(options, sender)
-        sender.open()
+        _open_link(sender, source, target, handler, options)
         return sender
 
     def create_receiver(
@@ -572,16 +577,9 @@ class Container:
             source = context.path
         session = self._get_session(context)
         receiver = session.receiver(name or self._link_id(session.connection, source, target))
-        if source:
-            receiver.source.address = source
         if dynamic:
             receiver.source.dynamic = True
-        if target:
-            receiver.target.address = target
-        if handler is not None:
-            receiver.handler = handler
-        _apply_link_options(options, receiver)
-        receiver.open()
+        _open_link(receiver, source, target, handler, options)
         return receiver
 
     def declare_transaction(self, context: Any, handler: Any = None, settle_before_discharge: bool = False) -> Any:
