@@ -1198,6 +1198,65 @@ async def test_tracker_awaited_by_two_tasks(broker: ProtonBroker) -> None:
             assert results == [Accepted(), Accepted()]
 
 
+@ASYNCIO_FAMILY
+async def test_confirmed_sends_one_at_a_time_do_not_wake_the_writer(
+    broker: ProtonBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A confirmed send writes its own transfer and the reader writes its answers: a round trip needs no turn of
+    # the writer task (one task switch, and its wake-up, fewer). At-most-once sends count as written at once too.
+    from amqp_async._driver import EngineDriver
+
+    turns: list[int] = []
+    write = EngineDriver._write
+
+    async def counted(self: EngineDriver) -> bool:
+        turns.append(1)
+        return await write(self)
+
+    monkeypatch.setattr(EngineDriver, "_write", counted)
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            sender = await conn.open_sender("one-at-a-time")
+            fast = await conn.open_sender("one-at-a-time", delivery="at-most-once")
+            assert await sender.send(Message(body="warm-up")) == Accepted()
+            before = len(turns)
+            for number in range(50):
+                assert await sender.send(Message(body=number)) == Accepted()
+            for number in range(50):
+                assert await fast.send(Message(body=number)) is None
+            assert len(turns) - before <= 30  # the at-most-once sends in a row take every other turn
+            records = await in_thread(broker.wait_messages, 101)
+            assert [record.body for record in records[1:]] == list(range(50)) * 2
+
+
+@ALL_BACKENDS
+async def test_a_cancelled_waiter_leaves_the_other_waiters_theirs(broker: ProtonBroker) -> None:
+    # Each waiting task has its own wake-up: cancelling one (a timeout) must not cancel the others', and a task
+    # that waits in short timeouts again and again must not pile wake-ups up on the tracker.
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            sender = await conn.open_sender("tracked-cancelled")
+            await in_thread(broker_pause, broker, 0.5)
+            tracker = await sender.submit(Message(body="x"))
+            results: list[Any] = []
+
+            async def wait_for_it() -> None:
+                results.append(await tracker)
+
+            async def wait_in_timeouts() -> None:
+                for _ in range(20):
+                    with anyio.move_on_after(0.005):
+                        await tracker
+                    assert tracker.done or len(tracker._waiters or ()) == 1  # the other task's only
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(wait_for_it)
+                await anyio.sleep(0.01)
+                await wait_in_timeouts()
+            assert not tracker._waiters
+            assert results == [Accepted()]
+
+
 @ALL_BACKENDS
 async def test_broker_closing_the_connection_mid_stream(broker: ProtonBroker) -> None:
     with anyio.fail_after(TIMEOUT):

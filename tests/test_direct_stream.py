@@ -133,6 +133,49 @@ def test_input_goes_to_the_handler_whole_then_the_end_of_the_stream(loop: tuple[
     anyio.run(main, backend=loop[0], backend_options=loop[1])
 
 
+def test_reads_are_small_until_they_come_back_full() -> None:
+    # asyncio's transport reads into a fresh buffer of its max_size: at 256 KiB that is an mmap, an mremap and a
+    # munmap per read, however small. The tap reads 64 KiB at a time, more only while reads fill that (a large
+    # message), and goes back to small reads once they are small again.
+    async def main() -> None:
+        client, server, listener = await _pair()
+        client._transport.resume_reading()  # type: ignore[attr-defined]
+        reader = DirectStream.of(client)
+        assert reader is not None
+        transport: Any = client._transport  # type: ignore[attr-defined]
+        sizes: list[int] = []
+        received = bytearray()
+
+        def handle(data: bytes) -> None:
+            sizes.append(len(data))
+            received.extend(data)
+
+        async def until_received(total: int) -> None:
+            while len(received) < total:
+                await anyio.sleep(0.005)
+
+        reader.deliver_input(handle)
+        assert transport.max_size == 65536
+        with anyio.fail_after(10):
+            await server.send(b"small")
+            await until_received(5)
+            assert transport.max_size == 65536
+            big = bytes(4 << 20)
+            await server.send(big)
+            await until_received(5 + len(big))
+            assert max(sizes) > 65536  # reads grew once they came back full
+            await server.send(b"small again")
+            await until_received(5 + len(big) + 11)
+            assert sizes[-1] == 11
+            assert transport.max_size == 65536
+        assert bytes(received) == b"small" + big + b"small again"
+        await client.aclose()
+        await server.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend="asyncio")
+
+
 @pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
 def test_what_the_handler_raises_is_raised_by_wait_end_and_reading_stops(loop: tuple[str, dict[str, Any]]) -> None:
     async def main() -> None:
