@@ -76,6 +76,16 @@ class Row:
         return self.ours / self.proton if self.better == "higher" else self.proton / self.ours
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system) a process has used so far, from Linux's /proc; None elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _figure(value: float | None, unit: str) -> str:
     if value is None:
         return "-"

@@ -5,9 +5,13 @@ Run: ``python benchmarks/large.py [--quick] [--messages N] [--repeat R]``.
 Peers: ``peers/sink.c`` (ours, on the Qpid Proton C library: it accepts every message and keeps none), the Qpid
 Proton C ``broker`` example (native, queues in memory, prints nothing per message) and our embedded broker in its
 own process. The sink is where the send figure measures the clients: taking 1 MiB into the C broker's queue
-costs it about 1 ms of CPU, which caps any client near 1 GB/s there. The C ``direct`` example is not used: it
-prints every message body it receives (``pn_inspect``, about 4 MB of text per 1 MiB body), which caps it near
-10 MB/s whatever the client.
+costs it about 1 ms of CPU, which caps any client near 1 GB/s there. Each row's note says how busy the peer's
+process was during each client's best run (its CPU time over the timed wall time): near 100%, the peer, not the
+client, set the figure. The C ``direct`` example is not used: it prints every message body it receives
+(``pn_inspect``, about 4 MB of text per 1 MiB body), which caps it near 10 MB/s whatever the client. The C broker
+example takes a message whole only when it arrives in one go: it copies each part of a message that comes in
+several frames over the part before (``pn_link_recv`` into the start of its buffer), so the clients send each
+1 MiB message in one frame, which the example allows (it sets no max-frame-size).
 
 For each peer, both clients, each with a queue of its own:
 
@@ -32,7 +36,7 @@ import json
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -46,6 +50,7 @@ from _common import (
     ours_receive,
     ours_send,
     print_rows,
+    process_cpu_seconds,
     proton_available,
     proton_receive,
     proton_send,
@@ -72,39 +77,62 @@ def child(client: str, kind: str, url: str, address: str, count: int) -> float |
     return float(anyio.run(ours_receive, url, address, count, WINDOW, **options))
 
 
-def measure(client: str, kind: str, url: str, address: str, count: int) -> float | None:
-    """One measurement in a fresh subprocess: MB/s (None for proton when it is not installed)."""
+def measure(client: str, kind: str, url: str, address: str, count: int, peer_pid: int | None = None) -> Measure:
+    """One measurement in a fresh subprocess: MB/s (None for proton when it is not installed), and how busy the
+    peer process (``peer_pid``) was meanwhile: its CPU time over the timed part of the run."""
     if client == "proton" and not proton_available():
-        return None
+        return Measure(None, None)
+    before = None if peer_pid is None else process_cpu_seconds(peer_pid)
     rate = child_run(__file__, [client, kind, url, address, str(count)], "1 MiB")["rate"]
+    after = None if peer_pid is None else process_cpu_seconds(peer_pid)
     figure = None if rate is None else rate * MB
+    busy = None
+    if rate and before is not None and after is not None:
+        busy = (after - before) / (count / rate)  # the process's own setup is in it too: a slight overestimate
     if figure is not None:
-        print(f"  {client:>6} {kind} via {url}: {figure:,.0f} MB/s", file=sys.stderr, flush=True)
-    return figure
+        load = "" if busy is None else f", peer busy {busy:.0%}"
+        print(f"  {client:>6} {kind} via {url}: {figure:,.0f} MB/s{load}", file=sys.stderr, flush=True)
+    return Measure(figure, busy)
 
 
-def _best(figures: list[float | None]) -> float | None:
-    known = [figure for figure in figures if figure]
-    return max(known) if known else None
+class Measure(NamedTuple):
+    """One run's MB/s and the peer's busy share (CPU time over the timed wall time; None when unknown)."""
+
+    figure: float | None
+    peer_busy: float | None
 
 
-def _measure(url: str, label: str, count: int, repeat: int, receive: bool) -> list[Row]:
+def _best(runs: list[Measure]) -> Measure:
+    known = [run for run in runs if run.figure]
+    return max(known, key=lambda run: run.figure or 0.0) if known else Measure(None, None)
+
+
+def _busy_note(ours: Measure, theirs: Measure) -> str:
+    """A note for a row whose peer works hard: at about 100% busy, the peer, not the client, sets the figure."""
+    if ours.peer_busy is None or theirs.peer_busy is None:
+        return ""
+    return f"peer's CPU busy {ours.peer_busy:.0%} with ours, {theirs.peer_busy:.0%} with proton"
+
+
+def _measure(url: str, label: str, count: int, repeat: int, receive: bool, peer_pid: int | None) -> list[Row]:
     run = uuid.uuid4().hex[:8]
     queues = {client: f"large-{client}-{run}" for client in CLIENTS}
-    sent: dict[str, list[float | None]] = {client: [] for client in CLIENTS}
-    received: dict[str, list[float | None]] = {client: [] for client in CLIENTS}
+    sent: dict[str, list[Measure]] = {client: [] for client in CLIENTS}
+    received: dict[str, list[Measure]] = {client: [] for client in CLIENTS}
     for turn in range(repeat):
         order = CLIENTS if turn % 2 == 0 else CLIENTS[::-1]
         for client in order:
-            sent[client].append(measure(client, "send", url, queues[client], count))
+            sent[client].append(measure(client, "send", url, queues[client], count, peer_pid))
         if receive:  # each receive takes back what one send put in that client's queue
             for client in order:
-                received[client].append(measure(client, "receive", url, queues[client], count))
-    rows = [Row("1 MiB", f"{label}: send confirmed", "MB/s", _best(sent["ours"]), _best(sent["proton"]), target=3)]
-    if receive:
-        rows.append(
-            Row("1 MiB", f"{label}: receive", "MB/s", _best(received["ours"]), _best(received["proton"]), target=3)
-        )
+                received[client].append(measure(client, "receive", url, queues[client], count, peer_pid))
+    rows = []
+    for kind, runs in (("send confirmed", sent), ("receive", received)):
+        if kind == "receive" and not receive:
+            continue
+        ours, theirs = _best(runs["ours"]), _best(runs["proton"])
+        note = _busy_note(ours, theirs)
+        rows.append(Row("1 MiB", f"{label}: {kind}", "MB/s", ours.figure, theirs.figure, target=3, note=note))
     return rows
 
 
@@ -114,13 +142,13 @@ def run(quick: bool = False, messages: int | None = None, repeat: int | None = N
     rows = []
     sink = start_sink()
     try:
-        rows += _measure(f"amqp://127.0.0.1:{sink.port}", "C sink", count, repeat, receive=False)
+        rows += _measure(f"amqp://127.0.0.1:{sink.port}", "C sink", count, repeat, False, sink.process.pid)
     finally:
         sink.stop()
     with c_broker() as peer:
-        rows += _measure(f"amqp://127.0.0.1:{peer.port}", "C broker example", count, repeat, receive=True)
+        rows += _measure(f"amqp://127.0.0.1:{peer.port}", "C broker example", count, repeat, True, peer.process.pid)
     with broker_process() as broker:
-        rows += _measure(broker.url, "our broker", count, repeat, receive=True)
+        rows += _measure(broker.url, "our broker", count, repeat, True, broker.process.pid)
     return rows
 
 
