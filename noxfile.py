@@ -51,6 +51,6 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Run the whole benchmark suite (benchmarks/report.py): one table beside python-qpid-proton's figures,
-    written to docs/benchmarks_latest.md with a plot. Pass options after `--` (e.g. `--quick`)."""
+    written into docs/benchmarks.md with a plot. Pass options after `--` (e.g. `--quick`)."""
     session.install(".", *_group("bench"))
     session.run("python", "benchmarks/report.py", *session.posargs)
