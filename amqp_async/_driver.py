@@ -13,7 +13,8 @@ called on the event loop with no ``await`` in between, so the engine is only eve
   will not answer);
 - the reader writes what the owner's handling of a read queued as soon as it returns, and a caller that waits
   on its output (a confirmed send) has it written at once (:meth:`EngineDriver.write_eagerly`): a round trip
-  does not wait for the writer task's turn;
+  does not wait for the writer task's turn, and when the kernel takes all of it, the writer is not woken at all
+  (what went out counts as flushed);
 - an owner whose synchronous code queues much output before it returns to the loop (a callback that sends a
   thousand messages) calls :meth:`EngineDriver.write_now`, which hands the output to the socket at once when that
   takes no waiting, so that the peer works on it while the callback goes on.

@@ -8,7 +8,8 @@ Run: ``python benchmarks/codec.py`` (or ``nox -s bench``). Each client does the 
 Two messages: the small one of DESIGN.md's table (148 bytes: id, subject, content_type, durable, two
 application properties, a 48-character string body) and a 1 MiB binary body. Timing: the best of several
 repeats of a timed loop (the usual ``timeit`` practice: the minimum is the run least disturbed by the rest of
-the machine), after a warm-up loop, for every client alike.
+the machine), after a warm-up loop, for every client alike; the clients take turns, one loop each per repeat, so
+that a slower spell of the shared machine falls on all of them rather than on whichever was measured then.
 """
 
 from __future__ import annotations
@@ -35,14 +36,41 @@ SMALL = {
 LARGE_BODY = bytes(range(256)) * 4096  # 1 MiB
 
 
-def best_time(func: Callable[[], object], number: int, repeat: int = 5) -> float:
-    """Seconds per call: warm up once, then the best of ``repeat`` loops of ``number`` calls."""
-    func()
-    timeit.timeit(func, number=max(1, number // 10))
-    return min(timeit.repeat(func, number=number, repeat=repeat)) / number
+#: What each client provides: the small message's encoded size, and a callable per measured task.
+Tasks = tuple[int, dict[str, Callable[[], object]]]
+#: The calls per timed loop of each task: the small message's and the 1 MiB message's.
+LARGE_TASKS = ("encode_1mib", "decode_1mib")
 
 
-def ours(number: int, large_number: int) -> dict[str, float]:
+def measure(clients: dict[str, Tasks], number: int, large_number: int, repeat: int = 7) -> dict[str, dict[str, float]]:
+    """Seconds per call of every client's tasks (and its ``size``): each callable warmed up, then the best of
+    ``repeat`` timed loops, the clients taking turns within each repeat."""
+    calls = {task: large_number if task in LARGE_TASKS else number for task in ("encode", "decode", *LARGE_TASKS)}
+    best: dict[str, dict[str, float]] = {name: {"size": float(size)} for name, (size, _) in clients.items()}
+    for _, tasks in clients.values():
+        for task, function in tasks.items():
+            function()
+            timeit.timeit(function, number=max(1, calls[task] // 10))
+    for _ in range(repeat):
+        for name, (_, tasks) in clients.items():
+            for task, function in tasks.items():
+                seconds = timeit.timeit(function, number=calls[task]) / calls[task]
+                best[name][task] = min(best[name].get(task, seconds), seconds)
+    return best
+
+
+def all_clients() -> dict[str, Tasks]:
+    """The tasks of every client installed: ours, python-qpid-proton's and Azure _pyamqp's."""
+    clients = {"amqp_async " + amqp_async.__version__: ours()}
+    for name, tasks in (("python-qpid-proton", proton_tasks()), ("azure _pyamqp", pyamqp_tasks())):
+        if tasks is None:
+            print(f"({name} not installed: not measured)")
+        else:
+            clients[name] = tasks
+    return clients
+
+
+def ours() -> Tasks:
     small = Message(**SMALL)
     small_bytes = small.encode()
     large = Message(body=LARGE_BODY)
@@ -60,16 +88,15 @@ def ours(number: int, large_number: int) -> dict[str, float]:
 
     assert decode_small().body == SMALL["body"]
     assert decode_large().body == LARGE_BODY
-    return {
-        "size": len(small_bytes),
-        "encode": best_time(small.encode, number),
-        "decode": best_time(decode_small, number),
-        "encode_1mib": best_time(large.encode, large_number),
-        "decode_1mib": best_time(decode_large, large_number),
+    return len(small_bytes), {
+        "encode": small.encode,
+        "decode": decode_small,
+        "encode_1mib": large.encode,
+        "decode_1mib": decode_large,
     }
 
 
-def proton_figures(number: int, large_number: int) -> dict[str, float] | None:
+def proton_tasks() -> Tasks | None:
     try:
         import proton
     except ImportError:
@@ -92,16 +119,15 @@ def proton_figures(number: int, large_number: int) -> dict[str, float] | None:
 
     assert decode_small().body == SMALL["body"]
     assert bytes(decode_large().body) == LARGE_BODY
-    return {
-        "size": len(small_bytes),
-        "encode": best_time(small.encode, number),
-        "decode": best_time(decode_small, number),
-        "encode_1mib": best_time(large.encode, large_number),
-        "decode_1mib": best_time(decode_large, large_number),
+    return len(small_bytes), {
+        "encode": small.encode,
+        "decode": decode_small,
+        "encode_1mib": large.encode,
+        "decode_1mib": decode_large,
     }
 
 
-def pyamqp_figures(number: int, large_number: int) -> dict[str, float] | None:
+def pyamqp_tasks() -> Tasks | None:
     try:
         from azure.servicebus._pyamqp import _decode, _encode
         from azure.servicebus._pyamqp.message import Header, Properties
@@ -131,12 +157,11 @@ def pyamqp_figures(number: int, large_number: int) -> dict[str, float] | None:
     def decode_large() -> object:
         return _decode.decode_payload(memoryview(large_bytes))
 
-    return {
-        "size": len(small_bytes),
-        "encode": best_time(encode_small, number),
-        "decode": best_time(decode_small, number),
-        "encode_1mib": best_time(encode_large, large_number),
-        "decode_1mib": best_time(decode_large, large_number),
+    return len(small_bytes), {
+        "encode": encode_small,
+        "decode": decode_small,
+        "encode_1mib": encode_large,
+        "decode_1mib": decode_large,
     }
 
 
@@ -146,26 +171,20 @@ def main() -> None:
     parser.add_argument("--large-number", type=int, default=200, help="calls per timed loop (1 MiB message)")
     args = parser.parse_args()
 
-    results = {"amqp_async " + amqp_async.__version__: ours(args.number, args.large_number)}
-    for name, figures in (
-        ("python-qpid-proton", proton_figures(args.number, args.large_number)),
-        ("azure _pyamqp", pyamqp_figures(args.number, args.large_number)),
-    ):
-        if figures is None:
-            print(f"({name} not installed: not measured)")
-        else:
-            results[name] = figures
+    results = measure(all_clients(), args.number, args.large_number)
 
     reference = results.get("python-qpid-proton")
     print()
-    print("Message codec (best of 5; µs per message; MB/s for 1 MiB; x = speed relative to proton)")
+    print(
+        "Message codec (best of 7, the clients in turn; µs per message; MB/s for 1 MiB; x = speed relative to proton)"
+    )
     header = f"{'client':<22}{'bytes':>6}{'encode µs':>11}{'decode µs':>11}{'enc 1MiB MB/s':>15}{'dec 1MiB MB/s':>15}"
     print(header)
     print("-" * len(header))
     mib = len(LARGE_BODY) / 1e6
     for name, figures in results.items():
         row = (
-            f"{name:<22}{figures['size']:>6}{figures['encode'] * 1e6:>11.2f}{figures['decode'] * 1e6:>11.2f}"
+            f"{name:<22}{figures['size']:>6.0f}{figures['encode'] * 1e6:>11.2f}{figures['decode'] * 1e6:>11.2f}"
             f"{mib / figures['encode_1mib']:>15.0f}{mib / figures['decode_1mib']:>15.0f}"
         )
         if reference is not None and figures is not reference:

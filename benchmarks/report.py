@@ -45,8 +45,12 @@ def codec_rows(quick: bool) -> list[Row]:
     import codec
 
     number, large_number = (2_000, 20) if quick else (20_000, 200)
-    ours = codec.ours(number, large_number)
-    theirs = codec.proton_figures(number, large_number) or {}
+    clients = {"ours": codec.ours()}
+    proton_tasks = codec.proton_tasks()
+    if proton_tasks is not None:
+        clients["proton"] = proton_tasks
+    figures = codec.measure(clients, number, large_number)
+    ours, theirs = figures["ours"], figures.get("proton", {})
     mib = len(codec.LARGE_BODY) / 1e6
 
     def rate(figures: dict[str, float], key: str) -> float | None:
