@@ -559,6 +559,21 @@ class Message:
                 if code <= previous and not (code == previous and code in (_DATA, _AMQP_SEQUENCE)):
                     raise DecodeError(f"message section {code:#x} out of order or repeated", offset=start)
                 previous = code
+                if code == _HEADER and data[position] == 0xC0:
+                    # Headers repeat (durable, a priority, a ttl...): the fields a header's bytes set are kept by
+                    # those bytes (the header comes first: what it set is all this message holds so far).
+                    after = position + 2 + data[position + 1]
+                    key = data[position:after]
+                    header = _HEADERS.get(key)
+                    if header is None:
+                        value, position = decoders[0xC0](data, position + 1, 1)
+                        self._decode_header(value, start)
+                        if len(_HEADERS) < _HEADERS_LIMIT:
+                            _HEADERS[key] = dict(self.__dict__)
+                    else:
+                        self.__dict__.update(header)
+                        position = after
+                    continue
                 value, position = decoders[data[position]](data, position + 1, 1)
                 if code == _AMQP_VALUE:
                     if body_sections is not None:
@@ -700,6 +715,11 @@ class Message:
 # Shapes (tuples of field classes) of header and properties sections that passed the type checks (bounded).
 _VALID_SHAPES: set[tuple[Any, ...]] = set()
 _VALID_SHAPES_LIMIT = 1024
+
+
+# Header sections (their list, from its constructor) that were decoded, and the fields they set (bounded).
+_HEADERS: dict[bytes, dict[str, Any]] = {}
+_HEADERS_LIMIT = 256
 
 
 def _remember_shape(shape: tuple[Any, ...]) -> None:

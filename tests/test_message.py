@@ -873,6 +873,32 @@ def test_decode_twice_gives_the_second_message() -> None:
     assert message.inferred is False
 
 
+def test_repeated_headers_decode_to_their_own_fields_every_time() -> None:
+    # Decoded header fields are kept by the header's bytes (headers repeat): each message must still get exactly
+    # its own header's fields, whatever was decoded before, and a header that fails its type checks must fail
+    # every time (nothing invalid is kept).
+    headers = [
+        {"durable": True},
+        {"durable": True, "priority": 9, "ttl": 1.5},
+        {"first_acquirer": True, "delivery_count": 3},
+        {},
+        {"durable": True},
+    ]
+    for _ in range(2):
+        for fields in headers:
+            message = decoded(Message(body="x", **fields).encode())
+            expected = {**{name: DEFAULTS[name] for name in ("durable", "priority", "ttl")}, **fields}
+            assert {name: getattr(message, name) for name in expected} == expected
+            assert message.first_acquirer == fields.get("first_acquirer", False)
+            assert message.delivery_count == fields.get("delivery_count", 0)
+            assert message.body == "x"
+    bad_header = b"\x00\x53\x70\xc0\x02\x01\xa1"  # durable as a str8 with no length: no valid header
+    wrong_type = b"\x00\x53\x70\xc0\x03\x01\x52\x01"  # durable as a uint
+    for raw in (bad_header, wrong_type, bad_header, wrong_type):
+        with pytest.raises(DecodeError):
+            decoded(raw)
+
+
 def test_decode_accepts_bytearray_and_memoryview() -> None:
     raw = Message(**FULL).encode()
     assert decoded(bytearray(raw)) == decoded(raw)
