@@ -12,7 +12,9 @@ Run: ``python benchmarks/latency.py [--quick] [--messages N]``.
   to the client to receiving the reply (decoded); the reply is accepted and the request's own outcome awaited
   before the next request, for both clients.
 
-The first ``warm-up`` round trips of every run are left out of the figures, the same number for both clients. Each
+The first ``warm-up`` round trips of every run are left out of the figures, the same number for both clients. The
+p50 rows' note gives each client's CPU time per round trip (user and system, over its whole run): what is left of
+a round trip is the peer's work and the two processes' wake-ups. Each
 client runs in a fresh process of its own; ours on asyncio, and the confirmed send also on uvloop. The clients take
 turns, twice by default, and each keeps its run with the lowest median (p99 from that same run).
 """
@@ -23,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -101,7 +104,7 @@ def proton_confirmed(url: str, address: str, count: int, warmup: int) -> list[fl
     return handler.times[warmup:]
 
 
-#: One run's figures: {"p50": µs, "p99": µs}.
+#: One run's figures: {"p50": µs, "p99": µs, "cpu": µs of the client's CPU time per round trip}.
 Summary = dict[str, float]
 
 CLIENTS = {
@@ -269,7 +272,10 @@ def _rows(section: str, label: str, ours: Summary | None, theirs: Summary | None
         mine = ours[name] if ours else None
         reference = theirs[name] if theirs else None
         goal = 2.0 if target and name == "p50" else None
-        rows.append(Row(section, f"{label} {name}", "µs", mine, reference, better="lower", target=goal))
+        note = ""
+        if name == "p50" and ours and theirs and "cpu" in ours and "cpu" in theirs:
+            note = f"client CPU per round trip: ours {ours['cpu']:,.0f} µs, proton {theirs['cpu']:,.0f} µs"
+        rows.append(Row(section, f"{label} {name}", "µs", mine, reference, better="lower", target=goal, note=note))
     return rows
 
 
@@ -320,7 +326,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         kind, client, url, address, count, warmup = args.child
-        print(json.dumps(summarize(child(kind, client, url, address, int(count), int(warmup)))), flush=True)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        summary = summarize(child(kind, client, url, address, int(count), int(warmup)))
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        if summary is not None:
+            # The client's CPU time per round trip (connecting and the warm-up included: about, not exactly).
+            used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            summary["cpu"] = used / (int(count) + int(warmup)) * 1e6
+        print(json.dumps(summary), flush=True)
         return
     if args.responder:
         anyio.run(responder, *args.responder)
