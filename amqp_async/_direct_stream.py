@@ -38,6 +38,8 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from ._read_size import SMALL_READ, next_read_size
+
 # anyio finds its backend through sniffio when sniffio is installed (it is optional): see _InputTap.data_received.
 sniffio: Any
 try:
@@ -50,17 +52,9 @@ __all__ = ["DirectStream"]
 Buffer = bytes | bytearray | memoryview
 
 
-# asyncio's selector transport reads into a fresh bytes object of its ``max_size`` (256 KiB), then shrinks it to
-# what came. glibc serves an allocation that large with mmap, and the shrink and the free cost two more system
-# calls (mremap, munmap) on every read, however small: three of a round trip's seven. Reads of up to 64 KiB come
-# from the heap. The tap reads that much at a time, and up to 256 KiB while reads come back full (large messages),
-# so that a megabyte still takes few reads.
-_SMALL_READ = 65536
-_LARGE_READ = 262144
-
-
 def _read_size_settable(transport: Any) -> bool:
-    """Whether ``transport`` is asyncio's own selector socket transport, whose ``max_size`` sizes each read."""
+    """Whether ``transport`` is asyncio's own selector socket transport, whose ``max_size`` sizes each read (see
+    ``_read_size``; uvloop reads into one buffer of its own and copies out what came)."""
     return type(transport).__module__ == "asyncio.selector_events" and isinstance(
         getattr(type(transport), "max_size", None), int
     )
@@ -168,7 +162,7 @@ class DirectStream:
         tap = _InputTap(self._protocol, self, handler)
         if _read_size_settable(transport):
             tap._transport = transport
-            transport.max_size = tap._read_size = _SMALL_READ
+            transport.max_size = tap._read_size = SMALL_READ
         transport.set_protocol(tap)
         queue = self._queue
         data = queue.popleft() if len(queue) == 1 else b"".join(queue)
@@ -228,12 +222,9 @@ class _InputTap(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._transport is not None:
-            size = len(data)
-            if size >= self._read_size:
-                if size < _LARGE_READ:
-                    self._transport.max_size = self._read_size = _LARGE_READ  # reads come back full: read more
-            elif size < _SMALL_READ and self._read_size > _SMALL_READ:
-                self._transport.max_size = self._read_size = _SMALL_READ
+            size = next_read_size(self._read_size, len(data))
+            if size != self._read_size:
+                self._transport.max_size = self._read_size = size
         # The handler runs in a loop callback, outside any task: sniffio (through which anyio finds its backend)
         # recognises asyncio by its current task, so it is told here, as its documentation has libraries do.
         previous = None if sniffio is None else sniffio.thread_local.name

@@ -39,13 +39,12 @@ import anyio
 import anyio.abc
 
 from ._direct_stream import DirectStream
+from ._read_size import SMALL_READ, next_read_size
 from .protocol import Connection as Engine
 from .protocol.events import Event
 
 __all__ = ["EngineDriver", "describe_transport_error"]
 
-# asyncio's transports read up to 256 KiB at a time: asking for as much means a read is never split (and copied).
-_READ_SIZE = 262144
 # Output buffers are joined into writes of up to this size; a larger buffer is written on its own, uncopied.
 _WRITE_SIZE = 262144
 # How long the final write may take once the connection has ended, and how long the writer may take to do it.
@@ -121,6 +120,7 @@ class EngineDriver:
         "_flushed",
         "_on_events",
         "_opened",
+        "_read_size",
         "_retime",
         "_stopping",
         "_tracer",
@@ -157,6 +157,7 @@ class EngineDriver:
         self._eager_written = False  # write_eagerly wrote since the last input or the writer's last turn
         self._direct = DirectStream.of(stream)
         self._clock = _loop_clock()
+        self._read_size = SMALL_READ  # for streams read through anyio (trio, TLS): see _read_size
         self._wake: asyncio.Future[None] | anyio.Event | None = None
         self._flushed: anyio.Event | None = None
         self.flush_epoch = 0
@@ -361,7 +362,10 @@ class EngineDriver:
             self._direct.interrupt()  # the reading task (waiting in _read_direct) stops now
 
     async def _receive(self) -> bytes:
-        return await self.stream.receive(_READ_SIZE)
+        size = self._read_size
+        data = await self.stream.receive(size)
+        self._read_size = next_read_size(size, len(data))
+        return data
 
     def _tick(self) -> float | None:
         """Let the engine do what time calls for; return its next deadline."""
