@@ -213,6 +213,11 @@ class Tracker:
 
     async def wait(self) -> Any:
         """Wait for the outcome: return it, or raise the error it stands for."""
+        return await self
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        # A generator rather than a coroutine: ``await tracker`` (as ``send()`` does on every confirmed message)
+        # then suspends one frame deep, on the waiter itself.
         if not self.done:
             loop = None if self._sender is None else self._sender.connection._loop
             waiter = anyio.Event() if loop is None else loop.create_future()  # no loop: not asyncio (trio)
@@ -221,16 +226,13 @@ class Tracker:
                 waiters = self._waiters = []
             waiters.append(waiter)
             try:
-                await (waiter.wait() if isinstance(waiter, anyio.Event) else waiter)
+                yield from (waiter.wait().__await__() if isinstance(waiter, anyio.Event) else waiter.__await__())
             finally:
                 if not self.done:  # cancelled: forget this waiter (a task may wait again and again, in timeouts)
                     waiters.remove(waiter)
         if self._error is not None:
             raise self._error
         return self.outcome
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self.wait().__await__()
 
 
 def _outcome_error(state: Any) -> AMQPError | None:
@@ -427,7 +429,7 @@ class Sender(_Link):
         if tracker._sender is None:  # settled on sending (at-most-once): done once it is written
             await connection._wait_flushed()
             return None
-        return await tracker.wait()
+        return await tracker
 
     async def __aenter__(self) -> Sender:
         return self
