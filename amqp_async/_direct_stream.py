@@ -159,11 +159,8 @@ class DirectStream:
         :meth:`wait_end` raises it.
         """
         transport = self._transport
-        tap = _InputTap(self._protocol, self, handler)
-        if _read_size_settable(transport):
-            tap._transport = transport
-            transport.max_size = tap._read_size = SMALL_READ
-        transport.set_protocol(tap)
+        sized = transport if _read_size_settable(transport) else None
+        transport.set_protocol(_InputTap(self._protocol, self, handler, sized))
         queue = self._queue
         data = queue.popleft() if len(queue) == 1 else b"".join(queue)
         queue.clear()
@@ -213,12 +210,16 @@ class _InputTap(asyncio.Protocol):
 
     __slots__ = ("_handler", "_inner", "_read_size", "_stream", "_transport")
 
-    def __init__(self, inner: Any, stream: DirectStream, handler: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, inner: Any, stream: DirectStream, handler: Callable[[bytes], None], sized_transport: Any
+    ) -> None:
         self._inner = inner
         self._stream = stream
         self._handler = handler
-        self._transport: Any = None  # set when the transport's read size is ours to adapt
-        self._read_size = 0
+        self._transport = sized_transport  # the transport whose read size we adapt (None: one we cannot)
+        self._read_size = SMALL_READ
+        if sized_transport is not None:
+            sized_transport.max_size = SMALL_READ
 
     def data_received(self, data: bytes) -> None:
         if self._transport is not None:

@@ -87,6 +87,11 @@ def _coalesce(buffers: list[bytes | bytearray | memoryview]) -> Iterator[bytes |
         yield b"".join(run) if len(run) > 1 else run[0]
 
 
+def _write_direct(direct: DirectStream, buffers: list[bytes | bytearray | memoryview]) -> None:
+    """Hand ``buffers`` to a direct stream in one call: one buffer as it is, several coalesced."""
+    direct.write(buffers if len(buffers) == 1 else list(_coalesce(buffers)))
+
+
 def _loop_clock() -> Callable[[], float]:
     """The event loop's clock (anyio's ``current_time``), looked up once: asyncio's ``loop.time`` directly, a
     fifth of the cost of going through anyio each time."""
@@ -189,12 +194,10 @@ class EngineDriver:
         if direct is None or self._writing or self._stopping or not direct.idle():
             return False
         epoch = self.flush_epoch
-        buffers = self.engine.buffers_to_send(self._clock())
+        buffers = self._take_output()
         if buffers:
-            if self._tracer is not None:
-                self._tracer.sent(b"".join(buffers))
             try:
-                direct.write(buffers if len(buffers) == 1 else list(_coalesce(buffers)))
+                _write_direct(direct, buffers)
             except anyio.BrokenResourceError:
                 return False  # the reader sees the end and reports it
             if not direct.idle():
@@ -210,12 +213,25 @@ class EngineDriver:
         first such call after an input or a turn of the writer writes; output queued by the calls after it (many
         sends at once) is left to the writer, which writes it together, so a burst of sends still costs one
         socket write."""
-        if not self._eager_written:
-            self._eager_written = True
-            self.flush_epoch += 1
-            if self.write_now():
-                return
-        self.kick()
+        if self._eager_written:
+            self.kick()
+            return
+        self._eager_written = True
+        self._write_or_wake()
+
+    def _write_or_wake(self) -> None:
+        """Write the engine's output now when the socket takes all of it (it then counts as flushed); else wake
+        the writer for it."""
+        self.flush_epoch += 1
+        if not self.write_now():
+            self.kick()
+
+    def _take_output(self) -> list[bytes | bytearray | memoryview]:
+        """The engine's output, as buffers to write in order (shown to the tracer, if any)."""
+        buffers = self.engine.buffers_to_send(self._clock())
+        if buffers and self._tracer is not None:
+            self._tracer.sent(b"".join(buffers))
+        return buffers
 
     def wake_timer(self) -> None:
         """Make the writer recompute the engine's deadline now (e.g. the peer's idle timeout just became known)."""
@@ -344,17 +360,15 @@ class EngineDriver:
 
     def _on_input(self, data: bytes) -> None:
         """Hand what the peer sent (b"": the stream ended) to the engine, and its events to the owner; write the
-        owner's answer at once (one task switch less on every round trip: the writer, woken too, takes what the
-        socket did not, and keeps the flush accounting)."""
+        owner's answer at once (one task switch less on every round trip), waking the writer only for what the
+        socket did not take."""
         engine = self.engine
         if self._tracer is not None:
             self._tracer.received(data)
         engine.receive_data(data, self._clock())
         self._on_events(engine.next_events())
         self._eager_written = False
-        self.flush_epoch += 1
-        if not self.write_now():
-            self.kick()  # the writer takes what the socket did not (or all of it, on streams other than TCP)
+        self._write_or_wake()  # on streams other than asyncio TCP, the writer takes all of it
         if not self._opened and engine.remote_open is not None:
             self._opened = True
             self.wake_timer()  # the peer's idle timeout is known now
@@ -408,15 +422,13 @@ class EngineDriver:
         """Write everything the engine has queued; False once the stream is broken (it is closed then)."""
         epoch = self.flush_epoch
         self._eager_written = False
-        buffers = self.engine.buffers_to_send(self._clock())
+        buffers = self._take_output()
         if buffers:
             self._writing = True
-            if self._tracer is not None:
-                self._tracer.sent(b"".join(buffers))
             try:
                 direct = self._direct
                 if direct is not None:
-                    direct.write(buffers if len(buffers) == 1 else list(_coalesce(buffers)))
+                    _write_direct(direct, buffers)
                     await direct.drain()
                 elif len(buffers) == 1:
                     await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken

@@ -19,7 +19,7 @@ LARGE_READ = 262144
 def next_read_size(current: int, received: int) -> int:
     """The size of the next read, after one of ``current`` bytes that brought ``received``."""
     if received >= current:
-        return LARGE_READ if current < LARGE_READ else current
+        return max(current, LARGE_READ)
     if received < SMALL_READ:
         return SMALL_READ
     return current

@@ -35,11 +35,11 @@ from .types import Described, char, symbol, timestamp, ubyte, uint, ulong
 
 __all__ = ["Message"]
 
-# Section descriptor codes, §3.2.
 # A bytes body at least this large is sent by reference (see Message._encode_payload), not copied into the
 # encoding: below it, one copy costs less than the extra buffer does on its way to the socket.
 _GATHER_MIN = 65536
 
+# Section descriptor codes, §3.2.
 _HEADER = 0x70
 _DELIVERY_ANNOTATIONS = 0x71
 _MESSAGE_ANNOTATIONS = 0x72

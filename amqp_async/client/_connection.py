@@ -311,6 +311,11 @@ class Connection:
         if self._driver is not None:
             self._driver.kick()
 
+    def _write_eagerly(self) -> None:
+        """Write now the output a caller waits on (see :meth:`EngineDriver.write_eagerly`), or wake the writer."""
+        if self._driver is not None:
+            self._driver.write_eagerly()
+
     def _notify(self) -> None:
         """Wake everything that waits for a state change (credit, deliveries, outcomes, attach, close...)."""
         changed = self._state_changed

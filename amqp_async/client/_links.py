@@ -421,11 +421,7 @@ class Sender(_Link):
         """
         tracker = await self._transfer(message)
         connection = self.connection
-        driver = connection._driver
-        if driver is None:
-            connection._kick()
-        else:
-            driver.write_eagerly()  # the caller waits on this transfer: it need not wait for the writer's turn
+        connection._write_eagerly()  # the caller waits on this transfer: it need not wait for the writer's turn
         if tracker._sender is None:  # settled on sending (at-most-once): done once it is written
             await connection._wait_flushed()
             return None
