@@ -1,0 +1,100 @@
+"""Batch reads: a snapshot of what a queue holds, browsed (default) or consumed.
+
+Each partition is read by a Spark task on an executor, with a connection of its own. The task asks for a window of
+messages at a time and drains the link (§2.6.7), so the read ends when the queue has nothing more to give: it is a
+snapshot of what the queue holds while it is read.
+
+- ``readMode=browse`` (default): one partition, a receiver with distribution-mode ``copy`` (§3.5.7): the messages
+  are seen and stay in the queue. The peer must support browsing (the embedded broker and Qpid brokers do;
+  RabbitMQ 3.x does not, and refuses or ignores it).
+- ``readMode=consume``: ``numPartitions`` competing receivers; each window of messages is accepted once Spark has
+  taken all of its rows and asks for more (so a task that fails before that point leaves them unsettled, and the
+  broker delivers them again). Once accepted, a message is gone from the queue: if the task fails later, in a
+  stage downstream of the read, it is not read again. For processing that must survive such failures, use a
+  streaming read (with ``Trigger.AvailableNow`` for a one-off run): there a message is accepted only once the sink
+  has committed its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from ..client import Connection, Delivery, Receiver
+from ._links import close_quietly, open_receiver
+from ._loop import LoopThread
+from ._options import AmqpOptions
+from ._schema import RowBuilder
+
+__all__ = ["AmqpBatchReader"]
+
+
+async def _next_window(receiver: Receiver, size: int) -> list[Delivery]:
+    """Up to ``size`` deliveries: grant that much credit and drain (the sender sends what it has, then gives the
+    rest back)."""
+    if receiver.credit < size:
+        receiver.add_credit(size - receiver.credit)
+    await receiver.drain()
+    deliveries: list[Delivery] = []
+    while len(deliveries) < size:
+        delivery = receiver.receive_nowait()
+        if delivery is None:
+            break
+        deliveries.append(delivery)
+    return deliveries
+
+
+async def _accept(deliveries: list[Delivery]) -> None:
+    for delivery in deliveries:
+        await delivery.accept()
+
+
+class AmqpBatchReader(DataSourceReader):
+    """The ``amqp`` source's batch reader (see the module documentation for the two read modes)."""
+
+    def __init__(self, options: AmqpOptions, schema: StructType) -> None:
+        self._options = options
+        self._schema = schema
+        self._consume = options.get("readMode", "browse") == "consume"
+
+    def partitions(self) -> list[InputPartition]:
+        """One partition to browse; ``numPartitions`` competing receivers to consume."""
+        count = int(self._options.get("numPartitions", 1)) if self._consume else 1
+        return [InputPartition(index) for index in range(count)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's messages, a window (the ``credit`` option) at a time, until the queue is empty or
+        ``maxMessages`` were read."""
+        options = self._options
+        window = int(options.get("credit", 1000))
+        remaining: int | None = options.get("maxMessages")
+        builder = RowBuilder(self._schema)
+        loop = LoopThread("amqp-async-spark-read")
+        connection: Connection | None = None
+        try:
+            opened: Any = loop.call(
+                open_receiver, options, timeout=options.connect_timeout * 2 + 5, browse=not self._consume
+            )
+            connection, receiver = opened
+        except BaseException:
+            loop.close()
+            raise
+        try:
+            while remaining is None or remaining > 0:
+                size = window if remaining is None else min(window, remaining)
+                deliveries = loop.call(_next_window, receiver, size)
+                if deliveries:
+                    yield builder.batch([delivery.payload for delivery in deliveries])
+                    if self._consume:
+                        loop.call(_accept, deliveries)  # Spark has taken every row of the window
+                if remaining is not None:
+                    remaining -= len(deliveries)
+                if len(deliveries) < size:
+                    break  # the drain found the queue empty
+        finally:
+            loop.call(close_quietly, connection, timeout=10)
+            loop.close()

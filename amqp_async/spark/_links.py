@@ -1,0 +1,90 @@
+"""Opening the data source's connections and links with the awaitable client, as its options say."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from ..client import Connection, Receiver, Sender, connect
+from ..errors import ConnectionError
+from ._options import AmqpOptions
+
+__all__ = ["open_receiver", "open_sender"]
+
+
+def _describe(options: AmqpOptions) -> str:
+    return options.get("url") or "the peer of connect.json (or amqp://localhost)"
+
+
+async def _connect(options: AmqpOptions) -> Connection:
+    try:
+        with anyio.fail_after(options.connect_timeout):
+            return await connect(**options.connect_kwargs())
+    except TimeoutError:
+        raise ConnectionError(
+            f"connecting to {_describe(options)} took longer than connectTimeoutMs ({options.connect_timeout:g} s)"
+        ) from None
+
+
+async def _attach(connection: Connection, options: AmqpOptions, attach: Any) -> Any:
+    try:
+        with anyio.fail_after(options.connect_timeout):
+            return await attach
+    except BaseException:
+        with anyio.move_on_after(5, shield=True):
+            await connection.close()
+        raise
+
+
+async def open_receiver(options: AmqpOptions, *, browse: bool = False) -> tuple[Connection, Receiver]:
+    """Connect and attach a receiver from the ``address`` option with manual credit (the caller grants it).
+
+    The receiver takes the ``selector`` and ``subscriptionName`` options; ``browse`` asks for distribution-mode
+    copy (§3.5.7: messages are seen, not taken).
+
+    Raises:
+        ConnectionError: the peer cannot be reached, refuses the connection, or takes too long.
+        LinkError: the peer refused the link (its condition, e.g. ``amqp:not-found``, is in the error).
+    """
+    connection = await _connect(options)
+    receiver_options: dict[str, Any] = {"credit": 0}
+    selector = options.get("selector")
+    if selector:
+        receiver_options["selector"] = selector
+    subscription = options.get("subscriptionName")
+    if subscription:
+        # §3.5.3: a durable source that never expires keeps the subscription's state between attaches of this name.
+        receiver_options.update(name=subscription, durable=True, expiry_policy="never")
+    if browse:
+        receiver_options["distribution_mode"] = "copy"
+    receiver = await _attach(connection, options, connection.open_receiver(options.address, **receiver_options))
+    # With manual credit the client cannot know how much a broker that overshoots a top-up (RabbitMQ before 4.0)
+    # may send beyond it: at most what the reader ever grants.
+    receiver._engine_link.overshoot_tolerance = max(int(options.get("credit", 1000)), 1)
+    return connection, receiver
+
+
+async def open_sender(options: AmqpOptions) -> tuple[Connection, Sender]:
+    """Connect and attach a sender to the ``address`` option (none: an anonymous relay, routing by each
+    message's ``to``), with the ``deliveryMode`` option's guarantee.
+
+    Raises:
+        ConnectionError, LinkError: as :func:`open_receiver`.
+    """
+    connection = await _connect(options)
+    delivery = options.get("deliveryMode", "at-least-once")
+    sender = await _attach(connection, options, connection.open_sender(options.address, delivery=delivery))
+    return connection, sender
+
+
+async def close_quietly(connection: Connection | None) -> None:
+    """Close ``connection`` without raising (within 5 s): the data source is already ending, maybe on an error
+    that must not be hidden."""
+    if connection is None:
+        return
+    with anyio.move_on_after(5):
+        try:
+            await connection.close()
+        except Exception:
+            pass

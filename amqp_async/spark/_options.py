@@ -1,0 +1,249 @@
+"""The ``amqp`` data source's options: parsed, validated and turned into ``connect()`` arguments.
+
+Spark hands a data source its options as strings, with the keys lowercased (``.option("maxMessagesPerBatch",
+"500")`` arrives as ``{"maxmessagesperbatch": "500"}``). :func:`parse_options` maps each key back to its documented
+name, converts each value, and refuses an unknown key or a malformed value with an :class:`OptionError` that names
+it. That happens when the :class:`~amqp_async.spark.AmqpDataSource` is made, which Spark does at ``load()``,
+``save()`` and ``start()``: a typo fails the query before anything runs. Options that belong to another operation
+(``readMode`` on a write, ``maxInFlight`` on a read) are refused when that operation starts (:meth:`AmqpOptions.
+check_for`).
+
+Nothing here imports pyspark: the options are plain values, pickled with the data source to every process.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from ..client._config import resolve_options
+from ..errors import AMQPError
+
+__all__ = ["READ", "STREAM_READ", "WRITE", "AmqpOptions", "OptionError", "parse_options"]
+
+READ = "batch read"
+STREAM_READ = "streaming read"
+WRITE = "write"
+_READS = (READ, STREAM_READ)
+_ALL = (READ, STREAM_READ, WRITE)
+
+
+class OptionError(AMQPError, ValueError):
+    """An option of the ``amqp`` data source is unknown, malformed, or does not apply to the operation."""
+
+    default_condition = "amqp:invalid-field"
+
+
+def _text(name: str, value: str) -> str:
+    return value
+
+
+def _positive_int(name: str, value: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise OptionError(f"option {name!r} must be at least 1, got {value!r}")
+    return number
+
+
+def _non_negative_int(name: str, value: str) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be a whole number, got {value!r}") from None
+    if number < 0:
+        raise OptionError(f"option {name!r} must be 0 or more, got {value!r}")
+    return number
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise OptionError(f"option {name!r} must be a number of seconds, got {value!r}") from None
+    if not number >= 0:  # also refuses NaN
+        raise OptionError(f"option {name!r} must be 0 or more, got {value!r}")
+    return number
+
+
+def _boolean(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise OptionError(f"option {name!r} must be true or false, got {value!r}")
+
+
+def _choice(*choices: str) -> Callable[[str, str], str]:
+    def parse(name: str, value: str) -> str:
+        lowered = value.strip().lower()
+        if lowered not in choices:
+            raise OptionError(f"option {name!r} must be one of {', '.join(choices)}; got {value!r}")
+        return lowered
+
+    return parse
+
+
+@attrs.frozen
+class _Spec:
+    name: str
+    parse: Callable[[str, str], Any]
+    operations: tuple[str, ...]
+    doc: str
+
+
+#: Every option: its documented name, how its value is read, the operations it applies to, what it means.
+#: docs/spark.md's table says the same; tests/test_spark_options.py checks that the two agree.
+OPTIONS: tuple[_Spec, ...] = (
+    _Spec("url", _text, _ALL, "peer URL, or several separated by commas (a failover list)"),
+    _Spec("address", _text, _ALL, "the node to read from or write to (``load(path)`` sets it too)"),
+    _Spec("user", _text, _ALL, "SASL user (a user in the URL wins)"),
+    _Spec("password", _text, _ALL, "SASL password (a password in the URL wins)"),
+    _Spec("saslEnabled", _boolean, _ALL, "use a SASL layer (default true)"),
+    _Spec("saslMechanisms", _text, _ALL, "SASL mechanisms allowed, space-separated"),
+    _Spec("saslAllowInsecure", _boolean, _ALL, "allow PLAIN without TLS (default true, as proton)"),
+    _Spec("virtualHost", _text, _ALL, "hostname sent in the open frame"),
+    _Spec("sni", _text, _ALL, "TLS server name"),
+    _Spec("heartbeat", _seconds, _ALL, "idle timeout to advertise, in seconds"),
+    _Spec("maxFrameSize", _positive_int, _ALL, "largest frame to accept, in bytes"),
+    _Spec("sslCaFile", _text, _ALL, "CA certificates to trust (PEM file), for amqps URLs"),
+    _Spec("sslCertFile", _text, _ALL, "client certificate (PEM file)"),
+    _Spec("sslKeyFile", _text, _ALL, "client certificate's private key (PEM file)"),
+    _Spec("sslVerify", _boolean, _ALL, "check the peer's certificate and host name (default true)"),
+    _Spec("connectTimeoutMs", _positive_int, _ALL, "how long connecting and attaching may take (default 30000)"),
+    _Spec("credit", _positive_int, _READS, "link credit: messages prefetched and not yet handed to Spark"),
+    _Spec("selector", _text, _READS, "JMS message selector (a source filter)"),
+    _Spec("subscriptionName", _text, _READS, "durable subscription: the link name, with a durable source"),
+    _Spec("maxMessagesPerBatch", _positive_int, (STREAM_READ,), "most messages in one micro-batch"),
+    _Spec("pollWaitMs", _non_negative_int, (STREAM_READ,), "how long to wait for a first message (default 1000)"),
+    _Spec("numPartitions", _positive_int, _READS, "Spark partitions per (micro-)batch (default 1)"),
+    _Spec("readMode", _choice("browse", "consume"), (READ,), "batch read: browse (default) or consume"),
+    _Spec("maxMessages", _positive_int, (READ,), "batch read: most messages per partition"),
+    _Spec("deliveryMode", _choice("at-least-once", "at-most-once"), (WRITE,), "default at-least-once"),
+    _Spec("maxInFlight", _positive_int, (WRITE,), "unsettled messages per task (default 1000)"),
+    _Spec("durable", _boolean, (WRITE,), "mark every message durable (a durable column wins)"),
+)
+_BY_KEY = {spec.name.lower(): spec for spec in OPTIONS}
+#: Keys Spark itself puts among a data source's options; they are taken, not refused.
+_SPARK_KEYS = frozenset({"path", "checkpointlocation", "queryname"})
+
+
+@attrs.frozen
+class AmqpOptions:
+    """The validated options of one ``amqp`` read or write (see docs/spark.md for each)."""
+
+    values: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of option ``name`` (its documented spelling), or ``default`` when it was not given."""
+        return self.values.get(name, default)
+
+    @property
+    def address(self) -> str | None:
+        """The node to read from or write to."""
+        return self.values.get("address")
+
+    @property
+    def connect_timeout(self) -> float:
+        """Seconds that connecting and attaching a link may take."""
+        return float(self.values.get("connectTimeoutMs", 30000)) / 1000.0
+
+    def check_for(self, operation: str) -> None:
+        """Refuse options that do not apply to ``operation`` (:data:`READ`, :data:`STREAM_READ`, :data:`WRITE`).
+
+        Raises:
+            OptionError: naming the first such option, or a missing ``address`` on a read.
+        """
+        for name in self.values:
+            spec = next(spec for spec in OPTIONS if spec.name == name)
+            if operation not in spec.operations:
+                raise OptionError(
+                    f"option {name!r} does not apply to a {operation} (it applies to: {', '.join(spec.operations)})"
+                )
+        if operation in _READS and not self.address:
+            raise OptionError(f"a {operation} needs the option 'address' (the node to read from)")
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`amqp_async.connect` (reconnecting off: Spark retries and restarts).
+
+        Raises:
+            OptionError: a TLS file option names a file that cannot be read here.
+        """
+        kwargs = self._connection_kwargs()
+        context = self._ssl_context()
+        if context is not None:
+            kwargs["ssl_context"] = context
+        return kwargs
+
+    def _connection_kwargs(self) -> dict[str, Any]:
+        values = self.values
+        kwargs: dict[str, Any] = {"reconnect": False}
+        url = values.get("url")
+        if url:
+            urls = [part.strip() for part in url.split(",") if part.strip()]
+            kwargs["urls"] = urls
+        for option, argument in (
+            ("user", "user"),
+            ("password", "password"),
+            ("saslEnabled", "sasl_enabled"),
+            ("saslMechanisms", "allowed_mechs"),
+            ("saslAllowInsecure", "allow_insecure_mechs"),
+            ("virtualHost", "virtual_host"),
+            ("sni", "sni"),
+            ("heartbeat", "heartbeat"),
+            ("maxFrameSize", "max_frame_size"),
+        ):
+            if option in values:
+                kwargs[argument] = values[option]
+        return kwargs
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        values = self.values
+        if not any(name in values for name in ("sslCaFile", "sslCertFile", "sslKeyFile", "sslVerify")):
+            return None
+        try:
+            context = ssl.create_default_context(cafile=values.get("sslCaFile"))
+            if "sslCertFile" in values:
+                context.load_cert_chain(values["sslCertFile"], values.get("sslKeyFile"))
+        except (OSError, ssl.SSLError) as exc:
+            raise OptionError(f"the TLS options (sslCaFile, sslCertFile, sslKeyFile) cannot be used: {exc}") from exc
+        if values.get("sslVerify") is False:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
+    """Validate the options Spark gives a data source (keys in any case, values as strings).
+
+    Raises:
+        OptionError: an unknown option, a malformed value, or a URL that cannot be parsed; the message names it.
+    """
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        lowered = key.lower()
+        if lowered in _SPARK_KEYS:
+            if lowered == "path" and value:
+                values.setdefault("address", value)
+            continue
+        spec = _BY_KEY.get(lowered)
+        if spec is None:
+            known = ", ".join(spec.name for spec in OPTIONS)
+            raise OptionError(f"unknown option {key!r} for the amqp data source (known options: {known})")
+        if value is None:
+            raise OptionError(f"option {spec.name!r} has no value")
+        values[spec.name] = spec.parse(spec.name, str(value))
+    options = AmqpOptions(values)
+    # The URL list and credentials are checked as connect() checks them, here, on the driver. The TLS files are
+    # read where connections are made (they may exist only on the executors).
+    try:
+        resolve_options(None, options._connection_kwargs())
+    except (TypeError, ValueError) as exc:
+        raise OptionError(f"option 'url' (or a connection option) is not valid: {exc}") from exc
+    return options
