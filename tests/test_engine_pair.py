@@ -957,6 +957,23 @@ def test_drain() -> None:
     assert sender.credit == 2 and not sender.drain
 
 
+def test_a_drain_answer_waits_for_the_transfers_queued_before_it() -> None:
+    # §2.6.7: the answer to a drain counts every delivery sent; transfers still waiting for the receiver's session
+    # window must reach it first, or they arrive beyond the credit the answer gave back.
+    c, s, sender, receiver = link_setup(credit=0, server={"incoming_window": 2})
+    receiver.grant_credit(5, drain=True)
+    pump(c, s)
+    for payload in (b"one", b"two", b"three"):
+        sender.send(payload)
+    assert sender.session._outgoing_queue  # the third waits for the receiver's window
+    sender.drained()
+    pump(c, s)
+    assert not s.of_type(ev.LinkDetached) and receiver.local_state is ACTIVE
+    assert [d.payload for d in s.received] == [b"one", b"two", b"three"]
+    assert [e.drained for e in s.of_type(ev.FlowReceived) if e.link is receiver][-1]
+    assert receiver.delivery_count == sender.delivery_count == 5 and receiver.credit == 0
+
+
 def test_drained_without_a_drain_request_does_nothing() -> None:
     c, s, sender, _receiver = link_setup(credit=4)
     c.wire.clear()

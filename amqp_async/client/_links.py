@@ -89,6 +89,7 @@ class _Link:
         self.name: str = self._options.pop("name", None) or f"{self.connection.container_id}-{kind}-{uuid.uuid4()}"
         self._error: AMQPError | None = None
         self._closed = False
+        self._detaching = False  # close() was called: our own detach
 
     @property
     def is_closed(self) -> bool:
@@ -121,7 +122,9 @@ class _Link:
 
     def _on_detached(self, event: ev.LinkDetached) -> None:
         self._closed = True
-        if event.error is not None and event.remote:
+        # The peer's error, or the one our engine detached with because of the peer (e.g. a transfer beyond the
+        # credit granted): either way the caller learns the condition. A detach we asked for raises nothing new.
+        if event.error is not None and (event.remote or not self._detaching):
             self._error = _link_error(event.error, "")
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
@@ -142,6 +145,7 @@ class _Link:
         if self._closed or self.connection.is_closed or link.local_state is EndpointState.CLOSED:
             self._closed = True
             return
+        self._detaching = True
         link.detach(closed=True, error=error)
         self.connection._kick()
         with anyio.move_on_after(10):

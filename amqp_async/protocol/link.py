@@ -373,6 +373,10 @@ class SenderLink(Link):
         if self._usable():
             self._write_flow()
 
+    def _write_flow(self, echo: bool = False) -> None:
+        if not self.session._defer_flow(self, echo):  # never ahead of our own queued transfers (§2.6.7)
+            super()._write_flow(echo)
+
     def set_available(self, available: int) -> None:
         """Tell the receiver how many messages we could send now (§2.6.7 ``available``)."""
         self.available = available

@@ -106,6 +106,8 @@ class Session(Endpoint):
         self._session_flow_pending = False
         # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset, aborted].
         self._outgoing_queue: deque[list[Any]] = deque()
+        # Sender links' flows held back until a queued item (by id) is written: see _defer_flow.
+        self._flows_after: dict[int, tuple[Link, bool]] = {}
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -177,6 +179,7 @@ class Session(Endpoint):
         for link in self._links_by_name.values():
             link.local_state = EndpointState.CLOSED
         self._outgoing_queue.clear()
+        self._flows_after.clear()
         self.connection._release_channel(self)
 
     def attach_sender(self, name: str, **options: Any) -> SenderLink:
@@ -241,6 +244,7 @@ class Session(Endpoint):
         """Forget the transfer frames of ``link`` still waiting for the peer's incoming window."""
         if self._outgoing_queue:
             self._outgoing_queue = deque(item for item in self._outgoing_queue if item[0] is not link)
+            self._flows_after = {key: held for key, held in self._flows_after.items() if held[0] is not link}
 
     def _drop_unsettled(self, link: Link) -> None:
         """Forget the unsettled deliveries of a link that is gone, so the maps stay bounded."""
@@ -311,14 +315,43 @@ class Session(Endpoint):
             if aborted:
                 queue.popleft()
                 self._write_transfer(link, delivery, b"", False, aborted=True)
+                if self._flows_after:
+                    self._release_flow(item)
                 continue
             end = offset + chunk
             if end >= len(payload):
                 queue.popleft()
                 self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, False)
+                if self._flows_after:
+                    self._release_flow(item)
             else:
                 item[3] = end
                 self._write_transfer(link, delivery, payload_slice(payload, offset, end), True)
+
+    def _defer_flow(self, link: Link, echo: bool) -> bool:
+        """Hold back a flow of sender ``link`` while transfers of the link wait for the peer's window; True if held.
+
+        §2.6.7: a sender's delivery-count counts every delivery it has sent, and the receiver recomputes its credit
+        from it. Our delivery-count already counts the transfers queued here, so a flow written now would reach the
+        receiver before them: the credit it gives back (a drain's answer) would make them arrive beyond the credit.
+        The flow is written once the last of them is (with the link's state as it is then).
+        """
+        queue = self._outgoing_queue
+        if not queue:
+            return False
+        for item in reversed(queue):
+            if item[0] is link:
+                previous = self._flows_after.get(id(item))
+                self._flows_after[id(item)] = (link, echo or (previous is not None and previous[1]))
+                return True
+        return False
+
+    def _release_flow(self, item: list[Any]) -> None:
+        held = self._flows_after.pop(id(item), None)
+        if held is not None:
+            link, echo = held
+            if link._usable():
+                link._write_flow(echo)
 
     def abort(self, delivery: Delivery) -> None:
         """Abort a delivery whose frames are not all written yet (§2.6.14); a written one cannot be aborted."""
