@@ -25,12 +25,15 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ..client import Connection, Delivery, Receiver
-from ._links import close_quietly, open_receiver
+from ._links import close_quietly, open_receiver, wait_sent
 from ._loop import LoopThread
 from ._options import AmqpOptions
 from ._schema import RowBuilder
 
 __all__ = ["AmqpBatchReader"]
+
+#: Seconds without a transfer that mean "the queue is empty now", with a peer whose drains are broken.
+_QUIET = 0.5
 
 
 async def _next_window(receiver: Receiver, size: int) -> list[Delivery]:
@@ -38,7 +41,7 @@ async def _next_window(receiver: Receiver, size: int) -> list[Delivery]:
     rest back)."""
     if receiver.credit < size:
         receiver.add_credit(size - receiver.credit)
-    await receiver.drain()
+    await wait_sent(receiver, _QUIET)
     deliveries: list[Delivery] = []
     while len(deliveries) < size:
         delivery = receiver.receive_nowait()

@@ -10,7 +10,7 @@ from ..client import Connection, Receiver, Sender, connect
 from ..errors import ConnectionError
 from ._options import AmqpOptions
 
-__all__ = ["open_receiver", "open_sender"]
+__all__ = ["close_quietly", "open_receiver", "open_sender", "wait_sent"]
 
 
 def _describe(options: AmqpOptions) -> str:
@@ -76,6 +76,37 @@ async def open_sender(options: AmqpOptions) -> tuple[Connection, Sender]:
     delivery = options.get("deliveryMode", "at-least-once")
     sender = await _attach(connection, options, connection.open_sender(options.address, delivery=delivery))
     return connection, sender
+
+
+def _drain_breaks(connection: Connection) -> bool:
+    """True for peers known to fail a drain: RabbitMQ 3's AMQP 1.0 plugin closes the session when a drain finds a
+    classic queue with credit left (rabbitmq-server#7119, fixed after 3.10.8, the version Debian ships)."""
+    properties = connection.remote_properties or {}
+    product = str(properties.get("product", ""))
+    version = str(properties.get("version", ""))
+    return product == "RabbitMQ" and version.startswith("3.")
+
+
+async def wait_sent(receiver: Receiver, quiet: float) -> None:
+    """Return once the sender has sent what it has now, within the credit granted.
+
+    A drain (§2.6.7) says so exactly: the sender sends what it can and gives back the rest of the credit. With a
+    peer whose drains are broken (:func:`_drain_breaks`) the answer is inferred instead: no transfer has come for
+    ``quiet`` seconds while credit was left.
+    """
+    if receiver.credit <= 0:
+        return
+    if not _drain_breaks(receiver.connection):
+        await receiver.drain()
+        return
+    while receiver.credit > 0:
+        seen = receiver.queued
+        with anyio.move_on_after(quiet) as silence:
+            while receiver.queued == seen and receiver.credit > 0:
+                receiver._check()
+                await receiver.connection._wait_state()
+        if silence.cancelled_caught:
+            return  # quiet for that long: nothing more to come now
 
 
 async def close_quietly(connection: Connection | None) -> None:

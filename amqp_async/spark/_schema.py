@@ -74,7 +74,7 @@ from .. import codec
 from ..codec.sections import AmqpSequence, Data
 from ..errors import AMQPError, DecodeError
 from ..message import Message
-from ..types import byte, float32, int32, short, ulong
+from ..types import byte, float32, int32, short, uint, ulong
 
 __all__ = ["MESSAGE_SCHEMA", "MessageBuilder", "RowBuilder", "SchemaError", "read_schema"]
 
@@ -85,6 +85,8 @@ class SchemaError(AMQPError, ValueError):
     default_condition = "amqp:invalid-field"
 
 
+#: The index of group-sequence among the properties section's fields (§3.2.4), as Message holds them.
+_GROUP_SEQUENCE = 11
 _TEXT_MAP = MapType(StringType(), StringType(), valueContainsNull=True)
 
 #: The full read schema: every message field as a column.
@@ -233,7 +235,7 @@ _EXTRACTORS: dict[str, Callable[[Message], Any]] = {
     "absolute_expiry_time": lambda m: _micros(m.expiry_time),
     "creation_time": lambda m: _micros(m.creation_time),
     "group_id": lambda m: m.group_id,
-    "group_sequence": lambda m: m.group_sequence if m._props[11] is not None else None,
+    "group_sequence": lambda m: m._props[_GROUP_SEQUENCE],  # None when absent (Message.group_sequence gives 0)
     "reply_to_group_id": lambda m: m.reply_to_group_id,
     "durable": lambda m: m.durable,
     "priority": lambda m: m.priority,
@@ -327,7 +329,6 @@ _SIMPLE_FIELDS = {
     "priority": "priority",
     "first_acquirer": "first_acquirer",
     "delivery_count": "delivery_count",
-    "group_sequence": "group_sequence",
     "user_id": "user_id",
 }
 
@@ -419,7 +420,7 @@ class MessageBuilder:
             try:
                 yield self._message(columns, index, row, body_types)
             except SchemaError as exc:
-                raise SchemaError(f"row {row}: {exc}") from None
+                raise SchemaError(f"row {row}: {exc.description}") from None
             except (TypeError, ValueError, OverflowError) as exc:
                 raise SchemaError(f"row {row}: {exc}") from exc
 
@@ -440,7 +441,9 @@ class MessageBuilder:
             if field is not None:
                 try:
                     setattr(message, field, value)
-                except (TypeError, ValueError, OverflowError, AMQPError) as exc:
+                except AMQPError as exc:
+                    raise SchemaError(f"column {name!r}: {exc.description}") from None
+                except (TypeError, ValueError, OverflowError) as exc:
                     raise SchemaError(f"column {name!r}: {exc}") from None
             elif name in ("message_id", "correlation_id"):
                 kinds = columns.get(f"{name}_type")
@@ -448,6 +451,9 @@ class MessageBuilder:
                 if isinstance(value, int):
                     value, kind = str(value), kind or "ulong"
                 setattr(message, "id" if name == "message_id" else name, id_value(value, kind, name))
+            elif name == "group_sequence":
+                # Set as given: proton's Message.group_sequence setter leaves a 0 out, and 0 is a position.
+                message._set_property(_GROUP_SEQUENCE, uint(value))
             elif name == "ttl":
                 message.ttl = value / 1000.0
             elif name == "creation_time":

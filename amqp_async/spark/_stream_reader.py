@@ -11,8 +11,10 @@ end. Executors only run ``read(partition)``.
 - An offset is a count of messages handed to Spark: ``{"messages": N}``. ``latestOffset(start, limit)`` numbers
   received deliveries ``start, start + 1, ...`` (at most ``limit``) and answers the end; the first offset Spark
   names (a fresh query's 0, or the checkpointed one after a restart) is where numbering starts.
-- Every delivery stays unsettled until ``commit(end)`` covers its number: then it is accepted. A query that fails
-  or is killed before that leaves them unsettled, and the broker delivers them again, to the restarted query.
+- Every delivery stays unsettled until its micro-batch is committed: ``commit(end)`` covers its number, or Spark
+  names a later start (``latestOffset`` and ``partitions`` start where the last committed batch ended; Spark does
+  not call ``commit`` for the last batch of a query that ends). Then it is accepted. A query that fails or is
+  killed before that leaves them unsettled, and the broker delivers them again, to the restarted query.
   A restart replays the batch the checkpoint had planned but not committed: ``partitions(start, end)`` for numbers
   this process never gave out takes the next ``end - start`` deliveries (those the broker gave back come first).
 - Credit is bounded by what is held: credit granted + deliveries waiting + deliveries handed to Spark and not yet
@@ -45,7 +47,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ..client import Connection, Delivery, Receiver
-from ._links import close_quietly, open_receiver
+from ._links import close_quietly, open_receiver, wait_sent
 from ._loop import LoopThread
 from ._options import AmqpOptions
 from ._schema import RowBuilder
@@ -55,6 +57,8 @@ __all__ = ["AmqpStreamReader", "HeldBatch"]
 log = logging.getLogger("amqp_async.spark")
 
 _DEFAULT_WINDOW = 1000
+#: Seconds without a transfer that mean "nothing more now", with a peer whose drains are broken.
+_QUIET = 0.2
 _OFFSET_KEY = "messages"
 
 
@@ -104,7 +108,11 @@ class _StreamSession:
         if wanted > 0 and not receiver._engine_link.drain:
             receiver.add_credit(wanted)
 
-    def _start_at(self, start: int) -> None:
+    async def _start_at(self, start: int) -> None:
+        """Spark names ``start``: the end of the last micro-batch its sink committed (``latestOffset`` and
+        ``partitions`` always start there). So every delivery numbered below it is done with, even when Spark
+        never calls ``commit`` for it: it does not for the last batch of a query that ends (``AvailableNow``)."""
+        await self.commit(start)
         if self.next is None:
             self.next = start
         elif start > self.next:
@@ -126,16 +134,15 @@ class _StreamSession:
         return taken
 
     async def _drain(self) -> None:
-        """Have the sender send what it has now, up to the window, or give the credit back (§2.6.7 drain)."""
+        """Have the sender send what it has now, up to the window (§2.6.7 drain)."""
         receiver = self.receiver
         assert receiver is not None
         self._top_up()
-        if receiver.credit > 0:
-            await receiver.drain()
+        await wait_sent(receiver, max(self.poll_wait, _QUIET))
 
     async def latest(self, start: int, max_rows: int | None, min_rows: int) -> int:
         """The end offset of the next micro-batch from ``start``: deliveries numbered and held up to it."""
-        self._start_at(start)
+        await self._start_at(start)
         receiver = self.receiver
         assert receiver is not None and self.next is not None
         receiver._check()  # a lost connection or link fails the query here
@@ -158,7 +165,7 @@ class _StreamSession:
     async def take_range(self, start: int, end: int) -> list[bytes]:
         """The payloads of the deliveries numbered ``start`` to ``end`` (taking them first when this process has
         not numbered them yet: a batch replayed after a restart)."""
-        self._start_at(start)
+        await self._start_at(start)
         assert self.next is not None
         if end > self.next:
             missing = end - self.next
@@ -181,6 +188,8 @@ class _StreamSession:
     async def commit(self, end: int) -> int:
         """Accept every held delivery numbered below ``end`` (§3.4.2); return how many."""
         held = self.held
+        if held and held[0][0] < end and self.receiver is not None:
+            self.receiver._check()  # a lost connection fails the query: its deliveries come again
         settled = 0
         while held and held[0][0] < end:
             _, delivery = held.popleft()
