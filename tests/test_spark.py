@@ -201,7 +201,7 @@ def test_a_task_failing_mid_write_is_retried_losing_nothing(spark: Any, broker: 
     flag = tmp_path / "failed-once"
 
     @udf("string")
-    def fail_once(n: int) -> str:
+    def fail_once(n):  # no type hints: Spark would read them as a pandas UDF's
         from pyspark import TaskContext
 
         context = TaskContext.get()
