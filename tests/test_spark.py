@@ -442,3 +442,41 @@ def test_the_example_pipeline_on_a_local_cluster(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     assert "results queue: 5000 messages" in result.stdout
     assert "parquet: 5000 rows" in result.stdout
+
+
+_HOLDING_RUNNER = """
+import sys, time
+from pyspark.sql.streaming.datasource import ReadMaxRows
+from amqp_async.spark import MESSAGE_SCHEMA, AmqpStreamReader
+from amqp_async.spark._options import parse_options
+
+reader = AmqpStreamReader(parse_options({"url": sys.argv[1], "address": "held"}), MESSAGE_SCHEMA)
+start = reader.initialOffset()
+end = reader.latestOffset(start, ReadMaxRows(10))
+print("holding", len(reader.partitions(start, end)[0].batch), flush=True)
+time.sleep(600)  # as Spark's runner, blocked between calls, when Spark ends it
+"""
+
+
+@pytest.mark.interop
+def test_sigterm_to_the_runner_closes_the_connection_and_gives_the_messages_back() -> None:
+    with ProtonBroker() as proton_broker:
+        from proton import Message as ProtonMessage
+
+        for n in range(30):
+            proton_broker.put("held", ProtonMessage(body=f"h{n}"))
+        process = subprocess.Popen(
+            [sys.executable, "-c", _HOLDING_RUNNER, proton_broker.url],
+            env=spark_environment(),
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        with running(process):
+            assert process.stdout is not None
+            assert process.stdout.readline().split() == ["holding", "10"]
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(15) == -signal.SIGTERM  # it still dies of SIGTERM, and promptly
+        # A close frame, not a dropped transport: the broker takes the held messages back at once.
+        assert [close.by for close in proton_broker.wait_closes(1, timeout=10)] == ["client"]
+        assert sorted(m.body for m in drain(proton_broker.url, "held")) == sorted(f"h{n}" for n in range(30))
