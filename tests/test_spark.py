@@ -11,6 +11,7 @@ import collections
 import datetime
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import pytest
 from proton_broker import ProtonBroker
 from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
 from spark_support import CuttableProxy, drain, fill, new_session, running, spark_environment
+from tls_certs import make_ca, make_cert
 
 import amqp_async
 from amqp_async.broker import BrokerThread
@@ -190,6 +192,33 @@ def test_batch_read_browses_a_python_qpid_proton_broker(spark: Any) -> None:
         rows = spark.read.format("amqp").option("url", proton_broker.url).option("address", "shelf").load().collect()
         assert sorted(row.body for row in rows) == sorted(f"p{n}".encode() for n in range(50))
         assert {row.subject for row in rows} == {"from proton"}
+
+
+def test_tls_sasl_and_a_selector_through_the_options(spark: Any, tmp_path: Path) -> None:
+    ca = make_ca(tmp_path, "ca")
+    server = make_cert(tmp_path, "server", ca, "localhost", san=["DNS:localhost", "IP:127.0.0.1"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(server.cert, server.key)
+    with BrokerThread(ssl_context=context, users={"spark": "s3cret"}) as secure:
+        url = secure.url.replace("127.0.0.1", "localhost")
+        assert url.startswith("amqps://")
+        tls = {"sslCaFile": ca.cert, "user": "spark", "password": "s3cret", "saslMechanisms": "SCRAM-SHA-256"}
+        rows = spark.range(20, numPartitions=2).selectExpr(
+            "cast(id as string) as body", "if(id % 2 = 0, 'red', 'blue') as subject"
+        )
+        writer = rows.write.format("amqp").option("url", url).option("address", "colours").mode("append")
+        for key, value in tls.items():
+            writer = writer.option(key, value)
+        writer.save()
+        reader = spark.read.format("amqp").option("url", url).option("address", "colours")
+        for key, value in tls.items():
+            reader = reader.option(key, value)
+        red = reader.option("selector", "JMSType = 'red'").load().collect()  # JMSType is the subject
+        assert sorted(int(row.body) for row in red) == list(range(0, 20, 2))
+        with pytest.raises(Exception, match="amqp:unauthorized-access"):
+            reader.option("password", "wrong").load().collect()
+        with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+            spark.read.format("amqp").option("url", url).option("address", "colours").load().collect()
 
 
 # --- faults, with exact counts -------------------------------------------------------------------------------------
