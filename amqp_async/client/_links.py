@@ -271,9 +271,9 @@ class Sender(_Link):
     @property
     def address(self) -> str | None:
         """The target address (for a dynamic target: the one the peer created)."""
-        remote = self._engine_link.remote_target
-        if remote is not None and getattr(remote, "address", None):
-            return str(remote.address)
+        address = getattr(self._engine_link.remote_target, "address", None)
+        if address:
+            return str(address)
         return self.target
 
     @property

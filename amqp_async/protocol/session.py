@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..codec import conditions
+from ..codec import conditions, encode
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import RECEIVER, SENDER, Attach, Begin, Detach, Disposition, End, Error, Flow
+from ..codec.transactions import Declared
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
-_TERMINAL_OUTCOMES = (Accepted, Rejected, Released, Modified)
+# §3.4 terminal outcomes, and §4.5.5 declared: the outcome of a declare
+_TERMINAL_OUTCOMES = (Accepted, Rejected, Released, Modified, Declared)
 _OUTGOING_WINDOW = 0x7FFFFFFF
 
 # The largest transfer performative we write (handle, id, a 32-byte tag, format, settled, more, aborted...) plus
@@ -260,18 +262,21 @@ class Session(Endpoint):
         return encode_handle(handle)
 
     def _send_transfer(
-        self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int
+        self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int, state: Any = None
     ) -> Delivery:
         delivery_id = self._next_delivery_id
         self._next_delivery_id = (delivery_id + 1) & MASK
         delivery = Delivery(link, delivery_id, tag, message_format, payload, settled)
+        if state is not None:
+            delivery.state = state
+            delivery.transfer_state = encode(state)
         if not settled:
             self._outgoing_unsettled[delivery_id] = delivery
         connection = self.connection
         if (
             not self._outgoing_queue
             and self.remote_incoming_window > 0
-            and len(payload) <= connection._max_transfer_payload
+            and len(payload) + len(delivery.transfer_state) <= connection._max_transfer_payload
         ):
             # The common case: one frame, written at once from the link's template.
             self._write_transfer(link, delivery, payload, False)
@@ -295,6 +300,7 @@ class Session(Endpoint):
             more,
             aborted,
             len(payload),
+            b"" if aborted else delivery.transfer_state,
         )
         if payload:
             connection._write_payload(payload)
@@ -312,7 +318,7 @@ class Session(Endpoint):
                 queue.popleft()
                 self._write_transfer(link, delivery, b"", False, aborted=True)
                 continue
-            end = offset + chunk
+            end = offset + chunk - len(delivery.transfer_state)
             if end >= len(payload):
                 queue.popleft()
                 self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, False)
