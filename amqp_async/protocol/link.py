@@ -277,7 +277,7 @@ class SenderLink(Link):
         drain: the receiver asked us to use up or give back all credit (§2.6.7 ``drain``).
     """
 
-    __slots__ = ("_next_tag", "_transfer_prefix", "available", "drain")
+    __slots__ = ("_controller", "_next_tag", "_transfer_prefix", "available", "drain")
 
     role = SENDER
 
@@ -287,6 +287,7 @@ class SenderLink(Link):
         self.drain = False
         self._next_tag = 0
         self._transfer_prefix = b""
+        self._controller = False  # a link to a transaction coordinator (§4.1)
 
     @property
     def credit(self) -> int:
@@ -295,6 +296,7 @@ class SenderLink(Link):
 
     def _after_local_attach(self) -> None:
         self._transfer_prefix = self.session._transfer_prefix(self.handle or 0)
+        self._controller = isinstance(self.target, Coordinator)
 
     def next_tag(self) -> bytes:
         """A delivery tag unique on this link: a counter, 4 bytes until it passes 2**32, then 8."""
@@ -346,6 +348,10 @@ class SenderLink(Link):
                 f"message of {len(payload)} bytes exceeds the peer's max-message-size {remote_max}",
                 condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
             )
+        if self._controller:
+            # §4.4: a discharge ends the work of its transaction: outcomes given within it (dispositions, queued
+            # until the output is taken) must reach the coordinator's side before it.
+            self.session.connection.flush()
         if tag is None:
             tag = self.next_tag()
         elif len(tag) > 32:
