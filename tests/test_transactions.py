@@ -448,3 +448,54 @@ def test_a_peer_without_a_coordinator_gives_a_clear_error_at_declare() -> None:
 
     with ProtonBroker(timeout=TIMEOUT) as broker:
         anyio.run(main, broker.url)
+
+
+async def test_the_coordinator_refuses_malformed_and_distributed_declares() -> None:
+    from amqp_async.codec.transactions import Declare
+
+    async with serving() as broker, connect(broker) as conn:
+        await conn.transaction()
+        controller = conn._controller
+        with pytest.raises(amqp_async.MessageRejected) as caught:
+            await controller.send(b"\x00\x53\x77\xa1")  # an amqp-value section cut short
+        assert caught.value.condition == "amqp:decode-error"
+        with pytest.raises(amqp_async.MessageRejected) as caught:
+            await controller.send(Message(body=Declare(global_id=b"xid")))
+        assert caught.value.condition == "amqp:not-implemented"
+        # the coordinator still works
+        async with conn.transaction():
+            pass
+
+
+async def test_presettled_sends_within_a_transaction_wait_for_the_commit() -> None:
+    async with serving() as broker, connect(broker) as conn:
+        sender = await conn.open_sender("q", delivery="at-most-once")
+        async with conn.transaction() as txn:
+            for n in range(3):
+                assert await sender.send(Message(body=n), transaction=txn) is None
+            await anyio.sleep(0.1)
+            assert depth(broker, "q") == 0
+        assert bodies(broker, "q") == [0, 1, 2]
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_transactions_on_trio(anyio_backend: str) -> None:
+    async with serving() as broker:
+        await fill(broker, "in", 2)
+        async with connect(broker) as conn:
+            receiver = await conn.open_receiver("in", credit=0)
+            sender = await conn.open_sender("out")
+            receiver.add_credit(2)
+            with pytest.raises(RuntimeError):
+                async with conn.transaction() as txn:
+                    await (await receiver.receive()).accept(transaction=txn)
+                    await sender.send(Message(body="x"), transaction=txn)
+                    raise RuntimeError("undo")
+            receiver.add_credit(1)  # for the message the rollback returned (the other one is here already)
+            async with conn.transaction() as txn:
+                for _ in range(2):
+                    delivery = await receiver.receive()
+                    await sender.send(Message(body=delivery.message.body), transaction=txn)
+                    await delivery.accept(transaction=txn)
+            await receiver.close()
+        assert (depth(broker, "in"), sorted(bodies(broker, "out"))) == (0, [0, 1])
