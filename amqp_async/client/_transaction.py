@@ -58,9 +58,6 @@ class _Controller(Sender):
         arguments["source"] = Source(address=None)
         return arguments
 
-    def _target_address_expected(self) -> bool:
-        return True  # a coordinator that refuses us answers with a null target (§2.6.3)
-
     def __repr__(self) -> str:
         return f"<amqp_async transaction controller {self.name!r}>"
 

@@ -688,12 +688,14 @@ class TransactionControlHandler(OutgoingMessageHandler):
         self._handler = handler
 
     def on_settled(self, event: Event) -> None:
+        """The coordinator settled a declare or discharge: its transaction reports the outcome."""
         transaction = getattr(event.delivery, "transaction", None)
         if transaction is not None:
             event.transaction = transaction  # type: ignore[attr-defined]  # proton's attribute
             transaction.handle_outcome(event)
 
     def on_unhandled(self, method: str, *args: Any) -> None:
+        """Hand the control link's other events to the transaction handler (as proton does)."""
         if self._handler is not None and args:
             args[0].dispatch(self._handler)
 
