@@ -499,3 +499,31 @@ async def test_transactions_on_trio(anyio_backend: str) -> None:
                     await delivery.accept(transaction=txn)
             await receiver.close()
         assert (depth(broker, "in"), sorted(bodies(broker, "out"))) == (0, [0, 1])
+
+
+async def test_a_transaction_open_too_long_is_rolled_back_with_the_timeout_condition() -> None:
+    async with serving(transaction_timeout=0.2) as broker:
+        await fill(broker, "in", 1)
+        async with connect(broker) as conn:
+            sender = await conn.open_sender("out")
+            receiver = await conn.open_receiver("in", credit=0)
+            receiver.add_credit(1)
+            slow = await conn.transaction()
+            await sender.send(Message(body="late"), transaction=slow)
+            await (await receiver.receive()).accept(transaction=slow)
+            quick = await conn.transaction()
+            await anyio.sleep(0.3)
+            # work within it now is refused with the timeout, and so is its commit; the work was rolled back
+            with pytest.raises(amqp_async.MessageRejected) as refused:
+                await sender.send(Message(body="later"), transaction=slow)
+            assert refused.value.condition == "amqp:transaction:timeout"
+            with pytest.raises(TransactionRolledBack) as caught:
+                await slow.commit()
+            assert caught.value.condition == "amqp:transaction:timeout"
+            assert (bodies(broker, "in"), depth(broker, "out")) == ([0], 0)
+            await quick.rollback()  # a rollback of an expired transaction is what was asked: no error
+            assert quick.state == "rolled back"
+            async with conn.transaction() as fresh:
+                await sender.send(Message(body="in time"), transaction=fresh)
+            await receiver.close()
+        assert bodies(broker, "out") == ["in time"]

@@ -76,6 +76,8 @@ class Broker:
         max_queue_depth: refuse messages to a queue that holds this many (``amqp:resource-limit-exceeded``).
         max_message_size: the largest message accepted (announced in attach; larger ones are rejected).
         dead_letter_queue: where rejected messages go (None: they are dropped).
+        transaction_timeout: roll back transactions open longer than this many seconds (checked when they are
+            next used or discharged, which then fail with ``amqp:transaction:timeout``); None: no limit.
         container_id: the broker's container id.
     """
 
@@ -91,6 +93,7 @@ class Broker:
         max_queue_depth: int | None = None,
         max_message_size: int | None = None,
         dead_letter_queue: str | None = None,
+        transaction_timeout: float | None = None,
         container_id: str = "amqp_async-broker",
     ) -> None:
         self.host = host
@@ -102,6 +105,7 @@ class Broker:
         self.max_queue_depth = max_queue_depth
         self.max_message_size = max_message_size
         self.dead_letter_queue = dead_letter_queue
+        self.transaction_timeout = transaction_timeout
         self.container_id = container_id
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
@@ -262,7 +266,9 @@ class _ServerConnection:
         )
         self._driver = EngineDriver(self.engine, stream, self._on_events)
         self._outbound: list[_Outbound] = []
-        self.transactions = TransactionCoordinator(broker.route, broker._has_room, broker._settle_entry)
+        self.transactions = TransactionCoordinator(
+            broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
+        )
 
     def kick(self) -> None:
         """Wake the writer: the engine has output."""
@@ -516,8 +522,7 @@ class _ServerConnection:
                 transaction = self.transactions.get(txn_state.txn_id)
             payload = bytes(delivery.payload)
             if isinstance(txn_state, TransactionalState) and transaction is None:
-                # §4.5.8: "amqp:transaction:unknown-id: The specified txn-id does not exist."
-                refusal = _error(conditions.TRANSACTION_UNKNOWN_ID, f"no open transaction {txn_state.txn_id!r}")
+                refusal = self.transactions.refusal(txn_state.txn_id)  # unknown-id, or timeout (§4.5.8)
             elif broker.max_message_size and len(payload) > broker.max_message_size:
                 refusal = _error(
                     conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than {broker.max_message_size}"
@@ -589,8 +594,7 @@ class _ServerConnection:
             touched = True
         for link, txn_id in unknown:
             if link.local_state is EndpointState.ACTIVE:
-                # §4.5.8: "amqp:transaction:unknown-id: The specified txn-id does not exist."
-                link.detach(error=_error(conditions.TRANSACTION_UNKNOWN_ID, f"no open transaction {txn_id!r}"))
+                link.detach(error=self.transactions.refusal(txn_id))  # unknown-id, or timeout (§4.5.8)
                 self._on_detach(link)
                 touched = True
         if touched:

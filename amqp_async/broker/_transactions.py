@@ -10,12 +10,15 @@ A client declares a transaction on a link whose target is a coordinator (§4.5.1
   queue as a failed delivery attempt (its header's delivery-count goes up, §3.2.1).
 
 Transactions belong to the connection that declared them (any session, any coordinator link of it); when the
-connection ends, those still open are rolled back.
+connection ends, those still open are rolled back. With a timeout, a transaction open longer than that is rolled
+back when it is next used or discharged, and reported with ``amqp:transaction:timeout``.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 __all__ = ["Coordinator", "Transaction"]
 
 _txn_numbers = itertools.count(1)
+#: How many expired transaction ids a connection remembers (to answer them with the timeout, not unknown-id).
+_EXPIRED_KEPT = 1024
 
 #: What the broker does with an outcome of a delivered message: ``settle(queue, consumer, entry, outcome)``.
 Settle = Callable[["Queue", "Consumer | None", "Entry", Any], None]
@@ -47,8 +52,9 @@ class Transaction:
         acquired: (queue, consumer, entry, outcome) to settle at commit, or to return at rollback.
     """
 
-    def __init__(self, txn_id: bytes) -> None:
+    def __init__(self, txn_id: bytes, started: float = 0.0) -> None:
         self.txn_id = txn_id
+        self.started = started
         self.published: list[tuple[str, Entry]] = []
         self.acquired: list[tuple[Queue, Consumer | None, Entry, Any]] = []
 
@@ -68,35 +74,67 @@ class Coordinator:
         route: puts an entry on the node at an address; returns the error that refuses it (or None).
         has_room: whether the node at an address takes ``count`` more messages.
         settle: applies an outcome to a delivered message (as a non-transactional outcome would).
+        timeout: roll back transactions open longer than this many seconds (None: never).
+        clock: the clock the timeout is measured with.
     """
 
     def __init__(
-        self, route: Callable[[str, Entry], Error | None], has_room: Callable[[str, int], bool], settle: Settle
+        self,
+        route: Callable[[str, Entry], Error | None],
+        has_room: Callable[[str, int], bool],
+        settle: Settle,
+        *,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._route = route
         self._has_room = has_room
         self._settle = settle
+        self._timeout = timeout
+        self._clock = clock
         self.transactions: dict[bytes, Transaction] = {}
+        self._expired: OrderedDict[bytes, None] = OrderedDict()
 
     def declare(self) -> Transaction:
         """Start a transaction (§4.3) with a new id."""
         txn_id = b"txn-%d" % next(_txn_numbers)
-        transaction = self.transactions[txn_id] = Transaction(txn_id)
+        transaction = self.transactions[txn_id] = Transaction(txn_id, self._clock())
         return transaction
 
     def get(self, txn_id: Any) -> Transaction | None:
-        """The open transaction with this id, or None (unknown, or already discharged)."""
+        """The open transaction with this id, or None (unknown, discharged, or just rolled back for its
+        timeout: :meth:`refusal` says which)."""
         if not isinstance(txn_id, (bytes, bytearray)):
             return None
-        return self.transactions.get(bytes(txn_id))
+        transaction = self.transactions.get(bytes(txn_id))
+        timeout = self._timeout
+        if transaction is not None and timeout is not None and self._clock() - transaction.started > timeout:
+            del self.transactions[transaction.txn_id]
+            self._rollback(transaction)
+            self._expired[transaction.txn_id] = None
+            if len(self._expired) > _EXPIRED_KEPT:
+                self._expired.popitem(last=False)
+            return None
+        return transaction
+
+    def refusal(self, txn_id: Any) -> Error:
+        """The error for work or a discharge naming a transaction that :meth:`get` did not find."""
+        if isinstance(txn_id, (bytes, bytearray)) and bytes(txn_id) in self._expired:
+            # §4.5.8: "amqp:transaction:timeout: The work represented by this transaction took too long."
+            return _error(conditions.TRANSACTION_TIMEOUT, f"transaction {txn_id!r} took too long: rolled back")
+        # §4.5.8: "amqp:transaction:unknown-id: The specified txn-id does not exist."
+        return _error(conditions.TRANSACTION_UNKNOWN_ID, f"no open transaction {txn_id!r} on this connection")
 
     def discharge(self, txn_id: Any, fail: bool) -> Error | None:
         """End a transaction (§4.4): commit it, or roll it back when ``fail``; return the error that says why it
         could not be done (the transaction is then rolled back, or was never known)."""
         transaction = self.get(txn_id)
         if transaction is None:
-            # §4.5.8: "amqp:transaction:unknown-id: The specified txn-id does not exist."
-            return _error(conditions.TRANSACTION_UNKNOWN_ID, f"no open transaction {txn_id!r} on this connection")
+            error = self.refusal(txn_id)
+            if fail and error.condition == conditions.TRANSACTION_TIMEOUT:
+                self._expired.pop(bytes(txn_id), None)
+                return None  # rolled back, as asked
+            return error
         del self.transactions[transaction.txn_id]
         if fail:
             self._rollback(transaction)
