@@ -185,12 +185,15 @@ async def test_our_transaction_frames_match_real_protons() -> None:
         assert len(broker.queue("tx-in")) == 0
 
     proton, ours = seen["proton"], seen["ours"]
+    # the ids the broker gave each run (the discharge names it)
+    proton_id, our_id = proton["control"][-1]["body"].txn_id, ours["control"][-1]["body"].txn_id
+    assert proton_id != our_id
     # what real proton wrote, as the spec has it (§4): the coordinator target, declare, transactional transfers
     # and accepts, discharge
     assert proton["attach"][0]["target"] == Coordinator(capabilities=("amqp:local-transactions",))
-    assert [c["body"] for c in proton["control"]] == [Declare(), Discharge(txn_id=b"txn-1", fail=False)]
-    assert [t["state"] for t in proton["transfer"]] == [TransactionalState(txn_id=b"txn-1")] * 2
+    assert [c["body"] for c in proton["control"]] == [Declare(), Discharge(txn_id=proton_id, fail=False)]
+    assert [t["state"] for t in proton["transfer"]] == [TransactionalState(txn_id=proton_id)] * 2
     assert [d["state"].outcome for d in proton["disposition"]] == [Accepted(), Accepted()]
     # and ours the same, frame for frame (with the id our run was given)
     for kind in ("attach", "control", "transfer", "disposition"):
-        assert ours[kind] == renamed(proton[kind], b"txn-1", b"txn-2"), kind
+        assert ours[kind] == renamed(proton[kind], proton_id, our_id), kind
