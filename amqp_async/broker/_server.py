@@ -548,7 +548,10 @@ class _ServerConnection:
             state: Any = _ACCEPTED if refusal is None else Rejected(error=refusal)
             if transaction is not None:
                 # §4.4.1: the outcome of a transactional transfer is given within the transaction
-                state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
+                if refusal is None:
+                    state = transaction.accepted
+                else:
+                    state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
             link.settle(delivery, state, settled=not second)
         if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
             link.grant_credit(INCOMING_CREDIT)

@@ -23,7 +23,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..codec import conditions
+from ..codec.delivery_states import Accepted
 from ..codec.performatives import Error
+from ..codec.transactions import TransactionalState
 from ..types import symbol
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ class Transaction:
     def __init__(self, txn_id: bytes, started: float = 0.0) -> None:
         self.txn_id = txn_id
         self.started = started
+        #: the outcome of a transfer within it, accepted provisionally (§4.4.1): one object for all its sends.
+        self.accepted = TransactionalState(txn_id=txn_id, outcome=Accepted())
         self.published: list[tuple[str, Entry]] = []
         self.acquired: list[tuple[Queue, Consumer | None, Entry, Any]] = []
 

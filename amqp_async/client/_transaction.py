@@ -114,6 +114,7 @@ class Transaction:
         self.state = "new"
         self._controller: _Controller | None = None
         self._link: EngineLink | None = None  # the controller's engine link it was declared on
+        self._sending_state: TransactionalState | None = None
 
     # --- declare -----------------------------------------------------------------------------------------
 
@@ -175,8 +176,13 @@ class Transaction:
         return self.txn_id
 
     def _transfer_state(self) -> TransactionalState:
-        """The state a transfer within the transaction carries (§4.4.1)."""
-        return TransactionalState(txn_id=self._require_active())
+        """The state a transfer within the transaction carries (§4.4.1): one object, so that the engine encodes
+        it once."""
+        txn_id = self._require_active()
+        state = self._sending_state
+        if state is None:
+            state = self._sending_state = TransactionalState(txn_id=txn_id)
+        return state
 
     def _outcome_state(self, outcome: Any) -> TransactionalState:
         """The state a disposition within the transaction carries: the outcome it will have at commit (§4.4.2)."""

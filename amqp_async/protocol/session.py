@@ -108,6 +108,8 @@ class Session(Endpoint):
         self._session_flow_pending = False
         # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset, aborted].
         self._outgoing_queue: deque[list[Any]] = deque()
+        # The last delivery state sent on a transfer, and its encoding (one per transaction, reused by its sends).
+        self._encoded_state: tuple[Any, bytes] | None = None
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -269,7 +271,12 @@ class Session(Endpoint):
         delivery = Delivery(link, delivery_id, tag, message_format, payload, settled)
         if state is not None:
             delivery.state = state
-            delivery.transfer_state = encode(state)
+            cached = self._encoded_state
+            if cached is not None and cached[0] is state:
+                delivery.transfer_state = cached[1]  # a transaction's sends share one state object
+            else:
+                delivery.transfer_state = encode(state)
+                self._encoded_state = (state, delivery.transfer_state)
         if not settled:
             self._outgoing_unsettled[delivery_id] = delivery
         connection = self.connection

@@ -372,6 +372,7 @@ class Transaction:
         self.failed = False
         self._pending: list[Delivery] = []
         self.settle_before_discharge = settle_before_discharge
+        self._sending_state: TransactionalState | None = None
         self.declare()
 
     def commit(self) -> None:
@@ -404,7 +405,9 @@ class Transaction:
     def send(self, sender: Sender, msg: Message, tag: Any = None) -> Delivery:
         """Send ``msg`` on ``sender`` within the transaction (§4.4.1): its transfer carries the transactional
         state. Returns the delivery."""
-        state = TransactionalState(txn_id=self.id)
+        state = self._sending_state
+        if state is None or state.txn_id != self.id:
+            state = self._sending_state = TransactionalState(txn_id=self.id)  # one object: encoded once
         delivery = sender._send_payload(msg._encode_payload(), tag, None, state)
         delivery.local.data = [self.id]
         delivery.update(_TRANSACTIONAL_STATE)
