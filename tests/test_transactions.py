@@ -527,3 +527,21 @@ async def test_a_transaction_open_too_long_is_rolled_back_with_the_timeout_condi
                 await sender.send(Message(body="in time"), transaction=fresh)
             await receiver.close()
         assert bodies(broker, "out") == ["in time"]
+
+
+async def test_exactly_once_receivers_and_senders_settle_within_a_transaction() -> None:
+    """Receiver settle mode second: the transactional outcome goes out unsettled, and the other side settles it
+    (§2.6.12), both for a transactional accept and for a transactional send."""
+    async with serving() as broker:
+        await fill(broker, "in", 1)
+        async with connect(broker) as conn:
+            receiver = await conn.open_receiver("in", credit=0, delivery="exactly-once")
+            sender = await conn.open_sender("out", delivery="exactly-once")
+            receiver.add_credit(1)
+            async with conn.transaction() as txn:
+                delivery = await receiver.receive()
+                await delivery.accept(transaction=txn)
+                assert delivery.settled
+                assert await sender.send(Message(body="x"), transaction=txn) == Accepted()
+            await receiver.close()
+        assert (depth(broker, "in"), bodies(broker, "out")) == (0, ["x"])

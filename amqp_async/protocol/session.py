@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import conditions, encode
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import RECEIVER, SENDER, Attach, Begin, Detach, Disposition, End, Error, Flow
-from ..codec.transactions import Declared
+from ..codec.transactions import Declared, TransactionalState
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -638,9 +638,12 @@ class Session(Endpoint):
                 delivery.remote_settled = True
                 delivery.settled = True
                 del unsettled[delivery_id]
-            elif ours_sent and isinstance(state, _TERMINAL_OUTCOMES):
-                # Receiver settle mode second (§2.6.12): the receiver reached an outcome and waits for us to
-                # settle; we settle at once (the outcome is reported to the layer above all the same).
+            elif ours_sent and (
+                isinstance(state, _TERMINAL_OUTCOMES)
+                or (state.__class__ is TransactionalState and isinstance(state.outcome, _TERMINAL_OUTCOMES))
+            ):
+                # Receiver settle mode second (§2.6.12): the receiver reached an outcome (within a transaction too,
+                # §4.4) and waits for us to settle; we settle at once (the outcome is reported all the same).
                 delivery.settled = True
                 self._queue_disposition(SENDER, delivery, True, None)
             updated.append(delivery)
