@@ -154,3 +154,18 @@ def test_declared_is_a_terminal_outcome_in_receiver_settle_mode_second(declared:
     pump(c, s)
     # §2.6.12: the sender settles once the receiver has an outcome
     assert delivery.settled and delivery.remote_state == declared
+
+
+def test_transfers_held_back_by_the_window_are_listed_with_their_state() -> None:
+    """Transfers held back by the peer's window are listed (``backlogged_deliveries``): the client waits for them
+    before discharging; once the window opens they go, with their transactional state."""
+    c, s, sender, _ = link_setup(credit=10, server={"incoming_window": 1})
+    state = TransactionalState(txn_id=b"t1")
+    session = sender.session
+    first = sender.send(b"\x00\x53\x77\x40", state=state)
+    second = sender.send(b"\x00\x53\x77\x40", state=state)
+    assert [d.state for d in session.backlogged_deliveries] == [state]
+    assert session.backlogged_deliveries == [second] and first not in session.backlogged_deliveries
+    pump(c, s)
+    assert not session.backlogged_deliveries
+    assert [d.remote_state for d in s.received] == [state, state]

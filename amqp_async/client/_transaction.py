@@ -227,10 +227,23 @@ class Transaction:
             return
         await self._discharge(fail=True)
 
+    def _backlogged(self) -> bool:
+        """True while transfers sent within the transaction wait for a session window (on any session)."""
+        engine = self.connection._engine
+        state = self._sending_state
+        if engine is None or state is None:
+            return False
+        return any(d.state is state for session in engine.sessions for d in session.backlogged_deliveries)
+
     async def _discharge(self, *, fail: bool) -> None:
         txn_id = self._require_active()
         controller = self._controller
         assert controller is not None
+        # The discharge follows the work of the transaction on the wire: a transfer of another session still
+        # waiting for its window must not be overtaken by it.
+        while self._backlogged() and not self._lost():
+            await self.connection._wait_state()
+        txn_id = self._require_active()
         self.state = "discharging"
         try:
             tracker = await controller.submit(Message(body=Discharge(txn_id=txn_id, fail=fail)))

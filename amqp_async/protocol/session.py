@@ -129,6 +129,11 @@ class Session(Endpoint):
         return sum(len(item[2]) - item[3] for item in self._outgoing_queue)
 
     @property
+    def backlogged_deliveries(self) -> list[Delivery]:
+        """The deliveries whose transfer frames (some or all) wait for the peer's incoming window."""
+        return [item[1] for item in self._outgoing_queue]
+
+    @property
     def unsettled_outgoing(self) -> int:
         """How many deliveries we sent are not settled yet."""
         return len(self._outgoing_unsettled)
