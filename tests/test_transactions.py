@@ -545,3 +545,17 @@ async def test_exactly_once_receivers_and_senders_settle_within_a_transaction() 
                 assert await sender.send(Message(body="x"), transaction=txn) == Accepted()
             await receiver.close()
         assert (depth(broker, "in"), bodies(broker, "out")) == (0, ["x"])
+
+
+async def test_work_after_an_explicit_rollback_is_refused_as_not_active() -> None:
+    async with serving() as broker, connect(broker) as conn:
+        sender = await conn.open_sender("q")
+        txn = await conn.transaction()
+        await txn.rollback()
+        with pytest.raises(TransactionError, match=r"not active \(rolled back\)") as caught:
+            await sender.send(Message(body=1), transaction=txn)
+        assert not isinstance(caught.value, TransactionRolledBack)
+        with pytest.raises(TransactionError, match="not active"):
+            await txn.commit()
+        await txn.rollback()  # again: nothing to do
+        assert depth(broker, "q") == 0

@@ -105,7 +105,8 @@ class Transaction:
 
     Attributes:
         txn_id: the id the coordinator gave it (None before it is declared).
-        state: ``"new"``, ``"active"``, ``"committed"``, ``"rolled back"``, ``"failed"`` or ``"in doubt"``.
+        state: ``"new"``, ``"declaring"``, ``"active"``, ``"discharging"``, ``"committed"``, ``"rolled back"``,
+            ``"failed"`` (the declare or a discharge was refused) or ``"in doubt"``.
     """
 
     def __init__(self, connection: Connection) -> None:
@@ -115,6 +116,7 @@ class Transaction:
         self._controller: _Controller | None = None
         self._link: EngineLink | None = None  # the controller's engine link it was declared on
         self._sending_state: TransactionalState | None = None
+        self._lost_connection = False  # rolled back because its connection ended (not by a rollback() call)
 
     # --- declare -----------------------------------------------------------------------------------------
 
@@ -126,9 +128,14 @@ class Transaction:
         """
         if self.state != "new":
             raise TransactionError(f"the transaction is already declared ({self.state})")
-        self.connection._check()
-        controller = await _controller(self.connection)
-        tracker = await controller.submit(Message(body=Declare()))
+        self.state = "declaring"
+        try:
+            self.connection._check()
+            controller = await _controller(self.connection)
+            tracker = await controller.submit(Message(body=Declare()))
+        except BaseException:
+            self.state = "failed"
+            raise  # TransactionError from _controller; the connection's own error if it had ended
         try:
             outcome = await tracker
         except DeliveryInDoubt as exc:
@@ -137,6 +144,9 @@ class Transaction:
         except DeliveryError as exc:
             self.state = "failed"
             raise TransactionError(f"the coordinator refused the declare: {exc}", condition=exc.condition) from exc
+        except BaseException:
+            self.state = "failed"  # cancelled: the coordinator may declare it, and roll it back with the connection
+            raise
         if not isinstance(outcome, Declared) or not valid_txn_id(outcome.txn_id):
             self.state = "failed"
             raise TransactionError(
@@ -169,9 +179,10 @@ class Transaction:
     def _require_active(self) -> bytes:
         if self.state == "active" and self._lost():
             self.state = "rolled back"
+            self._lost_connection = True
         if self.state != "active" or self.txn_id is None:
-            if self.state == "rolled back":
-                raise TransactionRolledBack("the transaction was rolled back (the connection it was declared on ended)")
+            if self._lost_connection:
+                raise TransactionRolledBack("the transaction was rolled back: the connection it was declared on ended")
             raise TransactionError(f"the transaction is not active ({self.state})", condition=conditions.ILLEGAL_STATE)
         return self.txn_id
 
@@ -224,6 +235,7 @@ class Transaction:
             return
         if self.state == "active" and self._lost():
             self.state = "rolled back"
+            self._lost_connection = True
             return
         await self._discharge(fail=True)
 
@@ -250,6 +262,7 @@ class Transaction:
         except AMQPError as exc:
             # Nothing was sent: the connection ended before the discharge, and the peer rolls the transaction back.
             self.state = "rolled back"
+            self._lost_connection = True
             if fail:
                 return
             raise TransactionRolledBack(f"the connection ended before the commit: {exc}") from exc
