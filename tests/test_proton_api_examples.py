@@ -488,18 +488,19 @@ def test_tx_send_tx_recv(runner: Runner, scenario: Scenario) -> None:
 
 
 # tx_recv_interactive.py reads commands from stdin while its container runs in a thread: fed at once, they would
-# race the broker's answers, so a small driver (run in the flavour's environment, from the scenario's directory,
-# which is ``runs/KEY`` beside the rewritten examples in ``ours``) writes them half a second apart.
+# race the broker's answers (a fetch before the transaction is declared crashes it), so a small driver (run in the
+# flavour's environment, from the scenario's directory, which is ``runs/KEY`` beside the rewritten examples in
+# ``ours``) waits two seconds, then writes them 0.6 s apart.
 INTERACTIVE_COMMANDS = ["fetch", "fetch", "abort", "fetch", "commit", "quit"]
 INTERACTIVE_DRIVER = f"""
 import subprocess, sys, time
 example = "../../ours/tx_recv_interactive.py"
 child = subprocess.Popen([sys.executable, example], stdin=subprocess.PIPE)
-time.sleep(1.0)
+time.sleep(2.0)
 for command in {INTERACTIVE_COMMANDS!r}:
     child.stdin.write(command.encode() + b"\\n")
     child.stdin.flush()
-    time.sleep(0.5)
+    time.sleep(0.6)
 child.stdin.close()
 sys.exit(child.wait())
 """

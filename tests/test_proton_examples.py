@@ -341,12 +341,12 @@ def test_tx_send_tx_recv(tmp_path: Path, examples: Path) -> None:
 
 
 def test_tx_recv_interactive_abort_then_commit(tmp_path: Path, examples: Path) -> None:
-    """tx_recv_interactive.py (settle_before_discharge), fed its commands half a second apart: two messages
+    """tx_recv_interactive.py (settle_before_discharge), fed its commands 0.6 s apart: two messages
     accepted (and settled) in a transaction that is aborted come back, the first one again, committed;
     simple_recv.py then gets the other 19."""
     commands = ["fetch", "fetch", "abort", "fetch", "commit", "quit"]
     # (the first command waits for the transaction to be declared: the example needs one before a message comes)
-    feed = "sleep 1; " + "; ".join(f"echo {command}; sleep 0.5" for command in commands)
+    feed = "sleep 2; " + "; ".join(f"echo {command}; sleep 0.6" for command in commands)
     program = f"({feed}) | {shlex.quote(sys.executable)} {shlex.quote(str(examples / 'tx_recv_interactive.py'))}"
     report = run_scenario(
         tmp_path,
