@@ -129,11 +129,21 @@ async def test_async_with_rolls_back_on_an_exception() -> None:
 async def test_async_with_rolls_back_on_cancellation() -> None:
     async with serving() as broker, connect(broker) as conn:
         sender = await conn.open_sender("q")
-        with anyio.move_on_after(0.3) as scope:
+        sent = anyio.Event()
+        transactions = []
+
+        async def work() -> None:
             async with conn.transaction() as txn:
+                transactions.append(txn)
                 await sender.send(Message(body=1), transaction=txn)
+                sent.set()
                 await anyio.sleep(10)
-        assert scope.cancelled_caught
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(work)
+            await sent.wait()
+            group.cancel_scope.cancel()
+        (txn,) = transactions
         assert txn.state == "rolled back" and depth(broker, "q") == 0
         # the connection still works, and so do new transactions
         async with conn.transaction() as again:
@@ -331,7 +341,7 @@ async def test_a_connection_lost_during_the_commit_leaves_it_in_doubt() -> None:
                     await txn.commit()
 
             group.start_soon(commit)
-            await anyio.sleep(0.2)
+            await eventually(lambda: txn.state == "discharging" and conn._controller.unsettled)
             drop_abruptly(conn)
         assert txn.state == "in doubt"
         await conn.close()
@@ -502,7 +512,7 @@ async def test_transactions_on_trio(anyio_backend: str) -> None:
 
 
 async def test_a_transaction_open_too_long_is_rolled_back_with_the_timeout_condition() -> None:
-    async with serving(transaction_timeout=0.2) as broker:
+    async with serving(transaction_timeout=1.0) as broker:
         await fill(broker, "in", 1)
         async with connect(broker) as conn:
             sender = await conn.open_sender("out")
@@ -512,7 +522,7 @@ async def test_a_transaction_open_too_long_is_rolled_back_with_the_timeout_condi
             await sender.send(Message(body="late"), transaction=slow)
             await (await receiver.receive()).accept(transaction=slow)
             quick = await conn.transaction()
-            await anyio.sleep(0.3)
+            await anyio.sleep(1.2)
             # work within it now is refused with the timeout, and so is its commit; the work was rolled back
             with pytest.raises(amqp_async.MessageRejected) as refused:
                 await sender.send(Message(body="later"), transaction=slow)
