@@ -1,15 +1,26 @@
 """amqp_async: a pure-Python, asyncio-native AMQP 1.0 client.
 
 The public surface: :func:`connect` and the awaitable API (:class:`Connection`, :class:`Session`,
-:class:`Sender`, :class:`Receiver`, :class:`Delivery`, :class:`Tracker`), :class:`Message`, :class:`AMQPError` and
-its subclasses, the AMQP types in :mod:`amqp_async.types`, the codec in :mod:`amqp_async.codec`, and the Sans-IO
-engine in :mod:`amqp_async.protocol`.
+:class:`Sender`, :class:`Receiver`, :class:`Delivery`, :class:`Tracker`, :class:`Transaction`), :class:`Message`,
+:class:`AMQPError` and its subclasses, the AMQP types in :mod:`amqp_async.types`, the codec in
+:mod:`amqp_async.codec`, and the Sans-IO engine in :mod:`amqp_async.protocol`.
 """
 
 from __future__ import annotations
 
 from . import codec, types
-from .client import Backoff, Connection, Delivery, Receiver, Sender, Session, Tracker, connect, selector
+from .client import (
+    Backoff,
+    Connection,
+    Delivery,
+    Receiver,
+    Sender,
+    Session,
+    Tracker,
+    Transaction,
+    connect,
+    selector,
+)
 from .errors import (
     AMQPError,
     AuthenticationError,
@@ -24,6 +35,9 @@ from .errors import (
     MessageRejected,
     MessageReleased,
     SessionError,
+    TransactionError,
+    TransactionInDoubt,
+    TransactionRolledBack,
 )
 from .message import Message
 
@@ -49,6 +63,10 @@ __all__ = [
     "Session",
     "SessionError",
     "Tracker",
+    "Transaction",
+    "TransactionError",
+    "TransactionInDoubt",
+    "TransactionRolledBack",
     "codec",
     "connect",
     "selector",

@@ -24,6 +24,9 @@ __all__ = [
     "MessageRejected",
     "MessageReleased",
     "SessionError",
+    "TransactionError",
+    "TransactionInDoubt",
+    "TransactionRolledBack",
 ]
 
 
@@ -144,5 +147,29 @@ class DeliveryInDoubt(DeliveryError):
 
     The caller decides whether to send it again (at-least-once) or not.
     """
+
+    default_condition = "amqp:connection:forced"
+
+
+class TransactionError(AMQPError):
+    """A transaction (§4) could not be declared, used or discharged; ``condition`` is the peer's when it sent one.
+
+    Raised at declare time by a peer without a transaction coordinator (naming the condition of its refusal), for
+    a discharge the coordinator rejected (``amqp:transaction:unknown-id``...), and for work on a transaction
+    that is already discharged.
+    """
+
+
+class TransactionRolledBack(TransactionError):
+    """The transaction did not commit: its work was rolled back (a commit the coordinator refused with
+    ``amqp:transaction:rollback`` or ``amqp:transaction:timeout``, or a connection that ended before the commit
+    was asked for: the peer rolls back the open transactions of a connection that ends)."""
+
+    default_condition = "amqp:transaction:rollback"
+
+
+class TransactionInDoubt(TransactionError):
+    """The connection ended after the commit was asked for and before its outcome came: the transaction may
+    have committed or rolled back."""
 
     default_condition = "amqp:connection:forced"

@@ -477,3 +477,18 @@ async def test_reconnect_after_the_network_drops(
     )
     assert connections <= 4, f"{connections} connections for one network failure: a reconnect storm"
     assert await depth(rabbitmq_broker, queue, 2) == 2
+
+
+async def test_a_transaction_on_rabbitmq_fails_clearly_at_declare(rabbitmq_broker: RabbitMQNode, queue: str) -> None:
+    """RabbitMQ 3.10 has no transaction coordinator: declaring fails at once with a TransactionError naming the
+    condition RabbitMQ sent back (no hang), and the connection stays usable."""
+    async with amqp_async.connect(rabbitmq_broker.url) as conn:
+        with anyio.fail_after(15):
+            with pytest.raises(amqp_async.TransactionError) as caught:
+                async with conn.transaction():
+                    pass
+        assert caught.value.condition == "amqp:not-implemented"
+        assert "no transaction coordinator" in str(caught.value)
+        print(f"RabbitMQ refused the coordinator: {caught.value}")
+        sender = await conn.open_sender(f"/queue/{queue}")
+        await sender.send(amqp_async.Message(body="still usable"))

@@ -1793,19 +1793,6 @@ def test_terminus_copy() -> None:
     assert copy.filter.next() is not None
 
 
-def test_declare_transaction_is_not_implemented(peer: ProtonBroker) -> None:
-    class H(MessagingHandler):
-        def on_start(self, event: Any) -> None:
-            connection = event.container.connect(peer.url, reconnect=False)
-            try:
-                event.container.declare_transaction(connection, handler=self)
-            finally:
-                connection.close()
-
-    with pytest.raises(NotImplementedError, match="transaction"):
-        run_container(Container(H()))
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Behaviour checked side by side with real proton (``proton``: the reference; ``ours``: amqp_async.proton)
 

@@ -3,7 +3,7 @@
     python -m amqp_async.broker [--host H] [--port P] [--user NAME:PASSWORD ...] [--users-file FILE]
                                 [--allow-anonymous] [--tls-cert CERT --tls-key KEY]
                                 [--max-connections N] [--max-queue-depth N] [--max-message-size BYTES]
-                                [--dead-letter-queue ADDRESS]
+                                [--dead-letter-queue ADDRESS] [--transaction-timeout SECONDS]
 
 Prints ``listening on amqp://H:P`` once listening, logs one line per connection and link opened or closed, and
 shuts down cleanly on SIGINT or SIGTERM. A users file holds one ``name:password`` per line (or a JSON object).
@@ -58,6 +58,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-queue-depth", type=int)
     parser.add_argument("--max-message-size", type=int)
     parser.add_argument("--dead-letter-queue")
+    parser.add_argument("--transaction-timeout", type=float, help="roll back transactions open longer (seconds)")
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
     return parser.parse_args(argv)
 
@@ -78,6 +79,7 @@ async def _main(arguments: argparse.Namespace) -> None:
         max_queue_depth=arguments.max_queue_depth,
         max_message_size=arguments.max_message_size,
         dead_letter_queue=arguments.dead_letter_queue,
+        transaction_timeout=arguments.transaction_timeout,
     )
     # The signal handlers are in place before "listening on" is printed: a signal sent as soon as that line is
     # read still shuts the broker down cleanly.

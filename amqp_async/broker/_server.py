@@ -26,13 +26,25 @@ from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
 from ..codec.terminus import COPY, NEVER, Source, Target
+from ..codec.transactions import (
+    LOCAL_TRANSACTIONS,
+    MULTI_SESSIONS_PER_TXN,
+    MULTI_TXNS_PER_SSN,
+    Coordinator,
+    Declare,
+    Declared,
+    Discharge,
+    TransactionalState,
+)
 from ..errors import DecodeError
+from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.sasl import SaslServer
 from ..protocol.sasl_scram import InMemoryCredentialStore
 from ..types import symbol
 from ._nodes import Consumer, Entry, Queue, Topic
+from ._transactions import Coordinator as TransactionCoordinator
 from .selector import SelectorError, compile_selector
 
 __all__ = ["Broker"]
@@ -64,6 +76,8 @@ class Broker:
         max_queue_depth: refuse messages to a queue that holds this many (``amqp:resource-limit-exceeded``).
         max_message_size: the largest message accepted (announced in attach; larger ones are rejected).
         dead_letter_queue: where rejected messages go (None: they are dropped).
+        transaction_timeout: roll back transactions open longer than this many seconds (checked when they are
+            next used or discharged, which then fail with ``amqp:transaction:timeout``); None: no limit.
         container_id: the broker's container id.
     """
 
@@ -79,6 +93,7 @@ class Broker:
         max_queue_depth: int | None = None,
         max_message_size: int | None = None,
         dead_letter_queue: str | None = None,
+        transaction_timeout: float | None = None,
         container_id: str = "amqp_async-broker",
     ) -> None:
         self.host = host
@@ -90,6 +105,7 @@ class Broker:
         self.max_queue_depth = max_queue_depth
         self.max_message_size = max_message_size
         self.dead_letter_queue = dead_letter_queue
+        self.transaction_timeout = transaction_timeout
         self.container_id = container_id
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
@@ -134,6 +150,28 @@ class Broker:
             return _error(conditions.RESOURCE_LIMIT_EXCEEDED, f"queue {address!r} is full ({queue.max_depth})")
         queue.put(entry)
         return None
+
+    def _has_room(self, address: str, count: int) -> bool:
+        """Whether the node at ``address`` takes ``count`` more messages (a topic always does)."""
+        if self._is_topic(address):
+            return True
+        queue = self.queue(address)
+        return queue.max_depth is None or len(queue.entries) + count <= queue.max_depth
+
+    def _settle_entry(self, queue: Queue, consumer: Consumer | None, entry: Entry, state: Any) -> None:
+        """Apply the outcome a consumer gave a delivered message (now, or at the commit of its transaction)."""
+        if isinstance(state, Released):
+            queue.put_back([entry])
+        elif isinstance(state, Modified):
+            if state.message_annotations:
+                entry.annotate(state.message_annotations)  # §3.4.5: combined with the message's annotations
+            if state.delivery_failed:
+                entry.failed_attempt()
+            if state.undeliverable_here and consumer is not None:
+                entry.excluded = (entry.excluded or set()) | {id(consumer)}
+            queue.put_back([entry])
+        elif isinstance(state, Rejected) and self.dead_letter_queue:
+            self.queue(self.dead_letter_queue).put(entry)
 
     def _temporary_address(self) -> str:
         return f"temp-queue://{self.container_id}/{next(self._dynamic_names)}"
@@ -185,6 +223,11 @@ class _Inbound:
         self.address = address
 
 
+class _ControlLink:
+    """What the broker keeps for a link to its transaction coordinator (nothing: transactions are the
+    connection's)."""
+
+
 class _Outbound:
     """What the broker keeps for a link on which a client receives: its queue and consumer."""
 
@@ -219,10 +262,13 @@ class _ServerConnection:
             container_id=broker.container_id,
             sasl=SaslServer(mechanisms, broker._store),
             require_sasl=not broker.allow_anonymous,
-            offered_capabilities=["ANONYMOUS-RELAY"],
+            offered_capabilities=["ANONYMOUS-RELAY", LOCAL_TRANSACTIONS],
         )
         self._driver = EngineDriver(self.engine, stream, self._on_events)
         self._outbound: list[_Outbound] = []
+        self.transactions = TransactionCoordinator(
+            broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
+        )
 
     def kick(self) -> None:
         """Wake the writer: the engine has output."""
@@ -237,7 +283,9 @@ class _ServerConnection:
             self._on_event(event)
 
     def release(self) -> None:
-        """The connection is gone: its consumers' unsettled messages go back to their queues."""
+        """The connection is gone: its open transactions roll back, and its consumers' unsettled messages go back
+        to their queues."""
+        self.transactions.rollback_all()
         for outbound in self._outbound:
             self._unsubscribe(outbound)
         self._outbound.clear()
@@ -299,6 +347,9 @@ class _ServerConnection:
 
     def _attach_inbound(self, link: protocol.ReceiverLink) -> None:
         target = link.remote_target
+        if isinstance(target, Coordinator):
+            self._attach_coordinator(link)
+            return
         if isinstance(target, Target) and target.dynamic:
             address: str | None = self.broker._temporary_address()
             self.broker.queue(address).dynamic = True  # type: ignore[arg-type]
@@ -321,6 +372,59 @@ class _ServerConnection:
         link.max_message_size = self.broker.max_message_size
         link.grant_credit(INCOMING_CREDIT)
         log.info("link %r attached: %s sends to %s", link.name, self.peer, address or "(anonymous relay)")
+
+    def _attach_coordinator(self, link: protocol.ReceiverLink) -> None:
+        """A link to the transaction coordinator (§4.1): declares and discharges arrive on it."""
+        link.user_data = _ControlLink()
+        link.attach(
+            source=link.remote_source,
+            # §4.5.1: the coordinator's capabilities are the txn-capabilities it supports (§4.5.7)
+            target=Coordinator(capabilities=(LOCAL_TRANSACTIONS, MULTI_TXNS_PER_SSN, MULTI_SESSIONS_PER_TXN)),
+            snd_settle_mode=link.remote_snd_settle_mode,
+            rcv_settle_mode=link.remote_rcv_settle_mode,
+        )
+        link.grant_credit(INCOMING_CREDIT)
+        log.info("link %r attached: %s controls transactions", link.name, self.peer)
+
+    def _on_control(self, link: protocol.ReceiverLink) -> None:
+        """Declares and discharges (§4.3, §4.4): each is answered, settled, with its outcome."""
+        second = link.rcv_settle_mode == RCV_SECOND
+        while link.incoming:
+            delivery = link.incoming.popleft()
+            if delivery.aborted:
+                continue
+            state = self._control(bytes(delivery.payload))
+            link.settle(delivery, state, settled=not second)
+        if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
+            link.grant_credit(INCOMING_CREDIT)
+
+    def _control(self, payload: bytes) -> Any:
+        """The outcome of one message sent to the coordinator."""
+        try:
+            message = Message()
+            message.decode(payload)
+        except DecodeError as exc:
+            return Rejected(error=_error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}"))
+        body = message.body
+        if isinstance(body, Declare):
+            if body.global_id is not None:
+                return Rejected(error=_error(conditions.NOT_IMPLEMENTED, "distributed transactions are not supported"))
+            transaction = self.transactions.declare()
+            log.info("transaction %r declared (%s)", transaction.txn_id, self.peer)
+            return Declared(txn_id=transaction.txn_id)  # §4.3: the declared outcome carries the new txn-id
+        if isinstance(body, Discharge):
+            error = self.transactions.discharge(body.txn_id, bool(body.fail))
+            log.info(
+                "transaction %r %s (%s)",
+                body.txn_id,
+                f"failed: {error.condition}" if error else "rolled back" if body.fail else "committed",
+                self.peer,
+            )
+            # §4.4: a discharge that cannot be done is rejected with the transaction-error saying why
+            return _ACCEPTED if error is None else Rejected(error=error)
+        return Rejected(
+            error=_error(conditions.NOT_ALLOWED, "the coordinator takes declare and discharge bodies (§4.5.2, §4.5.3)")
+        )
 
     def _attach_outbound(self, link: protocol.SenderLink) -> None:
         broker = self.broker
@@ -400,6 +504,9 @@ class _ServerConnection:
 
     def _on_deliveries(self, link: protocol.ReceiverLink) -> None:
         inbound = link.user_data
+        if isinstance(inbound, _ControlLink):
+            self._on_control(link)
+            return
         if not isinstance(inbound, _Inbound):
             return
         broker = self.broker
@@ -409,8 +516,14 @@ class _ServerConnection:
             if delivery.aborted:
                 continue
             refusal = None
+            transaction = None
+            txn_state = delivery.remote_state
+            if isinstance(txn_state, TransactionalState):
+                transaction = self.transactions.get(txn_state.txn_id)
             payload = bytes(delivery.payload)
-            if broker.max_message_size and len(payload) > broker.max_message_size:
+            if isinstance(txn_state, TransactionalState) and transaction is None:
+                refusal = self.transactions.refusal(txn_state.txn_id)  # unknown-id, or timeout (§4.5.8)
+            elif broker.max_message_size and len(payload) > broker.max_message_size:
                 refusal = _error(
                     conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than {broker.max_message_size}"
                 )
@@ -426,10 +539,19 @@ class _ServerConnection:
                         if address is None:
                             refusal = _error(conditions.NOT_FOUND, "anonymous relay needs the message's to address")
                 if refusal is None and address is not None:
-                    refusal = broker.route(address, entry)
+                    if transaction is not None:
+                        transaction.publish(address, entry)  # §4.4.1: visible at commit, gone at rollback
+                    else:
+                        refusal = broker.route(address, entry)
             if delivery.remote_settled:
                 continue
-            state = _ACCEPTED if refusal is None else Rejected(error=refusal)
+            state: Any = _ACCEPTED if refusal is None else Rejected(error=refusal)
+            if transaction is not None:
+                # §4.4.1: the outcome of a transactional transfer is given within the transaction
+                if refusal is None:
+                    state = transaction.accepted
+                else:
+                    state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
             link.settle(delivery, state, settled=not second)
         if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
             link.grant_credit(INCOMING_CREDIT)
@@ -446,31 +568,38 @@ class _ServerConnection:
         self.kick()
 
     def _on_outcomes(self, event: ev.DeliveriesUpdated) -> None:
-        touched: set[int] = set()
+        touched = False
+        unknown: list[tuple[protocol.Link, Any]] = []
         for delivery in event.deliveries:
             outbound = delivery.link.user_data
             if not isinstance(outbound, _Outbound):
                 continue
             state = delivery.remote_state
+            transaction = None
+            if isinstance(state, TransactionalState):
+                transaction = self.transactions.get(state.txn_id)
+                if transaction is None:
+                    unknown.append((delivery.link, state.txn_id))
+                    continue
+                state = state.outcome
+                if state is None and delivery.remote_settled:
+                    state = _ACCEPTED  # settled within the transaction without an outcome: consumed at commit
             if isinstance(state, Received) or (state is None and not delivery.remote_settled):
                 continue  # not an outcome yet
             entry = outbound.consumer.unsettled.pop(delivery, None)
             if entry is None:
                 continue
-            queue = outbound.queue
-            if isinstance(state, Released):
-                queue.put_back([entry])
-            elif isinstance(state, Modified):
-                if state.message_annotations:
-                    entry.annotate(state.message_annotations)  # §3.4.5: combined with the message's annotations
-                if state.delivery_failed:
-                    entry.failed_attempt()
-                if state.undeliverable_here:
-                    entry.excluded = (entry.excluded or set()) | {id(outbound.consumer)}
-                queue.put_back([entry])
-            elif isinstance(state, Rejected) and self.broker.dead_letter_queue:
-                self.broker.queue(self.broker.dead_letter_queue).put(entry)
-            touched.add(id(queue))
+            if transaction is not None:
+                # §4.4.2: the outcome takes effect when the transaction commits; a rollback returns the message
+                transaction.acquire(outbound.queue, outbound.consumer, entry, state)
+                continue
+            self.broker._settle_entry(outbound.queue, outbound.consumer, entry, state)
+            touched = True
+        for link, txn_id in unknown:
+            if link.local_state is EndpointState.ACTIVE:
+                link.detach(error=self.transactions.refusal(txn_id))  # unknown-id, or timeout (§4.5.8)
+                self._on_detach(link)
+                touched = True
         if touched:
             self.kick()
 

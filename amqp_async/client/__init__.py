@@ -11,5 +11,17 @@ from ._connection import Connection, connect
 from ._delivery import Delivery
 from ._links import Receiver, Sender, Tracker, selector
 from ._session import Session
+from ._transaction import Transaction
 
-__all__ = ["Backoff", "Connection", "Delivery", "Receiver", "Sender", "Session", "Tracker", "connect", "selector"]
+__all__ = [
+    "Backoff",
+    "Connection",
+    "Delivery",
+    "Receiver",
+    "Sender",
+    "Session",
+    "Tracker",
+    "Transaction",
+    "connect",
+    "selector",
+]

@@ -23,7 +23,7 @@ import importlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -38,6 +38,9 @@ from ..protocol.sasl import SaslClient
 from ._config import ResolvedOptions, resolve_options
 from ._trace import FrameTracer
 from ._url import Address
+
+if TYPE_CHECKING:
+    from ._transaction import Transaction
 
 __all__ = ["HIGH_WATER", "Connection", "connect"]
 
@@ -103,6 +106,8 @@ class Connection:
         self._error: AMQPError | None = None
         self._sessions: list[Any] = []
         self._default_session: Any = None
+        self._controller: Any = None  # the link to the peer's transaction coordinator, made on first use
+        self._controller_lock: anyio.Lock | None = None
         self._tracer = FrameTracer.from_environment()
         self._driver: EngineDriver | None = None
         self._reconnects = 0
@@ -449,6 +454,22 @@ class Connection:
     async def open_receiver(self, source: str | None, **options: Any) -> Any:
         """Attach a receiver on the connection's default session: see :meth:`Session.open_receiver`."""
         return await (await self._session()).open_receiver(source, **options)
+
+    def transaction(self) -> Transaction:
+        """A local transaction (§4) on this connection, declared when it is awaited or entered.
+
+        ``async with conn.transaction() as txn:`` commits on a normal exit and rolls back on an exception or a
+        cancellation; ``txn = await conn.transaction()`` leaves ``commit()`` / ``rollback()`` to the caller. See
+        :class:`~amqp_async.Transaction`.
+
+        Raises (when declared):
+            TransactionError: the peer has no transaction coordinator, or refused the declare; the condition is
+                the peer's.
+        """
+        from ._transaction import Transaction
+
+        self._check()
+        return Transaction(self)
 
     async def close(self, error: Error | None = None) -> None:
         """Close the connection (§2.4.3) and wait until the peer answered or the transport ended.

@@ -14,6 +14,7 @@ from ..types import symbol
 if TYPE_CHECKING:
     from ..protocol.delivery import Delivery as EngineDelivery
     from ._links import Receiver
+    from ._transaction import Transaction
 
 __all__ = ["Delivery"]
 
@@ -75,45 +76,66 @@ class Delivery:
         """The outcome we gave it, if any."""
         return self._delivery.state
 
-    async def accept(self) -> None:
-        """Accept the message (§3.4.2): it was processed."""
-        await self._settle(_ACCEPTED)
+    async def accept(self, *, transaction: Transaction | None = None) -> None:
+        """Accept the message (§3.4.2): it was processed.
+
+        With ``transaction`` (a declared :class:`~amqp_async.Transaction` of this connection), the acceptance
+        is within it (§4.4.2): the message is consumed only if the transaction commits, and returned to its
+        source if it rolls back.
+        """
+        await self._settle(_ACCEPTED, transaction)
 
     async def reject(
-        self, condition: str = "amqp:internal-error", description: str | None = None, info: dict[Any, Any] | None = None
+        self,
+        condition: str = "amqp:internal-error",
+        description: str | None = None,
+        info: dict[Any, Any] | None = None,
+        *,
+        transaction: Transaction | None = None,
     ) -> None:
-        """Reject the message (§3.4.3): it is invalid and must not be delivered again; the error says why."""
-        await self._settle(Rejected(error=Error(condition=symbol(condition), description=description, info=info)))
+        """Reject the message (§3.4.3): it is invalid and must not be delivered again; the error says why.
+        ``transaction``: as for :meth:`accept`."""
+        error = Error(condition=symbol(condition), description=description, info=info)
+        await self._settle(Rejected(error=error), transaction)
 
-    async def release(self, delivered: bool = False) -> None:
+    async def release(self, delivered: bool = False, *, transaction: Transaction | None = None) -> None:
         """Release the message (§3.4.4): not processed, deliver it again (to anyone). With ``delivered=True``, as
-        proton's ``release(delivered=True)``, it is a modified outcome with delivery-failed set."""
+        proton's ``release(delivered=True)``, it is a modified outcome with delivery-failed set.
+        ``transaction``: as for :meth:`accept`."""
         if delivered:
-            await self._settle(Modified(delivery_failed=True))
+            await self._settle(Modified(delivery_failed=True), transaction)
         else:
-            await self._settle(_RELEASED)
+            await self._settle(_RELEASED, transaction)
 
     async def modify(
         self,
         delivery_failed: bool = True,
         undeliverable_here: bool = False,
         annotations: dict[Any, Any] | None = None,
+        *,
+        transaction: Transaction | None = None,
     ) -> None:
         """Modify the message (§3.4.5): not processed; count a failed attempt, keep it away from this receiver,
-        and/or add message annotations before it is delivered again."""
+        and/or add message annotations before it is delivered again. ``transaction``: as for :meth:`accept`."""
         await self._settle(
             Modified(
                 delivery_failed=delivery_failed,
                 undeliverable_here=undeliverable_here,
                 message_annotations={symbol(key): value for key, value in annotations.items()} if annotations else None,
-            )
+            ),
+            transaction,
         )
 
-    async def _settle(self, state: Any) -> None:
+    async def _settle(self, state: Any, transaction: Transaction | None = None) -> None:
         delivery = self._delivery
         receiver = self.receiver
         if delivery.settled:
             return
+        if transaction is not None:
+            if transaction.connection is not receiver.connection:
+                raise ValueError("the transaction belongs to another connection")
+            # §4.4.2: the outcome, given within the transaction, takes effect at its discharge
+            state = transaction._outcome_state(state)
         link = delivery.link
         if link is not receiver._engine_link or link.local_state is not EndpointState.ACTIVE:
             raise LinkDetached(

@@ -12,6 +12,7 @@ import anyio
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_FIRST, RCV_SECOND, SND_SETTLED, SND_UNSETTLED, Error
 from ..codec.terminus import Source, Target
+from ..codec.transactions import TransactionalState
 from ..errors import (
     AMQPError,
     DeliveryInDoubt,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ..protocol.session import Session as EngineSession
     from ._delivery import Delivery
     from ._session import Session
+    from ._transaction import Transaction
 
 __all__ = ["Receiver", "Sender", "Tracker", "selector"]
 
@@ -189,6 +191,11 @@ class Tracker:
 
     def _update(self, delivery: EngineDelivery) -> None:
         state = delivery.remote_state
+        if state.__class__ is TransactionalState:
+            # §4.4.1: the outcome of a transfer within a transaction, provisional until the discharge
+            state = state.outcome
+            if state is None and not delivery.remote_settled:
+                return
         if not (delivery.remote_settled or delivery.settled) and (state is None or isinstance(state, Received)):
             return  # not final yet (a received state, or an unsettled disposition without outcome)
         self._finish(state, _outcome_error(state))
@@ -275,9 +282,9 @@ class Sender(_Link):
     @property
     def address(self) -> str | None:
         """The target address (for a dynamic target: the one the peer created)."""
-        remote = self._engine_link.remote_target
-        if remote is not None and getattr(remote, "address", None):
-            return str(remote.address)
+        address = getattr(self._engine_link.remote_target, "address", None)
+        if address:
+            return str(address)
         return self.target
 
     @property
@@ -341,22 +348,27 @@ class Sender(_Link):
 
     _waiting = 0
 
-    async def submit(self, message: Message | bytes) -> Tracker:
+    async def submit(self, message: Message | bytes, *, transaction: Transaction | None = None) -> Tracker:
         """Wait for credit, transfer the message, and return a :class:`Tracker` of its outcome.
 
         ``message`` is a :class:`Message` or already encoded message bytes. An anonymous sender (target None)
-        routes by ``message.address``.
+        routes by ``message.address``. With ``transaction``, the message is sent within it (§4.4.1): it reaches
+        its node only if the transaction commits.
 
         Cancellation: cancelled while it waits for credit, nothing was sent. Once it returns, the message is on
         its way; cancelling ``await tracker`` leaves the outcome to be learned from the tracker later.
         """
-        tracker = await self._transfer(message)
+        tracker = await self._transfer(message, transaction)
         self.connection._kick()
         return tracker
 
-    async def _transfer(self, message: Message | bytes) -> Tracker:
+    async def _transfer(self, message: Message | bytes, transaction: Transaction | None = None) -> Tracker:
         """Wait for credit and hand the message to the engine, without waking the writer (the caller does)."""
         payload = message._encode_payload() if isinstance(message, Message) else bytes(message)
+        if transaction is not None:
+            if transaction.connection is not self.connection:
+                raise ValueError("the transaction belongs to another connection")
+            transaction._require_active()
         link = self._engine_link
         connection = self.connection
         if (
@@ -370,7 +382,11 @@ class Sender(_Link):
         elif self._error is not None or self._closed or connection._error is not None:
             self._check()
         try:
-            delivery = link.send(payload)
+            if transaction is None:
+                delivery = link.send(payload)
+            else:
+                # checked after the wait for credit: the transaction may have ended meanwhile
+                delivery = link.send(payload, state=transaction._transfer_state())
         except LocalProtocolError:
             self._check()  # the link, session or connection ended: raise what ended it
             raise  # a refusal with its own condition (e.g. amqp:link:message-size-exceeded)
@@ -412,18 +428,23 @@ class Sender(_Link):
         """
         return list(self._pending)
 
-    async def send(self, message: Message | bytes) -> Any:
+    async def send(self, message: Message | bytes, *, transaction: Transaction | None = None) -> Any:
         """Send a message and wait for its outcome.
+
+        With ``transaction`` (a declared :class:`~amqp_async.Transaction` of this connection), the message is
+        sent within it (§4.4.1): its node gets it only if the transaction commits; the outcome returned is the
+        provisional one the receiver gave within the transaction.
 
         Returns:
             The outcome (``Accepted()``); on an at-most-once sender, None once the transfer is written.
 
         Raises:
+            TransactionError: ``transaction`` is not active (committed, rolled back, or its connection ended).
             MessageRejected, MessageReleased, MessageModified: the receiver did not accept it.
             DeliveryInDoubt: the connection or link ended before the outcome was known.
             LinkError, ConnectionError: the link or connection failed.
         """
-        tracker = await self._transfer(message)
+        tracker = await self._transfer(message, transaction)
         connection = self.connection
         connection._write_eagerly()  # the caller waits on this transfer: it need not wait for the writer's turn
         if tracker._sender is None:  # settled on sending (at-most-once): done once it is written

@@ -24,6 +24,7 @@ __all__ = [
     "Declared",
     "Discharge",
     "TransactionalState",
+    "valid_txn_id",
 ]
 
 # §4.5.7 txn-capability (symbol).
@@ -69,3 +70,9 @@ class TransactionalState(Composite, code=0x34, name="amqp:transactional-state:li
 
     txn_id: bytes = F("*", mandatory=True, requires="txn-id")
     outcome: Any = F("*", requires="outcome")
+
+
+def valid_txn_id(txn_id: Any) -> bool:
+    """Whether ``txn_id`` may be a transaction id."""
+    # §4.5.4 transaction-id: "A transaction-id can be up to 32 octets of binary data."
+    return isinstance(txn_id, (bytes, bytearray)) and len(txn_id) <= 32

@@ -24,6 +24,8 @@ class Delivery:
         state: the delivery state this end last set (e.g. ``Accepted()``), or None.
         remote_state: the delivery state the peer last sent, or None.
         aborted: True when the sender aborted it (§2.6.14); its payload is then empty.
+        transfer_state: for an outgoing delivery, the encoded delivery state its transfer frames carry (§2.7.5
+            ``state``: a transactional-state, §4.5.6), or empty.
     """
 
     __slots__ = (
@@ -37,6 +39,7 @@ class Delivery:
         "settled",
         "state",
         "tag",
+        "transfer_state",
         "user_data",
     )
 
@@ -53,6 +56,7 @@ class Delivery:
         self.state: Any = None
         self.remote_state: Any = None
         self.aborted = False
+        self.transfer_state = b""
         #: free for the layer above (the driver keeps its tracker here).
         self.user_data: Any = None
 

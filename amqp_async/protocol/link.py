@@ -31,6 +31,7 @@ from ..codec.performatives import (
     Flow,
 )
 from ..codec.terminus import Source, Target
+from ..codec.transactions import Coordinator
 from ..types import symbol, uint
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
@@ -57,7 +58,8 @@ class Link(Endpoint, abc.ABC):
         role: :data:`SENDER` (False) or :data:`RECEIVER` (True): our end's role.
         handle: our handle for the link, or None before we attach.
         remote_handle: the peer's handle, or None before its attach.
-        source, target: the termini we asked for (or answered with).
+        source, target: the termini we asked for (or answered with); the target of a link to a transaction
+            coordinator is a :class:`~amqp_async.codec.transactions.Coordinator` (§4.5.1).
         remote_source, remote_target: the termini the peer sent (for a dynamic node, the address it made).
         snd_settle_mode, rcv_settle_mode: the settle modes we asked for; ``remote_*`` what the peer sent.
         delivery_count: the link's delivery-count (§2.6.7).
@@ -96,7 +98,7 @@ class Link(Endpoint, abc.ABC):
         self.handle: int | None = None
         self.remote_handle: int | None = None
         self.source: Source | None = None
-        self.target: Target | None = None
+        self.target: Target | Coordinator | None = None
         self.snd_settle_mode = SND_MIXED
         self.rcv_settle_mode = RCV_FIRST
         self.properties: dict[Any, Any] | None = None
@@ -120,9 +122,14 @@ class Link(Endpoint, abc.ABC):
         return None if self.remote_attach is None else self.remote_attach.source
 
     @property
-    def remote_target(self) -> Target | None:
+    def remote_target(self) -> Target | Coordinator | None:
         """The target the peer's attach carried."""
         return None if self.remote_attach is None else self.remote_attach.target
+
+    @property
+    def coordinator(self) -> bool:
+        """True for a link to a transaction coordinator (§4.5.1): its target, ours or the peer's, is one."""
+        return isinstance(self.target, Coordinator) or isinstance(self.remote_target, Coordinator)
 
     @property
     def remote_snd_settle_mode(self) -> int:
@@ -150,7 +157,7 @@ class Link(Endpoint, abc.ABC):
         self,
         *,
         source: Source | None = None,
-        target: Target | None = None,
+        target: Target | Coordinator | None = None,
         snd_settle_mode: int | None = None,
         rcv_settle_mode: int | None = None,
         properties: dict[Any, Any] | None = None,
@@ -270,7 +277,7 @@ class SenderLink(Link):
         drain: the receiver asked us to use up or give back all credit (§2.6.7 ``drain``).
     """
 
-    __slots__ = ("_next_tag", "_transfer_prefix", "available", "drain")
+    __slots__ = ("_controller", "_next_tag", "_transfer_prefix", "available", "drain")
 
     role = SENDER
 
@@ -280,6 +287,7 @@ class SenderLink(Link):
         self.drain = False
         self._next_tag = 0
         self._transfer_prefix = b""
+        self._controller = False  # a link to a transaction coordinator (§4.1)
 
     @property
     def credit(self) -> int:
@@ -288,6 +296,7 @@ class SenderLink(Link):
 
     def _after_local_attach(self) -> None:
         self._transfer_prefix = self.session._transfer_prefix(self.handle or 0)
+        self._controller = isinstance(self.target, Coordinator)
 
     def next_tag(self) -> bytes:
         """A delivery tag unique on this link: a counter, 4 bytes until it passes 2**32, then 8."""
@@ -302,6 +311,7 @@ class SenderLink(Link):
         tag: bytes | None = None,
         settled: bool | None = None,
         message_format: int = 0,
+        state: Any = None,
     ) -> Delivery:
         """Transfer one message (its encoded bytes) as a new delivery (§2.6.12), splitting it across frames
         that fit the peer's max-frame-size; frames beyond the session's outgoing window wait in the session
@@ -313,6 +323,8 @@ class SenderLink(Link):
             tag: the delivery tag (default: :meth:`next_tag`).
             settled: send it settled (at-most-once). Default: as the link's sender settle mode says.
             message_format: §2.7.5 message-format (0: the AMQP message format).
+            state: the delivery state its transfer frames carry (§2.7.5 ``state``): a
+                :class:`~amqp_async.codec.transactions.TransactionalState` sends it within a transaction (§4.4.1).
 
         Returns:
             The delivery: unsettled deliveries stay tracked until the peer settles them.
@@ -336,6 +348,10 @@ class SenderLink(Link):
                 f"message of {len(payload)} bytes exceeds the peer's max-message-size {remote_max}",
                 condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
             )
+        if self._controller:
+            # §4.4: a discharge ends the work of its transaction: outcomes given within it (dispositions, queued
+            # until the output is taken) must reach the coordinator's side before it.
+            self.session.connection.flush()
         if tag is None:
             tag = self.next_tag()
         elif len(tag) > 32:
@@ -344,7 +360,7 @@ class SenderLink(Link):
         self.delivery_count = (self.delivery_count + 1) & MASK
         if self.available:
             self.available -= 1
-        return self.session._send_transfer(self, payload, tag, settled, message_format)
+        return self.session._send_transfer(self, payload, tag, settled, message_format, state)
 
     def settle(self, delivery: Delivery, state: Any = None) -> None:
         """Settle a delivery we sent before the peer did (§2.6.12): the peer learns it in a disposition.

@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..codec import conditions
+from ..codec import conditions, encode
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import RECEIVER, SENDER, Attach, Begin, Detach, Disposition, End, Error, Flow
+from ..codec.transactions import Declared, TransactionalState
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, RemoteProtocolError
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
-_TERMINAL_OUTCOMES = (Accepted, Rejected, Released, Modified)
+# §3.4 terminal outcomes, and §4.5.5 declared: the outcome of a declare
+_TERMINAL_OUTCOMES = (Accepted, Rejected, Released, Modified, Declared)
 _OUTGOING_WINDOW = 0x7FFFFFFF
 
 # The largest transfer performative we write (handle, id, a 32-byte tag, format, settled, more, aborted...) plus
@@ -108,6 +110,8 @@ class Session(Endpoint):
         self._outgoing_queue: deque[list[Any]] = deque()
         # Sender links' flows held back until a queued item (by id) is written: see _defer_flow.
         self._flows_after: dict[int, tuple[Link, bool]] = {}
+        # The last delivery state sent on a transfer, and its encoding (one per transaction, reused by its sends).
+        self._encoded_state: tuple[Any, bytes] | None = None
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -125,6 +129,11 @@ class Session(Endpoint):
     def outgoing_backlog(self) -> int:
         """Bytes of transfer frames waiting for the peer's incoming window."""
         return sum(len(item[2]) - item[3] for item in self._outgoing_queue)
+
+    @property
+    def backlogged_deliveries(self) -> list[Delivery]:
+        """The deliveries whose transfer frames (some or all) wait for the peer's incoming window."""
+        return [item[1] for item in self._outgoing_queue]
 
     @property
     def unsettled_outgoing(self) -> int:
@@ -264,18 +273,26 @@ class Session(Endpoint):
         return encode_handle(handle)
 
     def _send_transfer(
-        self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int
+        self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int, state: Any = None
     ) -> Delivery:
         delivery_id = self._next_delivery_id
         self._next_delivery_id = (delivery_id + 1) & MASK
         delivery = Delivery(link, delivery_id, tag, message_format, payload, settled)
+        if state is not None:
+            delivery.state = state
+            cached = self._encoded_state
+            if cached is not None and cached[0] is state:
+                delivery.transfer_state = cached[1]  # a transaction's sends share one state object
+            else:
+                delivery.transfer_state = encode(state)
+                self._encoded_state = (state, delivery.transfer_state)
         if not settled:
             self._outgoing_unsettled[delivery_id] = delivery
         connection = self.connection
         if (
             not self._outgoing_queue
             and self.remote_incoming_window > 0
-            and len(payload) <= connection._max_transfer_payload
+            and len(payload) + len(delivery.transfer_state) <= connection._max_transfer_payload
         ):
             # The common case: one frame, written at once from the link's template.
             self._write_transfer(link, delivery, payload, False)
@@ -299,6 +316,7 @@ class Session(Endpoint):
             more,
             aborted,
             len(payload),
+            b"" if aborted else delivery.transfer_state,
         )
         if payload:
             connection._write_payload(payload)
@@ -318,7 +336,7 @@ class Session(Endpoint):
                 if self._flows_after:
                     self._release_flow(item)
                 continue
-            end = offset + chunk
+            end = offset + chunk - len(delivery.transfer_state)
             if end >= len(payload):
                 queue.popleft()
                 self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, False)
@@ -658,9 +676,12 @@ class Session(Endpoint):
                 delivery.remote_settled = True
                 delivery.settled = True
                 del unsettled[delivery_id]
-            elif ours_sent and isinstance(state, _TERMINAL_OUTCOMES):
-                # Receiver settle mode second (§2.6.12): the receiver reached an outcome and waits for us to
-                # settle; we settle at once (the outcome is reported to the layer above all the same).
+            elif ours_sent and (
+                isinstance(state, _TERMINAL_OUTCOMES)
+                or (state.__class__ is TransactionalState and isinstance(state.outcome, _TERMINAL_OUTCOMES))
+            ):
+                # Receiver settle mode second (§2.6.12): the receiver reached an outcome (within a transaction too,
+                # §4.4) and waits for us to settle; we settle at once (the outcome is reported all the same).
                 delivery.settled = True
                 self._queue_disposition(SENDER, delivery, True, None)
             updated.append(delivery)

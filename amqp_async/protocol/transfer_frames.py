@@ -19,6 +19,7 @@ from typing import Any
 __all__ = ["encode_handle", "parse_transfer_fields", "write_transfer", "write_transfer_head"]
 
 _pack_frame_head = struct.Struct(">IBBHBBBBBB").pack
+_pack_list32_head = struct.Struct(">IBBHBBBBII").pack
 _pack_BI = struct.Struct(">BI").pack
 _unpack_I = struct.Struct(">I").unpack_from
 
@@ -64,9 +65,13 @@ def write_transfer_head(
     more: bool,
     aborted: bool,
     payload_size: int,
+    state: bytes = b"",
 ) -> None:
     """Append a transfer frame's header and performative to ``out``, for a payload of ``payload_size`` bytes that
-    the caller writes after them (so that a large payload can go out without being copied into ``out``)."""
+    the caller writes after them (so that a large payload can go out without being copied into ``out``).
+
+    ``state`` is the encoded delivery state to carry (§2.7.5 ``state``, e.g. a transactional-state, §4.5.6), or
+    empty for none."""
     fields = bytearray(handle)
     if delivery_id == 0:
         fields.append(0x43)
@@ -83,7 +88,22 @@ def write_transfer_head(
     else:
         fields += _pack_BI(0x70, message_format)
     count = 4
-    if settled or more or aborted:
+    if state:
+        # settled, more, rcv-settle-mode (null), state; then resume (null) and aborted only when aborted
+        fields += b"\x41" if settled else b"\x42"
+        fields += b"\x41" if more else b"\x42"
+        fields.append(0x40)
+        fields += state
+        count = 8
+        if aborted:
+            fields += b"\x40\x41"
+            count = 10
+        if len(fields) + 1 > 255:  # a long tag and state: list32
+            size = len(fields) + 4
+            out += _pack_list32_head(16 + size + payload_size, 2, 0, channel, 0x00, 0x53, 0x14, 0xD0, size, count)
+            out += fields
+            return
+    elif settled or more or aborted:
         fields.append(0x41 if settled else 0x42)
         count = 5
         if more or aborted:

@@ -13,7 +13,9 @@ import enum
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
+from ..codec import decode, encode
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
+from ..codec.transactions import Declared, TransactionalState
 from ._condition import Condition
 
 if TYPE_CHECKING:
@@ -46,8 +48,17 @@ class DispositionType(enum.IntEnum):
 _ACCEPTED = Accepted()
 _RELEASED = Released()
 
-_CODE_OF_STATE = {Received: 0x23, Accepted: 0x24, Rejected: 0x25, Released: 0x26, Modified: 0x27}
-_TYPE_OF_STATE: dict[type, DispositionType] = {kind: DispositionType(code) for kind, code in _CODE_OF_STATE.items()}
+# §4.5.5 declared and §4.5.6 transactional-state are proton's plain codes 0x33 and 0x34 (no DispositionType member).
+_CODE_OF_STATE = {
+    Received: 0x23,
+    Accepted: 0x24,
+    Rejected: 0x25,
+    Released: 0x26,
+    Modified: 0x27,
+    Declared: 0x33,
+    TransactionalState: 0x34,
+}
+_TYPE_OF_STATE: dict[type, int] = {kind: DispositionType.or_int(code) for kind, code in _CODE_OF_STATE.items()}
 
 
 class Disposition:
@@ -59,7 +70,8 @@ class Disposition:
         condition: the error of a rejected delivery.
         failed, undeliverable, annotations: the fields of a modified delivery (§3.4.5).
         section_number, section_offset: the fields of a received state (§3.4.1).
-        data: a custom state's value (proton's), kept but not sent.
+        data: the fields of a declared (``[txn_id]``) or transactional state (``[txn_id, outcome]``), as proton
+            gives them; for another custom state, its value, kept but not sent.
     """
 
     RECEIVED = DispositionType.RECEIVED
@@ -95,6 +107,10 @@ def disposition_from_state(state: Any) -> Disposition:
     elif isinstance(state, Received):
         disposition.section_number = state.section_number
         disposition.section_offset = state.section_offset
+    elif isinstance(state, Declared):
+        disposition.data = [state.txn_id]
+    elif isinstance(state, TransactionalState):
+        disposition.data = [state.txn_id, state.outcome]
     return disposition
 
 
@@ -132,7 +148,21 @@ def _state_with_fields(code: int, disposition: Disposition) -> Any:
         )
     if code == 0x23:
         return Received(section_number=disposition.section_number, section_offset=disposition.section_offset)
+    if code == 0x34:
+        return _transactional_state(disposition.data)
     return None
+
+
+def _transactional_state(data: Any) -> TransactionalState | None:
+    """The transactional-state (§4.5.6) proton's ``Transaction`` describes as ``[txn_id, outcome]`` in
+    :attr:`Disposition.data`; the outcome may be a described value (``Described(ulong(0x24), [])``) or a
+    composite."""
+    if not data:
+        return None
+    outcome = data[1] if len(data) > 1 else None
+    if outcome is not None and not isinstance(outcome, (Accepted, Rejected, Released, Modified)):
+        outcome = decode(encode(outcome))  # a described value becomes the outcome it describes
+    return TransactionalState(txn_id=bytes(data[0]), outcome=outcome)
 
 
 class Delivery:
@@ -157,6 +187,7 @@ class Delivery:
     _updated = False
     _payload: bytes | bytearray | memoryview | None = None
     _read = 0
+    _transfer_state: Any = None  # an outgoing delivery's state on its transfer (a transaction's, §4.4.1)
 
     def __init__(self, link: Link, tag: bytes, impl: EngineDelivery | None = None) -> None:
         self.link = link
@@ -211,7 +242,8 @@ class Delivery:
 
     @property
     def remote_state(self) -> int:
-        """The state the peer last gave the delivery (``Delivery.ACCEPTED``..., 0: none)."""
+        """The state the peer last gave the delivery (``Delivery.ACCEPTED``..., 0x33 declared, 0x34
+        transactional, 0: none)."""
         impl = self._impl
         if impl is None or impl.remote_state is None:
             return 0

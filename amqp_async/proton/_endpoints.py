@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.performatives import RCV_FIRST, SND_MIXED, SND_SETTLED, Error
 from ..codec.terminus import Source, Target
+from ..codec.transactions import Coordinator
 from ..message import Message
 from ..protocol.endpoint import EndpointState
 from ..protocol.payload import Gathered
@@ -488,10 +489,15 @@ class Terminus:
     # --- to and from the codec's composites --------------------------------------------------------------
 
     @classmethod
-    def _from_composite(cls, composite: Source | Target | None, kind: int) -> Terminus:
+    def _from_composite(cls, composite: Source | Target | Coordinator | None, kind: int) -> Terminus:
         terminus = cls(kind)
         if composite is None:
             terminus.type = cls.UNSPECIFIED
+            return terminus
+        if isinstance(composite, Coordinator):
+            terminus.type = cls.COORDINATOR
+            if composite.capabilities is not None:
+                terminus.capabilities.put_object(list(composite.capabilities))
             return terminus
         terminus.address = None if composite.address is None else str(composite.address)
         terminus.durability = int(composite.durable)
@@ -512,12 +518,13 @@ class Terminus:
             terminus.default_outcome = composite.default_outcome
         return terminus
 
-    def _composite(self) -> Source | Target | None:
+    def _composite(self) -> Source | Target | Coordinator | None:
         """The source or target to send in attach (None for an unspecified terminus)."""
         if self.type == self.UNSPECIFIED:
             return None
         if self.type == self.COORDINATOR:
-            raise LinkException("transactions (a coordinator target) are not supported yet")
+            # §4.5.1: a coordinator target has only capabilities (the txn-capabilities desired)
+            return Coordinator(capabilities=_symbols(_data_value(self.capabilities)))
         common: dict[str, Any] = {
             "address": self.address,
             "durable": self.durability,
@@ -891,7 +898,11 @@ class Sender(Link):
         return self.stream(obj)
 
     def _send_payload(
-        self, payload: bytes | Gathered, tag: bytes | str | None, delivery: Delivery | None = None
+        self,
+        payload: bytes | Gathered,
+        tag: bytes | str | None,
+        delivery: Delivery | None = None,
+        state: Any = None,
     ) -> Delivery:
         container = self._connection._reactor
         if container is not None and container._loop_thread is not None and container._loop_thread != get_ident():
@@ -908,6 +919,8 @@ class Sender(Link):
             delivery = Delivery(self, tag)
         else:
             tag = delivery._tag
+        if state is not None:
+            delivery._transfer_state = state
         settled = self.snd_settle_mode == SND_SETTLED
         if settled:
             delivery._settled_here = True
@@ -921,7 +934,7 @@ class Sender(Link):
             and impl.remote_state is _ENGINE_ACTIVE
             and impl.local_state is _ENGINE_ACTIVE
         ):
-            engine_delivery = impl.send(payload, tag=tag, settled=settled)
+            engine_delivery = impl.send(payload, tag=tag, settled=settled, state=delivery._transfer_state)
             delivery._impl = engine_delivery
             engine_delivery.user_data = delivery
             if container is not None:
@@ -951,7 +964,7 @@ class Sender(Link):
         settled = self.snd_settle_mode == SND_SETTLED
         while pending and impl.link_credit > 0:
             delivery, payload = pending.popleft()
-            engine_delivery = impl.send(payload, tag=delivery._tag, settled=settled)
+            engine_delivery = impl.send(payload, tag=delivery._tag, settled=settled, state=delivery._transfer_state)
             delivery._impl = engine_delivery
             engine_delivery.user_data = delivery
         self.connection._touch()

@@ -634,32 +634,70 @@ NOOP_CALLBACKS.update(
 
 
 class TransactionHandler:
-    """The transaction callbacks (transactions are not supported yet; see :meth:`Container.declare_transaction`)."""
+    """The callbacks of a transaction's handler (see :meth:`Container.declare_transaction`); ``event.transaction``
+    is the :class:`~amqp_async.proton.reactor.Transaction`."""
 
     def on_transaction_declared(self, event: Event) -> None:
-        """A transaction was declared."""
+        """A transaction was declared: ``event.transaction`` is ready for work."""
 
     def on_transaction_committed(self, event: Event) -> None:
         """A transaction was committed."""
 
     def on_transaction_aborted(self, event: Event) -> None:
-        """A transaction was aborted."""
+        """A transaction was aborted (rolled back as asked)."""
 
     def on_transaction_declare_failed(self, event: Event) -> None:
-        """Declaring a transaction failed."""
+        """The coordinator refused to declare a transaction."""
 
     def on_transaction_commit_failed(self, event: Event) -> None:
-        """Committing a transaction failed."""
+        """The coordinator refused to commit a transaction (its accepts were released)."""
 
 
 class TransactionalClientHandler(MessagingHandler, TransactionHandler):
-    """A messaging handler that accepts within transactions: not supported yet, so making one raises
-    :class:`NotImplementedError` that says so."""
+    """A :class:`MessagingHandler` that is also a :class:`TransactionHandler`, whose :meth:`accept` accepts
+    within a transaction when given one.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from ._reactor import _NO_TRANSACTIONS
+    Args:
+        prefetch, auto_accept, auto_settle, peer_close_is_error: as for :class:`MessagingHandler`.
+    """
 
-        raise NotImplementedError(_NO_TRANSACTIONS)
+    def __init__(
+        self,
+        prefetch: int = 10,
+        auto_accept: bool = False,
+        auto_settle: bool = True,
+        peer_close_is_error: bool = False,
+    ) -> None:
+        super().__init__(prefetch, auto_accept, auto_settle, peer_close_is_error)
+
+    def accept(self, delivery: Delivery, transaction: Any = None) -> None:
+        """Accept ``delivery`` within ``transaction`` (a :class:`~amqp_async.proton.reactor.Transaction`), or
+        plainly without one."""
+        if transaction:
+            transaction.accept(delivery)
+        else:
+            super().accept(delivery)
+
+
+class TransactionControlHandler(OutgoingMessageHandler):
+    """The handler of a connection's link to the coordinator: reports each declare and discharge outcome to its
+    transaction once the coordinator settled it, and hands the link's other events to ``handler``."""
+
+    def __init__(self, handler: Any = None) -> None:
+        super().__init__(auto_settle=True)
+        self._handler = handler
+
+    def on_settled(self, event: Event) -> None:
+        """The coordinator settled a declare or discharge: its transaction reports the outcome."""
+        transaction = getattr(event.delivery, "transaction", None)
+        if transaction is not None:
+            event.transaction = transaction  # type: ignore[attr-defined]  # proton's attribute
+            transaction.handle_outcome(event)
+
+    def on_unhandled(self, method: str, *args: Any) -> None:
+        """Hand the control link's other events to the transaction handler (as proton does)."""
+        if self._handler is not None and args:
+            args[0].dispatch(self._handler)
 
 
 class FlowController(Handler):

@@ -25,7 +25,9 @@ import anyio.abc
 
 from ..client._backoff import Backoff as _ClientBackoff
 from ..client._config import resolve_options
-from ..types import Described, symbol
+from ..codec.transactions import TransactionalState
+from ..message import Message
+from ..types import Described, symbol, ulong
 from ._delivery import Delivery
 from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
 from ._events import ApplicationEvent, Event, EventBase, Handler, PlanCache
@@ -336,17 +338,129 @@ class SSLConfig:
         self.server.set_trusted_ca_db(certificate_db)
 
 
+# The bodies proton's Transaction sends to the coordinator: described lists with symbolic descriptors (§4.5.2,
+# §4.5.3), exactly as proton writes them.
+_DECLARE = symbol("amqp:declare:list")
+_DISCHARGE = symbol("amqp:discharge:list")
+_TRANSACTIONAL_STATE = 0x34
+
+
 class Transaction:
-    """Transactions are the subject of a later release; declaring one raises :class:`NotImplementedError`."""
+    """A local transaction (§4), as proton's: obtained from the ``event.transaction`` of
+    ``on_transaction_declared`` after :meth:`Container.declare_transaction`.
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(_NO_TRANSACTIONS)
+    Send within it with :meth:`send`, accept received messages within it with :meth:`accept`, and end it with
+    :meth:`commit` or :meth:`abort`. The outcome of each declare and discharge is reported to ``handler``
+    (a :class:`~amqp_async.proton.handlers.TransactionHandler`): ``on_transaction_declared``,
+    ``on_transaction_declare_failed``, ``on_transaction_committed``, ``on_transaction_commit_failed``,
+    ``on_transaction_aborted``.
 
+    Attributes:
+        txn_ctrl: the connection's link to the coordinator.
+        handler: the transaction handler.
+        id: the transaction id the coordinator gave (None until declared).
+        failed: True once :meth:`abort` (a failed discharge) was asked.
+        settle_before_discharge: :meth:`accept` settles at once instead of at the discharge.
+    """
 
-_NO_TRANSACTIONS = (
-    "AMQP transactions (declare_transaction, Transaction, TransactionalClientHandler) are not supported by "
-    "amqp_async.proton yet; send and settle without a transaction"
-)
+    def __init__(self, txn_ctrl: Sender, handler: Any, settle_before_discharge: bool = False) -> None:
+        self.txn_ctrl = txn_ctrl
+        self.handler = handler
+        self.id: Any = None
+        self._declare: Delivery | None = None
+        self._discharge: Delivery | None = None
+        self.failed = False
+        self._pending: list[Delivery] = []
+        self.settle_before_discharge = settle_before_discharge
+        self._sending_state: TransactionalState | None = None
+        self.declare()
+
+    def commit(self) -> None:
+        """Commit the transaction (a discharge with ``fail`` false)."""
+        self.discharge(False)
+
+    def abort(self) -> None:
+        """Roll the transaction back (a discharge with ``fail`` true)."""
+        self.discharge(True)
+
+    def declare(self) -> None:
+        """Send the declare (§4.3); the constructor does."""
+        self._declare = self._send_ctrl(_DECLARE, [None])
+
+    def discharge(self, failed: bool) -> None:
+        """Send the discharge (§4.4): ``failed`` rolls the transaction back."""
+        self.failed = failed
+        self._discharge = self._send_ctrl(_DISCHARGE, [self.id, failed])
+
+    def _send_ctrl(self, descriptor: symbol, value: list[Any]) -> Delivery:
+        container = self.txn_ctrl.connection._reactor
+        if container is not None:
+            # §4.4: the outcomes given within the transaction go before its discharge, though proton would send
+            # them only once the callback returns
+            container._send_updated_states()
+        delivery: Delivery = self.txn_ctrl.send(Message(body=Described(descriptor, value)))
+        delivery.transaction = self  # type: ignore[attr-defined]  # proton's attribute, read by the handler
+        return delivery
+
+    def send(self, sender: Sender, msg: Message, tag: Any = None) -> Delivery:
+        """Send ``msg`` on ``sender`` within the transaction (§4.4.1): its transfer carries the transactional
+        state. Returns the delivery."""
+        state = self._sending_state
+        if state is None or state.txn_id != self.id:
+            state = self._sending_state = TransactionalState(txn_id=self.id)  # one object: encoded once
+        delivery = sender._send_payload(msg._encode_payload(), tag, None, state)
+        delivery.local.data = [self.id]
+        delivery.update(_TRANSACTIONAL_STATE)
+        return delivery
+
+    def accept(self, delivery: Delivery) -> None:
+        """Accept a received message within the transaction (§4.4.2); it is settled now with
+        ``settle_before_discharge``, else once the transaction is discharged."""
+        self.update(delivery, Delivery.ACCEPTED)
+        if self.settle_before_discharge:
+            delivery.settle()
+        else:
+            self._pending.append(delivery)
+
+    def update(self, delivery: Delivery, state: int | None = None) -> None:
+        """Give a received delivery the outcome ``state`` (``Delivery.ACCEPTED``...) within the transaction."""
+        if state:
+            delivery.local.data = [self.id, Described(ulong(state), [])]
+            delivery.update(_TRANSACTIONAL_STATE)
+
+    def _release_pending(self) -> None:
+        for delivery in self._pending:
+            delivery.update(Delivery.RELEASED)
+            delivery.settle()
+        self._clear_pending()
+
+    def _clear_pending(self) -> None:
+        self._pending = []
+
+    def handle_outcome(self, event: Any) -> None:
+        """Report the outcome of the declare or discharge that ``event`` is about to the handler."""
+        delivery = event.delivery
+        if delivery == self._declare:
+            if delivery.remote.data:
+                self.id = delivery.remote.data[0]
+                self.handler.on_transaction_declared(event)
+            elif delivery.remote_state == Delivery.REJECTED:
+                self.handler.on_transaction_declare_failed(event)
+            else:
+                log.warning("Unexpected outcome for declare: %s", delivery.remote_state)
+                self.handler.on_transaction_declare_failed(event)
+        elif delivery == self._discharge:
+            if delivery.remote_state == Delivery.REJECTED:
+                if not self.failed:
+                    self.handler.on_transaction_commit_failed(event)
+                    self._release_pending()
+            else:
+                if self.failed:
+                    self.handler.on_transaction_aborted(event)
+                    self._release_pending()
+                else:
+                    self.handler.on_transaction_committed(event)
+            self._clear_pending()
 
 
 # --- the container -------------------------------------------------------------------------------------------
@@ -582,9 +696,28 @@ class Container:
         _open_link(receiver, source, target, handler, options)
         return receiver
 
-    def declare_transaction(self, context: Any, handler: Any = None, settle_before_discharge: bool = False) -> Any:
-        """Transactions are not supported yet: raises :class:`NotImplementedError` saying so."""
-        raise NotImplementedError(_NO_TRANSACTIONS)
+    def declare_transaction(
+        self, context: Any, handler: Any = None, settle_before_discharge: bool = False
+    ) -> Transaction:
+        """Declare a local transaction on ``context`` (a connection) and return its :class:`Transaction`.
+
+        The first call on a connection opens its link to the coordinator (named ``txn-ctrl``, target a
+        coordinator asking for ``amqp:local-transactions``). ``handler`` (a
+        :class:`~amqp_async.proton.handlers.TransactionHandler`) hears ``on_transaction_declared`` and the rest;
+        ``settle_before_discharge``: :meth:`Transaction.accept` settles at once.
+        """
+        txn_ctrl = getattr(context, "_txn_ctrl", None)
+        if txn_ctrl is None:
+            from ._handlers import TransactionControlHandler
+
+            session = self._get_session(context)
+            txn_ctrl = session.sender("txn-ctrl")
+            txn_ctrl.target.type = Terminus.COORDINATOR
+            txn_ctrl.target.capabilities.put_object(symbol("amqp:local-transactions"))
+            # as proton's, the control link's other events go to the handler of the first declare
+            _open_link(txn_ctrl, None, None, TransactionControlHandler(handler), None)
+            context._txn_ctrl = txn_ctrl
+        return Transaction(txn_ctrl, handler, settle_before_discharge)
 
     # --- listening ---------------------------------------------------------------------------------------
 
@@ -927,15 +1060,19 @@ class Container:
                 # proton unbinds a closed transport from its connection once the closed event is handled.
                 self._push(Event.CONNECTION_UNBOUND, getattr(event, "connection", None))
 
-    def _after_callbacks(self) -> None:
-        """What proton's transport does once callbacks return: send the states set without settling, then the
-        closes asked for, and tell senders that still have credit after sending that they may send more."""
+    def _send_updated_states(self) -> None:
+        """Hand the states set without settling (during this round of callbacks) to the engine."""
         updated = self._updated
         if updated:
             self._updated = []
             for delivery in updated:
                 if not delivery._settled_here:
                     delivery.link._send_state(delivery)
+
+    def _after_callbacks(self) -> None:
+        """What proton's transport does once callbacks return: send the states set without settling, then the
+        closes asked for, and tell senders that still have credit after sending that they may send more."""
+        self._send_updated_states()
         closing = self._closing
         while closing:
             closing.popleft()._close_engine()

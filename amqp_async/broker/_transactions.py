@@ -1,0 +1,180 @@
+"""The broker's transaction coordinator (spec §4): local transactions, several at once on each connection.
+
+A client declares a transaction on a link whose target is a coordinator (§4.5.1) and gets its id back in a
+``declared`` outcome (§4.5.5). Work done under the transaction waits here until the discharge (§4.5.3):
+
+- a transactional transfer (§4.4.1) is held, not routed: its message becomes visible on its node at commit, and is
+  dropped at rollback;
+- a transactional outcome of a message the broker delivered (§4.4.2) holds the message (already off its queue):
+  at commit the outcome takes effect (accepted: the message is gone), at rollback it goes back to the head of its
+  queue as a failed delivery attempt (its header's delivery-count goes up, §3.2.1).
+
+Transactions belong to the connection that declared them (any session, any coordinator link of it); when the
+connection ends, those still open are rolled back. With a timeout, a transaction open longer than that is rolled
+back when it is next used or discharged, and reported with ``amqp:transaction:timeout``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..codec import conditions
+from ..codec.delivery_states import Accepted
+from ..codec.performatives import Error
+from ..codec.transactions import TransactionalState
+from ..types import symbol
+
+if TYPE_CHECKING:
+    from ._nodes import Consumer, Entry, Queue
+
+__all__ = ["Coordinator", "Transaction"]
+
+_txn_numbers = itertools.count(1)
+#: How many expired transaction ids a connection remembers (to answer them with the timeout, not unknown-id).
+_EXPIRED_KEPT = 1024
+
+#: What the broker does with an outcome of a delivered message: ``settle(queue, consumer, entry, outcome)``.
+Settle = Callable[["Queue", "Consumer | None", "Entry", Any], None]
+
+
+def _error(condition: str, description: str) -> Error:
+    return Error(condition=symbol(condition), description=description)
+
+
+class Transaction:
+    """One open transaction: the messages it will publish and the deliveries whose outcome it holds.
+
+    Attributes:
+        txn_id: its id (§4.5.4: binary, at most 32 octets).
+        published: (address, entry) to route at commit, in the order they were sent.
+        acquired: (queue, consumer, entry, outcome) to settle at commit, or to return at rollback.
+    """
+
+    def __init__(self, txn_id: bytes, started: float = 0.0) -> None:
+        self.txn_id = txn_id
+        self.started = started
+        #: the outcome of a transfer within it, accepted provisionally (§4.4.1): one object for all its sends.
+        self.accepted = TransactionalState(txn_id=txn_id, outcome=Accepted())
+        self.published: list[tuple[str, Entry]] = []
+        self.acquired: list[tuple[Queue, Consumer | None, Entry, Any]] = []
+
+    def publish(self, address: str, entry: Entry) -> None:
+        """Hold a message sent under the transaction until the commit."""
+        self.published.append((address, entry))
+
+    def acquire(self, queue: Queue, consumer: Consumer | None, entry: Entry, outcome: Any) -> None:
+        """Hold a delivered message with its transactional outcome until the discharge."""
+        self.acquired.append((queue, consumer, entry, outcome))
+
+
+class Coordinator:
+    """The transactions of one connection.
+
+    Args:
+        route: puts an entry on the node at an address; returns the error that refuses it (or None).
+        has_room: whether the node at an address takes ``count`` more messages.
+        settle: applies an outcome to a delivered message (as a non-transactional outcome would).
+        timeout: roll back transactions open longer than this many seconds (None: never).
+        clock: the clock the timeout is measured with.
+    """
+
+    def __init__(
+        self,
+        route: Callable[[str, Entry], Error | None],
+        has_room: Callable[[str, int], bool],
+        settle: Settle,
+        *,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._route = route
+        self._has_room = has_room
+        self._settle = settle
+        self._timeout = timeout
+        self._clock = clock
+        self.transactions: dict[bytes, Transaction] = {}
+        self._expired: OrderedDict[bytes, None] = OrderedDict()
+
+    def declare(self) -> Transaction:
+        """Start a transaction (§4.3) with a new id."""
+        txn_id = b"txn-%d" % next(_txn_numbers)
+        transaction = self.transactions[txn_id] = Transaction(txn_id, self._clock())
+        return transaction
+
+    def get(self, txn_id: Any) -> Transaction | None:
+        """The open transaction with this id, or None (unknown, discharged, or just rolled back for its
+        timeout: :meth:`refusal` says which)."""
+        if not isinstance(txn_id, (bytes, bytearray)):
+            return None
+        transaction = self.transactions.get(bytes(txn_id))
+        timeout = self._timeout
+        if transaction is not None and timeout is not None and self._clock() - transaction.started > timeout:
+            del self.transactions[transaction.txn_id]
+            self._rollback(transaction)
+            self._expired[transaction.txn_id] = None
+            if len(self._expired) > _EXPIRED_KEPT:
+                self._expired.popitem(last=False)
+            return None
+        return transaction
+
+    def refusal(self, txn_id: Any) -> Error:
+        """The error for work or a discharge naming a transaction that :meth:`get` did not find."""
+        if isinstance(txn_id, (bytes, bytearray)) and bytes(txn_id) in self._expired:
+            # §4.5.8: "amqp:transaction:timeout: The work represented by this transaction took too long."
+            return _error(conditions.TRANSACTION_TIMEOUT, f"transaction {txn_id!r} took too long: rolled back")
+        # §4.5.8: "amqp:transaction:unknown-id: The specified txn-id does not exist."
+        return _error(conditions.TRANSACTION_UNKNOWN_ID, f"no open transaction {txn_id!r} on this connection")
+
+    def discharge(self, txn_id: Any, fail: bool) -> Error | None:
+        """End a transaction (§4.4): commit it, or roll it back when ``fail``; return the error that says why it
+        could not be done (the transaction is then rolled back, or was never known)."""
+        transaction = self.get(txn_id)
+        if transaction is None:
+            error = self.refusal(txn_id)
+            if fail and error.condition == conditions.TRANSACTION_TIMEOUT:
+                self._expired.pop(bytes(txn_id), None)
+                return None  # rolled back, as asked
+            return error
+        del self.transactions[transaction.txn_id]
+        if fail:
+            self._rollback(transaction)
+            return None
+        return self._commit(transaction)
+
+    def rollback_all(self) -> None:
+        """Roll back every open transaction (the connection ended)."""
+        transactions = list(self.transactions.values())
+        self.transactions.clear()
+        for transaction in transactions:
+            self._rollback(transaction)
+
+    def _commit(self, transaction: Transaction) -> Error | None:
+        wanted: dict[str, int] = {}
+        for address, _ in transaction.published:
+            wanted[address] = wanted.get(address, 0) + 1
+        for address, count in wanted.items():
+            if not self._has_room(address, count):
+                self._rollback(transaction)
+                # §4.5.8: "amqp:transaction:rollback: The transaction was rolled back for an unspecified reason."
+                return _error(conditions.TRANSACTION_ROLLBACK, f"node {address!r} has no room for {count} messages")
+        for address, entry in transaction.published:
+            self._route(address, entry)
+        for queue, consumer, entry, outcome in transaction.acquired:
+            self._settle(queue, consumer, entry, outcome)
+        return None
+
+    def _rollback(self, transaction: Transaction) -> None:
+        transaction.published.clear()
+        by_queue: dict[int, tuple[Queue, list[Entry]]] = {}
+        for queue, _, entry, _ in transaction.acquired:
+            by_queue.setdefault(id(queue), (queue, []))[1].append(entry)
+        transaction.acquired.clear()
+        for queue, entries in by_queue.values():
+            entries.sort(key=lambda entry: entry.sequence)
+            for entry in entries:
+                entry.failed_attempt()  # it was delivered, and the attempt came to nothing (§3.2.1 delivery-count)
+            queue.put_back(entries)
