@@ -6,8 +6,10 @@ Sections, in order: codec (``codec.py``), engine (``engine.py``), backends (``cl
 C ``direct`` example on asyncio, uvloop and trio, via ``backends.py``), broker (``throughput.py``: our broker and
 RabbitMQ 3.10), callback (``callback.py``: the callback API ``amqp_async.proton`` and the awaitable API beside
 proton's own Container, to the C ``direct`` example) and callback/brokers (the same through our broker and RabbitMQ),
-1 MiB (``large.py``), latency (``latency.py``) and memory (``memory.py``). Each script also runs
-alone; this one imports them and makes the same measurements with the same run sizes (default or ``--quick``).
+1 MiB (``large.py``), latency (``latency.py``), memory (``memory.py``) and spark (``spark.py``: the Spark data
+source beside the awaitable client through our broker, whose rates stand in the reference column of those rows,
+and Spark's own ceiling). Each script also runs alone; this one imports them and makes the same measurements with
+the same run sizes (default or ``--quick``).
 
 Writes the table (with the machine and the command) into ``docs/benchmarks.md``, between its latest-figures
 markers, and ``docs/benchmarks.png`` (the ratios as bars, with the issue's targets marked) when matplotlib is
@@ -38,7 +40,18 @@ import amqp_async
 #: No section may take longer than this (a peer that never answers must not hang the report).
 SECTION_TIMEOUT = 300
 
-SECTIONS = ("codec", "engine", "backends", "broker", "callback", "callback/brokers", "1 MiB", "latency", "memory")
+SECTIONS = (
+    "codec",
+    "engine",
+    "backends",
+    "broker",
+    "callback",
+    "callback/brokers",
+    "1 MiB",
+    "latency",
+    "memory",
+    "spark",
+)
 
 
 def codec_rows(quick: bool) -> list[Row]:
@@ -126,6 +139,13 @@ def memory_rows(quick: bool) -> list[Row]:
     return memory.run(quick)
 
 
+def spark_rows(quick: bool) -> list[Row]:
+    import spark
+
+    # Within the section's time limit; the script kills Spark's processes and stops the broker when it overruns.
+    return spark.run(quick, timeout=SECTION_TIMEOUT - 20)
+
+
 def _machine() -> str:
     return (
         f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -154,7 +174,8 @@ def latest_section(rows: list[Row], failures: list[str], seconds: float, command
         f"{_versions()}.",
         "",
         "**x proton** is how many times better than proton (rates: ours / proton; times and bytes: proton / ours), so",
-        "above 1 is ahead; **target** is the issue's goal for that ratio.",
+        "above 1 is ahead; **target** is the issue's goal for that ratio. In the spark rows the reference column holds",
+        "the awaitable client's own rate through the same broker (not proton's), and the ratio is Spark's share of it.",
         "",
         "| section | figure | unit | amqp_async | proton | x proton | target |",
         "|---|---|---|---:|---:|---:|---:|",
@@ -248,6 +269,7 @@ def main() -> int:
         "1 MiB": lambda: large_rows(args.quick),
         "latency": lambda: latency_rows(args.quick),
         "memory": lambda: memory_rows(args.quick),
+        "spark": lambda: spark_rows(args.quick),
     }
     if not proton_available():
         print("python-qpid-proton is not installed: the reference column will be empty", file=sys.stderr)

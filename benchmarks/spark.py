@@ -1,0 +1,630 @@
+"""The Spark data source (``amqp_async.spark``) beside the awaitable client, through our embedded broker, with
+Spark's own ceiling on the same machine (issue 13's performance requirement).
+
+Run: ``python benchmarks/spark.py [--quick] [--messages N] [--batches 10000,20000,50000]`` (Java 17 and PySpark
+4 with pyarrow installed; the Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise).
+
+The goal, in one run on this machine: a streaming read from the embedded broker at no less than half the awaitable
+client's own receive rate from that broker, and a batch write from 2 partitions at no less than half its send rate.
+
+Everything talks to ONE embedded broker in its own process (``python -m amqp_async.broker``), so that neither the
+client nor Spark's driver shares its interpreter with it. Each measurement runs in a fresh process:
+
+- the awaitable client (the reference): N messages with 16-byte bodies sent at-least-once (``submit()`` with a
+  window of 1000 trackers) to a queue, then received from it (credit 1000, each decoded and accepted), timed as in
+  ``_common.py`` (connection and attach outside the clock). On asyncio and on uvloop (the data source's event loop
+  runs on uvloop when it is installed); the reference is the faster of the two, the stricter comparison.
+- Spark, in one ``local[2]`` session (UI off, 2 shuffle partitions):
+
+  - a warm-up, not timed: 2,000 rows written and read back as below (Spark starts its Python workers and the
+    source runner's imports are made once);
+  - Spark's ceiling: the ``rate-micro-batch`` source, ``rowsPerBatch`` = each read setting's batch size, to the
+    ``noop`` sink, a few batches after the first one: what Spark's micro-batch machinery costs on its own;
+  - batch write: ``spark.range(N).selectExpr("cast(id as string) as body")`` in 2 partitions (cached and counted
+    before the clock starts) written with ``.write.format("amqp")...mode("append").save()`` to a fresh queue: N /
+    the ``save()`` wall time. Once per read setting; the best write is reported (the median in its note);
+  - streaming read: that queue read with ``readStream.format("amqp")`` (``maxMessagesPerBatch`` and ``credit``
+    per setting, 2 partitions per micro-batch, the full message schema) into the ``noop`` sink with
+    ``Trigger.AvailableNow`` and a fresh checkpoint: N / the time from the first micro-batch's start to the end of
+    the last one that had rows (the query's start-up, its source runner's start and the connection are outside, as
+    the client's connection is; the note gives the end-to-end figure too). Every message is accepted when its
+    micro-batch commits: afterwards the queues must be empty (checked with the client, and reported). The best
+    setting with the full schema is the one held to the goal; one more round reads the largest batches with the
+    read schema ``body binary`` (a user's narrowed schema: only the body column is built and shipped).
+
+Where the time goes: for the read, the query's ``durationMs`` (latestOffset: the runner takes the deliveries;
+addBatch: the runner's ``partitions()`` building the Arrow batches and the executors' tasks; commitOffsets: the
+runner accepting them; walCommit, queryPlanning...) summed over its micro-batches, as shares of the trigger
+time; for the write, the Spark job's wall time beside the write stage's task time and the time the client alone
+takes for N messages. The broker's CPU use during each measurement is given too (near 100%: the broker set it).
+The messages Spark writes carry a message id and a string body (about 50 bytes encoded), a little more than the
+client's 16-byte data bodies: if anything, the comparison is against Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import anyio
+from _common import ROOT, Row, broker_process, ours_receive, ours_send, process_cpu_seconds
+
+import amqp_async
+
+BODY = b"0123456789abcdef"
+WINDOW = 1000
+PREFETCH = 1000
+TARGET = 0.5
+#: Durations of a micro-batch that Spark reports, in the order they happen.
+PHASES = ("latestOffset", "queryPlanning", "getBatch", "addBatch", "commitOffsets", "walCommit")
+SECTION = "spark"
+#: The phases shown batch by batch for the reads.
+PER_BATCH = ("latestOffset", "addBatch", "commitOffsets", "triggerExecution")
+
+
+# --- the children ----------------------------------------------------------------------------------------------
+
+
+def _child_command(arguments: list[str]) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "--child", *arguments]
+
+
+def run_child(arguments: list[str], timeout: float, scratch: str | None = None) -> Any:
+    """Run ``spark.py --child ARGUMENTS`` in a new process group and return the JSON it printed last. The whole
+    group (Spark's JVM and Python workers with it) is killed once it has answered, when it overruns ``timeout``,
+    or when this process is interrupted. ``scratch``: the directory for Spark's files (checkpoints, local dir).
+
+    Raises:
+        RuntimeError: the child failed, printed nothing, or ran past ``timeout`` seconds.
+    """
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    if scratch is not None:
+        environment["SPARK_BENCH_TMP"] = scratch
+    output: str | None = None
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(
+            _child_command(arguments),
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            env=environment,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            _kill_group(process)  # whatever is left of it: Spark's JVM and workers run in its process group
+        errors.seek(0)
+        error_text = errors.read()
+    if output is None:
+        raise RuntimeError(f"spark child {arguments[:2]} ran past {timeout:.0f} s:\n{error_text[-3000:]}")
+    lines = output.strip().splitlines()
+    if process.returncode != 0 or not lines:
+        raise RuntimeError(f"spark child {arguments[:2]} failed ({process.returncode}):\n{error_text[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def client_child(kind: str, loop: str, url: str, address: str, count: int) -> float:
+    """One awaitable-client measurement in this process: msg/s."""
+    import anyio
+
+    options: dict[str, Any] = {"backend": "asyncio"}
+    if loop == "uvloop":
+        options["backend_options"] = {"use_uvloop": True}
+    if kind == "send":
+        return float(anyio.run(ours_send, url, address, count, BODY, WINDOW, **options))
+    return float(anyio.run(ours_receive, url, address, count, PREFETCH, **options))
+
+
+def _uvloop_available() -> bool:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --- Spark, in its own process -----------------------------------------------------------------------------------
+
+
+def _progress_span(progresses: list[Any]) -> tuple[float, int]:
+    """Seconds from the first micro-batch's start to the end of the last one with rows, and the rows in them."""
+    with_rows = [progress for progress in progresses if progress.numInputRows]
+    if not with_rows:
+        return 0.0, 0
+    first = datetime.datetime.fromisoformat(progresses[0].timestamp)
+    last = with_rows[-1]
+    end = datetime.datetime.fromisoformat(last.timestamp) + datetime.timedelta(
+        milliseconds=last.durationMs.get("triggerExecution", 0)
+    )
+    return (end - first).total_seconds(), sum(progress.numInputRows for progress in with_rows)
+
+
+def _durations(progresses: list[Any]) -> dict[str, float]:
+    """Each phase's milliseconds summed over the micro-batches (and ``triggerExecution``, their total)."""
+    totals: dict[str, float] = {}
+    for progress in progresses:
+        for phase, milliseconds in (progress.durationMs or {}).items():
+            totals[phase] = totals.get(phase, 0.0) + float(milliseconds)
+    return totals
+
+
+def _stage_times(spark: Any, group: str) -> dict[str, float]:
+    """The write job's stages, from Spark's status store: tasks' run time and JVM CPU time summed (ms), and the
+    time from the first task's launch to the last stage's completion (ms)."""
+    context = spark.sparkContext
+    store = context._jsc.sc().statusStore()
+    run_time = cpu = 0.0
+    launched: list[int] = []
+    completed: list[int] = []
+    tasks = 0
+    for job in context.statusTracker().getJobIdsForGroup(group):
+        info = context.statusTracker().getJobInfo(job)
+        if info is None:
+            continue
+        for stage_id in info.stageIds:
+            try:
+                stage = store.lastStageAttempt(stage_id)
+            except Exception:
+                continue
+            if str(stage.status().toString()) != "COMPLETE":
+                continue
+            tasks += stage.numTasks()
+            run_time += stage.executorRunTime()
+            cpu += stage.executorCpuTime() / 1e6
+            if stage.firstTaskLaunchedTime().isDefined():
+                launched.append(stage.firstTaskLaunchedTime().get().getTime())
+            if stage.completionTime().isDefined():
+                completed.append(stage.completionTime().get().getTime())
+    span = float(max(completed) - min(launched)) if launched and completed else 0.0
+    return {"tasks": tasks, "task_run_ms": run_time, "task_jvm_cpu_ms": cpu, "stages_ms": span}
+
+
+class _BrokerCpu:
+    """The broker process's CPU time over a measurement, as a share of its wall time."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> _BrokerCpu:
+        self.cpu = process_cpu_seconds(self.pid) if self.pid else None
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        cpu = process_cpu_seconds(self.pid) if self.pid else None
+        elapsed = time.perf_counter() - self.start
+        self.busy = None if cpu is None or self.cpu is None or not elapsed else (cpu - self.cpu) / elapsed
+
+
+def _ceiling(spark: Any, rows_per_batch: int, batches: int, timeout: float) -> dict[str, Any]:
+    """The rate-micro-batch source to the noop sink: rows/s over ``batches`` micro-batches after the first."""
+    checkpoint = tempfile.mkdtemp(prefix="ceiling-", dir=os.environ["SPARK_BENCH_TMP"])
+    query = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows_per_batch)
+        .option("numPartitions", 2)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while len(query.recentProgress) < batches + 1 and time.monotonic() < deadline:
+            if query.exception() is not None:
+                raise RuntimeError(f"the rate-micro-batch query failed: {query.exception()}")
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    progresses = [progress for progress in query.recentProgress if progress.numInputRows][1:]
+    span, rows = _progress_span(progresses)
+    return {
+        "rows_per_batch": rows_per_batch,
+        "batches": len(progresses),
+        "rate": rows / span if span else None,
+        "durations": _durations(progresses),
+    }
+
+
+def _write(spark: Any, frame: Any, url: str, address: str, group: str, broker_pid: int) -> dict[str, Any]:
+    spark.sparkContext.setJobGroup(group, "amqp write benchmark")
+    with _BrokerCpu(broker_pid) as busy:
+        start = time.perf_counter()
+        frame.write.format("amqp").option("url", url).option("address", address).mode("append").save()
+        elapsed = time.perf_counter() - start
+    spark.sparkContext.setJobGroup("other", "other")
+    return {"seconds": elapsed, "broker_busy": busy.busy, **_stage_times(spark, group)}
+
+
+def _read(
+    spark: Any, url: str, address: str, count: int, batch: int, credit: int, partitions: int, broker_pid: int,
+    timeout: float, body_only: bool = False,
+) -> dict[str, Any]:  # fmt: skip
+    checkpoint = tempfile.mkdtemp(prefix="read-", dir=os.environ["SPARK_BENCH_TMP"])
+    with _BrokerCpu(broker_pid) as busy:
+        start = time.perf_counter()
+        reader = spark.readStream.format("amqp")
+        if body_only:
+            reader = reader.schema("body binary")  # a narrowed read schema: only the body column is built
+        query = (
+            reader.option("url", url)
+            .option("address", address)
+            .option("maxMessagesPerBatch", batch)
+            .option("credit", credit)
+            .option("numPartitions", partitions)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            finished = query.awaitTermination(timeout)
+        finally:
+            if query.isActive:
+                query.stop()
+        wall = time.perf_counter() - start
+    if not finished:
+        raise RuntimeError(f"the streaming read did not end within {timeout:.0f} s")
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming read failed: {query.exception()}")
+    progresses = list(query.recentProgress)
+    span, rows = _progress_span(progresses)
+    if rows != count:
+        raise RuntimeError(f"the streaming read took {rows} rows, not {count}")
+    return {
+        "batch": batch,
+        "credit": credit,
+        "partitions": partitions,
+        "body_only": body_only,
+        "rows": rows,
+        "batches": sum(1 for progress in progresses if progress.numInputRows),
+        "seconds": span,
+        "wall": wall,
+        "rate": rows / span if span else None,
+        "wall_rate": rows / wall,
+        "broker_busy": busy.busy,
+        "durations": _durations(progresses),
+        "per_batch": [
+            [progress.numInputRows, *(float(progress.durationMs.get(phase, 0)) for phase in PER_BATCH)]
+            for progress in progresses
+            if progress.numInputRows
+        ],
+    }
+
+
+def spark_child(url: str, prefix: str, count: int, settings: list[list[int]], broker_pid: int) -> dict[str, Any]:
+    """Every Spark measurement, in this process (one session): the ceilings, then for each read setting a batch
+    write of ``count`` rows to a fresh queue and a streaming read of it."""
+    from pyspark.sql import SparkSession
+
+    from amqp_async.spark import AmqpDataSource
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="spark-", dir=os.environ.get("SPARK_BENCH_TMP")) as scratch:
+        os.environ["SPARK_BENCH_TMP"] = scratch
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("amqp_async spark benchmark")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.default.parallelism", "2")
+            .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
+            .config("spark.local.dir", scratch)
+            .config("spark.sql.warehouse.dir", os.path.join(scratch, "warehouse"))
+            .getOrCreate()
+        )
+        try:
+            spark.sparkContext.setLogLevel("ERROR")
+            spark.dataSource.register(AmqpDataSource)
+            result: dict[str, Any] = {"startup": time.perf_counter() - started}
+            frame = spark.range(count).selectExpr("cast(id as string) as body").repartition(2).cache()
+            if frame.count() != count:
+                raise RuntimeError("the cached DataFrame lost rows")
+            # Warm-up, not timed: Spark's Python workers and the source runner start, the code paths are compiled.
+            warm = min(count, 2_000)
+            _write(spark, frame.limit(warm), url, f"{prefix}-warm-up", "warm-up", broker_pid)
+            _read(spark, url, f"{prefix}-warm-up", warm, 1_000, 2_000, 2, broker_pid, 120)
+            result["ceilings"] = [_ceiling(spark, size, 5, 60) for size in sorted({setting[0] for setting in settings})]
+            result["writes"] = []
+            result["reads"] = []
+            for index, (batch, credit, partitions, *rest) in enumerate(settings):
+                address = f"{prefix}-{index}"
+                body_only = bool(rest and rest[0])
+                result["writes"].append(_write(spark, frame, url, address, f"write-{index}", broker_pid))
+                result["reads"].append(
+                    _read(spark, url, address, count, batch, credit, partitions, broker_pid, 120, body_only)
+                )
+            return result
+        finally:
+            spark.stop()
+
+
+# --- the benchmark -----------------------------------------------------------------------------------------------
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def measure(count: int, settings: list[list[int]], timeout: float = 280) -> dict[str, Any]:
+    """Every figure (client and Spark) through one broker process, which is always stopped at the end."""
+    run = uuid.uuid4().hex[:8]
+    started = time.monotonic()
+    client: dict[str, dict[str, Any]] = {}
+    with broker_process() as broker:
+        loops = ["asyncio", "uvloop"] if _uvloop_available() else ["asyncio"]
+        for loop in loops:
+            address = f"bench-spark-client-{loop}-{run}"
+            figures: dict[str, Any] = {}
+            for kind in ("send", "receive"):
+                with _BrokerCpu(broker.process.pid) as busy:
+                    figures[kind] = run_child(["client", kind, loop, broker.url, address, str(count)], timeout=120)
+                figures[f"{kind}_broker_busy"] = busy.busy
+                _say(f"  awaitable client on {loop}, {kind}: {figures[kind]:,.0f} msg/s")
+            client[loop] = figures
+        remaining = max(30.0, timeout - (time.monotonic() - started))
+        _say(f"  Spark: {len(settings)} write + streaming read rounds of {count:,} rows (at most {remaining:.0f} s)")
+        arguments = ["spark", broker.url, f"bench-spark-{run}", str(count), json.dumps(settings)]
+        with tempfile.TemporaryDirectory(prefix="amqp-spark-bench-") as scratch:
+            figures = run_child([*arguments, str(broker.process.pid)], timeout=remaining, scratch=scratch)
+        addresses = [f"bench-spark-{run}-{index}" for index in range(len(settings))]
+        figures["left"] = anyio.run(_left_in, broker.url, addresses)
+    return {"count": count, "client": client, "spark": figures, "seconds": time.monotonic() - started}
+
+
+async def _left_in(url: str, addresses: list[str]) -> int:
+    """How many messages the queues still hold (each streaming read must have taken and accepted all of its own);
+    they are taken and accepted here."""
+    left = 0
+    with anyio.fail_after(60):
+        async with amqp_async.connect(url, reconnect=False) as connection:
+            for address in addresses:
+                receiver = await connection.open_receiver(address, credit=0)
+                while True:
+                    receiver.add_credit(1000)
+                    await receiver.drain()
+                    taken = 0
+                    while (delivery := receiver.receive_nowait()) is not None:
+                        await delivery.accept()
+                        taken += 1
+                    left += taken
+                    if taken < 1000:
+                        break
+                await receiver.close()
+    return left
+
+
+def default_settings(quick: bool) -> list[list[int]]:
+    """(maxMessagesPerBatch, credit, numPartitions, body only) per round: credit twice the batch, 2 partitions, the
+    full message schema; then the largest batch once more with a read schema of the body alone."""
+    return _settings((5_000, 10_000, 20_000) if quick else (10_000, 20_000, 50_000))
+
+
+def _reference(client: dict[str, dict[str, Any]], kind: str) -> tuple[float, str]:
+    loop = max(client, key=lambda name: client[name][kind])
+    return float(client[loop][kind]), loop
+
+
+def _shares(durations: dict[str, float]) -> str:
+    total = durations.get("triggerExecution") or 0.0
+    if not total:
+        return "-"
+    parts = [(phase, durations.get(phase, 0.0)) for phase in PHASES]
+    other = total - sum(milliseconds for _, milliseconds in parts)
+    parts.append(("other", max(0.0, other)))
+    return ", ".join(f"{phase} {100 * milliseconds / total:.0f}%" for phase, milliseconds in parts if milliseconds)
+
+
+def _busy(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def rows_from(figures: dict[str, Any]) -> list[Row]:
+    """The report's rows: the Spark figures with the awaitable client's in the reference column."""
+    count = figures["count"]
+    client, spark = figures["client"], figures["spark"]
+    send, send_loop = _reference(client, "send")
+    receive, receive_loop = _reference(client, "receive")
+    writes, reads = spark["writes"], spark["reads"]
+    left = f"; {spark['left']:,} messages left in the queues after the reads" if spark.get("left") else ""
+    best_write = min(writes, key=lambda write: write["seconds"])
+    full = [read for read in reads if not read.get("body_only")] or reads
+    best_read = max(full, key=lambda read: read["rate"] or 0.0)
+    ceilings = {ceiling["rows_per_batch"]: ceiling for ceiling in spark["ceilings"]}
+    rows = [
+        Row(
+            SECTION,
+            "batch write, 2 partitions",
+            "rows/s",
+            count / best_write["seconds"],
+            send,
+            target=TARGET,
+            note=(
+                f"reference column: the awaitable client's send on {send_loop}, not proton; best of {len(writes)}, "
+                f"median {count / statistics.median(write['seconds'] for write in writes):,.0f} rows/s"
+            ),
+        )
+    ]
+    for read in sorted(reads, key=lambda read: (bool(read.get("body_only")), read["batch"])):
+        best = read is best_read
+        schema = ", body only" if read.get("body_only") else ""
+        rows.append(
+            Row(
+                SECTION,
+                f"stream read{schema}, batches {read['batch']:,}, credit {read['credit']:,}",
+                "rows/s",
+                read["rate"],
+                receive,
+                target=TARGET if best else None,
+                note=(
+                    f"reference column: the awaitable client's receive on {receive_loop}; "
+                    f"{read['wall_rate']:,.0f} rows/s from query start to end"
+                    + ("; the best setting" + left if best else "")
+                ),
+            )
+        )
+    ceiling = ceilings.get(best_read["batch"])
+    if ceiling is not None:
+        rows.append(
+            Row(
+                SECTION,
+                f"Spark ceiling: rate-micro-batch {ceiling['rows_per_batch']:,}/batch",
+                "rows/s",
+                ceiling["rate"],
+                None,
+                note="rate-micro-batch source to noop sink: Spark alone, same session and machine",
+            )
+        )
+    return rows
+
+
+def run(
+    quick: bool = False, messages: int | None = None, settings: list[list[int]] | None = None, timeout: float = 600
+) -> list[Row]:
+    """The rows of this benchmark (for report.py); everything within ``timeout`` seconds."""
+    count = messages or (20_000 if quick else 100_000)
+    return rows_from(measure(count, settings or default_settings(quick), timeout=timeout))
+
+
+def print_figures(figures: dict[str, Any]) -> None:
+    """The table (measure, rows/s, ratio to the client, target, met), then where the time goes."""
+    count = figures["count"]
+    client, spark = figures["client"], figures["spark"]
+    send, send_loop = _reference(client, "send")
+    receive, receive_loop = _reference(client, "receive")
+    print()
+    print(f"Spark data source vs the awaitable client, through our embedded broker: {count:,} messages, local[2]")
+    header = f"{'measure':<58}{'rows/s':>10}{'x client':>10}{'target':>8}{'met':>5}"
+    print(header)
+    print("-" * len(header))
+
+    def line(name: str, rate: float | None, reference: float | None, target: float | None) -> None:
+        ratio = rate / reference if rate and reference else None
+        met = "" if target is None or ratio is None else ("yes" if ratio >= target else "no")
+        print(
+            f"{name:<58}{rate or 0:>10,.0f}{'-' if ratio is None else f'{ratio:.2f}':>10}"
+            f"{'' if target is None else f'>={target:g}':>8}{met:>5}"
+        )
+
+    for loop, rates in client.items():
+        line(f"awaitable client send, {loop}", rates["send"], None, None)
+        line(f"awaitable client receive, {loop}", rates["receive"], None, None)
+    for row in rows_from(figures):
+        line(row.name, row.ours, row.proton, row.target)
+    print(f"(reference: the client's send on {send_loop}, its receive on {receive_loop}: the faster loop of each)")
+
+    print()
+    print("Where the time goes")
+    print(f"  Spark session start: {spark['startup']:.1f} s")
+    for loop, rates in client.items():
+        print(
+            f"  client on {loop}: broker CPU busy {_busy(rates['send_broker_busy'])} while it sent, "
+            f"{_busy(rates['receive_broker_busy'])} while it received"
+        )
+    print(f"  batch write of {count:,} rows (client alone: {count / send:.2f} s for them):")
+    for index, write in enumerate(spark["writes"]):
+        tasks = max(1, int(write["tasks"]))
+        print(
+            f"    #{index + 1}: save() {write['seconds']:.2f} s ({count / write['seconds']:,.0f} rows/s); stages from "
+            f"first task to end {write['stages_ms'] / 1000:.2f} s; {tasks} tasks ran {write['task_run_ms'] / 1000:.2f}"
+            f" s in all ({write['task_run_ms'] / tasks / 1000:.2f} s each; JVM CPU {write['task_jvm_cpu_ms'] / 1000:.2f}"
+            f" s); broker CPU busy {_busy(write['broker_busy'])}"
+        )
+    print(f"  streaming read of {count:,} messages (client alone: {count / receive:.2f} s for them):")
+    for read in spark["reads"]:
+        durations = read["durations"]
+        print(
+            f"    maxMessagesPerBatch {read['batch']:,}, credit {read['credit']:,}, {read['partitions']} partitions, "
+            f"{'schema body binary' if read.get('body_only') else 'full message schema'}: "
+            f"{read['batches']} batches in {read['seconds']:.2f} s ({read['rate'] or 0:,.0f} rows/s; query start to "
+            f"end {read['wall']:.2f} s); broker CPU busy {_busy(read['broker_busy'])}"
+        )
+        print(f"      trigger time {durations.get('triggerExecution', 0) / 1000:.2f} s: {_shares(durations)}")
+        batches = "; ".join(
+            f"{rows:,.0f} rows {latest:.0f}/{add:.0f}/{commit:.0f}/{total:.0f}"
+            for rows, latest, add, commit, total in read.get("per_batch", [])
+        )
+        print(f"      per batch, ms of latestOffset/addBatch/commitOffsets/trigger: {batches}")
+    for ceiling in spark["ceilings"]:
+        durations = ceiling["durations"]
+        print(
+            f"  Spark's ceiling, rate-micro-batch {ceiling['rows_per_batch']:,} rows a batch to noop: "
+            f"{ceiling['rate'] or 0:,.0f} rows/s over {ceiling['batches']} batches; "
+            f"per batch {durations.get('triggerExecution', 0) / max(1, ceiling['batches']):.0f} ms: {_shares(durations)}"
+        )
+    print(f"  messages left in the read queues afterwards (should be 0): {spark.get('left', '-')}")
+    print(f"(the whole benchmark: {figures['seconds']:.0f} s)")
+
+
+def _settings(batches: tuple[int, ...] | list[int]) -> list[list[int]]:
+    settings = [[batch, 2 * batch, 2, 0] for batch in batches]
+    return [*settings, [max(batches), 2 * max(batches), 2, 1]]
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        kind = sys.argv[2]
+        if kind == "client":
+            direction, loop, url, address, count = sys.argv[3:8]
+            print(json.dumps(client_child(direction, loop, url, address, int(count))), flush=True)
+        else:
+            url, prefix, count, settings, broker_pid = sys.argv[3:8]
+            figures = spark_child(url, prefix, int(count), json.loads(settings), int(broker_pid))
+            print(json.dumps(figures), flush=True)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small run (20,000 messages; batches of 5k-20k)")
+    parser.add_argument("--messages", type=int, help="messages per measurement (default 100,000)")
+    parser.add_argument("--batches", help="maxMessagesPerBatch values, comma-separated (credit: twice each)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds the whole run may take (default 600)")
+    parser.add_argument("--json", action="store_true", help="print the raw figures as JSON as well")
+    args = parser.parse_args()
+    count = args.messages or (20_000 if args.quick else 100_000)
+    settings = (
+        _settings([int(batch) for batch in args.batches.split(",") if batch.strip()])
+        if args.batches
+        else default_settings(args.quick)
+    )
+    figures = measure(count, settings, timeout=args.timeout)
+    print_figures(figures)
+    if args.json:
+        print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
