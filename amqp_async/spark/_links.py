@@ -87,24 +87,39 @@ def _drain_breaks(connection: Connection) -> bool:
     return product == "RabbitMQ" and version.startswith("3.")
 
 
-async def wait_sent(receiver: Receiver, quiet: float) -> None:
-    """Return once the sender has sent what it has now, within the credit granted.
+async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None) -> None:
+    """Return once the sender has sent what it has now (within the credit granted), or once ``enough``
+    deliveries are queued, whichever comes first.
 
-    A drain (§2.6.7) says so exactly: the sender sends what it can and gives back the rest of the credit. With a
-    peer whose drains are broken (:func:`_drain_breaks`) the answer is inferred instead: no transfer has come for
+    A drain (§2.6.7) says so exactly: the sender sends what it can and gives back the rest of the credit. When
+    ``enough`` come first the drain goes on in the background (the receiver grants no credit until it ends). With
+    a peer whose drains are broken (:func:`_drain_breaks`) the answer is inferred instead: no transfer has come for
     ``quiet`` seconds while credit was left.
     """
-    if receiver.credit <= 0:
+    link = receiver._engine_link
+    wanted = receiver.queued + receiver.credit if enough is None else enough
+
+    def done() -> bool:
+        return receiver.queued >= wanted or receiver.credit <= 0
+
+    if done():
         return
-    if not _drain_breaks(receiver.connection):
-        await receiver.drain()
+    connection = receiver.connection
+    if not _drain_breaks(connection):
+        if not link.drain:
+            link.grant_credit(link.link_credit, drain=True)
+            connection._kick()
+        while link.drain and not done():
+            receiver._check()
+            await connection._wait_state()
+        receiver._check()
         return
-    while receiver.credit > 0:
+    while not done():
         seen = receiver.queued
         with anyio.move_on_after(quiet) as silence:
-            while receiver.queued == seen and receiver.credit > 0:
+            while receiver.queued == seen and not done():
                 receiver._check()
-                await receiver.connection._wait_state()
+                await connection._wait_state()
         if silence.cancelled_caught:
             return  # quiet for that long: nothing more to come now
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -202,10 +202,6 @@ def _body(message: Message) -> tuple[bytes | None, str]:
     return codec.encode(body), "value"
 
 
-def _micros(seconds: float) -> int | None:
-    return round(seconds * 1_000_000) if seconds else None
-
-
 def _text_map(mapping: dict[Any, Any] | None) -> list[tuple[str, str | None]] | None:
     if mapping is None:
         return None
@@ -220,31 +216,48 @@ def _value_text(value: Any) -> str:
     return str(value)
 
 
-# One extractor per column: message -> the column's value (Arrow takes ints for timestamps, pairs for maps).
-_EXTRACTORS: dict[str, Callable[[Message], Any]] = {
-    "message_id": lambda m: id_text(m.id)[0],
-    "message_id_type": lambda m: id_text(m.id)[1],
-    "user_id": lambda m: m.user_id,
-    "to": lambda m: m.address,
-    "subject": lambda m: m.subject,
-    "reply_to": lambda m: m.reply_to,
-    "correlation_id": lambda m: id_text(m.correlation_id)[0],
-    "correlation_id_type": lambda m: id_text(m.correlation_id)[1],
-    "content_type": lambda m: None if m.content_type is None else str(m.content_type),
-    "content_encoding": lambda m: None if m.content_encoding is None else str(m.content_encoding),
-    "absolute_expiry_time": lambda m: _micros(m.expiry_time),
-    "creation_time": lambda m: _micros(m.creation_time),
-    "group_id": lambda m: m.group_id,
-    "group_sequence": lambda m: m._props[_GROUP_SEQUENCE],  # None when absent (Message.group_sequence gives 0)
-    "reply_to_group_id": lambda m: m.reply_to_group_id,
-    "durable": lambda m: m.durable,
-    "priority": lambda m: m.priority,
-    "ttl": lambda m: m._ttl,
-    "first_acquirer": lambda m: m.first_acquirer,
-    "delivery_count": lambda m: m.delivery_count,
-    "message_annotations": lambda m: _text_map(m.annotations),
-    "application_properties": lambda m: _text_map(m.properties),
-}
+def _millis_to_micros(value: Any) -> int | None:
+    return None if value is None else int(value) * 1000
+
+
+def _full_row(message: Message) -> tuple[Any, ...]:
+    """Every column of :data:`MESSAGE_SCHEMA`, in its order, for one decoded message (Arrow takes ints for
+    timestamps and pairs for maps). One call per message: reading fields straight from the message's slots costs
+    a fraction of one accessor per column."""
+    props = message._props  # §3.2.4's fields in spec order
+    body, body_type = _body(message)
+    message_id, message_id_type = id_text(props[0])
+    correlation_id, correlation_id_type = id_text(props[5])
+    content_type, content_encoding = props[6], props[7]
+    return (
+        body,
+        body_type,
+        message_id,
+        message_id_type,
+        props[1],
+        props[2],
+        props[3],
+        props[4],
+        correlation_id,
+        correlation_id_type,
+        None if content_type is None else str(content_type),
+        None if content_encoding is None else str(content_encoding),
+        _millis_to_micros(props[8]),
+        _millis_to_micros(props[9]),
+        props[10],
+        props[_GROUP_SEQUENCE],  # None when absent (Message.group_sequence would give 0)
+        props[12],
+        message._durable,
+        message._priority,
+        message._ttl,
+        message._first_acquirer,
+        message.delivery_count,
+        _text_map(message._annotations),
+        _text_map(message.properties),
+    )
+
+
+_FULL_INDEX = {name: index for index, name in enumerate(MESSAGE_SCHEMA.fieldNames())}
 
 
 class RowBuilder:
@@ -262,26 +275,18 @@ class RowBuilder:
         Raises:
             DecodeError: a payload is not a valid AMQP message (the error says which one, by position).
         """
-        columns: dict[str, list[Any]] = {name: [] for name in self._names}
-        bodies = columns.get("body")
-        body_types = columns.get("body_type")
-        extracted = [(columns[name], _EXTRACTORS[name]) for name in self._names if name in _EXTRACTORS]
+        rows = []
         message = Message()
         for index, payload in enumerate(payloads):
             try:
                 message.decode(payload)
             except DecodeError as exc:
                 raise DecodeError(f"message {index} of the batch cannot be decoded: {exc}") from exc
-            if bodies is not None or body_types is not None:
-                body, body_type = _body(message)
-                if bodies is not None:
-                    bodies.append(body)
-                if body_types is not None:
-                    body_types.append(body_type)
-            for values, extract in extracted:
-                values.append(extract(message))
-        if bodies is not None and self._body_as_text:
-            columns["body"] = [None if b is None else b.decode("utf-8", "replace") for b in bodies]
+            rows.append(_full_row(message))
+        full_columns = list(zip(*rows)) if rows else [() for _ in _FULL_INDEX]
+        columns = {name: full_columns[_FULL_INDEX[name]] for name in self._names}
+        if self._body_as_text:
+            columns["body"] = [None if b is None else b.decode("utf-8", "replace") for b in columns["body"]]
         arrays = [pa.array(columns[field.name], type=field.type) for field in self.arrow_schema]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
 

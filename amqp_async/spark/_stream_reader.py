@@ -133,12 +133,13 @@ class _StreamSession:
             taken += 1
         return taken
 
-    async def _drain(self) -> None:
-        """Have the sender send what it has now, up to the window (§2.6.7 drain)."""
+    async def _drain(self, enough: int) -> None:
+        """Have the sender send what it has now, up to the window (§2.6.7 drain); return as soon as ``enough``
+        deliveries wait (the drain goes on meanwhile)."""
         receiver = self.receiver
         assert receiver is not None
         self._top_up()
-        await wait_sent(receiver, max(self.poll_wait, _QUIET))
+        await wait_sent(receiver, max(self.poll_wait, _QUIET), enough)
 
     async def latest(self, start: int, max_rows: int | None, min_rows: int) -> int:
         """The end offset of the next micro-batch from ``start``: deliveries numbered and held up to it."""
@@ -150,7 +151,7 @@ class _StreamSession:
         planned = self.next - start  # numbered already (asked twice without a batch in between)
         if self.available_now:
             if receiver.queued < limit - planned:
-                await self._drain()
+                await self._drain(limit - planned)
         elif receiver.queued == 0 and planned == 0 and self.poll_wait > 0:
             with anyio.move_on_after(self.poll_wait):
                 while receiver.queued == 0:
@@ -171,7 +172,7 @@ class _StreamSession:
             missing = end - self.next
             missing -= self._take(missing)
             if missing > 0:
-                await self._drain()
+                await self._drain(missing)
                 missing -= self._take(missing)
             if missing > 0:
                 log.warning(
