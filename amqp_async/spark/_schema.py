@@ -283,8 +283,8 @@ class RowBuilder:
             except DecodeError as exc:
                 raise DecodeError(f"message {index} of the batch cannot be decoded: {exc}") from exc
             rows.append(_full_row(message))
-        full_columns = list(zip(*rows)) if rows else [() for _ in _FULL_INDEX]
-        columns = {name: full_columns[_FULL_INDEX[name]] for name in self._names}
+        full_columns = list(zip(*rows, strict=True)) if rows else [() for _ in _FULL_INDEX]
+        columns: dict[str, Sequence[Any]] = {name: full_columns[_FULL_INDEX[name]] for name in self._names}
         if self._body_as_text:
             columns["body"] = [None if b is None else b.decode("utf-8", "replace") for b in columns["body"]]
         arrays = [pa.array(columns[field.name], type=field.type) for field in self.arrow_schema]
