@@ -249,6 +249,9 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise
         self._session = session
         self._builder = RowBuilder(self._schema)
+        # Messages are arriving now, on the loop's thread: meanwhile, pay here the first Arrow conversion's one-off
+        # cost (pyarrow loads its pandas support), not in the first micro-batch.
+        self._builder.batch([])
         self._install_sigterm_handler()
 
     def _install_sigterm_handler(self) -> None:
@@ -269,7 +272,9 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             os.kill(os.getpid(), signal.SIGTERM)
 
     def initialOffset(self) -> dict[str, int]:
-        """A new query starts at message 0."""
+        """A new query starts at message 0 (and connects now, so that messages arrive while Spark plans)."""
+        if self._session is None:
+            self._connect()
         return _offset(0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
