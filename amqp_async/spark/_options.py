@@ -41,24 +41,24 @@ def _text(name: str, value: str) -> str:
     return value
 
 
-def _positive_int(name: str, value: str) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise OptionError(f"option {name!r} must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise OptionError(f"option {name!r} must be at least 1, got {value!r}")
-    return number
+def _whole_number(minimum: int) -> Callable[[str, str], int]:
+    """A parser of whole numbers of at least ``minimum``."""
+
+    def parse(name: str, value: str) -> int:
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise OptionError(f"option {name!r} must be a whole number, got {value!r}") from None
+        if number < minimum:
+            bound = "at least 1" if minimum == 1 else f"{minimum} or more"
+            raise OptionError(f"option {name!r} must be {bound}, got {value!r}")
+        return number
+
+    return parse
 
 
-def _non_negative_int(name: str, value: str) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise OptionError(f"option {name!r} must be a whole number, got {value!r}") from None
-    if number < 0:
-        raise OptionError(f"option {name!r} must be 0 or more, got {value!r}")
-    return number
+_positive_int = _whole_number(1)
+_non_negative_int = _whole_number(0)
 
 
 def _seconds(name: str, value: str) -> float:
