@@ -95,14 +95,19 @@ def _figure(value: float | None, unit: str) -> str:
 
 
 def format_rows(rows: list[Row]) -> list[str]:
-    """The rows as aligned text lines (header first)."""
-    header = f"{'section':<12}{'figure':<46}{'unit':<7}{'amqp_async':>12}{'proton':>12}{'x proton':>10}{'target':>8}"
+    """The rows as aligned text lines (header first); the first two columns are as wide as their longest entry."""
+    section_width = max([12, *(len(row.section) + 1 for row in rows)])
+    name_width = max([46, *(len(row.name) + 1 for row in rows)])
+    header = (
+        f"{'section':<{section_width}}{'figure':<{name_width}}{'unit':<7}{'amqp_async':>12}{'proton':>12}"
+        f"{'x proton':>10}{'target':>8}"
+    )
     lines = [header, "-" * len(header)]
     for row in rows:
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else "-"
         target = f">={row.target:g}" if row.target else ""
         lines.append(
-            f"{row.section:<12}{row.name:<46}{row.unit:<7}{_figure(row.ours, row.unit):>12}"
+            f"{row.section:<{section_width}}{row.name:<{name_width}}{row.unit:<7}{_figure(row.ours, row.unit):>12}"
             f"{_figure(row.proton, row.unit):>12}{ratio:>10}{target:>8}" + (f"  {row.note}" if row.note else "")
         )
     return lines

@@ -6,9 +6,10 @@ Sections, in order: codec (``codec.py``), engine (``engine.py``), backends (``cl
 C ``direct`` example on asyncio, uvloop and trio, via ``backends.py``), broker (``throughput.py``: our broker and
 RabbitMQ 3.10), callback (``callback.py``: the callback API ``amqp_async.proton`` and the awaitable API beside
 proton's own Container, to the C ``direct`` example) and callback/brokers (the same through our broker and RabbitMQ),
-1 MiB (``large.py``), latency (``latency.py``), memory (``memory.py``) and spark (``spark.py``: the Spark data
-source beside the awaitable client through our broker, whose rates stand in the reference column of those rows,
-and Spark's own ceiling). Each script also runs alone; this one imports them and makes the same measurements with
+1 MiB (``large.py``), latency (``latency.py``), memory (``memory.py``), transactions (``transactions.py``: batches
+of 100 sends or accepts committed through our broker) and spark (``spark.py``: the Spark data source beside the
+awaitable client through our broker, whose rates stand in the reference column of those rows, and Spark's own
+ceiling). Each script also runs alone; this one imports them and makes the same measurements with
 the same run sizes (default or ``--quick``).
 
 Writes the table (with the machine and the command) into ``docs/benchmarks.md``, between its latest-figures
@@ -50,6 +51,7 @@ SECTIONS = (
     "1 MiB",
     "latency",
     "memory",
+    "transactions",
     "spark",
 )
 
@@ -137,6 +139,12 @@ def memory_rows(quick: bool) -> list[Row]:
     import memory
 
     return memory.run(quick)
+
+
+def transactions_rows(quick: bool) -> list[Row]:
+    import transactions
+
+    return transactions.run(quick)
 
 
 def spark_rows(quick: bool) -> list[Row]:
@@ -269,6 +277,7 @@ def main() -> int:
         "1 MiB": lambda: large_rows(args.quick),
         "latency": lambda: latency_rows(args.quick),
         "memory": lambda: memory_rows(args.quick),
+        "transactions": lambda: transactions_rows(args.quick),
         "spark": lambda: spark_rows(args.quick),
     }
     if not proton_available():
