@@ -15,6 +15,9 @@ called on the event loop with no ``await`` in between, so the engine is only eve
   on its output (a confirmed send) has it written at once (:meth:`EngineDriver.write_eagerly`): a round trip
   does not wait for the writer task's turn, and when the kernel takes all of it, the writer is not woken at all
   (what went out counts as flushed);
+- once our close is written, the peer has :data:`CLOSE_TIMEOUT` seconds to answer it; then the writer closes the
+  stream (§2.4.3: a peer that never answers a close must not hold the connection open for ever);
+- :meth:`EngineDriver.abort` closes the stream at once (an owner whose caller gave up waiting);
 - an owner whose synchronous code queues much output before it returns to the loop (a callback that sends a
   thousand messages) calls :meth:`EngineDriver.write_now`, which hands the output to the socket at once when that
   takes no waiting, so that the peer works on it while the callback goes on.
@@ -41,9 +44,14 @@ import anyio.abc
 from ._direct_stream import DirectStream
 from ._read_size import SMALL_READ, next_read_size
 from .protocol import Connection as Engine
+from .protocol.endpoint import EndpointState
 from .protocol.events import Event
 
-__all__ = ["EngineDriver", "describe_transport_error"]
+__all__ = ["CLOSE_TIMEOUT", "EngineDriver", "describe_transport_error"]
+
+#: Seconds the peer has to answer our close before the stream is closed without its answer (read when the close
+#: is written, so that tests may lower it).
+CLOSE_TIMEOUT = 10.0
 
 # Output buffers are joined into writes of up to this size; a larger buffer is written on its own, uncopied.
 _WRITE_SIZE = 262144
@@ -119,7 +127,9 @@ class EngineDriver:
     """
 
     __slots__ = (
+        "_aborted",
         "_clock",
+        "_close_deadline",
         "_direct",
         "_eager_written",
         "_flushed",
@@ -131,6 +141,7 @@ class EngineDriver:
         "_tracer",
         "_wake",
         "_woken",
+        "_write_scope",
         "_writing",
         "closing",
         "engine",
@@ -158,6 +169,9 @@ class EngineDriver:
         self._retime = True  # the engine's deadlines may have changed: tick now
         self._stopping = False  # the reader is done: write what is left and stop
         self._opened = False
+        self._aborted = False  # abort(): the writer closes the stream now
+        self._close_deadline: float | None = None  # when we stop waiting for the peer's answer to our close
+        self._write_scope: anyio.CancelScope | None = None  # the writer's current write, while it waits
         self._writing = False  # the writer holds output it took from the engine and has not handed to the stream
         self._eager_written = False  # write_eagerly wrote since the last input or the writer's last turn
         self._direct = DirectStream.of(stream)
@@ -232,6 +246,33 @@ class EngineDriver:
         if buffers and self._tracer is not None:
             self._tracer.sent(b"".join(buffers))
         return buffers
+
+    def abort(self) -> None:
+        """Close the stream now, without waiting for the peer (the owner's caller gave up): the reader ends, and
+        :meth:`run` returns. What the engine still had to write may be lost."""
+        self._aborted = True
+        if self._write_scope is not None:
+            self._write_scope.cancel()
+        self._wake_writer()
+
+    def start_close_timer(self) -> None:
+        """Our close is queued: give the peer :data:`CLOSE_TIMEOUT` seconds to answer it, then close the stream.
+
+        §2.4.3: "a peer SHOULD implement a timeout to give its partner a reasonable amount of time to receive and
+        process the close before giving up and simply closing the transport". The time also bounds writing what
+        was queued before the close to a peer that reads nothing.
+        """
+        if self._close_deadline is not None:
+            return
+        self._close_deadline = self._clock() + CLOSE_TIMEOUT
+        if self._write_scope is not None:
+            self._write_scope.deadline = self._close_deadline
+        self._wake_writer()
+
+    def _write_deadline(self) -> float:
+        if self._aborted:
+            return -math.inf
+        return math.inf if self._close_deadline is None else self._close_deadline
 
     def wake_timer(self) -> None:
         """Make the writer recompute the engine's deadline now (e.g. the peer's idle timeout just became known)."""
@@ -399,13 +440,20 @@ class EngineDriver:
             if self._retime or (next_tick is not None and self._clock() >= next_tick):
                 self._retime = False
                 next_tick = self._tick()
+            if self._aborted or (
+                self._close_deadline is not None and self._clock() >= self._close_deadline and not self._stopping
+            ):
+                # Aborted, or the peer did not answer our close in time (§2.4.3 lets us close the transport then).
+                with anyio.CancelScope(shield=True):
+                    await self._close_stream()
+                return
             if engine.closed and not self._stopping:
                 # The engine closed while the reader waits for input (a timeout: a silent peer will not answer
                 # our close): write what is left, then close the stream so that the reader stops waiting.
                 with anyio.move_on_after(_FINAL_WRITE):
                     await self._write()
                 with anyio.CancelScope(shield=True):
-                    await self.stream.aclose()
+                    await self._close_stream()
                 return
             if self._woken:
                 self._woken = False
@@ -416,7 +464,19 @@ class EngineDriver:
                 if not await self._write():
                     return
                 continue
-            await self._sleep(next_tick)
+            if self._close_deadline is None and engine.local_state is EndpointState.CLOSED:
+                self.start_close_timer()  # a close the owner did not announce (the broker's, proton's)
+            deadline = next_tick
+            if self._close_deadline is not None:
+                deadline = self._close_deadline if deadline is None else min(deadline, self._close_deadline)
+            await self._sleep(deadline)
+
+    async def _close_stream(self) -> None:
+        """Close the stream (the reader then sees its end); a stream that is already broken is closed too."""
+        try:
+            await self.stream.aclose()
+        except _SEND_ERRORS:
+            pass
 
     async def _write(self) -> bool:
         """Write everything the engine has queued; False once the stream is broken (it is closed then)."""
@@ -426,15 +486,22 @@ class EngineDriver:
         if buffers:
             self._writing = True
             try:
-                direct = self._direct
-                if direct is not None:
-                    _write_direct(direct, buffers)
-                    await direct.drain()
-                elif len(buffers) == 1:
-                    await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken
-                else:
-                    for data in _coalesce(buffers):
-                        await self.stream.send(data)  # type: ignore[arg-type]
+                # A peer that reads nothing must not hold the writer past an abort or the close's deadline.
+                with anyio.CancelScope(deadline=self._write_deadline()) as scope:
+                    self._write_scope = scope
+                    direct = self._direct
+                    if direct is not None:
+                        _write_direct(direct, buffers)
+                        await direct.drain()
+                    elif len(buffers) == 1:
+                        await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken
+                    else:
+                        for data in _coalesce(buffers):
+                            await self.stream.send(data)  # type: ignore[arg-type]
+                if scope.cancelled_caught:
+                    with anyio.CancelScope(shield=True):
+                        await self._close_stream()  # the reader sees the end
+                    return False
             except _SEND_ERRORS as exc:
                 if not self._stopping:
                     self.transport_failed = not self.closing
@@ -442,6 +509,7 @@ class EngineDriver:
                 await self.stream.aclose()  # the reader sees the end and reports it
                 return False
             finally:
+                self._write_scope = None
                 self._writing = False
         self.flushed_epoch = epoch
         self._wake_flush_waiters()

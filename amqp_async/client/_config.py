@@ -60,6 +60,7 @@ OPTION_NAMES = frozenset(
         "allowed_mechs",
         "allow_insecure_mechs",
         "heartbeat",
+        "connect_timeout",
         "reconnect",
         "max_frame_size",
         "virtual_host",
@@ -71,6 +72,11 @@ OPTION_NAMES = frozenset(
         "container_id",
     }
 )
+
+#: Seconds a connection attempt may take, from the TCP connect to the peer's open frame (TLS and SASL included),
+#: unless ``connect_timeout`` says otherwise: a peer that accepts the socket and then says nothing (or not enough)
+#: must not hold ``connect`` (or a reconnect) for ever.
+DEFAULT_CONNECT_TIMEOUT = 60.0
 
 
 class ConnectConfigError(AMQPError, ValueError):
@@ -186,6 +192,8 @@ class ResolvedOptions:
         allowed_mechs: space-separated SASL mechanism names allowed, or None for the library's default.
         allow_insecure_mechs: whether mechanisms sending secrets in clear (PLAIN) may be used without TLS.
         heartbeat: the idle timeout to advertise, in seconds, or None for none.
+        connect_timeout: the seconds one connection attempt may take, from the TCP connect to the peer's open
+            frame, or None for no limit.
         reconnect: the reconnect delays, or False when reconnecting is disabled.
         max_frame_size: the largest frame to accept, or None for the library's default.
         virtual_host: the hostname for the open performative as given, or None to use each URL's host; an empty
@@ -205,6 +213,7 @@ class ResolvedOptions:
     allowed_mechs: str | None = None
     allow_insecure_mechs: bool = DEFAULT_ALLOW_INSECURE_MECHS
     heartbeat: float | None = None
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT
     reconnect: Backoff | Literal[False] = attrs.field(factory=Backoff)
     max_frame_size: int | None = None
     virtual_host: str | None = None
@@ -288,6 +297,16 @@ def _heartbeat(value: object) -> float | None:
     if not value > 0 or value == float("inf"):
         raise ValueError(f"heartbeat must be > 0 seconds, not {value!r}")
     return float(value)
+
+
+def _connect_timeout(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"connect_timeout must be a number of seconds or None, not {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"connect_timeout must be > 0 seconds, not {value!r}")
+    return None if value == float("inf") else float(value)
 
 
 def _max_frame_size(value: object) -> int | None:
@@ -439,9 +458,9 @@ def resolve_options(
     Arguments:
         url: one URL (a str or an :class:`Address`), or None.
         options: the keyword arguments of ``connect``: ``urls``, ``user``, ``password``, ``sasl_enabled``,
-            ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
-            ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``,
-            ``ssl_context``, ``container_id``.
+            ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``connect_timeout``, ``reconnect``,
+            ``max_frame_size``, ``virtual_host``, ``properties``, ``offered_capabilities``,
+            ``desired_capabilities``, ``sni``, ``ssl_context``, ``container_id``.
         env: the environment used to find connect.json.
         config: the configuration to use instead of looking for connect.json (None: no file); for tests.
 
@@ -513,6 +532,7 @@ def resolve_options(
             "allow_insecure_mechs", opts.get("allow_insecure_mechs", DEFAULT_ALLOW_INSECURE_MECHS)
         ),
         heartbeat=_heartbeat(opts.get("heartbeat")),
+        connect_timeout=_connect_timeout(opts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
         reconnect=_reconnect(opts.get("reconnect")),
         max_frame_size=_max_frame_size(opts.get("max_frame_size")),
         virtual_host=_opt_str("virtual_host", opts.get("virtual_host")),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from .. import protocol
+from .. import _driver, protocol
 from .._driver import EngineDriver
 from ..codec import conditions
 from ..codec.performatives import Error
@@ -48,6 +48,11 @@ log = logging.getLogger("amqp_async.connection")
 
 #: Bytes of queued output above which producers wait for the writer.
 HIGH_WATER = 1 << 20
+
+#: How long, beyond the driver's close timeout, :meth:`Connection.close` waits before it aborts the transport.
+_CLOSE_GRACE = 5.0
+#: How long an abort may take (the background task only closes its socket then).
+_ABORT_GRACE = 5.0
 
 
 def _error_text(error: Error | None) -> tuple[str, str]:
@@ -114,6 +119,13 @@ class Connection:
         self._transport_failed = False
         self._reconnecting = False
         self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
+        self._opened_at: float | None = None  # when the current connection opened (for the Backoff's restart)
+        self._close_seen = False  # the engine reported the end of the current connection
+        self._attempt_started = 0.0  # when the current connection attempt began (for connect_timeout)
+        self._open_timed_out = False  # the peer did not open the current connection within connect_timeout
+        self._open_watch: anyio.CancelScope | None = None
+        # The background task's scope: cancelled to abort the connection (a cancelled connect or close).
+        self._run_scope = anyio.CancelScope()
         self._loop: Any = None
 
     # --- state -------------------------------------------------------------------------------------------
@@ -163,14 +175,37 @@ class Connection:
     # --- opening -----------------------------------------------------------------------------------------
 
     async def _establish(self) -> None:
-        """Connect (trying each URL in turn, with the reconnect policy's delays), then start the driver."""
+        """Connect (trying each URL in turn, with the reconnect policy's delays), then start the driver.
+
+        A connect that fails or is cancelled leaves nothing behind: the background task has ended when it raises.
+        """
         await self._connect_transport(first=True)
         _spawn_system_task(self._run)
-        with anyio.CancelScope(shield=False):
+        try:
             while not self._opened:
                 if self._error is not None:
                     raise self._error
                 await self._wait_state()
+        except BaseException:
+            self._closing = True
+            await self._abort()
+            raise
+
+    async def _abort(self) -> None:
+        """End the background task now, without a close handshake, and wait until it has ended (shielded: this
+        runs on the way out of a cancelled caller too)."""
+        self._run_scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_ABORT_GRACE):
+            await self._wait_done()
+
+    async def _wait_done(self) -> None:
+        """Wait until the background task has ended."""
+        if self._finished:
+            return
+        done = self._done
+        if done is None:
+            done = self._done = anyio.Event()
+        await done.wait()
 
     def _new_engine(self, address: Address) -> protocol.Connection:
         options = self._options
@@ -221,8 +256,10 @@ class Connection:
                 await anyio.sleep(delay)
             if self._closing:
                 break
+            self._attempt_started = anyio.current_time()
             try:
-                stream = await self._open_stream(address)
+                with anyio.fail_after(options.connect_timeout):  # TimeoutError is an OSError
+                    stream = await self._open_stream(address)
             except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
                 last_error = exc
                 log.debug("connecting to %s failed: %r", address, exc)
@@ -254,11 +291,12 @@ class Connection:
 
     async def _run(self) -> None:
         try:
-            while True:
-                await self._drive()
-                if not self._should_reconnect():
-                    break
-                await self._reconnect()
+            with self._run_scope:
+                while True:
+                    await self._drive()
+                    if not self._should_reconnect():
+                        break
+                    await self._reconnect()
         except AMQPError as exc:
             self._error = exc  # e.g. reconnecting gave up: the waiters learn why
         except Exception as exc:  # the driver must never die silently: its waiters learn why
@@ -276,21 +314,59 @@ class Connection:
             self._notify()
 
     async def _drive(self) -> None:
-        """Run the engine over the current stream (reader, writer, timer) until the connection ends."""
-        assert self._engine is not None and self._stream is not None
+        """Run the engine over the current stream (reader, writer, timer) until the connection ends.
+
+        Whether to reconnect afterwards is decided where the engine reports the end (:meth:`_on_closed`); only a
+        transport that ended with no such report (none is expected) falls back on the driver's view.
+        """
+        engine = self._engine
+        assert engine is not None and self._stream is not None
         self._transport_failed = False
-        driver = self._driver = EngineDriver(self._engine, self._stream, self._dispatch, tracer=self._tracer)
+        self._close_seen = False
+        self._open_timed_out = False
+        driver = self._driver = EngineDriver(engine, self._stream, self._dispatch, tracer=self._tracer)
         driver.closing = self._closing
-        await driver.run()
-        self._transport_failed = self._transport_failed or (driver.transport_failed and not self._closing)
+        timeout = self._options.connect_timeout
+        if timeout is None or engine.remote_open is not None:
+            await driver.run()
+        else:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._watch_open, driver, self._attempt_started + timeout)
+                await driver.run()
+                group.cancel_scope.cancel()
+        if not self._close_seen:
+            self._transport_failed = driver.transport_failed and not self._closing
+
+    async def _watch_open(self, driver: EngineDriver, deadline: float) -> None:
+        """Abort the transport when the peer has not opened the connection by ``deadline`` (connect_timeout: TLS,
+        SASL and the open exchange of one attempt). Ends as soon as the peer's open arrives."""
+        with anyio.CancelScope() as scope:
+            self._open_watch = scope
+            await anyio.sleep_until(deadline)
+            if driver.engine.remote_open is None:
+                self._open_timed_out = True
+                driver.abort()
+        self._open_watch = None
 
     def _should_reconnect(self) -> bool:
         return bool(self._options.reconnect) and self._opened and self._transport_failed and not self._closing
+
+    def _stable_after(self) -> float:
+        """How long a connection must have stayed open for the Backoff to start again from its first, immediate
+        attempt: its longest delay, and at least a second. A peer that drops each connection sooner (accepts,
+        opens, and goes) is no better than one that refuses it: the delays go on growing, and ``max_tries``
+        bounds the attempts."""
+        reconnect = self._options.reconnect
+        return max(1.0, reconnect.maximum) if reconnect is not False else 1.0
 
     async def _reconnect(self) -> None:
         """Connect again and restore sessions and links (the links report in-doubt deliveries first)."""
         self._reconnects += 1
         log.warning("connection to %s lost; reconnecting", self._address)
+        opened_at = self._opened_at
+        self._opened_at = None
+        if opened_at is not None and anyio.current_time() - opened_at >= self._stable_after():
+            self._reconnect_attempts = None  # the lost connection had worked: the delays start again
         self._reconnecting = True
         for session in self._sessions:
             session._on_transport_lost()
@@ -356,22 +432,42 @@ class Connection:
     def _on_opened(self, event: ev.ConnectionOpened) -> None:
         if self._driver is not None:
             self._driver.wake_timer()  # the peer's idle timeout may need our first heartbeat soon
+        if self._open_watch is not None:
+            self._open_watch.cancel()
         self._opened = True
+        self._opened_at = anyio.current_time()
         self._reconnecting = False
         self._reconnects = 0
-        self._reconnect_attempts = None
 
     def _on_closed(self, event: ev.ConnectionClosed) -> None:
+        """The engine reports the end of the connection: decide whether it is retried (see docs/client.md,
+        "Reconnect": only network faults are) and which error the waiters get otherwise."""
+        self._close_seen = True
+        if self._closing and event.transport_ended:
+            return  # we closed, and the peer dropped the transport (or did not answer in time): nothing failed
         idle_expired = (
             not event.remote
             and event.error is not None
             and event.error.condition == conditions.RESOURCE_LIMIT_EXCEEDED
             and event.sasl_code is None
         )
+        # Network faults: the transport broke or ended without a close frame (this includes an attempt aborted by
+        # connect_timeout), or the peer fell silent past our idle timeout. Everything else is final: a close
+        # frame from the peer (its deliberate decision), a failed authentication, and the close we sent because
+        # the peer broke the protocol (decode or framing error, a frame out of place): a peer that did so once
+        # will do so again.
         if (event.transport_ended or idle_expired) and self._options.reconnect and self._opened and not self._closing:
             # The network failed: the driver reconnects, and callers keep waiting rather than fail.
             self._transport_failed = True
             self._reconnecting = True
+            return
+        self._transport_failed = False
+        if self._open_timed_out:
+            timeout = self._options.connect_timeout
+            self._error = ConnectionError(
+                f"the peer did not open the connection within connect_timeout ({timeout} s)",
+                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
+            )
             return
         if event.sasl_code is not None or (
             event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote
@@ -379,7 +475,6 @@ class Connection:
             # A failed SASL outcome, or no mechanism both sides accept: an authentication error either way.
             condition, description = _error_text(event.error)
             self._error = AuthenticationError(description, sasl_code=event.sasl_code, condition=condition)
-            self._transport_failed = False
             return
         if event.error is not None and not (self._closing and not event.remote):
             condition, description = _error_text(event.error)
@@ -387,8 +482,6 @@ class Connection:
             if event.transport_ended and transport_error:
                 description = f"{description}: {transport_error}"
             self._error = ConnectionError(description, condition=condition, info=event.error.info)
-        if not event.transport_ended:
-            self._transport_failed = False  # a close frame is deliberate: no reconnect
 
     def _fail_all(self) -> None:
         for session in self._sessions:
@@ -474,23 +567,30 @@ class Connection:
     async def close(self, error: Error | None = None) -> None:
         """Close the connection (§2.4.3) and wait until the peer answered or the transport ended.
 
-        Idempotent. Unsettled deliveries of its senders are reported as in doubt.
+        Idempotent. Unsettled deliveries of its senders are reported as in doubt. A peer that does not answer the
+        close has ``amqp_async._driver.CLOSE_TIMEOUT`` seconds (10) before the socket is closed without its
+        answer; a cancelled ``close()`` closes the socket at once. Either way nothing of the connection is left
+        running once ``close()`` returns (or raises the cancellation).
         """
         if self._finished:
             return
         if not self._closing:
             self._closing = True
-            if self._driver is not None:
-                self._driver.closing = True
+            driver = self._driver
             engine = self._engine
-            if engine is not None and not engine.closed:
+            if driver is not None and driver.engine is engine and engine is not None and not engine.closed:
+                driver.closing = True
                 engine.close(error)
                 self._kick()
-        done = self._done
-        if done is None:
-            done = self._done = anyio.Event()
-        with anyio.move_on_after(10):
-            await done.wait()
+                driver.start_close_timer()
+            else:
+                self._run_scope.cancel()  # between two connections (reconnecting): nothing to close on the wire
+        try:
+            with anyio.move_on_after(_driver.CLOSE_TIMEOUT + _CLOSE_GRACE):
+                await self._wait_done()
+        finally:
+            if not self._finished:  # cancelled, or the driver overran its bounds: end it now
+                await self._abort()
 
     def run_threadsafe(self, coroutine: Awaitable[Any]) -> Any:
         """Run a coroutine of this connection from another thread (asyncio): returns a concurrent Future."""

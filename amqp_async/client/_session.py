@@ -32,6 +32,7 @@ class Session:
         self._links: list[Sender | Receiver] = []
         self._error: AMQPError | None = None
         self._ended = False
+        self._closing = False  # close() was called: our own end is no error
 
     @property
     def is_closed(self) -> bool:
@@ -77,7 +78,9 @@ class Session:
     def _on_event(self, event: Any) -> None:
         if isinstance(event, ev.SessionEnded):
             self._ended = True
-            if event.error is not None and event.remote:
+            # The peer's end with an error, or ours because the peer broke the protocol on this session (§2.5.5,
+            # e.g. amqp:session:handle-in-use): the error names the condition. Not an end we asked for.
+            if event.error is not None and (event.remote or not self._closing):
                 self._error = SessionError(
                     event.error.description or "", condition=str(event.error.condition), info=event.error.info
                 )
@@ -131,6 +134,7 @@ class Session:
         if self._ended or engine_session is None or self.connection.is_closed:
             self._ended = True
             return
+        self._closing = True
         engine_session.end(error)
         self.connection._kick()
         with anyio.move_on_after(10):
