@@ -24,7 +24,7 @@ from ..message import Message
 if TYPE_CHECKING:
     from .selector import Selector
 
-__all__ = ["Consumer", "Entry", "Queue", "Topic"]
+__all__ = ["Consumer", "ConsumerFailed", "Entry", "Queue", "Topic"]
 
 _sequence = itertools.count()
 
@@ -62,6 +62,11 @@ class Entry:
         message.delivery_count = message.delivery_count + 1
         message.first_acquirer = False
         self.payload = message.encode()
+
+
+class ConsumerFailed(Exception):
+    """Raised by a consumer's ``send`` whose connection failed while sending: the entry was not sent (it stays in
+    the queue), and the consumer is passed over (its connection is being closed)."""
 
 
 class Consumer:
@@ -162,8 +167,11 @@ class Queue:
                 if browser.credit() <= 0:
                     break
                 if browser.wants(entry):
+                    try:
+                        browser.send(entry)
+                    except ConsumerFailed:
+                        break
                     browser.last_seen = entry.sequence
-                    browser.send(entry)
         competing = [consumer for consumer in consumers if not consumer.browse]
         if not competing:
             return
@@ -183,7 +191,14 @@ class Queue:
                 index += 1  # no consumer for this one now (selectors, exclusions): try the next message
                 continue
             del entries[index]
-            token = chosen.send(entry)
+            try:
+                token = chosen.send(entry)
+            except ConsumerFailed:
+                entries.insert(index, entry)  # not sent: it keeps its place
+                competing.remove(chosen)
+                if not competing:
+                    return
+                continue
             if token is not None:
                 chosen.unsettled[token] = entry
 
