@@ -10,7 +10,9 @@ traceback: every peer-caused error is a protocol reaction, not a crash.
 
 ``AMQP_FUZZ_SESSIONS`` sets how many mutated sessions run (default 300, a few seconds); ``AMQP_FUZZ_SEED`` the
 base seed. Every input that once crashed or hung the broker is kept in ``tests/fuzz_corpus/broker/`` and replayed
-by :func:`test_corpus_input`.
+by :func:`test_corpus_input`: ``NAME.bin`` holds the bytes; ``NAME.boundaries``, when present, the offsets at which
+the replay pauses for the broker's answer (comma-separated; a paced session). A failing fuzz case leaves both in
+pytest's temporary directory (the path is in the failure message) to copy there.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class BrokerProcess:
             stdout=subprocess.PIPE,
             stderr=self._log,
             env=env,
+            cwd=root,  # python -m puts the working directory first on sys.path: this checkout's package, no other
         )
         assert self.process.stdout is not None
         line = self.process.stdout.readline().decode()
@@ -248,6 +251,8 @@ def test_mutated_sessions(broker: BrokerProcess, sessions: list[Recorded], tmp_p
         if result.ended != "closed" or not broker.alive():
             path = tmp_path / f"seed-{seed}.bin"
             path.write_bytes(mutated.data)
+            if boundaries is not None:
+                path.with_suffix(".boundaries").write_text(",".join(map(str, boundaries)))
             failures.append(f"{path} ({result.ended}, alive={broker.alive()}): {mutated.mutations}")
             if not broker.alive():
                 break
@@ -258,6 +263,8 @@ def test_mutated_sessions(broker: BrokerProcess, sessions: list[Recorded], tmp_p
 @pytest.mark.parametrize("path", sorted(CORPUS.glob("*.bin")), ids=lambda path: path.stem)
 def test_corpus_input(broker: BrokerProcess, path: Path) -> None:
     """Every input that once crashed or hung the broker: it is served to its end and the broker goes on."""
-    result = replay(broker.host, broker.port, path.read_bytes(), deadline=DEADLINE)
+    paced = path.with_suffix(".boundaries")
+    boundaries = [int(offset) for offset in paced.read_text().split(",")] if paced.exists() else None
+    result = replay(broker.host, broker.port, path.read_bytes(), deadline=DEADLINE, boundaries=boundaries)
     assert result.ended == "closed"
     assert_serves(broker, f"fuzz-corpus-{path.stem}", count=5)

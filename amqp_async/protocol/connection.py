@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..codec import conditions
-from ..codec._decoder import _DECODERS, decode_value
+from ..codec._decoder import decode_value
 from ..codec.framing import (
     AMQP_HEADER,
     EMPTY_FRAME,
@@ -585,22 +585,24 @@ class Connection(Endpoint):
             return  # an empty frame: the peer is alive (§2.4.5)
         if self.remote_state is EndpointState.CLOSED:
             return  # §2.4.3: nothing may follow close; ignore it
-        if data[body] == 0 and data[body + 1] == 0x53 and data[body + 2] == 0x14 and self.remote_open is not None:
-            # The hot path: a transfer, read as a bare field list (no Transfer object).
+        if (
+            end - body > 3  # a body too short for a transfer's descriptor and list is the decoder's to refuse
+            and data[body] == 0
+            and data[body + 1] == 0x53
+            and data[body + 2] == 0x14
+            and self.remote_open is not None
+        ):
+            # The hot path: a transfer, read as a bare field list (no Transfer object). Its parser reads only the
+            # common layouts, each field in an encoding of its type; any other goes through the composite decoder
+            # below, which checks every field's type (a handle that is a list must not reach the session maps).
             try:
                 parsed = parse_transfer_fields(data, body + 3, end)
             except IndexError:
                 parsed = None
-            if parsed is None:
-                code = data[body + 3]
-                if code != 0xC0 and code != 0xD0:
-                    raise RemoteProtocolError(
-                        "a transfer whose fields are not a list", condition=conditions.DECODE_ERROR
-                    )
-                parsed = _DECODERS[code](data, body + 4, 1)
+        else:
+            parsed = None
+        if parsed is not None:
             fields, after = parsed
-            if after > end:
-                raise DecodeError("the transfer performative overruns its frame", offset=body)
             session = self._sessions_by_remote_channel.get(channel)
             if session is None:
                 session = self._session_for(channel)  # raises
