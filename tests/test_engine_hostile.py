@@ -366,6 +366,17 @@ def test_attach_with_a_used_handle_ends_the_session() -> None:
     assert_session_error(conn, session, events, out, conditions.SESSION_HANDLE_IN_USE)
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [pytest.param({"snd_settle_mode": 32}, id="snd-settle-mode-32"), pytest.param({"rcv_settle_mode": 2}, id="rcv-2")],
+)
+def test_attach_with_settle_modes_out_of_range(fields: dict[str, int]) -> None:
+    """§2.8.2/§2.8.3 enumerations: found by the broker's network fuzz (a broker mirrors the modes in its answer)."""
+    conn, session = with_session()
+    events, out = feed(conn, frame(sender_attach(**fields)))
+    assert_session_error(conn, session, events, out, conditions.INVALID_FIELD)
+
+
 def test_end_twice() -> None:
     """The second end names a channel that has no session any more: not-allowed, the connection."""
     conn, _session = with_session()

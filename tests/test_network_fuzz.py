@@ -242,18 +242,24 @@ def test_mutated_sessions(broker: BrokerProcess, sessions: list[Recorded], tmp_p
     """``SESSIONS`` mutated sessions (two in three paced like the original, the rest pipelined): the broker survives
     all, ends each within the deadline, then still serves."""
     failures: list[str] = []
+    seen = len(broker.log())
     for index in range(SESSIONS):
         seed = BASE_SEED * 1_000_003 + index
         base = sessions[index % len(sessions)]
         mutated = mutate(base.data, seed)
         boundaries = base.boundaries if index % 3 else None
         result = replay(broker.host, broker.port, mutated.data, seed=seed, deadline=DEADLINE, boundaries=boundaries)
-        if result.ended != "closed" or not broker.alive():
+        log = broker.log()
+        traceback = "Traceback" in log[seen:]
+        seen = len(log)
+        if result.ended != "closed" or not broker.alive() or traceback:
             path = tmp_path / f"seed-{seed}.bin"
             path.write_bytes(mutated.data)
             if boundaries is not None:
                 path.with_suffix(".boundaries").write_text(",".join(map(str, boundaries)))
-            failures.append(f"{path} ({result.ended}, alive={broker.alive()}): {mutated.mutations}")
+            failures.append(
+                f"{path} ({result.ended}, alive={broker.alive()}, traceback={traceback}): {mutated.mutations}"
+            )
             if not broker.alive():
                 break
     assert not failures, "\n".join(failures) + "\n" + broker.log()[-5000:]

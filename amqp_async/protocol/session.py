@@ -26,7 +26,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import conditions, encode
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
-from ..codec.performatives import RECEIVER, SENDER, Attach, Begin, Detach, Disposition, End, Error, Flow
+from ..codec.performatives import (
+    RCV_FIRST,
+    RCV_SECOND,
+    RECEIVER,
+    SENDER,
+    SND_MIXED,
+    SND_SETTLED,
+    SND_UNSETTLED,
+    Attach,
+    Begin,
+    Detach,
+    Disposition,
+    End,
+    Error,
+    Flow,
+)
 from ..codec.transactions import Declared, TransactionalState
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
@@ -552,6 +567,17 @@ class Session(Endpoint):
             raise RemoteProtocolError(
                 f"attach on handle {handle} beyond handle-max {self.handle_max}",
                 condition=conditions.CONNECTION_FRAMING_ERROR,
+            )
+        if attach.snd_settle_mode not in (SND_UNSETTLED, SND_SETTLED, SND_MIXED) or attach.rcv_settle_mode not in (
+            RCV_FIRST,
+            RCV_SECOND,
+        ):
+            # §2.8.2, §2.8.3: settle modes outside their enumerations (an answer cannot mirror them), like a missing
+            # initial-delivery-count below, end the session.
+            raise RemoteProtocolError(
+                f"attach with settle modes {attach.snd_settle_mode!r}, {attach.rcv_settle_mode!r}",
+                condition=conditions.INVALID_FIELD,
+                scope="session",
             )
         our_role = not attach.role
         link = self._links_by_name.get((attach.name, our_role))
