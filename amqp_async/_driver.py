@@ -117,10 +117,14 @@ class EngineDriver:
         stream: the connected byte stream (TCP or TLS).
         on_events: called with each batch of the engine's events.
         tracer: an optional frame tracer (``received(data)`` / ``sent(data)``).
+        on_error: isolates the owner's failures: an exception that the engine or ``on_events`` raises while handling
+            input or time is passed to it (the owner closes the engine, e.g. with ``amqp:internal-error``), and
+            the driver then stops (:meth:`abort`) instead of raising it out of :meth:`run`. None: it propagates.
 
     Attributes:
         transport_failed: the stream broke or ended without a close (set before ``on_events`` hears of it).
         transport_error: why, when the stream said.
+        failed: ``on_error`` was called (or :meth:`abort`): the driver stops reading and writes what is left.
         closing: set by the owner once it closes on purpose (the stream ending then is no failure).
         flush_epoch, flushed_epoch: output requested and output written, counted in wake-ups; an owner waits for
             ``flushed_epoch >= epoch`` to know that what it queued was written.
@@ -133,9 +137,11 @@ class EngineDriver:
         "_direct",
         "_eager_written",
         "_flushed",
+        "_on_error",
         "_on_events",
         "_opened",
         "_read_size",
+        "_reader_scope",
         "_retime",
         "_stopping",
         "_tracer",
@@ -145,6 +151,7 @@ class EngineDriver:
         "_writing",
         "closing",
         "engine",
+        "failed",
         "flush_epoch",
         "flushed_epoch",
         "stream",
@@ -159,11 +166,15 @@ class EngineDriver:
         on_events: Callable[[list[Event]], None],
         *,
         tracer: Any = None,
+        on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         self.engine = engine
         self.stream = stream
         self._on_events = on_events
         self._tracer = tracer
+        self._on_error = on_error
+        self._reader_scope: anyio.CancelScope | None = None
+        self.failed = False
         # Wake-ups: a flag says why, and an event exists only while the writer (or a flush waiter) sleeps on it.
         self._woken = False  # output to write
         self._retime = True  # the engine's deadlines may have changed: tick now
@@ -337,7 +348,9 @@ class EngineDriver:
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._writer)
-                await self._reader()
+                with anyio.CancelScope() as self._reader_scope:
+                    if not self.failed:
+                        await self._reader()
                 self._stopping = True
                 self.kick()
                 # The writer stops once it wrote what is left; a writer stuck on a peer that reads nothing is cancelled.
@@ -399,15 +412,40 @@ class EngineDriver:
                 self._on_input(b"")
                 return
 
+    def abort(self) -> None:
+        """Stop reading: what the engine has queued (a close) is written, within a grace period, and the stream
+        closed. For an owner that gave up on the connection (see ``on_error``)."""
+        self.failed = True
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
+        self.kick()
+
+    def _failure(self, exc: Exception) -> None:
+        """The owner's handling (or the engine) raised: the owner hears of it once (``on_error``), and the driver
+        stops."""
+        assert self._on_error is not None
+        if not self.failed:
+            self.failed = True
+            self._on_error(exc)
+        self.abort()
+
     def _on_input(self, data: bytes) -> None:
         """Hand what the peer sent (b"": the stream ended) to the engine, and its events to the owner; write the
         owner's answer at once (one task switch less on every round trip), waking the writer only for what the
         socket did not take."""
+        if self.failed:
+            return  # the owner gave up on the connection: nothing more is read
         engine = self.engine
         if self._tracer is not None:
             self._tracer.received(data)
-        engine.receive_data(data, self._clock())
-        self._on_events(engine.next_events())
+        try:
+            engine.receive_data(data, self._clock())
+            self._on_events(engine.next_events())
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            self._failure(exc)
+            return
         self._eager_written = False
         self._write_or_wake()  # on streams other than asyncio TCP, the writer takes all of it
         if not self._opened and engine.remote_open is not None:
@@ -425,10 +463,16 @@ class EngineDriver:
     def _tick(self) -> float | None:
         """Let the engine do what time calls for; return its next deadline."""
         engine = self.engine
-        deadline = engine.tick(self._clock())
-        events = engine.next_events()
-        if events:
-            self._on_events(events)  # e.g. our idle timeout closed the connection
+        try:
+            deadline = engine.tick(self._clock())
+            events = engine.next_events()
+            if events:
+                self._on_events(events)  # e.g. our idle timeout closed the connection
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            self._failure(exc)
+            return None
         if engine.has_output:
             self.kick()
         return deadline

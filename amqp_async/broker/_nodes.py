@@ -19,12 +19,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..errors import DecodeError
 from ..message import Message
 
 if TYPE_CHECKING:
     from .selector import Selector
 
-__all__ = ["Consumer", "Entry", "Queue", "Topic"]
+__all__ = ["Consumer", "ConsumerFailed", "Entry", "Queue", "Topic"]
 
 _sequence = itertools.count()
 
@@ -32,12 +33,13 @@ _sequence = itertools.count()
 class Entry:
     """One message in a queue: its bytes, and what the broker learned about it."""
 
-    __slots__ = ("_message", "excluded", "payload", "sequence")
+    __slots__ = ("_junk", "_message", "excluded", "payload", "sequence")
 
     def __init__(self, payload: bytes, message: Message | None = None) -> None:
         self.payload = payload
         self.sequence = next(_sequence)
         self._message = message
+        self._junk = False  # the payload was found not to decode
         #: consumers that said undeliverable-here (by identity).
         self.excluded: set[int] | None = None
 
@@ -50,18 +52,39 @@ class Entry:
             self._message = message
         return self._message
 
+    @property
+    def decodes(self) -> bool:
+        """Whether the payload is a message that decodes (the broker takes any bytes; a producer may send junk)."""
+        if self._message is None and not self._junk:
+            try:
+                self.message  # noqa: B018 - decoded for the check, and kept
+            except DecodeError:
+                self._junk = True
+        return not self._junk
+
     def annotate(self, annotations: dict[Any, Any]) -> None:
-        """Combine ``annotations`` into the message annotations (a modified outcome's, §3.4.5), re-encoding it."""
+        """Combine ``annotations`` into the message annotations (a modified outcome's, §3.4.5), re-encoding it;
+        a payload that does not decode is left as it is."""
+        if not self.decodes:
+            return
         message = self.message
         message.annotations = {**(message.annotations or {}), **annotations}
         self.payload = message.encode()
 
     def failed_attempt(self) -> None:
-        """Count a failed delivery attempt in the header (§3.4.5 delivery-failed), re-encoding the message."""
+        """Count a failed delivery attempt in the header (§3.4.5 delivery-failed), re-encoding the message; a
+        payload that does not decode is left as it is."""
+        if not self.decodes:
+            return
         message = self.message
         message.delivery_count = message.delivery_count + 1
         message.first_acquirer = False
         self.payload = message.encode()
+
+
+class ConsumerFailed(Exception):
+    """Raised by a consumer's ``send`` whose connection failed while sending: the entry was not sent (it stays in
+    the queue), and the consumer is passed over (its connection is being closed)."""
 
 
 class Consumer:
@@ -98,7 +121,8 @@ class Consumer:
             return False
         if self.browse and entry.sequence <= self.last_seen:
             return False
-        return self.selector is None or self.selector.matches(entry.message)
+        # A selector matches no payload that does not decode (it has no fields to select on).
+        return self.selector is None or (entry.decodes and self.selector.matches(entry.message))
 
 
 class Queue:
@@ -162,8 +186,11 @@ class Queue:
                 if browser.credit() <= 0:
                     break
                 if browser.wants(entry):
+                    try:
+                        browser.send(entry)
+                    except ConsumerFailed:
+                        break
                     browser.last_seen = entry.sequence
-                    browser.send(entry)
         competing = [consumer for consumer in consumers if not consumer.browse]
         if not competing:
             return
@@ -183,7 +210,14 @@ class Queue:
                 index += 1  # no consumer for this one now (selectors, exclusions): try the next message
                 continue
             del entries[index]
-            token = chosen.send(entry)
+            try:
+                token = chosen.send(entry)
+            except ConsumerFailed:
+                entries.insert(index, entry)  # not sent: it keeps its place
+                competing.remove(chosen)
+                if not competing:
+                    return
+                continue
             if token is not None:
                 chosen.unsettled[token] = entry
 

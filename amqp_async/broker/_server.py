@@ -7,6 +7,12 @@ target routes each message by its ``to`` address.
 
 All connections run on one event loop; a message routed by one connection is transferred by another connection's
 engine directly (synchronously, on the loop thread), which then wakes that connection's writer.
+
+Isolation: whatever a client sends, the engine answers it within the protocol (it closes the connection, ends the
+session or detaches the link with the condition that names the breach). An exception in the broker's own handling
+of one connection (a bug of ours) closes that connection alone, with ``amqp:internal-error``, logs it once with its
+traceback, rolls back its transactions and returns its unsettled messages to their queues; the broker and every
+other connection go on (see :meth:`_ServerConnection.fail`).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from ..protocol.endpoint import EndpointState
 from ..protocol.sasl import SaslServer
 from ..protocol.sasl_scram import InMemoryCredentialStore
 from ..types import symbol
-from ._nodes import Consumer, Entry, Queue, Topic
+from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
 from ._transactions import Coordinator as TransactionCoordinator
 from .selector import SelectorError, compile_selector
 
@@ -200,6 +206,8 @@ class Broker:
             await connection.run()
         except (anyio.BrokenResourceError, OSError, ssl.SSLError) as exc:
             log.info("connection %s failed: %r", connection.peer, exc)
+        except Exception as exc:
+            connection.fail(exc)
         finally:
             self.connections.discard(connection)
             connection.release()
@@ -264,8 +272,10 @@ class _ServerConnection:
             require_sasl=not broker.allow_anonymous,
             offered_capabilities=["ANONYMOUS-RELAY", LOCAL_TRANSACTIONS],
         )
-        self._driver = EngineDriver(self.engine, stream, self._on_events)
+        self._driver = EngineDriver(self.engine, stream, self._on_events, on_error=self.fail)
         self._outbound: list[_Outbound] = []
+        #: our handling of this connection failed (see :meth:`fail`): its events are ignored from then on.
+        self.failed = False
         self.transactions = TransactionCoordinator(
             broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
         )
@@ -280,7 +290,26 @@ class _ServerConnection:
 
     def _on_events(self, events: list[ev.Event]) -> None:
         for event in events:
+            if self.failed:
+                return
             self._on_event(event)
+
+    def fail(self, exc: BaseException) -> None:
+        """Our handling of this connection raised ``exc`` (a bug of ours, not the peer's): log it once, close the
+        connection with ``amqp:internal-error`` and stop its driver; once stopped, the connection is released (its
+        transactions roll back, its unsettled messages return to their queues). Nothing of it is handled any more;
+        the broker and the other connections go on."""
+        if self.failed:
+            return
+        self.failed = True
+        log.error("connection %s: internal error, closing the connection", self.peer, exc_info=exc)
+        try:
+            self.engine.close(_error(conditions.INTERNAL_ERROR, f"internal error in the broker: {type(exc).__name__}"))
+        except Exception:
+            pass
+        # The driver stops; once it has, _handle releases the connection (transactions, unsettled messages): not
+        # here, as this may run inside another connection's dispatch to one of our consumers.
+        self._driver.abort()
 
     def release(self) -> None:
         """The connection is gone: its open transactions roll back, and its consumers' unsettled messages go back
@@ -466,7 +495,12 @@ class _ServerConnection:
         settled = link.remote_snd_settle_mode == SND_SETTLED
 
         def send(entry: Entry) -> Any:
-            delivery = link.send(entry.payload, settled=settled)
+            # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
+            try:
+                delivery = link.send(entry.payload, settled=settled)
+            except Exception as exc:
+                self.fail(exc)
+                raise ConsumerFailed from exc
             self.kick()
             return None if settled or browse else delivery
 

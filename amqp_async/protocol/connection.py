@@ -16,7 +16,11 @@ with SASL it must wait for the outcome first.
 
 Errors: a peer that breaks the protocol gets the connection closed with the condition that names the breach
 (§2.8.15-§2.8.17) and a :class:`ConnectionClosed` event with ``remote=False``; session- and link-scoped breaches end
-only the session (§2.5.5) or detach only the link. A caller's misuse raises :class:`LocalProtocolError` at once.
+only the session (§2.5.5) or detach only the link (see :meth:`Connection._session_error` and
+:meth:`Connection._link_error` for when that takes a wider scope). Nothing the peer sends raises out of
+:meth:`Connection.receive_data`. A caller's misuse raises :class:`LocalProtocolError` at once; but answering what the
+peer started (``open``, a session's ``begin``, a link's ``attach``) once the engine has ended that endpoint, because
+of a breach in the same input, does nothing: the event that says it ended follows in the same batch.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..codec import conditions
-from ..codec._decoder import _DECODERS, decode_value
+from ..codec._decoder import decode_value
 from ..codec.framing import (
     AMQP_HEADER,
     EMPTY_FRAME,
@@ -309,7 +313,13 @@ class Connection(Endpoint):
     # --- commands ----------------------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Send our open (§2.4.1): a client starts with it (pipelined after the header), a server answers."""
+        """Send our open (§2.4.1): a client starts with it (pipelined after the header), a server answers.
+
+        Answering the peer's open after the engine closed the connection (the peer broke the protocol in the same
+        input; a :class:`ConnectionClosed` event follows the :class:`ConnectionOpened`) does nothing.
+        """
+        if self.local_state is EndpointState.CLOSED and self.engine_ended:
+            return
         if self.local_state is not EndpointState.UNINIT:
             raise LocalProtocolError("the connection is already open on our side")
         self.local_state = EndpointState.ACTIVE
@@ -339,10 +349,14 @@ class Connection(Endpoint):
     def _close_endpoints(self) -> None:
         """§2.4.3: closing the connection ends its sessions and links; nothing more may be written for them."""
         for session in self.sessions:
-            session.local_state = EndpointState.CLOSED
+            if session.local_state is not EndpointState.CLOSED:
+                session.local_state = EndpointState.CLOSED
+                session.engine_ended = True
             session._outgoing_queue.clear()
             for link in session._links_by_name.values():
-                link.local_state = EndpointState.CLOSED
+                if link.local_state is not EndpointState.CLOSED:
+                    link.local_state = EndpointState.CLOSED
+                    link.engine_ended = True
         self._dirty_sessions.clear()
 
     def begin_session(self, **options: Any) -> Session:
@@ -571,22 +585,24 @@ class Connection(Endpoint):
             return  # an empty frame: the peer is alive (§2.4.5)
         if self.remote_state is EndpointState.CLOSED:
             return  # §2.4.3: nothing may follow close; ignore it
-        if data[body] == 0 and data[body + 1] == 0x53 and data[body + 2] == 0x14 and self.remote_open is not None:
-            # The hot path: a transfer, read as a bare field list (no Transfer object).
+        if (
+            end - body > 3  # a body too short for a transfer's descriptor and list is the decoder's to refuse
+            and data[body] == 0
+            and data[body + 1] == 0x53
+            and data[body + 2] == 0x14
+            and self.remote_open is not None
+        ):
+            # The hot path: a transfer, read as a bare field list (no Transfer object). Its parser reads only the
+            # common layouts, each field in an encoding of its type; any other goes through the composite decoder
+            # below, which checks every field's type (a handle that is a list must not reach the session maps).
             try:
                 parsed = parse_transfer_fields(data, body + 3, end)
             except IndexError:
                 parsed = None
-            if parsed is None:
-                code = data[body + 3]
-                if code != 0xC0 and code != 0xD0:
-                    raise RemoteProtocolError(
-                        "a transfer whose fields are not a list", condition=conditions.DECODE_ERROR
-                    )
-                parsed = _DECODERS[code](data, body + 4, 1)
+        else:
+            parsed = None
+        if parsed is not None:
             fields, after = parsed
-            if after > end:
-                raise DecodeError("the transfer performative overruns its frame", offset=body)
             session = self._sessions_by_remote_channel.get(channel)
             if session is None:
                 session = self._session_for(channel)  # raises
@@ -693,6 +709,7 @@ class Connection(Endpoint):
         peer_initiated = self.local_state is not EndpointState.CLOSED
         if peer_initiated:
             self.close()  # §2.4.3: answer the close
+            self.engine_ended = True
         self._phase = _DONE
         # ``remote`` says who started the close: the peer, or we (and this is its answer).
         error = frame.error if peer_initiated else self.local_error
@@ -738,15 +755,46 @@ class Connection(Endpoint):
         except RemoteProtocolError as exc:
             if exc.scope == "connection":
                 raise
-            self._end_session_for_error(session, exc)
+            self._session_error(session, exc)
 
-    def _end_session_for_error(self, session: Session, exc: RemoteProtocolError) -> None:
-        if exc.scope == "link":
-            return  # handled by _on_link_error where a link is known
+    def _session_error(self, session: Session, exc: RemoteProtocolError) -> None:
+        """§2.8.16 session errors: end the session with the condition (a :class:`SessionEnded`, ``remote=False``).
+
+        A session the peer began and we have not answered yet is begun and ended at once (§2.5.1: an end follows
+        a begin). Before our open (a server that has not answered the peer's open yet) nothing can be written for
+        a session: the error closes the connection instead (raised again with the connection's scope).
+        """
+        if session.local_state is EndpointState.CLOSED:
+            return  # ended already: the peer's frames are dropped until its end (§2.5.1)
+        if self.local_state is not EndpointState.ACTIVE:
+            raise RemoteProtocolError(exc.description, condition=exc.condition) from exc
+        if session.local_state is EndpointState.UNINIT:
+            session.begin()
         err = error(exc.condition, exc.description)
         session.end(err)
+        session.engine_ended = True
         session.end_reported = True
         self._emit(SessionEnded(session=session, error=err, remote=False))
+
+    def _link_error(self, link: Link, exc: RemoteProtocolError) -> None:
+        """§2.8.17 link errors: detach the link, closed, with the condition (a :class:`LinkDetached`,
+        ``remote=False``).
+
+        A link the peer attached and we have not answered yet is attached (with null termini) and detached at once,
+        the way a link is refused (§2.6.3). Before our begin of its session nothing can be written for the link:
+        the error ends the session instead (:meth:`_session_error`).
+        """
+        session = link.session
+        if link.local_state is EndpointState.CLOSED:
+            return  # detached already: the peer's frames are dropped until its detach (§2.6.4)
+        if session.local_state is not EndpointState.ACTIVE or self.local_state is not EndpointState.ACTIVE:
+            self._session_error(session, RemoteProtocolError(exc.description, condition=exc.condition, scope="session"))
+            return
+        err = error(exc.condition, exc.description)
+        link.detach(closed=True, error=err)
+        link.engine_ended = True
+        link.detach_reported = True
+        self._emit(LinkDetached(link=link, error=err, closed=True, remote=False))
 
     def _on_transport_end(self) -> None:
         self._phase = _DONE
@@ -770,6 +818,7 @@ class Connection(Endpoint):
             self.local_state = EndpointState.CLOSED
             self.local_error = err
             self._write_frame(0, Close(error=err))
+        self.engine_ended = True
         self._phase = _DONE
         self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code))
 
@@ -780,19 +829,14 @@ def _session_transfer(session: Session, fields: Any, payload: bytes | memoryview
     try:
         session._on_transfer(fields, payload)
     except RemoteProtocolError as exc:
+        connection = session.connection
         if exc.scope == "link":
-            link = session._links_by_remote_handle.get(fields[0])
-            if link is not None and link.local_state is not EndpointState.CLOSED:
-                err = error(exc.condition, exc.description)
-                link.detach(closed=True, error=err)
-                link.detach_reported = True
-                session.connection._emit(LinkDetached(link=link, error=err, closed=True, remote=False))
-                return
-            raise RemoteProtocolError(exc.description, condition=exc.condition, scope="session") from exc
-        if exc.scope == "session":
-            session.connection._end_session_for_error(session, exc)
-            return
-        raise
+            # The handle was checked before a link-scoped error could be raised: the link is known.
+            connection._link_error(session._links_by_remote_handle[fields[0]], exc)
+        elif exc.scope == "session":
+            connection._session_error(session, exc)
+        else:
+            raise
 
 
 _SESSION_HANDLERS: dict[type, Any] = {

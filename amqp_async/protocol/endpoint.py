@@ -1,8 +1,10 @@
 """Endpoint states shared by connections, sessions and links.
 
 Each endpoint has a local and a remote half, as in proton: UNINIT until that side opened it (sent open, begin or
-attach), ACTIVE until it closed it (close, end, or detach), then CLOSED. The rules of which frame may arrive in
-which state are enforced where the frames are handled, each quoting its section.
+attach), ACTIVE until it closed it (close, end, or detach), then CLOSED. Our half may also be closed by the engine
+rather than by a command: for a breach of the protocol, to answer the peer's close, end or detach, or with its
+parent; answering the peer's open, begin or attach then does nothing (``engine_ended``). The rules of which frame
+may arrive in which state are enforced where the frames are handled, each quoting its section.
 """
 
 from __future__ import annotations
@@ -32,15 +34,17 @@ class Endpoint:
         remote_state: the peer's side, likewise from the frames it sent.
         local_error: the error we closed with, if any.
         remote_error: the error the peer closed with, if any.
+        engine_ended: our half was closed by the engine itself, not by a command of the caller's (see above).
     """
 
-    __slots__ = ("local_error", "local_state", "remote_error", "remote_state")
+    __slots__ = ("engine_ended", "local_error", "local_state", "remote_error", "remote_state")
 
     def __init__(self) -> None:
         self.local_state = EndpointState.UNINIT
         self.remote_state = EndpointState.UNINIT
         self.local_error: Error | None = None
         self.remote_error: Error | None = None
+        self.engine_ended = False
 
     @property
     def is_open(self) -> bool:

@@ -168,9 +168,14 @@ class Link(Endpoint, abc.ABC):
     ) -> None:
         """Send our attach (§2.6.3): to start the link, or to answer a link the peer started.
 
+        Answering a link the engine has already detached (the peer broke the protocol on it, its session or the
+        connection in the same input; the event that says so follows) does nothing.
+
         Raises:
             LocalProtocolError: the link is already attached on our side, or the session is not usable.
         """
+        if self.local_state is EndpointState.CLOSED and self.engine_ended:
+            return
         if self.local_state is not EndpointState.UNINIT:
             raise LocalProtocolError(f"link {self.name!r} is already attached")
         self.session._require_usable()
@@ -226,9 +231,12 @@ class Link(Endpoint, abc.ABC):
         if self.local_state is EndpointState.CLOSED:
             return
         if self.local_state is EndpointState.UNINIT:
-            # §2.6.3: to refuse a link the peer started, attach (with null termini) and detach at once.
-            if self.remote_state is EndpointState.UNINIT:
+            # §2.6.3: to refuse a link the peer started, attach (with null termini) and detach at once; when its
+            # session cannot carry frames (not begun on our side, or ended), there is nothing to write.
+            session = self.session
+            if self.remote_state is EndpointState.UNINIT or not self._usable_session():
                 self.local_state = EndpointState.CLOSED
+                session._forget_link_if_done(self)
                 return
             self.attach()
         # Queued dispositions and flows go first: an outcome given just before the detach must reach the peer
@@ -254,6 +262,15 @@ class Link(Endpoint, abc.ABC):
     @abc.abstractmethod
     def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:
         """This end's (delivery-count, link-credit, available, drain) for a flow frame."""
+
+    def _usable_session(self) -> bool:
+        """True while frames may be written on the link's session (begun and not ended, connection open)."""
+        session = self.session
+        return (
+            session.local_state is EndpointState.ACTIVE
+            and session.remote_state is not EndpointState.CLOSED
+            and session.connection.local_state is EndpointState.ACTIVE
+        )
 
     def _usable(self) -> bool:
         """True while frames may be written for this link: attached on our side, session and connection open."""

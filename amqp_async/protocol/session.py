@@ -26,7 +26,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import conditions, encode
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
-from ..codec.performatives import RECEIVER, SENDER, Attach, Begin, Detach, Disposition, End, Error, Flow
+from ..codec.performatives import (
+    RCV_FIRST,
+    RCV_SECOND,
+    RECEIVER,
+    SENDER,
+    SND_MIXED,
+    SND_SETTLED,
+    SND_UNSETTLED,
+    Attach,
+    Begin,
+    Detach,
+    Disposition,
+    End,
+    Error,
+    Flow,
+)
 from ..codec.transactions import Declared, TransactionalState
 from .delivery import Delivery
 from .endpoint import Endpoint, EndpointState
@@ -154,7 +169,13 @@ class Session(Endpoint):
     # --- commands ----------------------------------------------------------------------------------------
 
     def begin(self) -> None:
-        """Send our begin (§2.5.1): to start the session, or to answer one the peer started."""
+        """Send our begin (§2.5.1): to start the session, or to answer one the peer started.
+
+        Answering a session the engine has already ended (the peer broke the protocol on it, or on the connection,
+        in the same input; the :class:`SessionEnded` or :class:`ConnectionClosed` event follows) does nothing.
+        """
+        if self.local_state is EndpointState.CLOSED and self.engine_ended:
+            return
         if self.local_state is not EndpointState.UNINIT:
             raise LocalProtocolError("the session is already begun")
         self.connection._require_open_for_sessions()
@@ -178,7 +199,18 @@ class Session(Endpoint):
         )
 
     def end(self, error: Error | None = None) -> None:
-        """Send our end (§2.5.1), detaching nothing explicitly: links end with the session."""
+        """Send our end (§2.5.1), detaching nothing explicitly: links end with the session.
+
+        A session the peer began and we have not answered is begun first (§2.5.1: an end follows a begin), or, when
+        the connection cannot carry that any more, only marked ended.
+        """
+        if self.local_state is EndpointState.UNINIT and self.remote_state is not EndpointState.UNINIT:
+            connection = self.connection
+            if connection.local_state is EndpointState.ACTIVE and connection.remote_state is EndpointState.ACTIVE:
+                self.begin()
+            else:
+                self._mark_ended()
+                return
         if self.local_state is not EndpointState.ACTIVE:
             return
         self.connection._flush_session(self)
@@ -186,9 +218,21 @@ class Session(Endpoint):
         self.local_error = error
         self._send_frame(End(error=error))
         for link in self._links_by_name.values():
-            link.local_state = EndpointState.CLOSED
+            if link.local_state is not EndpointState.CLOSED:
+                link.local_state = EndpointState.CLOSED
+                link.engine_ended = True  # it ends with the session, not by a command of its own
         self._outgoing_queue.clear()
         self._flows_after.clear()
+        self.connection._release_channel(self)
+
+    def _mark_ended(self) -> None:
+        """Our side is over without an end frame (nothing can be written for the session any more)."""
+        self.local_state = EndpointState.CLOSED
+        self.engine_ended = True
+        for link in self._links_by_name.values():
+            if link.local_state is not EndpointState.CLOSED:
+                link.local_state = EndpointState.CLOSED
+                link.engine_ended = True
         self.connection._release_channel(self)
 
     def attach_sender(self, name: str, **options: Any) -> SenderLink:
@@ -497,8 +541,13 @@ class Session(Endpoint):
             )
         for link in list(self._links_by_name.values()):
             link.remote_state = EndpointState.CLOSED
-        if self.local_state is EndpointState.ACTIVE:
-            self.end()  # §2.5.1: answer the end
+        if self.local_state is EndpointState.ACTIVE or (
+            self.local_state is EndpointState.UNINIT and self.connection.answer_detach
+        ):
+            # §2.5.1: answer the end; a session not answered yet is begun and ended (the layer above, when it
+            # answers detaches itself, answers this too: proton's model)
+            self.end()
+            self.engine_ended = True
         self._outgoing_unsettled.clear()
         self._incoming_unsettled.clear()
         self._links_by_name.clear()
@@ -518,6 +567,17 @@ class Session(Endpoint):
             raise RemoteProtocolError(
                 f"attach on handle {handle} beyond handle-max {self.handle_max}",
                 condition=conditions.CONNECTION_FRAMING_ERROR,
+            )
+        if attach.snd_settle_mode not in (SND_UNSETTLED, SND_SETTLED, SND_MIXED) or attach.rcv_settle_mode not in (
+            RCV_FIRST,
+            RCV_SECOND,
+        ):
+            # §2.8.2, §2.8.3: settle modes outside their enumerations (an answer cannot mirror them), like a missing
+            # initial-delivery-count below, end the session.
+            raise RemoteProtocolError(
+                f"attach with settle modes {attach.snd_settle_mode!r}, {attach.rcv_settle_mode!r}",
+                condition=conditions.INVALID_FIELD,
+                scope="session",
             )
         our_role = not attach.role
         link = self._links_by_name.get((attach.name, our_role))
@@ -562,6 +622,12 @@ class Session(Endpoint):
         if link.local_state is EndpointState.ACTIVE:
             if self.connection.answer_detach:
                 link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
+                link.engine_ended = True
+        elif link.local_state is EndpointState.UNINIT and self.connection.answer_detach:
+            # A link detached before we answered its attach: §2.6.3, attach (null termini) and detach, the way a link
+            # is refused (only marked detached when the session is not begun on our side: nothing can be written).
+            link.detach(closed=bool(detach.closed))
+            link.engine_ended = True
         else:
             self._forget_link_if_done(link)
 
