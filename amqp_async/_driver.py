@@ -119,12 +119,12 @@ class EngineDriver:
         tracer: an optional frame tracer (``received(data)`` / ``sent(data)``).
         on_error: isolates the owner's failures: an exception that the engine or ``on_events`` raises while handling
             input or time is passed to it (the owner closes the engine, e.g. with ``amqp:internal-error``), and
-            the driver then stops (:meth:`abort`) instead of raising it out of :meth:`run`. None: it propagates.
+            the driver then stops (:meth:`give_up`) instead of raising it out of :meth:`run`. None: it propagates.
 
     Attributes:
         transport_failed: the stream broke or ended without a close (set before ``on_events`` hears of it).
         transport_error: why, when the stream said.
-        failed: ``on_error`` was called (or :meth:`abort`): the driver stops reading and writes what is left.
+        failed: ``on_error`` was called (or :meth:`give_up`): the driver stops reading and writes what is left.
         closing: set by the owner once it closes on purpose (the stream ending then is no failure).
         flush_epoch, flushed_epoch: output requested and output written, counted in wake-ups; an owner waits for
             ``flushed_epoch >= epoch`` to know that what it queued was written.
@@ -412,9 +412,10 @@ class EngineDriver:
                 self._on_input(b"")
                 return
 
-    def abort(self) -> None:
+    def give_up(self) -> None:
         """Stop reading: what the engine has queued (a close) is written, within a grace period, and the stream
-        closed. For an owner that gave up on the connection (see ``on_error``)."""
+        closed. For an owner that gave up on the connection (see ``on_error``); :meth:`abort` does not wait to
+        write."""
         self.failed = True
         if self._reader_scope is not None:
             self._reader_scope.cancel()
@@ -427,7 +428,7 @@ class EngineDriver:
         if not self.failed:
             self.failed = True
             self._on_error(exc)
-        self.abort()
+        self.give_up()
 
     def _on_input(self, data: bytes) -> None:
         """Hand what the peer sent (b"": the stream ended) to the engine, and its events to the owner; write the

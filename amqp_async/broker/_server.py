@@ -309,7 +309,7 @@ class _ServerConnection:
             pass
         # The driver stops; once it has, _handle releases the connection (transactions, unsettled messages): not
         # here, as this may run inside another connection's dispatch to one of our consumers.
-        self._driver.abort()
+        self._driver.give_up()
 
     def release(self) -> None:
         """The connection is gone: its open transactions roll back, and its consumers' unsettled messages go back
