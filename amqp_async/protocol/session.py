@@ -497,7 +497,7 @@ class Session(Endpoint):
             )
         for link in list(self._links_by_name.values()):
             link.remote_state = EndpointState.CLOSED
-        if self.local_state is EndpointState.ACTIVE:
+        if self.local_state is EndpointState.ACTIVE and self.connection.answer_close:
             self.end()  # §2.5.1: answer the end
         self._outgoing_unsettled.clear()
         self._incoming_unsettled.clear()

@@ -460,7 +460,8 @@ _NOOP_UNHANDLED = Handler.on_unhandled
 class Collector:
     """A queue of events (proton's ``Collector``): :meth:`put` appends, :meth:`peek` and :meth:`pop` take in order.
 
-    The container keeps its own; this one is for programs that drive endpoints by hand.
+    The container keeps its own; this one is for programs that drive endpoints by hand
+    (``connection.collect(collector)``).
     """
 
     def __init__(self) -> None:
@@ -470,9 +471,19 @@ class Collector:
         self._released = False
 
     def put(self, obj: Any, etype: EventType) -> None:
-        """Queue an event of type ``etype`` about ``obj`` (nothing once released)."""
-        if not self._released:
-            self._events.append(obj if isinstance(obj, EventBase) else Event(etype, obj))
+        """Queue an event of type ``etype`` about ``obj`` (nothing once released).
+
+        As proton's collector, an event that repeats the last one queued (same type, same context) is dropped: a
+        program reading events learns that something happened, not how often.
+        """
+        if self._released:
+            return
+        events = self._events
+        if events:
+            tail = events[-1]
+            if tail._type is etype and getattr(tail, "_context", None) is obj:
+                return
+        events.append(obj if isinstance(obj, EventBase) else Event(etype, obj))
 
     def peek(self) -> EventBase | None:
         """The next event, or None."""
