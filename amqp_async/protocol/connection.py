@@ -104,7 +104,8 @@ class Connection(Endpoint):
         answer_close: answer the peer's close and end at once (default). False leaves both to the layer above
             (proton's engine model: the application closes what the peer closed, and the frames for its links,
             a detach answering the peer's, still go out before our end or close), and still takes the peer's
-            detach of a link whose session we ended, so the layer above learns the link was closed.
+            detach of a link whose session we ended, so the layer above learns the link was closed. False also
+            leaves the settlement of a delivery the receiver gave an unsettled outcome to the layer above.
     """
 
     # Slots: a connection is long-lived and there may be thousands of them.

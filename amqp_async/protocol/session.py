@@ -676,7 +676,7 @@ class Session(Endpoint):
                 delivery.remote_settled = True
                 delivery.settled = True
                 del unsettled[delivery_id]
-            elif ours_sent and (
+            elif ours_sent and self.connection.answer_close and (
                 isinstance(state, _TERMINAL_OUTCOMES)
                 or (state.__class__ is TransactionalState and isinstance(state.outcome, _TERMINAL_OUTCOMES))
             ):

@@ -1101,6 +1101,8 @@ class Sender(Link):
         credit = int(impl.link_credit)
         impl.drained()
         self.connection._touch()
+        if credit:
+            self._connection._modified()
         return credit
 
     # --- engine hooks ------------------------------------------------------------------------------------

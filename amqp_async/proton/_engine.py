@@ -56,6 +56,8 @@ class EngineIO:
         #: incoming deliveries whose local state was updated (written, unsettled, at the next ``process``).
         self.updated: list[Delivery] = []
         self.error_reported = False
+        #: the SASL outcome when authentication failed here, before any outcome frame (proton: PERM).
+        self.sasl_code: int | None = None
 
     # --- the engine --------------------------------------------------------------------------------------
 
@@ -274,9 +276,12 @@ class EngineIO:
         if engine is not None and engine.remote_state is EndpointState.CLOSED:
             self.put(Event.CONNECTION_REMOTE_CLOSE, self.connection)
             return
-        if event.sasl_code is not None:
+        error_name = None if event.error is None else str(event.error.condition)
+        if event.sasl_code is not None or error_name == "amqp:unauthorized-access":
             description = event.error.description if event.error is not None else None
             condition = Condition("amqp:unauthorized-access", description or "Authentication failed")
+            # No mechanism fitted, or the peer's messages failed its checks: proton's outcome is PERM (3).
+            self.sasl_code = 3 if event.sasl_code is None else event.sasl_code
         elif event.transport_ended:
             condition = Condition("amqp:connection:framing-error", "connection aborted")
         elif event.error is not None:

@@ -348,7 +348,8 @@ class SASL:
         engine = self._transport._engine()
         outcome = None if engine is None else engine.sasl_outcome
         if outcome is None:
-            return self._outcome
+            io = self._transport._io
+            return self._outcome if io is None or io.sasl_code is None else io.sasl_code
         return int(getattr(outcome, "code", 0))
 
     def done(self, outcome: int) -> None:
