@@ -49,6 +49,7 @@ _OVERSHOOT_TOLERANCE = 4096
 # idle (and the output growing) until then. Past this much output, it is handed to the socket as it comes.
 _WRITE_THROUGH = 16384
 _REMOTE_BITS = {EndpointState.UNINIT: 8, EndpointState.ACTIVE: 16, EndpointState.CLOSED: 32}
+_TRANSPORT_EVENT = Event.TRANSPORT
 # The local changes after which proton's engine says the transport has work (a TRANSPORT event).
 _LOCAL_EVENTS = frozenset(
     {
@@ -194,9 +195,15 @@ class Connection(Endpoint):
     def _modified(self) -> None:
         """The application asked for something the transport has to write: proton's TRANSPORT event."""
         bound = self._bound
+        if bound is None:
+            return
         collector = self._collector
-        if bound is not None and collector is not None:
-            collector.put(bound.transport, Event.TRANSPORT)
+        if collector is None:
+            return
+        tail = collector._tail
+        transport = bound.transport
+        if tail is None or tail[1] is not transport or tail[0] is not _TRANSPORT_EVENT:
+            collector.put(transport, _TRANSPORT_EVENT)
 
     def _unbind_engine(self) -> None:
         """The transport was unbound: forget the engine and what the peer said (a new transport starts afresh)."""
