@@ -126,7 +126,9 @@ def scenario_transfer(a: Side, b: Side) -> None:
     b_session = b.connection.session_head(mask)
     b_session.open()
     receiver = b.connection.link_head(mask)
-    b.note("attach", receiver.name, receiver.is_receiver, receiver.remote_target.address, receiver.remote_source.address)
+    b.note(
+        "attach", receiver.name, receiver.is_receiver, receiver.remote_target.address, receiver.remote_source.address
+    )
     receiver.target.copy(receiver.remote_target)
     receiver.source.copy(receiver.remote_source)
     receiver.open()

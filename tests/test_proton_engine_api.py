@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from proton_engine_program import SCENARIOS, Side, pump, record
 
 pytest.importorskip("proton")
@@ -254,3 +253,25 @@ def test_idle_timeout() -> None:
     pair.t1.tick(30.0)  # nothing arrived since 6: the client gives up
     assert pair.t1.condition is not None
     assert pair.t1.condition.name == "amqp:resource-limit-exceeded"
+
+
+# --- an external event loop over a real socket ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("module", [OURS, PROTON])
+def test_selectors_loop_against_our_broker(module: str) -> None:
+    """examples/proton_engine_selectors.py: the program owns the socket (``selectors``), the engine only turns bytes
+    into events; with our transport and with proton's, against our embedded broker."""
+    import importlib.util
+    from pathlib import Path
+
+    from amqp_async.broker import BrokerThread
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "proton_engine_selectors.py"
+    spec = importlib.util.spec_from_file_location("proton_engine_selectors", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    with BrokerThread() as broker:
+        bodies = example.round_trip(module, broker.url, "engine-queue", 5)
+    assert bodies == [f"message {n}" for n in range(5)]

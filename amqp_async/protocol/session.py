@@ -676,9 +676,13 @@ class Session(Endpoint):
                 delivery.remote_settled = True
                 delivery.settled = True
                 del unsettled[delivery_id]
-            elif ours_sent and self.connection.answer_close and (
-                isinstance(state, _TERMINAL_OUTCOMES)
-                or (state.__class__ is TransactionalState and isinstance(state.outcome, _TERMINAL_OUTCOMES))
+            elif (
+                ours_sent
+                and self.connection.answer_close
+                and (
+                    isinstance(state, _TERMINAL_OUTCOMES)
+                    or (state.__class__ is TransactionalState and isinstance(state.outcome, _TERMINAL_OUTCOMES))
+                )
             ):
                 # Receiver settle mode second (§2.6.12): the receiver reached an outcome (within a transaction too,
                 # §4.4) and waits for us to settle; we settle at once (the outcome is reported all the same).

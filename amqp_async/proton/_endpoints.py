@@ -34,10 +34,10 @@ from ._transport import Transport
 
 if TYPE_CHECKING:
     from ..protocol import Connection as EngineConnection
-    from ._engine import EngineIO
     from ..protocol.link import ReceiverLink as EngineReceiver
     from ..protocol.link import SenderLink as EngineSender
     from ..protocol.session import Session as EngineSession
+    from ._engine import EngineIO
 
 __all__ = ["Connection", "Endpoint", "Link", "Receiver", "Sender", "Session", "Terminus"]
 

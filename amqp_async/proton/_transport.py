@@ -105,8 +105,6 @@ class Transport:
     @property
     def encrypted(self) -> bool:
         """True when the connection runs over TLS."""
-        if self._ssl is not None and self._ssl._engine is not None:
-            return self._ssl._engine.established
         connection = self._connection
         return connection is not None and bool(connection._tls)
 
@@ -212,10 +210,6 @@ class Transport:
         io = self._started()
         if io.tail_closed:
             raise TransportException("the transport's input is closed")
-        if self._ssl is not None and self._ssl._engine is not None:
-            binary = self._ssl._engine.decrypt(binary)
-            if not binary:
-                return
         io.push(binary)
 
     def close_tail(self) -> None:
@@ -224,27 +218,18 @@ class Transport:
 
     def pending(self) -> int:
         """How many bytes wait to be written (-1: the output has ended)."""
-        io = self._started()
-        tls = self._ssl._engine if self._ssl is not None else None
-        if tls is not None:
-            return tls.pending(io)
-        return io.pending()
+        return self._started().pending()
 
     def peek(self, size: int) -> bytes | None:
         """Up to ``size`` of the bytes waiting to be written (they stay until :meth:`pop`)."""
         io = self._started()
-        if self.pending() < 0:
+        if io.pending() < 0:
             return None
-        tls = self._ssl._engine if self._ssl is not None else None
-        out = io.out if tls is None else tls.out
-        return bytes(out[:size])
+        return bytes(io.out[:size])
 
     def pop(self, size: int) -> None:
         """Drop ``size`` written bytes from the output."""
-        io = self._started()
-        tls = self._ssl._engine if self._ssl is not None else None
-        out = io.out if tls is None else tls.out
-        del out[:size]
+        del self._started().out[:size]
 
     def close_head(self) -> None:
         """Stop writing: the output is closed (for a container's transport: close the socket)."""
@@ -490,7 +475,6 @@ class SSL:
         self.domain = domain
         self.session_details = session_details
         self.peer_hostname: str | None = None
-        self._engine: Any = None
         transport._ssl = self
 
     @staticmethod
