@@ -105,6 +105,11 @@ class Connection(Endpoint):
             detaches when its application closes the link (proton's model: outcomes the application gives first
             still go out before the detach), and keeps a detached link's unsettled deliveries tracked until they
             settle or the session ends (the peer may settle them after the detach).
+        answer_close: answer the peer's close and end at once (default). False leaves both to the layer above
+            (proton's engine model: the application closes what the peer closed, and the frames for its links,
+            a detach answering the peer's, still go out before our end or close), and still takes the peer's
+            detach of a link whose session we ended, so the layer above learns the link was closed. False also
+            leaves the settlement of a delivery the receiver gave an unsettled outcome to the layer above.
     """
 
     # Slots: a connection is long-lived and there may be thousands of them.
@@ -129,6 +134,7 @@ class Connection(Endpoint):
         "_sessions_by_channel",
         "_sessions_by_remote_channel",
         "_transport_closed",
+        "answer_close",
         "answer_detach",
         "channel_max",
         "container_id",
@@ -162,6 +168,7 @@ class Connection(Endpoint):
         incoming_window: int = 2048,
         require_sasl: bool = True,
         answer_detach: bool = True,
+        answer_close: bool = True,
     ) -> None:
         super().__init__()
         if role not in (CLIENT, SERVER):
@@ -182,6 +189,7 @@ class Connection(Endpoint):
         self.sasl = sasl
         self.require_sasl = require_sasl
         self.answer_detach = answer_detach
+        self.answer_close = answer_close
         self.incoming_window = incoming_window
         #: the peer's open frame, once received.
         self.remote_open: Open | None = None
@@ -707,7 +715,7 @@ class Connection(Endpoint):
         self.remote_state = EndpointState.CLOSED
         self.remote_error = frame.error
         peer_initiated = self.local_state is not EndpointState.CLOSED
-        if peer_initiated:
+        if peer_initiated and self.answer_close:
             self.close()  # §2.4.3: answer the close
             self.engine_ended = True
         self._phase = _DONE
@@ -748,8 +756,10 @@ class Connection(Endpoint):
 
     def _on_session_frame(self, channel: int, frame: Any) -> None:
         session = self._session_for(channel)
-        if session.local_state is EndpointState.CLOSED:
-            return  # §2.5.1: after our end, frames other than the peer's end are ignored
+        if session.local_state is EndpointState.CLOSED and (self.answer_close or type(frame) is not Detach):
+            # §2.5.1: after our end, frames other than the peer's end are ignored. A layer that answers ends
+            # itself still takes the peer's detach: it reports the link closed, as proton does.
+            return
         try:
             _SESSION_HANDLERS[type(frame)](session, frame)
         except RemoteProtocolError as exc:

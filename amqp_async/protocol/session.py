@@ -541,11 +541,11 @@ class Session(Endpoint):
             )
         for link in list(self._links_by_name.values()):
             link.remote_state = EndpointState.CLOSED
-        if self.local_state is EndpointState.ACTIVE or (
+        if (self.local_state is EndpointState.ACTIVE and self.connection.answer_close) or (
             self.local_state is EndpointState.UNINIT and self.connection.answer_detach
         ):
             # §2.5.1: answer the end; a session not answered yet is begun and ended (the layer above, when it
-            # answers detaches itself, answers this too: proton's model)
+            # answers detaches and closes itself, answers this too: proton's model)
             self.end()
             self.engine_ended = True
         self._outgoing_unsettled.clear()
@@ -742,9 +742,13 @@ class Session(Endpoint):
                 delivery.remote_settled = True
                 delivery.settled = True
                 del unsettled[delivery_id]
-            elif ours_sent and (
-                isinstance(state, _TERMINAL_OUTCOMES)
-                or (state.__class__ is TransactionalState and isinstance(state.outcome, _TERMINAL_OUTCOMES))
+            elif (
+                ours_sent
+                and self.connection.answer_close
+                and (
+                    isinstance(state, _TERMINAL_OUTCOMES)
+                    or (state.__class__ is TransactionalState and isinstance(state.outcome, _TERMINAL_OUTCOMES))
+                )
             ):
                 # Receiver settle mode second (§2.6.12): the receiver reached an outcome (within a transaction too,
                 # §4.4) and waits for us to settle; we settle at once (the outcome is reported all the same).

@@ -273,8 +273,10 @@ class Delivery:
 
     @property
     def partial(self) -> bool:
-        """True for an incoming delivery whose data is not all here; deliveries are handed over complete."""
-        return False
+        """True for an incoming delivery whose data is not all here (the container hands deliveries over
+        complete; with proton's engine API a delivery is reported as its first frames arrive)."""
+        impl = self._impl
+        return impl is not None and getattr(impl.link, "_current", None) is impl
 
     @property
     def pending(self) -> int:
@@ -282,6 +284,9 @@ class Delivery:
         payload = self._payload
         if payload is not None:
             return len(payload) - self._read
+        link = self.link
+        if link.is_sender and link.current is self:
+            return len(link._stream or b"")  # type: ignore[attr-defined]
         return 0
 
     @property
@@ -303,8 +308,12 @@ class Delivery:
 
     @property
     def work_next(self) -> Delivery | None:
-        """proton's work list is not kept; always None."""
-        return None
+        """The delivery after this one on its connection's work list (see ``Connection.work_head``)."""
+        work = self.link.session.connection._work_list()
+        for index, delivery in enumerate(work):
+            if delivery is self:
+                return work[index + 1] if index + 1 < len(work) else None
+        return work[0] if work else None
 
     # --- commands ----------------------------------------------------------------------------------------
 
@@ -319,6 +328,7 @@ class Delivery:
         if local is not None:
             local.type = state
         self.link._delivery_updated(self)
+        self.link._connection._modified()
 
     def _settle_as(self, state: int) -> None:
         """``update(state)`` then ``settle()``, in one step (the auto-accept of every received message)."""
@@ -342,8 +352,14 @@ class Delivery:
         if container is not None and container._loop_thread not in (None, get_ident()):
             container._check_thread()  # raises: another thread
         self._settled_here = True
-        self.link._settle(self)
+        link = self.link
+        link._settle(self)
         self._forget()
+        connection = link._connection
+        if connection._bound is not None:
+            if link.is_receiver:
+                link._unsettled_count -= 1  # type: ignore[attr-defined]
+            connection._modified()
 
     def _forget(self) -> None:
         # Settled here, the engine says no more of it (§2.6.12): drop its link back to us, so that the pair is

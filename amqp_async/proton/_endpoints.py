@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..protocol.link import ReceiverLink as EngineReceiver
     from ..protocol.link import SenderLink as EngineSender
     from ..protocol.session import Session as EngineSession
+    from ._engine import EngineIO
 
 __all__ = ["Connection", "Endpoint", "Link", "Receiver", "Sender", "Session", "Terminus"]
 
@@ -48,6 +49,19 @@ _OVERSHOOT_TOLERANCE = 4096
 # idle (and the output growing) until then. Past this much output, it is handed to the socket as it comes.
 _WRITE_THROUGH = 16384
 _REMOTE_BITS = {EndpointState.UNINIT: 8, EndpointState.ACTIVE: 16, EndpointState.CLOSED: 32}
+_TRANSPORT_EVENT = Event.TRANSPORT
+# The local changes after which proton's engine says the transport has work (a TRANSPORT event).
+_LOCAL_EVENTS = frozenset(
+    {
+        Event.CONNECTION_LOCAL_OPEN,
+        Event.CONNECTION_LOCAL_CLOSE,
+        Event.SESSION_LOCAL_OPEN,
+        Event.SESSION_LOCAL_CLOSE,
+        Event.LINK_LOCAL_OPEN,
+        Event.LINK_LOCAL_CLOSE,
+        Event.LINK_LOCAL_DETACH,
+    }
+)
 
 
 def _condition_of(error: Error | None) -> Condition | None:
@@ -108,11 +122,23 @@ class Endpoint(abc.ABC):
     def _close_engine(self) -> None:
         """Send this endpoint's close, end or detach on the engine."""
 
+    @abc.abstractmethod
+    def _owner(self) -> Connection:
+        """The connection this endpoint belongs to (itself for a connection)."""
+
     def _push(self, event_type: Any) -> None:
         container = self._container()
         if container is not None:
             container._check_thread()
             container._push(event_type, self)
+            return
+        # No container: proton's engine API, where events go to the connection's collector.
+        connection = self._owner()
+        collector = connection._collector
+        if collector is not None:
+            collector.put(self, event_type)
+            if event_type in _LOCAL_EVENTS:
+                connection._modified()
 
 
 class Connection(Endpoint):
@@ -149,9 +175,53 @@ class Connection(Endpoint):
         self._tls: Any = None
         self._default_session: Session | None = None
         self._channel: Any = None  # the container's driver of this connection
+        self._collector: Any = None  # proton's engine API: where events go (see collect)
+        self._bound: EngineIO | None = None  # proton's engine API: the transport bound with Transport.bind
 
     def _container(self) -> Any:
         return self._reactor
+
+    def _owner(self) -> Connection:
+        return self
+
+    # --- proton's engine API -----------------------------------------------------------------------------
+
+    def collect(self, collector: Any) -> None:
+        """Send this connection's events (and those of its sessions, links and deliveries) to ``collector``."""
+        self._collector = collector
+        if collector is not None:
+            collector.put(self, Event.CONNECTION_INIT)
+
+    def _modified(self) -> None:
+        """The application asked for something the transport has to write: proton's TRANSPORT event."""
+        bound = self._bound
+        if bound is None:
+            return
+        collector = self._collector
+        if collector is None:
+            return
+        tail = collector._tail
+        transport = bound.transport
+        if tail is None or tail[1] is not transport or tail[0] is not _TRANSPORT_EVENT:
+            collector.put(transport, _TRANSPORT_EVENT)
+
+    def _unbind_engine(self) -> None:
+        """The transport was unbound: forget the engine and what the peer said (a new transport starts afresh)."""
+        self._bound = None
+        self._impl = None
+        for session in self._sessions:
+            session._impl = None
+            for link in session._links:
+                link._unbind()
+        self._transport = Transport(_connection=self)
+
+    def _work_list(self) -> list[Delivery]:
+        """proton's work list: deliveries the application has something to do with (read, write, or see updated)."""
+        work: list[Delivery] = []
+        for session in self._sessions:
+            for link in session._links:
+                work.extend(link._work())
+        return work
 
     # --- what the peer said ------------------------------------------------------------------------------
 
@@ -206,8 +276,10 @@ class Connection(Endpoint):
 
     @property
     def work_head(self) -> Delivery | None:
-        """proton's work list is not kept; always None."""
-        return None
+        """The first delivery of proton's work list: an incoming one to read, the current outgoing one while its
+        link has credit, or one whose remote state or settlement changed (and that is not settled here)."""
+        work = self._work_list()
+        return work[0] if work else None
 
     # --- commands ----------------------------------------------------------------------------------------
 
@@ -236,7 +308,7 @@ class Connection(Endpoint):
     def _close_engine(self) -> None:
         """Send our close (the container does it once the callbacks of the round have returned)."""
         impl = self._impl
-        if impl is not None and impl.local_state is not EndpointState.CLOSED and not impl.closed:
+        if impl is not None and impl.local_state is not EndpointState.CLOSED and (not impl.closed or self._bound):
             if impl.local_state is EndpointState.UNINIT:
                 impl.open()
             impl.close(_error_of(self.condition))
@@ -281,7 +353,10 @@ class Connection(Endpoint):
     def _engine_usable(self) -> bool:
         """True while the engine takes frames for this connection (bound, opened by us, not closed)."""
         impl = self._impl
-        return impl is not None and impl.local_state is EndpointState.ACTIVE and not impl.closed
+        if impl is None or impl.local_state is not EndpointState.ACTIVE:
+            return False
+        # proton's engine API: after the peer's close, the application's detach, end and close still go out.
+        return not impl.closed or self._bound is not None
 
     def _abort_transport(self) -> None:
         channel = self._channel
@@ -333,6 +408,9 @@ class Session(Endpoint):
 
     def _container(self) -> Any:
         return self.connection._reactor
+
+    def _owner(self) -> Connection:
+        return self.connection
 
     @property
     def transport(self) -> Transport:
@@ -406,7 +484,7 @@ class Session(Endpoint):
         return (
             impl is not None
             and impl.local_state is EndpointState.ACTIVE
-            and impl.remote_state is not EndpointState.CLOSED
+            and (impl.remote_state is not EndpointState.CLOSED or self.connection._bound is not None)
             and self.connection._engine_usable()
         )
 
@@ -617,6 +695,13 @@ class Link(Endpoint):
 
     def _container(self) -> Any:
         return self.session.connection._reactor
+
+    def _owner(self) -> Connection:
+        return self.session.connection
+
+    def _work(self) -> list[Delivery]:
+        """This link's deliveries on proton's work list (see :attr:`Connection.work_head`)."""
+        return []
 
     @property
     def connection(self) -> Connection:
@@ -860,13 +945,29 @@ class Sender(Link):
 
     @property
     def unsettled(self) -> int:
-        """Messages sent (or waiting) not yet settled on this end."""
-        return len(self._unsettled)
+        """Messages sent (or waiting, or being written) not yet settled on this end."""
+        return len(self._unsettled) + (self._current is not None)
 
     @property
     def current(self) -> Delivery | None:
         """The delivery being written with :meth:`stream`, if any."""
         return self._current
+
+    @property
+    def credit(self) -> int:
+        """The link credit: how many more messages may be sent now (less those advanced and waiting to go)."""
+        impl = self._impl
+        credit = 0 if impl is None else int(impl.link_credit)
+        if self._connection._bound is not None:
+            credit -= len(self._pending)
+        return credit
+
+    def _work(self) -> list[Delivery]:
+        work = [d for d in self._unsettled if d._updated and not d._settled_here]
+        current = self._current
+        if current is not None and self.credit > 0:
+            work.insert(0, current)
+        return work
 
     def delivery_tag(self) -> bytes:
         """The tag for the next delivery."""
@@ -945,6 +1046,11 @@ class Sender(Link):
                     connection._channel.write_now()
         else:
             self._pending.append((delivery, payload))
+        bound = self._connection._bound
+        if bound is not None:
+            # proton's engine API: the transport reports the transfer (LINK_FLOW) when it writes it.
+            bound.sent[self] = None
+            self._connection._modified()
         return delivery
 
     def _sendable(self) -> bool:
@@ -982,6 +1088,7 @@ class Sender(Link):
         if self._current is None or self._stream is None:
             raise LinkException("no current delivery: call sender.delivery(tag) first")
         self._stream += data
+        self._connection._modified()
         return len(data)
 
     def advance(self) -> bool:
@@ -1001,6 +1108,8 @@ class Sender(Link):
         credit = int(impl.link_credit)
         impl.drained()
         self.connection._touch()
+        if credit:
+            self._connection._modified()
         return credit
 
     # --- engine hooks ------------------------------------------------------------------------------------
@@ -1073,8 +1182,16 @@ class Receiver(Link):
     @property
     def unsettled(self) -> int:
         """Deliveries received and not yet settled on this end."""
+        if self._connection._bound is not None:
+            return self._unsettled_count
         impl = self._impl
         return 0 if impl is None or self.session._impl is None else self.session._impl.unsettled_incoming
+
+    def _work(self) -> list[Delivery]:
+        incoming = self._incoming
+        if not incoming:
+            return []
+        return [incoming[0], *(d for d in list(incoming)[1:] if d._updated and not d._settled_here)]
 
     @property
     def current(self) -> Delivery | None:
@@ -1095,6 +1212,7 @@ class Receiver(Link):
             self.connection._touch()
         else:
             self._credit_wanted += n
+        self._connection._modified()
 
     def drain(self, n: int) -> None:
         """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
@@ -1105,6 +1223,7 @@ class Receiver(Link):
         else:
             self._drain_mode = True
             self._credit_wanted += max(n, 0)
+        self._connection._modified()
 
     def draining(self) -> bool:
         """True while a drain asked for is not complete (the sender still has credit)."""
@@ -1129,7 +1248,8 @@ class Receiver(Link):
             return None
         start = current._read
         if start >= len(payload):
-            return None
+            # proton: nothing more yet of a partial delivery (b""), or the end of a complete one (None).
+            return b"" if current.partial else None
         end = min(len(payload), start + limit)
         current._read = end
         return bytes(payload[start:end]) if start or end != len(payload) else bytes(payload)
@@ -1160,6 +1280,11 @@ class Receiver(Link):
         container = self._container()
         if container is not None:
             container._updated.append(delivery)
+            return
+        bound = self._connection._bound
+        if bound is not None:
+            bound.updated.append(delivery)
+            self._connection._modified()
 
     def _settle(self, delivery: Delivery) -> None:
         impl = delivery._impl

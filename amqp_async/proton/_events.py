@@ -460,7 +460,8 @@ _NOOP_UNHANDLED = Handler.on_unhandled
 class Collector:
     """A queue of events (proton's ``Collector``): :meth:`put` appends, :meth:`peek` and :meth:`pop` take in order.
 
-    The container keeps its own; this one is for programs that drive endpoints by hand.
+    The container keeps its own; this one is for programs that drive endpoints by hand
+    (``connection.collect(collector)``).
     """
 
     def __init__(self) -> None:
@@ -468,15 +469,31 @@ class Collector:
 
         self._events: deque[EventBase] = deque()
         self._released = False
+        # (type, context) of the last event queued while the queue is not empty: see put.
+        self._tail: tuple[Any, Any] | None = None
 
     def put(self, obj: Any, etype: EventType) -> None:
-        """Queue an event of type ``etype`` about ``obj`` (nothing once released)."""
-        if not self._released:
-            self._events.append(obj if isinstance(obj, EventBase) else Event(etype, obj))
+        """Queue an event of type ``etype`` about ``obj`` (nothing once released).
+
+        As proton's collector, an event that repeats the last one queued (same type, same context) is dropped: a
+        program reading events learns that something happened, not how often.
+        """
+        tail = self._tail
+        if tail is not None and tail[0] is etype and tail[1] is obj:
+            return
+        if self._released:
+            return
+        if isinstance(obj, EventBase):
+            self._events.append(obj)
+            self._tail = None
+        else:
+            self._events.append(Event(etype, obj))
+            self._tail = (etype, obj)
 
     def peek(self) -> EventBase | None:
         """The next event, or None."""
-        return self._events[0] if self._events else None
+        events = self._events
+        return events[0] if events else None
 
     def more(self) -> bool:
         """True when more than one event is queued."""
@@ -484,10 +501,14 @@ class Collector:
 
     def pop(self) -> None:
         """Drop the next event."""
-        if self._events:
-            self._events.popleft()
+        events = self._events
+        if events:
+            events.popleft()
+            if not events:
+                self._tail = None
 
     def release(self) -> None:
         """Drop every event and take no more."""
         self._released = True
         self._events.clear()
+        self._tail = None

@@ -13,7 +13,9 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from ._condition import Condition
-from ._exceptions import SSLException
+from ._engine import CAPACITY, EngineIO
+from ._events import Event
+from ._exceptions import SSLException, TransportException
 
 if TYPE_CHECKING:
     from ._endpoints import Connection
@@ -22,12 +24,17 @@ __all__ = ["SASL", "SSL", "SSLDomain", "SSLSessionDetails", "Transport"]
 
 
 class Transport:
-    """The transport of one connection: its settings before it connects, and what happened to it after.
+    """The byte stream under a connection.
+
+    Made by the container for each of its connections (its settings before it connects, and what happened to it
+    after), or by a program that does its own I/O (proton's engine API): ``Transport()`` (a client) or
+    ``Transport(Transport.SERVER)``, :meth:`bind` to a :class:`Connection`, then :meth:`push` what was read,
+    write what :meth:`peek` gives and :meth:`pop` it, and :meth:`tick` the clock.
 
     Attributes:
         condition: why the transport failed (``proton:io``, ``amqp:unauthorized-access``...), or None.
         idle_timeout: the idle timeout to ask the peer to keep (seconds; 0 for none).
-        max_frame_size: the largest frame to accept (0: the library's default).
+        max_frame_size: the largest frame to accept.
         channel_max: the highest channel number to accept.
     """
 
@@ -45,11 +52,14 @@ class Transport:
         self._connection = _connection
         self.condition: Condition | None = None
         self.idle_timeout = 0.0
-        self.max_frame_size = 0
-        self.channel_max = 65535
+        # proton's defaults (the container's transports pick their own frame size when this is left at 0).
+        self.max_frame_size = 0 if _connection is not None else 32768
+        self.channel_max = 65535 if _connection is not None else 32767
         self._sasl: SASL | None = None
         self._ssl: SSL | None = None
         self._closed = False
+        self._io: EngineIO | None = None
+        self._trace = self.TRACE_OFF
         self.tracer: Any = None
 
     @property
@@ -58,6 +68,9 @@ class Transport:
         return self._connection
 
     def _engine(self) -> Any:
+        io = self._io
+        if io is not None:
+            return io.engine
         connection = self._connection
         return None if connection is None else connection._impl
 
@@ -65,20 +78,22 @@ class Transport:
     def remote_max_frame_size(self) -> int:
         """The largest frame the peer accepts (known once its open arrived)."""
         engine = self._engine()
-        return 0 if engine is None else engine.remote_max_frame_size
+        if engine is None or engine.remote_open is None:
+            return 0 if self._io is None else 4294967295
+        return int(engine.remote_max_frame_size)
 
     @property
     def remote_idle_timeout(self) -> float:
         """The idle timeout the peer asked for, in seconds (0: none)."""
         engine = self._engine()
-        return 0.0 if engine is None else engine.remote_idle_timeout
+        return 0.0 if engine is None else float(engine.remote_idle_timeout)
 
     @property
     def remote_channel_max(self) -> int:
         """The highest channel the peer accepts."""
         engine = self._engine()
         if engine is None or engine.remote_open is None:
-            return 0
+            return 0 if self._io is None else 65535
         return int(engine.remote_open.channel_max)
 
     @property
@@ -99,23 +114,28 @@ class Transport:
         engine = self._engine()
         if engine is None or engine.sasl is None:
             return None
-        return getattr(engine.sasl, "identity", None) or getattr(engine.sasl, "user", None)
+        outcome = engine.sasl_outcome
+        identity = None if outcome is None else getattr(outcome, "identity", None)
+        return identity or getattr(engine.sasl, "identity", None) or getattr(engine.sasl, "user", None)
 
     @property
     def closed(self) -> bool:
-        """True once the transport ended."""
+        """True once the transport ended (both halves of the byte stream, for a bound engine transport)."""
+        io = self._io
+        if io is not None:
+            return io.head_closed and io.tail_closed
         return self._closed
 
     def sasl(self) -> SASL:
-        """This transport's SASL settings (made on first call)."""
+        """This transport's SASL layer (made on first call; proton: before any I/O)."""
         if self._sasl is None:
             self._sasl = SASL(self)
         return self._sasl
 
     def ssl(self, domain: SSLDomain | None = None, session_details: Any = None) -> SSL:
-        """This transport's TLS settings."""
+        """This transport's TLS layer."""
         if self._ssl is None:
-            self._ssl = SSL(self, domain)
+            self._ssl = SSL(self, domain, session_details)
         return self._ssl
 
     def require_auth(self, required: bool) -> None:
@@ -127,7 +147,9 @@ class Transport:
         self._require_encryption = required
 
     def trace(self, n: int) -> None:
-        """Frame tracing is switched on with the ``PN_TRACE_FRM=1`` environment variable."""
+        """Frame tracing (``TRACE_FRM``): frames are logged to the ``proton`` logger (also switched on with the
+        ``PN_TRACE_FRM=1`` environment variable)."""
+        self._trace = n
 
     def log(self, message: str) -> None:
         """Write ``message`` to the ``proton`` logger."""
@@ -135,25 +157,118 @@ class Transport:
 
         logging.getLogger("proton").info(message)
 
+    # --- proton's engine API: a transport the program drives ---------------------------------------------
+
+    def bind(self, connection: Connection) -> None:
+        """Carry ``connection`` on this transport (its open, sessions and links go out once I/O starts)."""
+        from ._engine import EngineIO
+
+        if self._io is not None:
+            raise TransportException("the transport is already bound")
+        if connection._reactor is not None:
+            raise TransportException("the connection belongs to a container")
+        self._connection = connection
+        connection._transport = self
+        self._io = EngineIO(self, connection)
+        connection._bound = self._io
+        self._io.put(Event.CONNECTION_BOUND, connection)
+
+    def bind_nothrow(self, connection: Connection) -> None:
+        """:meth:`bind`, as proton's ``bind_nothrow`` (errors are not raised)."""
+        try:
+            self.bind(connection)
+        except TransportException:
+            pass
+
     def unbind(self) -> None:
-        """Detach from the connection (the container does this when the transport ends)."""
+        """Detach from the connection: its remote state is forgotten (it may be bound to a new transport)."""
+        io = self._io
+        connection = self._connection
+        if io is None or connection is None:
+            return
+        io.put(Event.CONNECTION_UNBOUND, connection)
+        connection._unbind_engine()
+        self._io = None
+        self._connection = None
+
+    def _started(self) -> EngineIO:
+        io = self._io
+        if io is None:
+            raise TransportException("the transport is not bound to a connection")
+        return io
+
+    def capacity(self) -> int:
+        """How many bytes :meth:`push` takes now (-1: the input has ended)."""
+        io = self._started()
+        if io.tail_closed:
+            return -1
+        io.start()
+        return CAPACITY
+
+    def push(self, binary: bytes) -> None:
+        """Give the transport bytes read from the peer."""
+        io = self._started()
+        if io.tail_closed:
+            raise TransportException("the transport's input is closed")
+        io.push(binary)
+
+    def close_tail(self) -> None:
+        """The peer's side of the byte stream ended (no more :meth:`push`)."""
+        self._started().close_tail()
+
+    def pending(self) -> int:
+        """How many bytes wait to be written (-1: the output has ended)."""
+        return self._started().pending()
+
+    def peek(self, size: int) -> bytes | None:
+        """Up to ``size`` of the bytes waiting to be written (they stay until :meth:`pop`)."""
+        io = self._started()
+        if io.pending() < 0:
+            return None
+        return bytes(io.out[:size])
+
+    def pop(self, size: int) -> None:
+        """Drop ``size`` written bytes from the output."""
+        del self._started().out[:size]
 
     def close_head(self) -> None:
-        """Stop writing: close the connection's socket (the container's driver does the work)."""
+        """Stop writing: the output is closed (for a container's transport: close the socket)."""
+        io = self._io
+        if io is not None:
+            io.close_head()
+            return
         connection = self._connection
         if connection is not None:
             connection._abort_transport()
 
-    close_tail = close_head
+    def tick(self, now: float) -> float:
+        """Tell the transport the time (seconds): it writes heartbeats and enforces the idle timeout. Returns
+        when to call again (0: no deadline)."""
+        return self._started().tick(now)
+
+    @property
+    def frames_input(self) -> int:
+        """proton's count of frames read (not kept: 0)."""
+        return 0
+
+    @property
+    def frames_output(self) -> int:
+        """proton's count of frames written (not kept: 0)."""
+        return 0
 
     def __repr__(self) -> str:
         return f"Transport(condition={self.condition!r})"
 
 
 class SASL:
-    """SASL settings of one transport (proton's API over our own mechanisms).
+    """The SASL layer of one transport (proton's API over our own mechanisms).
 
-    Outcome codes are §5.3.3.6's: :attr:`OK`, :attr:`AUTH`, :attr:`SYS`, :attr:`PERM`, :attr:`TEMP`.
+    Outcome codes are §5.3.3.6's: :attr:`OK`, :attr:`AUTH`, :attr:`SYS`, :attr:`PERM`, :attr:`TEMP`. Made with
+    ``SASL(transport)`` or ``transport.sasl()`` (the same object either way), before the transport's first I/O.
+
+    A client authenticates with the connection's ``user`` and ``password``. A server offers ANONYMOUS by default,
+    or the :meth:`allowed_mechs`; PLAIN and SCRAM check passwords in :attr:`credentials` (a ``user -> password``
+    mapping or a :class:`~amqp_async.protocol.sasl_mechanisms.CredentialStore`), where proton would ask Cyrus.
     """
 
     NONE = -1
@@ -163,10 +278,22 @@ class SASL:
     PERM = 3
     TEMP = 4
 
+    def __new__(cls, transport: Transport) -> SASL:
+        # proton: SASL(transport) is the transport's one SASL layer, however often it is asked for.
+        existing = transport._sasl
+        if existing is not None:
+            return existing
+        layer = super().__new__(cls)
+        transport._sasl = layer
+        return layer
+
     def __init__(self, transport: Transport) -> None:
+        if getattr(self, "_transport", None) is transport:
+            return
         self._transport = transport
         self.mechs: str | None = None
         self.allow_insecure_mechs = True
+        self.credentials: Any = None
         self._outcome: int | None = None
 
     @staticmethod
@@ -192,17 +319,26 @@ class SASL:
     def mech(self) -> str | None:
         """The mechanism the exchange used."""
         engine = self._transport._engine()
-        return None if engine is None or engine.sasl is None else getattr(engine.sasl, "mechanism", None)
+        if engine is None or engine.sasl is None:
+            return None
+        outcome = engine.sasl_outcome
+        if outcome is not None:
+            return str(outcome.mechanism)
+        mechanism = getattr(engine.sasl, "mechanism", None)
+        return None if mechanism is None else str(getattr(mechanism, "name", mechanism))
 
     @property
     def outcome(self) -> int | None:
         """The outcome code, once the exchange ended (None before)."""
         engine = self._transport._engine()
         outcome = None if engine is None else engine.sasl_outcome
-        return None if outcome is None else int(getattr(outcome, "code", 0))
+        if outcome is None:
+            io = self._transport._io
+            return self._outcome if io is None or io.sasl_code is None else io.sasl_code
+        return int(getattr(outcome, "code", 0))
 
     def done(self, outcome: int) -> None:
-        """Servers decide outcomes through the acceptor's credential store; not used with this engine."""
+        """proton's server-side verdict for its own mechanisms; ours decide through :attr:`credentials`."""
         self._outcome = outcome
 
     def config_name(self, name: str) -> None:
@@ -210,6 +346,33 @@ class SASL:
 
     def config_path(self, path: str) -> None:
         """Cyrus SASL configuration is not used by this engine (its mechanisms are built in)."""
+
+    # --- for the engine transport ------------------------------------------------------------------------
+
+    def _required(self) -> bool:
+        return bool(getattr(self._transport, "_require_auth", True))
+
+    def _engine_sasl(self, server: bool, connection: Connection) -> Any:
+        """The engine's SASL negotiator for this layer's settings."""
+        from ..protocol import SaslClient, SaslServer
+        from ..protocol.sasl_scram import InMemoryCredentialStore
+
+        if server:
+            store = self.credentials
+            if isinstance(store, dict):
+                store = InMemoryCredentialStore(store)
+            names = (self.mechs or "ANONYMOUS").split()
+            if store is None:
+                names = [name for name in names if name == "ANONYMOUS"] or ["ANONYMOUS"]
+            return SaslServer(names, store)
+        return SaslClient(
+            user=connection.user,
+            password=connection.password,
+            allowed_mechs=self.mechs,
+            allow_insecure_mechs=self.allow_insecure_mechs,
+            encrypted=self._transport._ssl is not None,
+            hostname=connection.hostname,
+        )
 
 
 class SSLDomain:
@@ -307,10 +470,12 @@ class SSLSessionDetails:
 class SSL:
     """The TLS layer of one transport: what was negotiated."""
 
-    def __init__(self, transport: Transport, domain: SSLDomain | None = None) -> None:
+    def __init__(self, transport: Transport, domain: SSLDomain | None = None, session_details: Any = None) -> None:
         self._transport = transport
         self.domain = domain
+        self.session_details = session_details
         self.peer_hostname: str | None = None
+        transport._ssl = self
 
     @staticmethod
     def present() -> bool:
