@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 import click
 
 from ..client._config import CONNECT_FILE_ENV
-from ._exit import CommandFailed, ExitCode
 
 __all__ = ["CONNECTION_OPTION_NAMES", "connect_arguments", "connection_options"]
 
@@ -115,7 +114,7 @@ def _ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext | None:
     if not (ca or cert or key or no_verify):
         return None
     if key and not cert:
-        raise CommandFailed(ExitCode.USAGE, "--tls-key needs --tls-cert")
+        raise click.UsageError("--tls-key needs --tls-cert")
     context = ssl.create_default_context()
     try:
         if ca:
@@ -126,7 +125,7 @@ def _ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext | None:
         if cert:
             context.load_cert_chain(cert, key or None)
     except (OSError, ssl.SSLError) as exc:
-        raise CommandFailed(ExitCode.USAGE, f"bad TLS file: {exc}") from exc
+        raise click.UsageError(f"bad TLS file: {exc}") from exc
     if no_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
