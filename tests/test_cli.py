@@ -76,7 +76,7 @@ def cli(
 
 
 def ok(*arguments: str, **options: str) -> subprocess.CompletedProcess[str]:
-    result = cli(*arguments, **options)  # type: ignore[arg-type]
+    result = cli(*arguments, **options)
     assert result.returncode == 0, f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     return result
 
