@@ -54,10 +54,11 @@ def docs(session: nox.Session) -> None:
     """Build the documentation site (mkdocs.yml, docs/) into site/ in strict mode: a broken link, a missing
     reference or a docstring griffe cannot read fails the build. Pass `serve` after `--` to preview it."""
     session.install(".", *_group("docs"))
+    env = {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor, printed on every build
     if session.posargs[:1] == ["serve"]:
-        session.run("mkdocs", "serve", *session.posargs[1:])
+        session.run("mkdocs", "serve", *session.posargs[1:], env=env)
     else:
-        session.run("mkdocs", "build", "--strict", *session.posargs)
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
 
 
 @nox.session(default=False)
