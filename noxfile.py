@@ -1,6 +1,7 @@
 """Development sessions.
 
-`python3 -m nox` runs tests, lint and typecheck; `python3 -m nox -s bench` runs the benchmarks. Every session
+`python3 -m nox` runs tests, lint and typecheck; `python3 -m nox -s bench` runs the benchmarks,
+`python3 -m nox -s docs` builds the documentation site. Every session
 builds its own virtualenv with the interpreter that runs nox. Development dependencies live in the PEP 735
 ``[dependency-groups]`` table of pyproject.toml and are read here with ``nox.project.dependency_groups``, so
 any pip can install them (pip's own ``--group`` option needs pip >= 25.1).
@@ -46,6 +47,18 @@ def typecheck(session: nox.Session) -> None:
     """Type-check the package with mypy in strict mode."""
     session.install(".", *_group("typecheck"))
     session.run("mypy", "--strict", "amqp_async")
+
+
+@nox.session(default=False)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (mkdocs.yml, docs/) into site/ in strict mode: a broken link, a missing
+    reference or a docstring griffe cannot read fails the build. Pass `serve` after `--` to preview it."""
+    session.install(".", *_group("docs"))
+    env = {"NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor, printed on every build
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:], env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", *session.posargs, env=env)
 
 
 @nox.session(default=False)

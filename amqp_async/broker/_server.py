@@ -74,7 +74,8 @@ class Broker:
     on a free port when ``port`` is 0, or run ``python -m amqp_async.broker``.
 
     Args:
-        host, port: where to listen (port 0: a free port; see :attr:`url`).
+        host: the address to listen on.
+        port: the port to listen on (0: a free port; see :attr:`url`).
         users: user name to password; when given, SASL PLAIN and SCRAM authenticate them.
         allow_anonymous: also offer SASL ANONYMOUS (default: only when no users are given).
         ssl_context: a server-side SSL context (certificate and key loaded) to serve amqps.

@@ -525,7 +525,7 @@ class Connection:
         """Begin a session; use it as an async context manager to end it.
 
         Args:
-            incoming_window: the session's incoming window in frames (default 2048).
+            **options: ``incoming_window``, the session's incoming window in frames (default 2048).
         """
         from ._session import Session
 

@@ -97,7 +97,9 @@ class Connection(Endpoint):
         channel_max: the highest channel we accept.
         idle_timeout: seconds of silence after which we declare the peer dead (None: never); the peer is asked,
             through open's ``idle-time-out``, to send something at least that often.
-        properties, offered_capabilities, desired_capabilities: open's fields.
+        properties: open's ``properties`` field.
+        offered_capabilities: open's ``offered-capabilities`` field.
+        desired_capabilities: open's ``desired-capabilities`` field.
         sasl: a :class:`SaslClient` (client) or :class:`SaslServer` (server) to run SASL first, or None.
         incoming_window: the default incoming window of our sessions, in frames.
         require_sasl: a server with ``sasl`` refuses clients that skip it (default True).

@@ -59,7 +59,10 @@ class SaslClient:
     """Client-side SASL negotiation.
 
     Args:
-        user, password, authzid, token: the credentials (any may be None).
+        user: the user name (None: none).
+        password: the password (None: none).
+        authzid: the identity to act as (None: the user's own).
+        token: the bearer token, for XOAUTH2 (None: none).
         allowed_mechs: the mechanisms the caller allows (a space-separated string or a list), or None for any.
         allow_insecure_mechs: allow mechanisms that send secrets in clear over an unencrypted transport.
         encrypted: whether the transport is encrypted (TLS).

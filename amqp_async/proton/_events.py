@@ -387,7 +387,10 @@ class ApplicationEvent(EventBase):
 
     Args:
         typename: the event's name; handlers receive it in ``on_<typename>``.
-        connection, session, link, delivery: the endpoint the event concerns, if any.
+        connection: the connection the event concerns, if any.
+        session: the session the event concerns, if any.
+        link: the link the event concerns, if any.
+        delivery: the delivery the event concerns, if any.
         subject: anything the application wants to carry along.
     """
 

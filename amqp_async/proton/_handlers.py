@@ -658,7 +658,10 @@ class TransactionalClientHandler(MessagingHandler, TransactionHandler):
     within a transaction when given one.
 
     Args:
-        prefetch, auto_accept, auto_settle, peer_close_is_error: as for :class:`MessagingHandler`.
+        prefetch: as for :class:`MessagingHandler`.
+        auto_accept: as for :class:`MessagingHandler`.
+        auto_settle: as for :class:`MessagingHandler`.
+        peer_close_is_error: as for :class:`MessagingHandler`.
     """
 
     def __init__(

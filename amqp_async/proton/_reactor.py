@@ -472,8 +472,8 @@ class Container:
     Args:
         handlers: the container's handlers: they receive every event not scoped to a connection, session or link
             with a handler of its own.
-        container_id: this container's id (default: a random UUID).
-        global_handler: a handler that receives every event after the scoped one.
+        **kwargs: ``container_id``, this container's id (default: a random UUID); ``global_handler``, a handler
+            that receives every event after the scoped one.
 
     Attributes:
         container_id: the id sent in every connection's open.
@@ -555,7 +555,8 @@ class Container:
         neither is given), and return it at once: it is established when the container runs.
 
         Args:
-            url, urls: where to connect. ``address`` is proton's older name for ``url``.
+            url: where to connect. ``address`` is proton's older name for it.
+            urls: a failover list, tried in turn (instead of ``url``).
             handler: the handler for this connection's events (instead of the container's).
             reconnect: None (reconnect with the default :class:`Backoff`), False (never), or a :class:`Backoff`.
             heartbeat: the idle timeout to ask the peer to honour, in seconds.

@@ -1,0 +1,141 @@
+"""Progress of a long run: a live bar on a terminal (rich), plain lines every few seconds otherwise.
+
+Both go to stderr: stdout carries the messages ``receive`` prints. Lines look like::
+
+    receive: 2,000/10,000 messages, 4,105 msg/s, 190.4 kB, ETA 2 s
+
+``AMQP_ASYNC_PROGRESS_INTERVAL`` sets the seconds between plain lines (default 2).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from types import TracebackType
+from typing import IO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+__all__ = ["RunProgress", "human_bytes"]
+
+INTERVAL_ENV = "AMQP_ASYNC_PROGRESS_INTERVAL"
+DEFAULT_INTERVAL = 2.0
+
+
+def human_bytes(count: float) -> str:
+    """``1234567`` -> ``1.2 MB`` (decimal units)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(count) < 1000 or unit == "GB":
+            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("- msg/s" if speed is None else f"{speed:,.0f} msg/s")
+
+
+class _BytesColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        return Text(human_bytes(float(task.fields.get("size", 0))))
+
+
+class RunProgress:
+    """Counts messages and bytes and shows them while a command runs, then gives a one-line summary.
+
+    Args:
+        verb: what is counted (``sent``, ``received``...), the first word of every line.
+        total: the messages expected, for the bar and the ETA; None when unknown.
+        quiet: show nothing while running.
+        stream: where to write (stderr).
+    """
+
+    def __init__(self, verb: str, total: int | None, *, quiet: bool = False, stream: IO[str] | None = None) -> None:
+        self.verb = verb
+        self.total = total
+        self.messages = 0
+        self.size = 0
+        self._stream = stream if stream is not None else sys.stderr
+        self._console = Console(file=self._stream)
+        self._started = time.monotonic()
+        self._interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
+        self._next_line = self._started + self._interval
+        self._live: Progress | None = None
+        self._plain = not quiet and not self._console.is_terminal
+        if not quiet and self._console.is_terminal:
+            self._live = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                _RateColumn(),
+                _BytesColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=self._console,
+                transient=True,
+            )
+            self._task = self._live.add_task(verb, total=total, size=0)
+
+    def __enter__(self) -> RunProgress:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the start."""
+        return time.monotonic() - self._started
+
+    def advance(self, messages: int = 1, size: int = 0) -> None:
+        """Count ``messages`` more, of ``size`` bytes together."""
+        self.messages += messages
+        self.size += size
+        if self._live is not None:
+            self._live.update(self._task, advance=messages, size=self.size)
+        elif self._plain:
+            now = time.monotonic()
+            if now >= self._next_line:
+                self._next_line = now + self._interval
+                print(self.line(), file=self._stream, flush=True)
+
+    def rate(self) -> float:
+        """Messages per second so far."""
+        elapsed = self.elapsed
+        return self.messages / elapsed if elapsed > 0 else 0.0
+
+    def line(self) -> str:
+        """The progress so far, as one plain line."""
+        done = f"{self.messages:,}" if self.total is None else f"{self.messages:,}/{self.total:,}"
+        rate = self.rate()
+        text = f"{self.verb}: {done} messages, {rate:,.0f} msg/s, {human_bytes(self.size)}"
+        if self.total is not None and rate > 0:
+            text += f", ETA {max(0.0, (self.total - self.messages) / rate):,.0f} s"
+        return text
+
+    def summary(self) -> str:
+        """The final line: ``sent 1,000 messages (12.3 kB) in 0.25 s, 4,000 msg/s``."""
+        return (
+            f"{self.verb} {self.messages:,} messages ({human_bytes(self.size)}) in {self.elapsed:.2f} s, "
+            f"{self.rate():,.0f} msg/s"
+        )

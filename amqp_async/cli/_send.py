@@ -1,0 +1,211 @@
+"""``amqp-async send``: send messages to an address, with a window of unsettled messages and an optional rate."""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Iterator
+from typing import IO, Any
+
+import anyio
+import click
+
+from ..client import Tracker, connect
+from ..message import Message
+from ._bodies import FORMATS, InputError, MessageTemplate, message_stream, parse_property
+from ._connect import connect_arguments, connection_options, split_connection_options
+from ._exit import CommandFailed, ExitCode
+from ._progress import RunProgress
+from ._run import body_size, run_command
+
+__all__ = ["send"]
+
+DELIVERY_MODES = ("at-least-once", "at-most-once", "exactly-once")
+_END = object()
+
+
+async def _next(items: Iterator[Message], threaded: bool) -> Any:
+    """The next message, or _END; from a thread when reading a stream (stdin may block for ever)."""
+    if threaded:
+        return await anyio.to_thread.run_sync(next, items, _END)
+    return next(items, _END)
+
+
+async def _send(
+    url: str | None,
+    options: dict[str, Any],
+    address: str,
+    items: Iterator[Message],
+    *,
+    threaded: bool,
+    total: int | None,
+    delivery: str,
+    rate: float | None,
+    window: int,
+    timeout: float | None,
+    quiet: bool,
+) -> None:
+    try:
+        with anyio.fail_after(timeout):
+            await _send_all(url, options, address, items, threaded, total, delivery, rate, window, quiet)
+    except InputError as exc:
+        raise CommandFailed(ExitCode.USAGE, f"input: {exc}") from None
+
+
+async def _send_all(
+    url: str | None,
+    options: dict[str, Any],
+    address: str,
+    items: Iterator[Message],
+    threaded: bool,
+    total: int | None,
+    delivery: str,
+    rate: float | None,
+    window: int,
+    quiet: bool,
+) -> None:
+    async with connect(url, **options) as connection:
+        sender = await connection.open_sender(address, delivery=delivery)
+        confirmed = delivery != "at-most-once"
+        pending: deque[tuple[Tracker, int]] = deque()
+        with RunProgress("sent", total, quiet=quiet) as progress:
+            started = anyio.current_time()
+            number = 0
+            while (message := await _next(items, threaded)) is not _END:
+                if rate:
+                    # Paced against the start, not the previous send: a late message does not delay the rest.
+                    delay = started + number / rate - anyio.current_time()
+                    if delay > 0:
+                        await anyio.sleep(delay)
+                number += 1
+                tracker = await sender.submit(message)
+                if confirmed:
+                    pending.append((tracker, body_size(message)))
+                    while len(pending) >= window:
+                        done, size = pending.popleft()
+                        await done  # raises MessageRejected... for an outcome other than accepted
+                        progress.advance(1, size)
+                else:
+                    progress.advance(1, body_size(message))
+            while pending:
+                done, size = pending.popleft()
+                await done
+                progress.advance(1, size)
+        if not quiet:
+            click.echo(progress.summary(), err=True)
+
+
+@click.command()
+@click.argument("address")
+@click.argument("bodies", nargs=-1)
+@click.option(
+    "--input",
+    "-i",
+    "input_file",
+    type=click.File("r", encoding="utf-8"),
+    help="read one body per line from FILE ('-': stdin) instead of arguments.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="text",
+    show_default=True,
+    help="text: each body a string; json: each body a JSON value; message: each a JSON object as "
+    "'receive --output json' prints (body and attributes).",
+)
+@click.option(
+    "--count", "-c", type=click.IntRange(min=0), help="messages to send in all; bodies repeat in order when fewer."
+)
+@click.option("--size", type=click.IntRange(min=0), help="send bodies of SIZE bytes (binary) instead.")
+@click.option("--binary", is_flag=True, help="send text bodies as binary (a data section).")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="at most this many messages per second.")
+@click.option(
+    "--delivery",
+    type=click.Choice(DELIVERY_MODES),
+    default="at-least-once",
+    show_default=True,
+    help="at-least-once: wait for each outcome; at-most-once: sent settled, no outcome.",
+)
+@click.option(
+    "--window", type=click.IntRange(min=1), default=1000, show_default=True, help="unsettled messages in flight."
+)
+@click.option("--subject")
+@click.option("--content-type")
+@click.option("--correlation-id")
+@click.option("--reply-to")
+@click.option("--ttl", type=click.FloatRange(min=0), help="time to live, seconds.")
+@click.option("--priority", type=click.IntRange(0, 255))
+@click.option("--durable", is_flag=True, help="mark messages durable (the broker should keep them on disk).")
+@click.option(
+    "--property", "-p", "properties", multiple=True, metavar="NAME=VALUE", help="application property (repeatable)."
+)
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="fail (exit 5) if not done in time.")
+@click.option("--quiet", "-q", is_flag=True, help="no progress and no summary.")
+@connection_options
+def send(
+    address: str,
+    bodies: tuple[str, ...],
+    input_file: IO[str] | None,
+    fmt: str,
+    count: int | None,
+    size: int | None,
+    binary: bool,
+    rate: float | None,
+    delivery: str,
+    window: int,
+    subject: str | None,
+    content_type: str | None,
+    correlation_id: str | None,
+    reply_to: str | None,
+    ttl: float | None,
+    priority: int | None,
+    durable: bool,
+    properties: tuple[str, ...],
+    timeout: float | None,
+    quiet: bool,
+    **connection: Any,
+) -> None:
+    """Send messages to ADDRESS: the BODIES given, the lines of --input, or --count generated ones.
+
+    \b
+    amqp-async send -u amqp://localhost orders '{"id": 1}' --format json
+    seq 1000 | amqp-async send orders -i - --rate 100
+    amqp-async send orders --count 100000 --size 1024 --delivery at-most-once
+    """
+    if bodies and input_file is not None:
+        raise click.UsageError("give BODIES or --input, not both")
+    try:
+        application_properties = dict(parse_property(text) for text in properties)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--property") from None
+    template = MessageTemplate(
+        subject=subject,
+        content_type=content_type,
+        correlation_id=correlation_id,
+        reply_to=reply_to,
+        ttl=ttl,
+        priority=priority,
+        durable=durable,
+        binary=binary,
+        properties=application_properties,
+    )
+    url, options = connect_arguments(split_connection_options(connection))
+    items = message_stream(bodies, input_file, fmt=fmt, count=count, size=size, template=template)
+    total = count if count is not None else (len(bodies) if bodies else (None if input_file is not None else 1))
+    run_command(
+        functools.partial(
+            _send,
+            url,
+            options,
+            address,
+            items,
+            threaded=input_file is not None,
+            total=total,
+            delivery=delivery,
+            rate=rate,
+            window=window,
+            timeout=timeout,
+            quiet=quiet,
+        )
+    )
