@@ -37,6 +37,7 @@ from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
 from ._config import ResolvedOptions, resolve_options
 from ._trace import FrameTracer
+from ._transport import open_stream
 from ._url import Address
 
 if TYPE_CHECKING:
@@ -236,7 +237,7 @@ class Connection:
         return engine
 
     async def _connect_transport(self, *, first: bool) -> None:
-        """Open a TCP (or TLS) stream to the first address that answers.
+        """Open a TCP, TLS or WebSocket stream (``_transport``) to the first address that answers.
 
         The first connection tries each URL once and fails fast (the caller owns retries of ``connect``); a
         reconnect follows the Backoff policy across the failover list, as proton's reconnect does.
@@ -274,18 +275,7 @@ class Connection:
         raise ConnectionError(f"cannot connect to {targets}: {reason}") from last_error
 
     async def _open_stream(self, address: Address) -> anyio.abc.ByteStream:
-        options = self._options
-        if address.tls:
-            context = options.ssl_context or ssl.create_default_context()
-            stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                address.host,
-                address.port,
-                ssl_context=context,
-                tls_hostname=options.sni_for(address),
-                tls_standard_compatible=False,
-            )
-            return stream
-        return await anyio.connect_tcp(address.host, address.port)
+        return await open_stream(address, self._options)
 
     # --- the background task -----------------------------------------------------------------------------
 
