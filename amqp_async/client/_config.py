@@ -72,6 +72,7 @@ OPTION_NAMES = frozenset(
         "ssl_context",
         "container_id",
         "http_proxy",
+        "tracing",
     }
 )
 
@@ -208,6 +209,8 @@ class ResolvedOptions:
         container_id: this container's identifier.
         http_proxy: the HTTP proxy for ``ws``/``wss`` URLs: a URL, ``False`` for none, or None (the default) to
             follow the ``https_proxy``/``http_proxy``/``no_proxy`` environment variables (see ``_proxy``).
+        tracing: None (off), True (OpenTelemetry's global tracer provider) or a ``TracerProvider``: see
+            ``_tracing``.
     """
 
     urls: tuple[Address, ...]
@@ -228,6 +231,7 @@ class ResolvedOptions:
     ssl_context: ssl.SSLContext | None = None
     container_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
     http_proxy: str | Literal[False] | None = None
+    tracing: Any = None
 
     def credentials_for(self, address: Address) -> tuple[str | None, str | None]:
         """The (user, password) to authenticate with at ``address``.
@@ -366,6 +370,16 @@ def _http_proxy(value: object) -> str | Literal[False] | None:
     raise TypeError(f"http_proxy must be a URL, False or None, not {type(value).__name__}")
 
 
+def tracing_option(value: object) -> Any:
+    """The ``tracing`` option: None or False (off: None), True (the global tracer provider), or a tracer provider
+    (anything with ``get_tracer``)."""
+    if value is None or value is False:
+        return None
+    if value is True or callable(getattr(value, "get_tracer", None)):
+        return value
+    raise TypeError(f"tracing must be a bool, None or an OpenTelemetry TracerProvider, not {type(value).__name__}")
+
+
 def _url_list(url: str | Address | None, urls: object) -> list[Address]:
     if url and urls:
         raise TypeError("give url or urls, not both")
@@ -482,7 +496,7 @@ def resolve_options(
         options: the keyword arguments of ``connect``: ``urls``, ``user``, ``password``, ``sasl_enabled``,
             ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``connect_timeout``, ``reconnect``,
             ``max_frame_size``, ``virtual_host``, ``properties``, ``offered_capabilities``,
-            ``desired_capabilities``, ``sni``, ``ssl_context``, ``container_id``, ``http_proxy``.
+            ``desired_capabilities``, ``sni``, ``ssl_context``, ``container_id``, ``http_proxy``, ``tracing``.
         env: the environment used to find connect.json.
         config: the configuration to use instead of looking for connect.json (None: no file); for tests.
 
@@ -567,4 +581,5 @@ def resolve_options(
         ssl_context=ssl_context,
         container_id=container_id or str(uuid.uuid4()),
         http_proxy=_http_proxy(opts.get("http_proxy")),
+        tracing=tracing_option(opts.get("tracing")),
     )
