@@ -10,6 +10,7 @@ clients), and a message that already carries a ``traceparent`` keeps it (its sen
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -94,7 +95,7 @@ async def test_request_reply_across_two_connections_is_one_trace(exporter: tuple
     trace_id = root.get_span_context().trace_id
     assert {span.context.trace_id for span in spans.values()} == {trace_id}, "one trace"
     chain = ["request-reply", "send requests", "receive requests", "send replies", "receive replies"]
-    for parent, child in zip(chain, chain[1:]):
+    for parent, child in itertools.pairwise(chain):
         assert spans[child].parent is not None and spans[child].parent.span_id == spans[parent].context.span_id, (
             f"{child} is not the child of {parent}"
         )
