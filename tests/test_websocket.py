@@ -470,3 +470,17 @@ def test_connect_json_ws_round_trip(
                 await round_trip(conn, body="configured by connect.json")
 
     anyio.run(check)
+
+
+def test_round_trip_over_ws_on_trio() -> None:
+    """The WebSocket stream is plain anyio: the client and the broker run on trio too."""
+    pytest.importorskip("trio")
+
+    async def check() -> None:
+        with anyio.fail_after(TIMEOUT):
+            async with ws_broker() as broker:
+                assert broker.ws_url is not None
+                async with amqp_async.connect(broker.ws_url, http_proxy=False) as conn:
+                    await round_trip(conn, body="over ws on trio")
+
+    anyio.run(check, backend="trio")
