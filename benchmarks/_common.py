@@ -190,6 +190,15 @@ class BrokerProcess:
             raise RuntimeError(f"the broker did not start: {line!r}")
         self.url = match.group(1)
         self.port = int(self.url.rsplit(":", 1)[1])
+        #: with ``--ws-port``: the WebSocket URL, printed on the next line
+        self.ws_url: str | None = None
+        if "--ws-port" in extra:
+            line = self.process.stdout.readline()
+            ws_match = re.search(r"listening on (wss?://[^\s]+)", line)
+            if ws_match is None:
+                self.process.kill()
+                raise RuntimeError(f"the broker did not serve WebSocket: {line!r}")
+            self.ws_url = ws_match.group(1)
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:

@@ -7,7 +7,9 @@ C ``direct`` example on asyncio, uvloop and trio, via ``backends.py``), broker (
 RabbitMQ 3.10), callback (``callback.py``: the callback API ``amqp_async.proton`` and the awaitable API beside
 proton's own Container, to the C ``direct`` example) and callback/brokers (the same through our broker and RabbitMQ),
 1 MiB (``large.py``), latency (``latency.py``), memory (``memory.py``), transactions (``transactions.py``: batches
-of 100 sends or accepts committed through our broker) and spark (``spark.py``: the Spark data source beside the
+of 100 sends or accepts committed through our broker), websocket (``websocket.py``: send and receive over ``ws://``
+beside ``amqp://`` through our broker, and the cost of OpenTelemetry tracing off and on, in rows of their own
+section, tracing) and spark (``spark.py``: the Spark data source beside the
 awaitable client through our broker, whose rates stand in the reference column of those rows, and Spark's own
 ceiling). Each script also runs alone; this one imports them and makes the same measurements with
 the same run sizes (default or ``--quick``).
@@ -52,6 +54,7 @@ SECTIONS = (
     "latency",
     "memory",
     "transactions",
+    "websocket",
     "spark",
 )
 
@@ -147,6 +150,12 @@ def transactions_rows(quick: bool) -> list[Row]:
     return transactions.run(quick)
 
 
+def websocket_rows(quick: bool) -> list[Row]:
+    import websocket
+
+    return websocket.run(quick)
+
+
 def spark_rows(quick: bool) -> list[Row]:
     import spark
 
@@ -184,6 +193,8 @@ def latest_section(rows: list[Row], failures: list[str], seconds: float, command
         "**x proton** is how many times better than proton (rates: ours / proton; times and bytes: proton / ours), so",
         "above 1 is ahead; **target** is the issue's goal for that ratio. In the spark rows the reference column holds",
         "the awaitable client's own rate through the same broker (not proton's), and the ratio is Spark's share of it.",
+        "Likewise in the websocket rows the reference is our client over plain TCP (the ratio: WebSocket's share of",
+        "it), and in the tracing rows the same client without the tracing hook (off) or with tracing off (on).",
         "",
         "| section | figure | unit | amqp_async | proton | x proton | target |",
         "|---|---|---|---:|---:|---:|---:|",
@@ -278,6 +289,7 @@ def main() -> int:
         "latency": lambda: latency_rows(args.quick),
         "memory": lambda: memory_rows(args.quick),
         "transactions": lambda: transactions_rows(args.quick),
+        "websocket": lambda: websocket_rows(args.quick),
         "spark": lambda: spark_rows(args.quick),
     }
     if not proton_available():

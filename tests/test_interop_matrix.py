@@ -354,31 +354,40 @@ def _c_broker_binary() -> Path:
         raise  # unreachable
 
 
-def _rhea_env() -> dict[str, str]:
-    """node's environment with rhea importable, installing rhea with npm into the cache when missing."""
+def _npm_install(package: str, spec: str) -> None:
+    """Install ``spec`` with npm into the cache unless ``package`` is there (once, under a lock: parallel test
+    processes share the cache); skip loudly when it cannot be installed."""
+    if (RHEA_CACHE / "node_modules" / package / "package.json").exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        _skip_loudly(f"rhea interop SKIPPED: {package} is missing and npm is not installed to install it")
+    RHEA_CACHE.mkdir(parents=True, exist_ok=True)
+    with (RHEA_CACHE / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (RHEA_CACHE / "node_modules" / package / "package.json").exists():
+            result = subprocess.run(
+                [str(npm), "install", "--no-audit", "--no-fund", "--prefix", str(RHEA_CACHE), spec],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            if result.returncode != 0:
+                _skip_loudly(
+                    f"rhea interop SKIPPED: npm install {spec} failed ({result.returncode}):\n{result.stderr[-2000:]}"
+                )
+
+
+def _rhea_env(*, websocket: bool = False) -> dict[str, str]:
+    """node's environment with rhea importable, installing rhea with npm into the cache when missing (and, with
+    ``websocket``, the ``ws`` package rhea's WebSocket transport runs on)."""
     node = shutil.which("node")
     if node is None:
         _skip_loudly("rhea interop SKIPPED: node is not installed")
-    if not (RHEA_CACHE / "node_modules" / "rhea" / "package.json").exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            _skip_loudly("rhea interop SKIPPED: rhea is missing and npm is not installed to install it")
-        RHEA_CACHE.mkdir(parents=True, exist_ok=True)
-        with (RHEA_CACHE / ".install.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (RHEA_CACHE / "node_modules" / "rhea" / "package.json").exists():
-                result = subprocess.run(
-                    [str(npm), "install", "--no-audit", "--no-fund", "--prefix", str(RHEA_CACHE), "rhea@3"],
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                    check=False,
-                )
-                if result.returncode != 0:
-                    _skip_loudly(
-                        f"rhea interop SKIPPED: npm install rhea@3 failed ({result.returncode}):\n"
-                        f"{result.stderr[-2000:]}"
-                    )
+    _npm_install("rhea", "rhea@3")
+    if websocket:
+        _npm_install("ws", "ws@8")
     return {**os.environ, "NODE_PATH": str(RHEA_CACHE / "node_modules")}
 
 

@@ -4,9 +4,11 @@
                                 [--allow-anonymous] [--tls-cert CERT --tls-key KEY]
                                 [--max-connections N] [--max-queue-depth N] [--max-message-size BYTES]
                                 [--dead-letter-queue ADDRESS] [--transaction-timeout SECONDS]
+                                [--ws-port P [--ws-path PATH]]
 
-Prints ``listening on amqp://H:P`` once listening, logs one line per connection and link opened or closed, and
-shuts down cleanly on SIGINT or SIGTERM. A users file holds one ``name:password`` per line (or a JSON object).
+Prints ``listening on amqp://H:P`` once listening (and ``listening on ws://H:P/PATH`` with ``--ws-port``), logs
+one line per connection and link opened or closed, and shuts down cleanly on SIGINT or SIGTERM. A users file holds
+one ``name:password`` per line (or a JSON object).
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-message-size", type=int)
     parser.add_argument("--dead-letter-queue")
     parser.add_argument("--transaction-timeout", type=float, help="roll back transactions open longer (seconds)")
+    parser.add_argument(
+        "--ws-port", type=int, help="also serve AMQP over WebSocket on this port (0: a free port; wss with --tls-cert)"
+    )
+    parser.add_argument("--ws-path", help="the only WebSocket path served (default: any path)")
     parser.add_argument("--quiet", action="store_true", help="log warnings only")
     return parser.parse_args(argv)
 
@@ -80,6 +86,8 @@ async def _main(arguments: argparse.Namespace) -> None:
         max_message_size=arguments.max_message_size,
         dead_letter_queue=arguments.dead_letter_queue,
         transaction_timeout=arguments.transaction_timeout,
+        ws_port=arguments.ws_port,
+        ws_path=arguments.ws_path,
     )
     # The signal handlers are in place before "listening on" is printed: a signal sent as soon as that line is
     # read still shuts the broker down cleanly.
@@ -87,6 +95,8 @@ async def _main(arguments: argparse.Namespace) -> None:
         async with anyio.create_task_group() as group:
             await group.start(broker.serve)
             print(f"listening on {broker.url}", flush=True)
+            if broker.ws_url is not None:
+                print(f"listening on {broker.ws_url}", flush=True)
             async for signum in signals:
                 logging.getLogger("amqp_async.broker").info("signal %s: shutting down", signal.Signals(signum).name)
                 group.cancel_scope.cancel()

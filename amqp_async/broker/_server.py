@@ -28,6 +28,7 @@ from anyio.streams.tls import TLSListener
 
 from .. import protocol
 from .._driver import EngineDriver
+from .._websocket import require_wsproto, server_handshake
 from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
@@ -61,6 +62,8 @@ TOPIC_PREFIX = "topic://"
 INCOMING_CREDIT = 500
 _SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
 _ACCEPTED = Accepted()
+#: Seconds a WebSocket client has to send its upgrade request (one that connects and stays silent is dropped).
+WEBSOCKET_HANDSHAKE_TIMEOUT = 30.0
 
 
 def _error(condition: str, description: str) -> Error:
@@ -86,6 +89,9 @@ class Broker:
         transaction_timeout: roll back transactions open longer than this many seconds (checked when they are
             next used or discharged, which then fail with ``amqp:transaction:timeout``); None: no limit.
         container_id: the broker's container id.
+        ws_port: also serve AMQP over WebSocket (AMQP WebSocket Binding, subprotocol ``amqp``) on this port (0: a
+            free one, see :attr:`ws_url`); over TLS (``wss``) when ``ssl_context`` is given. None: no WebSocket.
+        ws_path: the only WebSocket path served (e.g. ``"/ws"``; others are answered 404); None serves any path.
     """
 
     def __init__(
@@ -102,6 +108,8 @@ class Broker:
         dead_letter_queue: str | None = None,
         transaction_timeout: float | None = None,
         container_id: str = "amqp_async-broker",
+        ws_port: int | None = None,
+        ws_path: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -114,6 +122,8 @@ class Broker:
         self.dead_letter_queue = dead_letter_queue
         self.transaction_timeout = transaction_timeout
         self.container_id = container_id
+        self.ws_port = ws_port
+        self.ws_path = ws_path
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.connections: set[_ServerConnection] = set()
@@ -127,6 +137,14 @@ class Broker:
         """The URL clients connect to (with the real port once listening)."""
         scheme = "amqps" if self.ssl_context is not None else "amqp"
         return f"{scheme}://{self.host}:{self.port}"
+
+    @property
+    def ws_url(self) -> str | None:
+        """The WebSocket URL clients connect to (``ws://`` or ``wss://``), or None when no WebSocket is served."""
+        if self.ws_port is None:
+            return None
+        scheme = "wss" if self.ssl_context is not None else "ws"
+        return f"{scheme}://{self.host}:{self.ws_port}{self.ws_path or '/'}"
 
     # --- nodes -------------------------------------------------------------------------------------------
 
@@ -185,9 +203,16 @@ class Broker:
 
     # --- serving -----------------------------------------------------------------------------------------
 
-    async def _listen(self) -> anyio.abc.Listener[Any]:
-        listener: anyio.abc.Listener[Any] = await anyio.create_tcp_listener(local_host=self.host, local_port=self.port)
-        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async def _listen(self, port: int | None = None) -> anyio.abc.Listener[Any]:
+        websocket = port is not None
+        listener: anyio.abc.Listener[Any] = await anyio.create_tcp_listener(
+            local_host=self.host, local_port=self.port if port is None else port
+        )
+        local_port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        if websocket:
+            self.ws_port = local_port
+        else:
+            self.port = local_port
         if self.ssl_context is not None:
             listener = TLSListener(listener, self.ssl_context, standard_compatible=False)
         return listener
@@ -196,9 +221,30 @@ class Broker:
         """Listen and serve until cancelled."""
         listener = self._listener = await self._listen()
         log.info("listening on %s", self.url)
+        if self.ws_port is None:
+            task_status.started()
+            async with listener:
+                await listener.serve(self._handle)
+            return
+        require_wsproto()
+        ws_listener = await self._listen(self.ws_port)
+        log.info("listening on %s", self.ws_url)
         task_status.started()
-        async with listener:
+        async with listener, ws_listener, anyio.create_task_group() as group:
+            group.start_soon(ws_listener.serve, self._handle_websocket)
             await listener.serve(self._handle)
+
+    async def _handle_websocket(self, stream: anyio.abc.ByteStream) -> None:
+        """A WebSocket client: its upgrade request answered (bounded in time), then an AMQP connection as any."""
+        try:
+            with anyio.fail_after(WEBSOCKET_HANDSHAKE_TIMEOUT):
+                websocket = await server_handshake(stream, self.ws_path)
+        except (OSError, TimeoutError, anyio.BrokenResourceError, ssl.SSLError) as exc:
+            log.info("WebSocket handshake failed: %r", exc)
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+        await self._handle(websocket)
 
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
         connection = _ServerConnection(self, stream)

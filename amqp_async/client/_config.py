@@ -20,6 +20,7 @@ import attrs
 
 from ..errors import AMQPError
 from ._backoff import Backoff
+from ._proxy import parse_proxy
 from ._url import Address, InvalidURL, parse_url
 
 __all__ = [
@@ -70,6 +71,8 @@ OPTION_NAMES = frozenset(
         "sni",
         "ssl_context",
         "container_id",
+        "http_proxy",
+        "tracing",
     }
 )
 
@@ -204,6 +207,10 @@ class ResolvedOptions:
         sni: the TLS server name as given, or None; :meth:`sni_for` applies proton's fallbacks.
         ssl_context: the TLS context for ``amqps`` URLs, or None when no URL needs one and none was given.
         container_id: this container's identifier.
+        http_proxy: the HTTP proxy for ``ws``/``wss`` URLs: a URL, ``False`` for none, or None (the default) to
+            follow the ``https_proxy``/``http_proxy``/``no_proxy`` environment variables (see ``_proxy``).
+        tracing: None (off), True (OpenTelemetry's global tracer provider) or a ``TracerProvider``: see
+            ``_tracing``.
     """
 
     urls: tuple[Address, ...]
@@ -223,6 +230,8 @@ class ResolvedOptions:
     sni: str | None = None
     ssl_context: ssl.SSLContext | None = None
     container_id: str = attrs.field(factory=lambda: str(uuid.uuid4()))
+    http_proxy: str | Literal[False] | None = None
+    tracing: Any = None
 
     def credentials_for(self, address: Address) -> tuple[str | None, str | None]:
         """The (user, password) to authenticate with at ``address``.
@@ -351,6 +360,26 @@ def _properties(value: object) -> dict[Any, Any] | None:
     raise TypeError(f"properties must be a map with str (or symbol) keys, not {type(value).__name__}")
 
 
+def _http_proxy(value: object) -> str | Literal[False] | None:
+    if value is None or value is False:
+        return value
+    if isinstance(value, str):
+        if value:
+            parse_proxy(value)  # a bad proxy URL is reported by connect(), not at the first attempt
+        return value or False
+    raise TypeError(f"http_proxy must be a URL, False or None, not {type(value).__name__}")
+
+
+def tracing_option(value: object) -> Any:
+    """The ``tracing`` option: None or False (off: None), True (the global tracer provider), or a tracer provider
+    (anything with ``get_tracer``)."""
+    if value is None or value is False:
+        return None
+    if value is True or callable(getattr(value, "get_tracer", None)):
+        return value
+    raise TypeError(f"tracing must be a bool, None or an OpenTelemetry TracerProvider, not {type(value).__name__}")
+
+
 def _url_list(url: str | Address | None, urls: object) -> list[Address]:
     if url and urls:
         raise TypeError("give url or urls, not both")
@@ -384,6 +413,10 @@ def _config_address(config: Mapping[str, Any], path: str) -> Address:
     text = f"{scheme}://[{host}]" if ":" in host else f"{scheme}://{host}"
     if port is not None and port != "":
         text += f":{port}"
+    # Our extension for ws/wss: the WebSocket endpoint's path (connect.json has no key for it).
+    resource = _config_get(config, "path", (str,), path)
+    if resource and scheme in ("ws", "wss"):
+        text += resource if resource.startswith("/") else "/" + resource
     try:
         return parse_url(text)
     except InvalidURL as exc:
@@ -445,9 +478,12 @@ def resolve_options(
         space-separated string) the ``allowed_mechs`` option, ``allow_insecure`` the ``allow_insecure_mechs``
         option (proton's C++ client reads it; proton's Python client ignores it). The connect.json
         specification's spelling ``enable`` is accepted for ``enabled``.
-      - when the scheme is ``amqps``, its ``tls`` map configures the TLS context: ``ca`` (a file or directory of
-        trusted CA certificates, added to the system's), ``cert`` and ``key`` (the client certificate and its
-        private key), ``verify`` (false: neither the certificate nor the host name is checked). An explicit
+      - for the schemes ``ws`` and ``wss`` (AMQP over WebSocket), its ``path`` (our extension) is the WebSocket
+        endpoint's path (default ``/``), and its ``http_proxy`` (our extension) the ``http_proxy`` option when that
+        is not given;
+      - when the scheme is ``amqps`` (or ``wss``), its ``tls`` map configures the TLS context: ``ca`` (a file or
+        directory of trusted CA certificates, added to the system's), ``cert`` and ``key`` (the client certificate
+        and its private key), ``verify`` (false: neither the certificate nor the host name is checked). An explicit
         ``ssl_context`` option wins over it.
 
     * Credentials in a URL win over the ``user`` and ``password`` options, for that URL
@@ -460,7 +496,7 @@ def resolve_options(
         options: the keyword arguments of ``connect``: ``urls``, ``user``, ``password``, ``sasl_enabled``,
             ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``connect_timeout``, ``reconnect``,
             ``max_frame_size``, ``virtual_host``, ``properties``, ``offered_capabilities``,
-            ``desired_capabilities``, ``sni``, ``ssl_context``, ``container_id``.
+            ``desired_capabilities``, ``sni``, ``ssl_context``, ``container_id``, ``http_proxy``, ``tracing``.
         env: the environment used to find connect.json.
         config: the configuration to use instead of looking for connect.json (None: no file); for tests.
 
@@ -517,6 +553,8 @@ def resolve_options(
                 opts["allow_insecure_mechs"] = allow_insecure
             if address.tls and ssl_context is None:
                 ssl_context = _config_ssl_context(file_config, path)
+            if address.websocket and opts.get("http_proxy") is None:
+                opts["http_proxy"] = _config_get(file_config, "http_proxy", (str, bool), path)
 
     if ssl_context is None and any(a.tls for a in addresses):
         ssl_context = ssl.create_default_context()
@@ -542,4 +580,6 @@ def resolve_options(
         sni=_opt_str("sni", opts.get("sni")),
         ssl_context=ssl_context,
         container_id=container_id or str(uuid.uuid4()),
+        http_proxy=_http_proxy(opts.get("http_proxy")),
+        tracing=tracing_option(opts.get("tracing")),
     )

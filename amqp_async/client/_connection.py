@@ -37,9 +37,11 @@ from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
 from ._config import ResolvedOptions, resolve_options
 from ._trace import FrameTracer
+from ._transport import open_stream
 from ._url import Address
 
 if TYPE_CHECKING:
+    from ._tracing import MessageTracing
     from ._transaction import Transaction
 
 __all__ = ["HIGH_WATER", "Connection", "connect"]
@@ -114,6 +116,12 @@ class Connection:
         self._controller: Any = None  # the link to the peer's transaction coordinator, made on first use
         self._controller_lock: anyio.Lock | None = None
         self._tracer = FrameTracer.from_environment()
+        # OpenTelemetry message tracing (docs/client.md, "Tracing"): None when off, as it is by default.
+        self._tracing: MessageTracing | None = None
+        if options.tracing is not None:
+            from ._tracing import MessageTracing
+
+            self._tracing = MessageTracing(self, options.tracing)
         self._driver: EngineDriver | None = None
         self._reconnects = 0
         self._transport_failed = False
@@ -236,7 +244,7 @@ class Connection:
         return engine
 
     async def _connect_transport(self, *, first: bool) -> None:
-        """Open a TCP (or TLS) stream to the first address that answers.
+        """Open a TCP, TLS or WebSocket stream (``_transport``) to the first address that answers.
 
         The first connection tries each URL once and fails fast (the caller owns retries of ``connect``); a
         reconnect follows the Backoff policy across the failover list, as proton's reconnect does.
@@ -274,18 +282,7 @@ class Connection:
         raise ConnectionError(f"cannot connect to {targets}: {reason}") from last_error
 
     async def _open_stream(self, address: Address) -> anyio.abc.ByteStream:
-        options = self._options
-        if address.tls:
-            context = options.ssl_context or ssl.create_default_context()
-            stream: anyio.abc.ByteStream = await anyio.connect_tcp(
-                address.host,
-                address.port,
-                ssl_context=context,
-                tls_hostname=options.sni_for(address),
-                tls_standard_compatible=False,
-            )
-            return stream
-        return await anyio.connect_tcp(address.host, address.port)
+        return await open_stream(address, self._options)
 
     # --- the background task -----------------------------------------------------------------------------
 
@@ -662,7 +659,11 @@ def connect(url: str | None = None, **options: Any) -> _Connect:
     at the end. Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
     ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
     ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``) plus
-    ``ssl_context`` and ``container_id``; a ``connect.json`` is honoured as proton honours it.
+    ``ssl_context``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or False for none;
+    default: the https_proxy/http_proxy/no_proxy environment variables) and ``tracing`` (OpenTelemetry: True for
+    the global tracer provider, or a TracerProvider; off by default); a ``connect.json`` is honoured as proton
+    honours it. ``url`` is ``amqp://``, ``amqps://``, ``ws://`` or ``wss://`` (AMQP over WebSocket, the URL
+    naming the WebSocket endpoint).
 
     Raises:
         ConnectionError: no URL could be reached, or the peer refused or closed the connection.

@@ -72,6 +72,12 @@ class Delivery:
         return self._delivery.aborted
 
     @property
+    def span(self) -> Any:
+        """The OpenTelemetry span of this delivery's receipt when the connection traces messages
+        (``connect(..., tracing=True)``), else None: see docs/client.md, "Tracing"."""
+        return None
+
+    @property
     def state(self) -> Any:
         """The outcome we gave it, if any."""
         return self._delivery.state

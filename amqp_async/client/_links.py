@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..protocol.session import Session as EngineSession
     from ._delivery import Delivery
     from ._session import Session
+    from ._tracing import MessageTracing
     from ._transaction import Transaction
 
 __all__ = ["Receiver", "Sender", "Tracker", "selector"]
@@ -246,6 +247,24 @@ class Tracker:
         return self.outcome
 
 
+class _TracedTracker(Tracker):
+    """A :class:`Tracker` whose outcome also ends the message's send span (tracing on: ``_tracing``)."""
+
+    __slots__ = ("_size", "_span", "_tracing")
+
+    def __init__(self, sender: Sender, delivery: EngineDelivery, tracing: MessageTracing, span: Any, size: int) -> None:
+        super().__init__(sender, delivery)
+        self._tracing = tracing
+        self._span = span
+        self._size = size
+
+    def _finish(self, outcome: Any, error: AMQPError | None) -> None:
+        if self.done:
+            return
+        super()._finish(outcome, error)
+        self._tracing.end_send(self._span, outcome, error, self._size)
+
+
 def _outcome_error(state: Any) -> AMQPError | None:
     if state is None or isinstance(state, Accepted):
         return None
@@ -278,6 +297,7 @@ class Sender(_Link):
         self.target = target
         self._snd_settle_mode, self._rcv_settle_mode = _settle_modes(self._options)
         self._pending: set[Tracker] = set()
+        self._tracing: MessageTracing | None = self.connection._tracing
 
     @property
     def address(self) -> str | None:
@@ -362,8 +382,12 @@ class Sender(_Link):
         self.connection._kick()
         return tracker
 
-    async def _transfer(self, message: Message | bytes, transaction: Transaction | None = None) -> Tracker:
+    async def _transfer(
+        self, message: Message | bytes, transaction: Transaction | None = None, traced: bool = True
+    ) -> Tracker:
         """Wait for credit and hand the message to the engine, without waking the writer (the caller does)."""
+        if self._tracing is not None and traced and isinstance(message, Message):
+            return await self._traced_transfer(message, transaction)
         payload = message._encode_payload() if isinstance(message, Message) else bytes(message)
         if transaction is not None:
             if transaction.connection is not self.connection:
@@ -398,6 +422,29 @@ class Sender(_Link):
             delivery.user_data = tracker
             self._pending.add(tracker)
         return tracker
+
+    async def _traced_transfer(self, message: Message, transaction: Transaction | None) -> Tracker:
+        """:meth:`_transfer` with a send span (``_tracing``): its context goes into the message before it is
+        encoded, and the span ends with the outcome (the tracker's), or with the error that stopped the transfer."""
+        tracing = self._tracing
+        assert tracing is not None
+        span = tracing.start_send(self, message)
+        try:
+            tracker = await self._transfer(message, transaction, traced=False)
+        except BaseException as exc:
+            tracing.end_send(span, None, exc if isinstance(exc, AMQPError) else AMQPError(repr(exc)))
+            raise
+        delivery = tracker.delivery
+        assert delivery is not None
+        size = len(delivery.payload)
+        if tracker._sender is None:  # settled on sending (at-most-once)
+            tracing.end_send(span, None, None, size)
+            return tracker
+        traced = _TracedTracker(self, delivery, tracing, span, size)
+        delivery.user_data = traced
+        self._pending.discard(tracker)
+        self._pending.add(traced)
+        return traced
 
     async def _wait_for_credit(self) -> None:
         """Wait until the link (the new one, while reconnecting) has credit and the output is below the high
@@ -476,6 +523,7 @@ class Receiver(_Link):
         self._prefetch: int = int(self._options.pop("credit", 100))
         if self._prefetch < 0:
             raise ValueError("credit must be >= 0")
+        self._tracing: MessageTracing | None = self.connection._tracing
 
     @property
     def address(self) -> str | None:
@@ -582,7 +630,8 @@ class Receiver(_Link):
         incoming = self._engine_link.incoming
         if not incoming:
             return None
-        delivery = Delivery(self, incoming.popleft())
+        tracing = self._tracing
+        delivery = Delivery(self, incoming.popleft()) if tracing is None else tracing.delivery(self, incoming.popleft())
         self._top_up()
         return delivery
 
@@ -600,7 +649,11 @@ class Receiver(_Link):
         while True:
             incoming = self._engine_link.incoming
             if incoming:
-                delivery = Delivery(self, incoming.popleft())
+                tracing = self._tracing
+                if tracing is None:
+                    delivery = Delivery(self, incoming.popleft())
+                else:
+                    delivery = tracing.delivery(self, incoming.popleft())
                 self._top_up()
                 return delivery
             self._check()

@@ -1,15 +1,19 @@
-"""Connection URLs: ``[amqp[s]://][user[:password]@]host[:port][/address]``.
+"""Connection URLs: ``[amqp[s]://][user[:password]@]host[:port][/address]`` and ``ws[s]://host[:port]/path``.
 
 The grammar and defaults follow python-qpid-proton's ``Url``:
 
-* the scheme is optional (``amqp`` by default) and is ``amqp`` (plain TCP) or ``amqps`` (TLS);
+* the scheme is optional (``amqp`` by default) and is ``amqp`` (plain TCP), ``amqps`` (TLS), ``ws`` (AMQP over
+  WebSocket) or ``wss`` (AMQP over WebSocket over TLS);
 * ``host``, ``host:port`` and ``user:password@host`` need no ``//``; an IPv6 literal is written in brackets,
   ``[::1]:5672``; host names are lower-cased;
 * the port is a number or a service name (``amqp`` is 5672 and ``amqps`` 5671 even where the system's
-  services database does not list them); it defaults to the scheme's port, 5672 for ``amqp``, 5671 for ``amqps``;
+  services database does not list them); it defaults to the scheme's port, 5672 for ``amqp``, 5671 for ``amqps``,
+  80 for ``ws`` and 443 for ``wss`` (WSB §2.1: the HTTP ports);
 * user and password are percent-decoded (``user%40example.com`` is ``user@example.com``); an empty one counts as
   absent, as in proton;
-* the path, without its leading ``/``, is the address (the default node of links opened through this URL).
+* the path, without its leading ``/``, is the address (the default node of links opened through this URL); in a
+  ``ws``/``wss`` URL it is instead the WebSocket endpoint's path (with its query, if any): ``wss://host/$servicebus/websocket``
+  asks for ``/$servicebus/websocket``.
 
 Unlike proton, a missing host defaults to ``localhost`` (proton's ``Url`` fills in ``0.0.0.0``, a listening
 address), and an unknown scheme or an invalid port raises :class:`InvalidURL` instead of passing.
@@ -27,7 +31,11 @@ from ..errors import AMQPError
 __all__ = ["DEFAULT_PORTS", "Address", "InvalidURL", "parse_url"]
 
 #: The IANA ports of AMQP, by scheme.
-DEFAULT_PORTS: dict[str, int] = {"amqp": 5672, "amqps": 5671}
+DEFAULT_PORTS: dict[str, int] = {"amqp": 5672, "amqps": 5671, "ws": 80, "wss": 443}
+
+#: The schemes over TLS, and those over WebSocket.
+TLS_SCHEMES = frozenset({"amqps", "wss"})
+WEBSOCKET_SCHEMES = frozenset({"ws", "wss"})
 
 #: The host used when a URL names none.
 DEFAULT_HOST = "localhost"
@@ -44,7 +52,7 @@ class InvalidURL(AMQPError, ValueError):
 
 def _check_scheme(_instance: object, _attribute: object, value: str) -> None:
     if value not in DEFAULT_PORTS:
-        raise InvalidURL(f"unknown URL scheme {value!r} (expected 'amqp' or 'amqps')")
+        raise InvalidURL(f"unknown URL scheme {value!r} (expected 'amqp', 'amqps', 'ws' or 'wss')")
 
 
 def _check_port(_instance: object, _attribute: object, value: int) -> None:
@@ -66,12 +74,13 @@ class Address:
     """One peer to connect to, as parsed from a URL by :func:`parse_url`.
 
     Attributes:
-        scheme: ``"amqp"`` (plain TCP) or ``"amqps"`` (TLS).
+        scheme: ``"amqp"`` (plain TCP), ``"amqps"`` (TLS), ``"ws"`` (WebSocket) or ``"wss"`` (WebSocket over TLS).
         host: host name (lower-cased), IPv4 dotted quad or IPv6 literal (without brackets).
         port: TCP port.
         user: the user name from the URL, percent-decoded, or None.
         password: the password from the URL, percent-decoded, or None. Never shown by ``str`` or ``repr``.
-        path: the address part after the host, without its leading ``/``, or None when the URL has none.
+        path: the address part after the host, without its leading ``/``, or None when the URL has none (for
+            ``ws``/``wss``: the WebSocket endpoint's path, with its query).
     """
 
     scheme: str = attrs.field(validator=_check_scheme)
@@ -83,8 +92,23 @@ class Address:
 
     @property
     def tls(self) -> bool:
-        """True when the scheme asks for TLS (``amqps``)."""
-        return self.scheme == "amqps"
+        """True when the scheme asks for TLS (``amqps`` or ``wss``)."""
+        return self.scheme in TLS_SCHEMES
+
+    @property
+    def websocket(self) -> bool:
+        """True when the scheme asks for AMQP over WebSocket (``ws`` or ``wss``)."""
+        return self.scheme in WEBSOCKET_SCHEMES
+
+    @property
+    def resource(self) -> str:
+        """The WebSocket request target: ``/`` and the path (``/`` when the URL has none)."""
+        return "/" + (self.path or "")
+
+    @property
+    def host_header(self) -> str:
+        """The host as an HTTP ``Host`` header names it (an IPv6 literal in brackets)."""
+        return _bracket(self.host)
 
     @property
     def host_port(self) -> str:
@@ -182,7 +206,9 @@ def parse_url(url: str | Address) -> Address:
         raise InvalidURL(f"malformed URL {_redact(url)!r}: {exc}") from None
     scheme = parts.scheme.lower() or "amqp"
     if scheme not in DEFAULT_PORTS:
-        raise InvalidURL(f"unknown URL scheme {parts.scheme!r} in {_redact(url)!r} (expected 'amqp' or 'amqps')")
+        raise InvalidURL(
+            f"unknown URL scheme {parts.scheme!r} in {_redact(url)!r} (expected 'amqp', 'amqps', 'ws' or 'wss')"
+        )
     userinfo, at, hostport = parts.netloc.rpartition("@")
     user: str | None = None
     password: str | None = None
@@ -194,4 +220,6 @@ def parse_url(url: str | Address) -> Address:
     host = host.lower() or DEFAULT_HOST
     port = DEFAULT_PORTS[scheme] if port_text is None else _port_number(port_text, url)
     path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if scheme in WEBSOCKET_SCHEMES and parts.query:
+        path += "?" + parts.query  # an HTTP request target keeps its query
     return Address(scheme=scheme, host=host, port=port, user=user, password=password, path=path or None)

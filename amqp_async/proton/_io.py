@@ -25,6 +25,7 @@ from .. import protocol
 from .._driver import EngineDriver, describe_transport_error
 from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
+from ..client._transport import open_stream
 from ..client._url import Address
 from ..codec.performatives import SENDER
 from ..protocol import events as ev
@@ -152,16 +153,7 @@ class Channel:
         return options.reconnect is not False and self.connection._local == 2
 
     async def _open_stream(self, options: ResolvedOptions, address: Address) -> anyio.abc.ByteStream:
-        if address.tls:
-            context = options.ssl_context or ssl.create_default_context()
-            return await anyio.connect_tcp(
-                address.host,
-                address.port,
-                ssl_context=context,
-                tls_hostname=options.sni_for(address),
-                tls_standard_compatible=False,
-            )
-        return await anyio.connect_tcp(address.host, address.port)
+        return await open_stream(address, options)  # TCP, TLS or WebSocket, as the client's
 
     def _client_engine(self, options: ResolvedOptions, address: Address) -> protocol.Connection:
         connection = self.connection

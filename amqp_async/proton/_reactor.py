@@ -77,6 +77,7 @@ _CONNECT_OPTIONS = frozenset(
         "sni",
         "max_frame_size",
         "container_id",
+        "http_proxy",
     }
 )
 
@@ -560,10 +561,12 @@ class Container:
             handler: the handler for this connection's events (instead of the container's).
             reconnect: None (reconnect with the default :class:`Backoff`), False (never), or a :class:`Backoff`.
             heartbeat: the idle timeout to ask the peer to honour, in seconds.
-            ssl_domain: TLS settings for ``amqps`` URLs (default: :attr:`ssl` ``.client``, or connect.json's).
+            ssl_domain: TLS settings for ``amqps`` and ``wss`` URLs (default: :attr:`ssl` ``.client``, or
+                connect.json's). ``ws://`` and ``wss://`` URLs name a WebSocket endpoint (AMQP WebSocket Binding).
             kwargs: ``sasl_enabled``, ``allowed_mechs``, ``allow_insecure_mechs``, ``user``, ``password``,
                 ``virtual_host``, ``offered_capabilities``, ``desired_capabilities``, ``properties``, ``sni``,
-                ``max_frame_size``, ``container_id``.
+                ``max_frame_size``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or
+                False for none; default: the https_proxy/http_proxy/no_proxy environment variables).
 
         Raises:
             TypeError: an unknown keyword argument.
@@ -589,7 +592,7 @@ class Container:
         options["reconnect"] = reconnect
         if ssl_domain is not None:
             options["ssl_context"] = ssl_domain.context()
-        elif (url or urls) and any(str(u).startswith("amqps:") for u in ([url] if url else list(urls or []))):
+        elif (url or urls) and any(str(u).startswith(("amqps:", "wss:")) for u in ([url] if url else list(urls or []))):
             options["ssl_context"] = self.ssl.client.context()
         options.setdefault("container_id", self.container_id)
         resolved = resolve_options(None if url is None else str(url), options)

@@ -27,7 +27,8 @@ from urllib.parse import quote, unquote, urlparse, urlunparse
 
 __all__ = ["Url"]
 
-_DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671}
+# ws and wss (AMQP over WebSocket): the HTTP ports, as the AMQP WebSocket Binding §2.1 says.
+_DEFAULT_PORTS = {"amqp": 5672, "amqps": 5671, "ws": 80, "wss": 443}
 
 
 class Url:

@@ -2,9 +2,11 @@
 // A small in-memory AMQP 1.0 broker on rhea (pure JavaScript): the "rhea listener" peer of the interop matrix
 // (tests/test_interop_matrix.py). See README.md next to this file.
 //
-// usage: node rhea_broker.js [--host 127.0.0.1] [--port 0] [--user NAME --password SECRET]
+// usage: node rhea_broker.js [--host 127.0.0.1] [--port 0] [--user NAME --password SECRET] [--websocket PATH]
 //
 // Prints "listening on PORT" once it listens, then serves until killed (SIGTERM/SIGINT end it cleanly).
+// With --websocket PATH it serves AMQP over WebSocket instead (rhea's websocket_accept on a `ws` server, npm
+// package `ws`, subprotocol "amqp"), at that path only.
 //
 // * Queues by address, made on first attach. A link on which the client sends delivers into the queue named by
 //   its target address; with no target address (ANONYMOUS-RELAY, offered) into the queue named by message.to.
@@ -229,7 +231,7 @@ container.on('disconnected', function (context) {
     }
 });
 
-const server = container.listen({
+const listenOptions = {
     host: host,
     port: port,
     autoaccept: false,
@@ -237,7 +239,24 @@ const server = container.listen({
     credit_window: 500,
     offered_capabilities: ['ANONYMOUS-RELAY'],
     max_frame_size: 65536,
-});
+};
+const websocketPath = option('websocket', undefined);
+let server;
+if (websocketPath === undefined) {
+    server = container.listen(listenOptions);
+} else {
+    const ws = require('ws');
+    server = new ws.WebSocketServer({
+        host: host,
+        port: port,
+        path: websocketPath,
+        // AMQP WebSocket Binding §2.1: the server answers with the "amqp" subprotocol (and refuses without it).
+        handleProtocols: function (protocols) { return protocols.has('amqp') ? 'amqp' : false; },
+    });
+    server.on('connection', function (socket) {
+        container.websocket_accept(socket, Object.assign({}, listenOptions));
+    });
+}
 server.on('listening', function () {
     console.log('listening on ' + server.address().port);
 });

@@ -3,7 +3,10 @@
 // (tests/test_interop_matrix.py). See README.md next to this file.
 //
 // usage: node rhea_client.js --port PORT --scenario NAME [--host 127.0.0.1] [--count N] [--user U --password P]
-//                            [--queue PREFIX] [--timeout SECONDS]
+//                            [--queue PREFIX] [--timeout SECONDS] [--websocket PATH]
+//
+// With --websocket PATH it connects over WebSocket (rhea's websocket_connect with the npm package `ws`,
+// subprotocol "amqp") to ws://HOST:PORT/PATH instead of plain TCP.
 //
 // Runs one scenario and prints one line of JSON: {"ok": true|false, "detail": "..."} (exit status 0 either way;
 // a crash is a non-zero exit). Scenarios: at-least-once, at-most-once, reject, release, modify, large, drain,
@@ -26,6 +29,7 @@ const user = option('user', undefined);
 const password = option('password', undefined);
 const prefix = option('queue', 'rhea-' + scenario);
 const timeoutSeconds = Number(option('timeout', '60'));
+const websocketPath = option('websocket', undefined);
 
 function report(ok, detail, extra) {
     console.log(JSON.stringify(Object.assign({ok: ok, detail: detail}, extra || {})));
@@ -47,7 +51,12 @@ function connect(extra) {
     const container = rhea.create_container({id: 'rhea-interop-client'});
     container.on('error', function () {});
     return new Promise(function (resolve, reject) {
-        const connection = container.connect(Object.assign({host: host, port: port, reconnect: false}, extra || {}));
+        const options = {host: host, port: port, reconnect: false};
+        if (websocketPath !== undefined) {
+            const url = 'ws://' + host + ':' + port + websocketPath;
+            options.connection_details = container.websocket_connect(require('ws'))(url, ['amqp'], {});
+        }
+        const connection = container.connect(Object.assign(options, extra || {}));
         connection.on('connection_open', function () { resolve(connection); });
         connection.on('connection_error', function (context) {
             const error = context.error || context.connection.error || context.connection.transport_error;

@@ -1,0 +1,276 @@
+"""AMQP over WebSocket (OASIS AMQP WebSocket Binding 1.0, "WSB"): a byte stream carried in WebSocket messages.
+
+The driver and the engine see an ordinary :class:`anyio.abc.ByteStream`: :class:`WebSocketStream` wraps the TCP
+(or TLS) stream under it and a Sans-IO `wsproto <https://pypi.org/project/wsproto/>`_ connection. The binding's
+rules, each enforced here and only here:
+
+* WSB §2.1: the client asks for the WebSocket subprotocol ``amqp`` (``Sec-WebSocket-Protocol: amqp``) and the
+  server MUST answer with it; a server that answers with another (or none) is refused (:func:`client_handshake`),
+  and a client that does not offer it is refused with HTTP 400 (:func:`server_handshake`).
+* WSB §2.4: AMQP bytes travel as *binary* WebSocket messages; message boundaries need not match AMQP frame
+  boundaries (a message may hold part of a frame, or several), so the bytes of the messages are simply
+  concatenated. A text message is a protocol error: the WebSocket is closed with status 1003 (unsupported data).
+* WSB §4: once the AMQP connection is closed, the WebSocket is closed with its own close handshake (status 1000)
+  before the TCP connection: :meth:`WebSocketStream.aclose`.
+
+wsproto is an optional dependency (``pip install amqp-async[websocket]``): it is imported on first use, and a
+missing wsproto is reported as such (:func:`require_wsproto`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+
+if TYPE_CHECKING:
+    from wsproto import WSConnection
+
+__all__ = [
+    "SUBPROTOCOL",
+    "WebSocketError",
+    "WebSocketStream",
+    "client_handshake",
+    "require_wsproto",
+    "server_handshake",
+]
+
+#: WSB §2.1: the WebSocket subprotocol name of AMQP 1.0.
+SUBPROTOCOL = "amqp"
+
+#: Bytes read from the transport at a time (the WebSocket framing is parsed from whatever comes).
+_READ_SIZE = 1 << 16
+
+#: The most bytes of HTTP a handshake may take (a peer that sends an endless header is cut off).
+_MAX_HANDSHAKE = 1 << 16
+
+#: WebSocket close codes (RFC 6455 §7.4.1).
+_NORMAL_CLOSURE = 1000
+_UNSUPPORTED_DATA = 1003
+
+
+class WebSocketError(OSError):
+    """The WebSocket handshake failed, or the peer broke the WebSocket protocol.
+
+    An :class:`OSError`, as a failed TCP connect is: the client tries its next URL (or reconnects) the same way.
+    """
+
+
+def require_wsproto() -> Any:
+    """The ``wsproto`` module; raises ImportError naming the extra to install when it is missing."""
+    try:
+        return importlib.import_module("wsproto")
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "AMQP over WebSocket (ws:// and wss:// URLs, Broker(ws_port=...)) needs wsproto: "
+            "pip install 'amqp-async[websocket]'"
+        ) from exc
+
+
+class WebSocketStream(anyio.abc.ByteStream):
+    """A byte stream over one open WebSocket: what is sent goes out as one binary message, what is received is the
+    concatenated payload of the peer's binary messages (WSB §2.4).
+
+    Pings are answered, and a close from the peer is answered and reported as the end of the stream. Writes to the
+    transport (our messages, and the pongs and close answers the reading side makes) are serialised by a lock, so
+    a reader and a writer task may use the stream at once, as the driver does.
+
+    Args:
+        transport: the TCP or TLS stream the WebSocket runs on, its handshake done.
+        connection: the wsproto connection, in the OPEN state.
+    """
+
+    def __init__(self, transport: anyio.abc.ByteStream, connection: WSConnection) -> None:
+        events = require_wsproto().events
+        self._events = events
+        self._transport = transport
+        self._ws = connection
+        self._chunks: deque[bytes] = deque()
+        self._peer_closed = False
+        self._closed = False
+        self._lock = anyio.Lock(fast_acquire=True)
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        """The transport's attributes (socket addresses, TLS details)."""
+        return self._transport.extra_attributes
+
+    async def receive(self, max_bytes: int = _READ_SIZE) -> bytes:
+        """At most ``max_bytes`` of the peer's AMQP bytes; raises EndOfStream once the peer closed the WebSocket
+        (or the transport ended)."""
+        chunks = self._chunks
+        while not chunks:
+            if self._peer_closed or self._closed:
+                raise anyio.EndOfStream
+            try:
+                data = await self._transport.receive(max(max_bytes, _READ_SIZE))
+            except anyio.EndOfStream:
+                self._peer_closed = True  # the TCP connection ended without a WebSocket close: the end all the same
+                raise
+            await self._feed(data)
+        chunk = chunks.popleft()
+        if len(chunk) > max_bytes:
+            chunks.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        return chunk
+
+    async def _feed(self, data: bytes) -> None:
+        """Hand transport bytes to wsproto and act on its events."""
+        events = self._events
+        ws = self._ws
+        try:
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, events.BytesMessage):
+                    if event.data:
+                        self._chunks.append(event.data)
+                elif isinstance(event, events.Ping):
+                    await self._write(ws.send(event.response()))
+                elif isinstance(event, events.CloseConnection):
+                    self._peer_closed = True
+                    if ws.state.name == "REMOTE_CLOSING":
+                        await self._write(ws.send(event.response()))
+                elif isinstance(event, events.TextMessage):
+                    # WSB §2.4: AMQP travels in binary messages only.
+                    await self._close_with(_UNSUPPORTED_DATA, "AMQP takes binary messages only")
+                    raise WebSocketError("the peer sent a WebSocket text message: AMQP takes binary messages only")
+        except require_wsproto().utilities.LocalProtocolError as exc:
+            raise WebSocketError(f"WebSocket protocol error: {exc}") from exc
+        except require_wsproto().utilities.RemoteProtocolError as exc:
+            raise WebSocketError(f"the peer broke the WebSocket protocol: {exc}") from exc
+
+    async def _write(self, data: bytes) -> None:
+        async with self._lock:
+            await self._transport.send(data)
+
+    async def send(self, item: bytes) -> None:
+        """Send ``item`` as one binary WebSocket message (WSB §2.4)."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        if isinstance(item, memoryview):
+            item = item.tobytes()
+        async with self._lock:
+            await self._transport.send(self._ws.send(self._events.BytesMessage(data=item)))
+
+    async def send_eof(self) -> None:
+        """Not supported: a WebSocket has no half-close (its close ends both directions)."""
+        raise NotImplementedError("a WebSocket cannot be half-closed")
+
+    async def _close_with(self, code: int, reason: str) -> None:
+        """Start the WebSocket close handshake, when the state allows it (ignore a transport that broke)."""
+        ws = self._ws
+        if ws.state.name != "OPEN":
+            return
+        try:
+            data = ws.send(self._events.CloseConnection(code=code, reason=reason))
+            with anyio.move_on_after(1.0):
+                await self._write(data)
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.BusyResourceError):
+            pass
+
+    async def aclose(self) -> None:
+        """WSB §4: close the WebSocket (status 1000), then the transport."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self._close_with(_NORMAL_CLOSURE, "")
+            await self._transport.aclose()
+
+
+async def _receive_handshake_bytes(transport: anyio.abc.ByteStream, received: int) -> bytes:
+    if received > _MAX_HANDSHAKE:
+        raise WebSocketError(f"the WebSocket handshake exceeds {_MAX_HANDSHAKE} bytes")
+    try:
+        return await transport.receive(_READ_SIZE)
+    except anyio.EndOfStream:
+        raise WebSocketError("the connection ended during the WebSocket handshake") from None
+
+
+async def client_handshake(
+    transport: anyio.abc.ByteStream, host: str, resource: str, headers: list[tuple[str, str]] | None = None
+) -> WebSocketStream:
+    """Open a WebSocket on ``transport`` (WSB §2.1: subprotocol ``amqp``) and return the stream over it.
+
+    Args:
+        transport: a connected TCP (or TLS) stream to the WebSocket server (or a tunnel to it through a proxy).
+        host: the ``Host`` header (``host`` or ``host:port``).
+        resource: the request target, ``/path?query``.
+        headers: extra request headers.
+
+    Raises:
+        WebSocketError: the server refused the upgrade (its HTTP status is in the message), answered without the
+            ``amqp`` subprotocol, or broke the protocol.
+    """
+    wsproto = require_wsproto()
+    events = wsproto.events
+    ws = wsproto.WSConnection(wsproto.ConnectionType.CLIENT)
+    request = events.Request(host=host, target=resource, subprotocols=[SUBPROTOCOL], extra_headers=headers or [])
+    await transport.send(ws.send(request))
+    received = 0
+    while True:
+        data = await _receive_handshake_bytes(transport, received)
+        received += len(data)
+        try:
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, events.AcceptConnection):
+                    if event.subprotocol != SUBPROTOCOL:
+                        # WSB §2.1: the server MUST answer with the amqp subprotocol.
+                        raise WebSocketError(
+                            f"the WebSocket server at {host}{resource} accepted without the {SUBPROTOCOL!r} "
+                            f"subprotocol (it chose {event.subprotocol!r})"
+                        )
+                    return WebSocketStream(transport, ws)
+                if isinstance(event, events.RejectConnection):
+                    raise WebSocketError(
+                        f"the WebSocket server at {host}{resource} refused the upgrade: HTTP {event.status_code}"
+                    )
+        except (wsproto.utilities.LocalProtocolError, wsproto.utilities.RemoteProtocolError) as exc:
+            raise WebSocketError(f"WebSocket handshake with {host}{resource} failed: {exc}") from exc
+
+
+async def server_handshake(transport: anyio.abc.ByteStream, path: str | None = None) -> WebSocketStream:
+    """Answer a client's WebSocket upgrade on ``transport`` and return the stream over it.
+
+    Args:
+        transport: the accepted TCP (or TLS) stream.
+        path: the only request path served (``/ws``); None serves any path. Another path gets HTTP 404.
+
+    Raises:
+        WebSocketError: the client sent no valid upgrade, asked for another path (answered 404) or did not offer
+            the ``amqp`` subprotocol (answered 400, WSB §2.1); the connection is to be closed.
+    """
+    wsproto = require_wsproto()
+    events = wsproto.events
+    ws = wsproto.WSConnection(wsproto.ConnectionType.SERVER)
+    received = 0
+    while True:
+        data = await _receive_handshake_bytes(transport, received)
+        received += len(data)
+        try:
+            ws.receive_data(data)
+            for event in ws.events():
+                if not isinstance(event, events.Request):
+                    continue
+                requested = event.target.partition("?")[0]
+                if path is not None and requested != path:
+                    await transport.send(ws.send(events.RejectConnection(status_code=404)))
+                    raise WebSocketError(f"WebSocket upgrade for {requested!r}, not the served path {path!r}")
+                if SUBPROTOCOL not in event.subprotocols:
+                    await transport.send(ws.send(events.RejectConnection(status_code=400)))
+                    raise WebSocketError(
+                        f"WebSocket upgrade without the {SUBPROTOCOL!r} subprotocol (offered: {event.subprotocols})"
+                    )
+                await transport.send(ws.send(events.AcceptConnection(subprotocol=SUBPROTOCOL)))
+                return WebSocketStream(transport, ws)
+        except wsproto.utilities.RemoteProtocolError as exc:
+            try:
+                await transport.send(ws.send(events.RejectConnection(status_code=400)))
+            except Exception:  # the client is being refused anyway; a failed answer changes nothing
+                pass
+            raise WebSocketError(f"invalid WebSocket upgrade request: {exc}") from exc
