@@ -38,6 +38,7 @@ __all__ = ["CAPACITY", "EngineIO"]
 
 #: what ``capacity()`` offers: proton's default input buffer (a frame of the default size fits in a few pushes).
 CAPACITY = 16384
+_DELIVERY_EVENT = Event.DELIVERY
 _EOS = -1
 
 
@@ -228,8 +229,9 @@ class EngineIO:
                 link = event.link  # type: ignore[attr-defined]
                 receiver: Receiver = link.user_data
                 incoming = link.incoming
+                received = self._received
                 while incoming:
-                    self._received(receiver, incoming.popleft())
+                    received(receiver, incoming.popleft())
             elif kind is ev.DeliveriesUpdated:
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
@@ -325,7 +327,9 @@ class EngineIO:
             receiver._incoming.append(delivery)
             receiver._unsettled_count += 1
         delivery._payload = engine_delivery.payload
-        self.put(Event.DELIVERY, delivery)
+        collector = self.connection._collector
+        if collector is not None:
+            collector.put(delivery, _DELIVERY_EVENT)
 
     def scan_partial(self) -> None:
         """Report the deliveries whose first frames arrived (proton hands them over as they come: ``partial``)."""

@@ -218,10 +218,13 @@ class Transport:
 
     def push(self, binary: bytes) -> None:
         """Give the transport bytes read from the peer."""
-        io = self._started()
+        io = self._io
+        if io is None:
+            raise TransportException("the transport is not bound to a connection")
         if io.tail_closed:
             raise TransportException("the transport's input is closed")
-        io.start()
+        if io.engine is None:
+            io.start()
         io.wire.push(binary)
 
     def close_tail(self) -> None:
@@ -232,18 +235,28 @@ class Transport:
 
     def pending(self) -> int:
         """How many bytes wait to be written (-1: the output has ended)."""
-        io = self._started()
-        io.start()
+        io = self._io
+        if io is None:
+            raise TransportException("the transport is not bound to a connection")
+        if io.engine is None:
+            io.start()
         return io.wire.pending()
 
     def peek(self, size: int) -> bytes | None:
         """Up to ``size`` of the bytes waiting to be written (they stay until :meth:`pop`)."""
-        io = self._started()
-        io.start()
+        io = self._io
+        if io is None:
+            raise TransportException("the transport is not bound to a connection")
+        if io.engine is None:
+            io.start()
         wire = io.wire
         if wire.pending() < 0:
             return None
-        return bytes(wire.out[:size])
+        out = wire.out
+        if size >= len(out):
+            return bytes(out)
+        with memoryview(out) as view:
+            return bytes(view[:size])  # one copy (a bytearray slice would be a second)
 
     def pop(self, size: int) -> None:
         """Drop ``size`` written bytes from the output."""
