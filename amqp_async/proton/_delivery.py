@@ -286,7 +286,8 @@ class Delivery:
             return len(payload) - self._read
         link = self.link
         if link.is_sender and link.current is self:
-            return sum(len(chunk) for chunk in link._stream or ())  # type: ignore[attr-defined]
+            chunks: list[bytes] = link._stream or []  # type: ignore[attr-defined]
+            return sum(len(chunk) for chunk in chunks)
         return 0
 
     @property
