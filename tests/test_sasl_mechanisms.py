@@ -647,3 +647,34 @@ def test_sans_io_imports(module: object) -> None:
             continue
         for name in names:
             assert name.split(".")[0] not in FORBIDDEN, f"{path.name} imports {name}"
+
+
+# --- EXTERNAL on the server (the identity comes from the TLS layer) --------------------------------------------
+
+
+def test_external_server_takes_the_channel_identity() -> None:
+    from amqp_async.protocol.sasl_mechanisms import ExternalServer, SaslCode
+
+    accepted = ExternalServer("CN=client")
+    assert accepted.start(b"") == (None, True)
+    assert (accepted.outcome, accepted.identity) == (SaslCode.OK, "CN=client")
+    same = ExternalServer("CN=client")
+    same.start(b"CN=client")
+    assert same.outcome == SaslCode.OK
+    for identity, authzid in ((None, b""), ("CN=client", b"CN=admin"), ("CN=client", b"\xff")):
+        refused = ExternalServer(identity)
+        refused.start(authzid)
+        assert (refused.outcome, refused.identity) == (SaslCode.AUTH, None)
+
+
+def test_sasl_server_offers_external_only_with_an_identity() -> None:
+    from amqp_async.protocol import SaslServer
+
+    with pytest.raises(ValueError):
+        SaslServer(["EXTERNAL"])  # no way to learn the identity
+    identity: list[str | None] = [None]
+    server = SaslServer(["EXTERNAL", "ANONYMOUS"], external=lambda: identity[0])
+    assert [str(name) for name in server.start()[0].sasl_server_mechanisms] == ["ANONYMOUS"]
+    identity[0] = "CN=client"
+    server = SaslServer(["EXTERNAL", "ANONYMOUS"], external=lambda: identity[0])
+    assert [str(name) for name in server.start()[0].sasl_server_mechanisms] == ["EXTERNAL", "ANONYMOUS"]

@@ -10,7 +10,7 @@ The layer produces SASL frame bodies and a result; the connection frames them an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..codec import conditions
@@ -21,6 +21,7 @@ from .sasl_mechanisms import (
     SERVER_MECHANISM_NAMES,
     ClientMechanism,
     CredentialStore,
+    ExternalServer,
     SaslCode,
     SaslMechanismError,
     ServerMechanism,
@@ -141,23 +142,38 @@ class SaslServer:
     Args:
         mechanisms: the mechanisms to offer, strongest first (default: ANONYMOUS only, the broker's default).
         store: the credential check for PLAIN and SCRAM (see :class:`CredentialStore`).
+        external: for EXTERNAL, a function giving the identity the channel established when the client chooses
+            it (the subject of its TLS certificate), or None; EXTERNAL may be offered only with it.
     """
 
-    def __init__(self, mechanisms: Sequence[str] | str = ("ANONYMOUS",), store: CredentialStore | None = None) -> None:
+    def __init__(
+        self,
+        mechanisms: Sequence[str] | str = ("ANONYMOUS",),
+        store: CredentialStore | None = None,
+        *,
+        external: Callable[[], str | None] | None = None,
+    ) -> None:
         names = mechanisms.split() if isinstance(mechanisms, str) else list(mechanisms)
-        unknown = [name for name in names if name not in SERVER_MECHANISM_NAMES]
+        known = (*SERVER_MECHANISM_NAMES, "EXTERNAL") if external is not None else SERVER_MECHANISM_NAMES
+        unknown = [name for name in names if name not in known]
         if unknown:
-            raise ValueError(f"unsupported server SASL mechanisms {unknown}; supported: {SERVER_MECHANISM_NAMES}")
-        if store is None and any(name != "ANONYMOUS" for name in names):
+            raise ValueError(f"unsupported server SASL mechanisms {unknown}; supported: {known}")
+        if store is None and any(name not in ("ANONYMOUS", "EXTERNAL") for name in names):
             raise ValueError("PLAIN and SCRAM need a credential store")
         self.mechanisms = names
         self.store = store
+        self.external = external
         self.mechanism: ServerMechanism | None = None
         self.result: SaslResult | None = None
 
     def start(self) -> list[Any]:
-        """The frame that opens the exchange: our sasl-mechanisms."""
-        return [SaslMechanisms(sasl_server_mechanisms=tuple(symbol(name) for name in self.mechanisms))]
+        """The frame that opens the exchange: our sasl-mechanisms (EXTERNAL only when the channel established an
+        identity by now, as proton's server does)."""
+        names = self.mechanisms
+        if "EXTERNAL" in names and (self.external is None or self.external() is None):
+            names = [name for name in names if name != "EXTERNAL"]
+            self.mechanisms = names
+        return [SaslMechanisms(sasl_server_mechanisms=tuple(symbol(name) for name in names))]
 
     def on_frame(self, body: Any) -> list[Any]:
         """Take a SASL frame from the client; return the frames to send back (a challenge or the outcome)."""
@@ -170,7 +186,10 @@ class SaslServer:
                     SaslCode.AUTH, name, error=outcome_error(SaslCode.AUTH, f"mechanism {name} not offered".encode())
                 )
                 return [SaslOutcome(code=int(SaslCode.AUTH))]
-            self.mechanism = server_mechanism(name, self.store)  # type: ignore[arg-type]
+            if name == "EXTERNAL" and self.external is not None:
+                self.mechanism = ExternalServer(self.external())
+            else:
+                self.mechanism = server_mechanism(name, self.store)  # type: ignore[arg-type]
             challenge, done = self.mechanism.start(body.initial_response)
         elif isinstance(body, SaslResponse):
             if self.mechanism is None or self.mechanism.done:

@@ -37,6 +37,7 @@ __all__ = [
     "ClientMechanism",
     "CredentialStore",
     "ExternalClient",
+    "ExternalServer",
     "PlainClient",
     "PlainServer",
     "SaslCode",
@@ -423,6 +424,32 @@ class PlainServer(ServerMechanism):
         if not self._store.check_password(user, password):
             raise SaslMechanismError(f"PLAIN: wrong password or unknown user {user!r}")
         return self._succeed(user)
+
+
+class ExternalServer(ServerMechanism):
+    """EXTERNAL (RFC 4422 appendix A): the identity the channel established (the subject of a TLS client
+    certificate); an authzid naming anyone else is refused.
+
+    Args:
+        identity: the external identity, or None when the channel established none (the exchange then fails).
+    """
+
+    name = "EXTERNAL"
+
+    def __init__(self, identity: str | None) -> None:
+        super().__init__()
+        self._external = identity
+
+    def _start(self, initial_response: bytes | None) -> tuple[bytes | None, bool]:
+        if self._external is None:
+            raise SaslMechanismError("EXTERNAL: the channel established no identity (no client certificate)")
+        try:
+            authzid = (initial_response or b"").decode("utf-8")
+        except UnicodeDecodeError:
+            raise SaslMechanismError("EXTERNAL: authzid is not UTF-8") from None
+        if authzid and authzid != self._external:
+            raise SaslMechanismError(f"EXTERNAL: {self._external!r} may not act as {authzid!r}")
+        return self._succeed(self._external)
 
 
 # --- Factories and selection --------------------------------------------------------------------------------

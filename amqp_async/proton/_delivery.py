@@ -286,7 +286,8 @@ class Delivery:
             return len(payload) - self._read
         link = self.link
         if link.is_sender and link.current is self:
-            return len(link._stream or b"")  # type: ignore[attr-defined]
+            chunks: list[bytes] = link._stream or []  # type: ignore[attr-defined]
+            return sum(len(chunk) for chunk in chunks)
         return 0
 
     @property
@@ -348,14 +349,16 @@ class Delivery:
         """
         if self._settled_here:
             return
-        container = self.link._connection._reactor
+        link = self.link
+        connection = link._connection
+        container = connection._reactor
         if container is not None and container._loop_thread not in (None, get_ident()):
             container._check_thread()  # raises: another thread
         self._settled_here = True
-        link = self.link
         link._settle(self)
-        self._forget()
-        connection = link._connection
+        impl = self._impl
+        if impl is not None:
+            impl.user_data = None  # as _forget
         if connection._bound is not None:
             if link.is_receiver:
                 link._unsettled_count -= 1  # type: ignore[attr-defined]

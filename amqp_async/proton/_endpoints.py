@@ -936,7 +936,8 @@ class Sender(Link):
         self._tag_count = 0
         self.tag_generator: Any = None
         self._current: Delivery | None = None
-        self._stream: bytearray | None = None
+        #: the bytes written to the current delivery so far (chunks, joined at advance).
+        self._stream: list[bytes] | None = None
 
     @property
     def queued(self) -> int:
@@ -1080,24 +1081,26 @@ class Sender(Link):
     def delivery(self, tag: bytes | str) -> Delivery:
         """Start a delivery with ``tag``: :meth:`stream` its bytes, then :meth:`advance` to send it."""
         self._current = Delivery(self, tag.encode() if isinstance(tag, str) else bytes(tag))
-        self._stream = bytearray()
+        self._stream = []
         return self._current
 
     def stream(self, data: bytes) -> int:
         """Append bytes to the current delivery (made by :meth:`delivery`); returns how many were taken."""
-        if self._current is None or self._stream is None:
+        chunks = self._stream
+        if self._current is None or chunks is None:
             raise LinkException("no current delivery: call sender.delivery(tag) first")
-        self._stream += data
+        # The chunks are joined at advance (a delivery written in one send is not copied twice).
+        chunks.append(data if data.__class__ is bytes else bytes(data))
         self._connection._modified()
         return len(data)
 
     def advance(self) -> bool:
         """Finish the current delivery and send it."""
-        current, data = self._current, self._stream
-        if current is None or data is None:
+        current, chunks = self._current, self._stream
+        if current is None or chunks is None:
             return False
         self._current = self._stream = None
-        self._send_payload(bytes(data), None, current)
+        self._send_payload(chunks[0] if len(chunks) == 1 else b"".join(chunks), None, current)
         return True
 
     def drained(self) -> int:
@@ -1203,16 +1206,19 @@ class Receiver(Link):
         """Give the sender ``n`` more credit."""
         if n <= 0:
             return
-        container = self.session.connection._reactor
+        connection = self._connection
+        container = connection._reactor
         if container is not None:
             container._check_thread()
         impl = self._impl
-        if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
+        if impl is not None and impl.local_state is _ENGINE_ACTIVE and self.session._engine_active():
             impl.add_credit(n)
-            self.connection._touch()
+            if container is not None:
+                container._dirty[connection] = None
         else:
             self._credit_wanted += n
-        self._connection._modified()
+        if connection._bound is not None:
+            connection._modified()
 
     def drain(self, n: int) -> None:
         """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
@@ -1240,9 +1246,10 @@ class Receiver(Link):
 
     def recv(self, limit: int) -> bytes | None:
         """Read up to ``limit`` bytes of the current delivery; None once it is all read."""
-        current = self.current
-        if current is None:
+        incoming = self._incoming
+        if not incoming:
             raise LinkException("no current delivery to read")
+        current = incoming[0]
         payload = current._payload
         if payload is None:
             return None
@@ -1277,14 +1284,14 @@ class Receiver(Link):
         self._incoming.clear()
 
     def _delivery_updated(self, delivery: Delivery) -> None:
-        container = self._container()
+        connection = self._connection
+        container = connection._reactor
         if container is not None:
             container._updated.append(delivery)
             return
-        bound = self._connection._bound
+        bound = connection._bound
         if bound is not None:
-            bound.updated.append(delivery)
-            self._connection._modified()
+            bound.updated.append(delivery)  # Delivery.update reports the TRANSPORT event
 
     def _settle(self, delivery: Delivery) -> None:
         impl = delivery._impl

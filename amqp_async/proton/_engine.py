@@ -31,12 +31,14 @@ from ._events import Event
 
 if TYPE_CHECKING:
     from ._endpoints import Connection, Receiver, Sender
+    from ._tls import TlsLayer
     from ._transport import Transport
 
 __all__ = ["CAPACITY", "EngineIO"]
 
 #: what ``capacity()`` offers: proton's default input buffer (a frame of the default size fits in a few pushes).
 CAPACITY = 16384
+_DELIVERY_EVENT = Event.DELIVERY
 _EOS = -1
 
 
@@ -58,6 +60,8 @@ class EngineIO:
         self.error_reported = False
         #: the SASL outcome when authentication failed here, before any outcome frame (proton: PERM).
         self.sasl_code: int | None = None
+        #: what the program's push/pending/peek/pop reach: this object, or the TLS layer over it (made at start).
+        self.wire: EngineIO | TlsLayer = self
 
     # --- the engine --------------------------------------------------------------------------------------
 
@@ -69,10 +73,14 @@ class EngineIO:
         transport = self.transport
         connection = self.connection
         server = transport.mode == transport.SERVER
+        ssl_layer = transport._ssl
+        tls: TlsLayer | None = None
+        if ssl_layer is not None and ssl_layer.domain is not None:
+            tls = self.wire = ssl_layer._layer(self)
         sasl_layer = transport._sasl
         sasl: Any = None
         if sasl_layer is not None:
-            sasl = sasl_layer._engine_sasl(server, connection)
+            sasl = sasl_layer._engine_sasl(server, connection, None if tls is None else tls.peer_subject)
         engine = protocol.Connection(
             role=protocol.SERVER if server else protocol.CLIENT,
             container_id=connection.container or str(uuid.uuid4()),
@@ -109,6 +117,16 @@ class EngineIO:
         if not engine.closed:
             engine.receive_data(b"", self.now)
             self.translate(engine.next_events())
+        self._tail_closed()
+
+    def fail(self, condition: Condition) -> None:
+        """The layer under the engine failed (TLS): the transport's error, and the end of its input."""
+        transport = self.transport
+        if transport.condition is None:
+            transport.condition = condition
+        if not self.error_reported:
+            self.error_reported = True
+            self.put(Event.TRANSPORT_ERROR, transport)
         self._tail_closed()
 
     def _tail_closed(self) -> None:
@@ -151,6 +169,16 @@ class EngineIO:
         if engine.local_state is EndpointState.CLOSED:
             return True
         return engine.closed and engine.remote_state is not EndpointState.CLOSED
+
+    def closed_cleanly(self) -> bool:
+        """True when our close went out (the output ended as AMQP says, not because the engine failed)."""
+        engine = self.engine
+        return engine is not None and engine.local_state is EndpointState.CLOSED
+
+    def remote_closed(self) -> bool:
+        """True once the peer's close arrived."""
+        engine = self.engine
+        return engine is not None and engine.remote_state is EndpointState.CLOSED
 
     def pending(self) -> int:
         """The bytes ready to write; -1 once the output has ended."""
@@ -201,8 +229,9 @@ class EngineIO:
                 link = event.link  # type: ignore[attr-defined]
                 receiver: Receiver = link.user_data
                 incoming = link.incoming
+                received = self._received
                 while incoming:
-                    self._received(receiver, incoming.popleft())
+                    received(receiver, incoming.popleft())
             elif kind is ev.DeliveriesUpdated:
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
@@ -272,7 +301,6 @@ class EngineIO:
 
     def _closed(self, event: ev.ConnectionClosed) -> None:
         engine = self.engine
-        transport = self.transport
         if engine is not None and engine.remote_state is EndpointState.CLOSED:
             self.put(Event.CONNECTION_REMOTE_CLOSE, self.connection)
             return
@@ -288,12 +316,7 @@ class EngineIO:
             condition = Condition.from_error(event.error)
         else:
             return
-        if transport.condition is None:
-            transport.condition = condition
-        if not self.error_reported:
-            self.error_reported = True
-            self.put(Event.TRANSPORT_ERROR, transport)
-        self._tail_closed()
+        self.fail(condition)
 
     def _received(self, receiver: Receiver, engine_delivery: Any) -> None:
         """An incoming delivery arrived whole (or its last frame did)."""
@@ -304,7 +327,9 @@ class EngineIO:
             receiver._incoming.append(delivery)
             receiver._unsettled_count += 1
         delivery._payload = engine_delivery.payload
-        self.put(Event.DELIVERY, delivery)
+        collector = self.connection._collector
+        if collector is not None:
+            collector.put(delivery, _DELIVERY_EVENT)
 
     def scan_partial(self) -> None:
         """Report the deliveries whose first frames arrived (proton hands them over as they come: ``partial``)."""

@@ -10,7 +10,8 @@ an error, the negotiated frame size and idle timeouts, ``sasl()``...). :class:`S
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._condition import Condition
 from ._engine import CAPACITY, EngineIO
@@ -19,6 +20,7 @@ from ._exceptions import SSLException, TransportException
 
 if TYPE_CHECKING:
     from ._endpoints import Connection
+    from ._tls import TlsLayer
 
 __all__ = ["SASL", "SSL", "SSLDomain", "SSLSessionDetails", "Transport"]
 
@@ -105,6 +107,9 @@ class Transport:
     @property
     def encrypted(self) -> bool:
         """True when the connection runs over TLS."""
+        io = self._io
+        if io is not None:
+            return io.wire is not io
         connection = self._connection
         return connection is not None and bool(connection._tls)
 
@@ -112,6 +117,12 @@ class Transport:
     def user(self) -> str | None:
         """The authenticated user: on a server, whom the client proved to be; on a client, the user it sent."""
         engine = self._engine()
+        io = self._io
+        if engine is not None and engine.sasl is None and io is not None:
+            # proton's engine without SASL: a TLS server knows the client by its certificate (None without
+            # one); otherwise the user is "anonymous".
+            tls = self._ssl._tls if self._ssl is not None else None
+            return "anonymous" if tls is None or not tls.tls.server_side else tls.peer_subject()
         if engine is None or engine.sasl is None:
             return None
         outcome = engine.sasl_outcome
@@ -207,29 +218,53 @@ class Transport:
 
     def push(self, binary: bytes) -> None:
         """Give the transport bytes read from the peer."""
-        io = self._started()
+        io = self._io
+        if io is None:
+            raise TransportException("the transport is not bound to a connection")
         if io.tail_closed:
             raise TransportException("the transport's input is closed")
-        io.push(binary)
+        if io.engine is None:
+            io.start()
+        io.wire.push(binary)
 
     def close_tail(self) -> None:
         """The peer's side of the byte stream ended (no more :meth:`push`)."""
-        self._started().close_tail()
+        io = self._started()
+        io.start()
+        io.wire.close_tail()
 
     def pending(self) -> int:
         """How many bytes wait to be written (-1: the output has ended)."""
-        return self._started().pending()
+        io = self._io
+        if io is None:
+            raise TransportException("the transport is not bound to a connection")
+        if io.engine is None:
+            io.start()
+        return io.wire.pending()
 
     def peek(self, size: int) -> bytes | None:
         """Up to ``size`` of the bytes waiting to be written (they stay until :meth:`pop`)."""
-        io = self._started()
-        if io.pending() < 0:
+        io = self._io
+        if io is None:
+            raise TransportException("the transport is not bound to a connection")
+        if io.engine is None:
+            io.start()
+        wire = io.wire
+        if wire.pending() < 0:
             return None
-        return bytes(io.out[:size])
+        out = wire.out
+        if size >= len(out):
+            return bytes(out)
+        with memoryview(out) as view:
+            return bytes(view[:size])  # one copy (a bytearray slice would be a second)
 
     def pop(self, size: int) -> None:
         """Drop ``size`` written bytes from the output."""
-        del self._started().out[:size]
+        io = self._started()
+        wire = io.wire
+        del wire.out[:size]
+        if wire is not io and not wire.out:
+            wire.drained()  # type: ignore[union-attr]
 
     def close_head(self) -> None:
         """Stop writing: the output is closed (for a container's transport: close the socket)."""
@@ -352,8 +387,9 @@ class SASL:
     def _required(self) -> bool:
         return bool(getattr(self._transport, "_require_auth", True))
 
-    def _engine_sasl(self, server: bool, connection: Connection) -> Any:
-        """The engine's SASL negotiator for this layer's settings."""
+    def _engine_sasl(self, server: bool, connection: Connection, external: Callable[[], str | None] | None) -> Any:
+        """The engine's SASL negotiator for this layer's settings (``external``: the TLS client certificate's
+        subject, for a server's EXTERNAL)."""
         from ..protocol import SaslClient, SaslServer
         from ..protocol.sasl_scram import InMemoryCredentialStore
 
@@ -363,16 +399,26 @@ class SASL:
                 store = InMemoryCredentialStore(store)
             names = (self.mechs or "ANONYMOUS").split()
             if store is None:
-                names = [name for name in names if name == "ANONYMOUS"] or ["ANONYMOUS"]
-            return SaslServer(names, store)
+                names = [name for name in names if name in ("ANONYMOUS", "EXTERNAL")]
+            # Without TLS, EXTERNAL is offered as proton does, and fails (no identity from the channel).
+            return SaslServer(names or ["ANONYMOUS"], store, external=external or _no_identity)
+        mechs = self.mechs
+        ssl_layer = self._transport._ssl
+        if mechs is not None and (ssl_layer is None or ssl_layer.domain is None or ssl_layer.domain._cert is None):
+            # proton's client offers EXTERNAL only when TLS gave it an identity (its certificate).
+            mechs = " ".join(name for name in mechs.split() if name.upper() != "EXTERNAL")
         return SaslClient(
             user=connection.user,
             password=connection.password,
-            allowed_mechs=self.mechs,
+            allowed_mechs=mechs,
             allow_insecure_mechs=self.allow_insecure_mechs,
             encrypted=self._transport._ssl is not None,
             hostname=connection.hostname,
         )
+
+
+def _no_identity() -> str | None:
+    return None
 
 
 class SSLDomain:
@@ -468,23 +514,110 @@ class SSLSessionDetails:
 
 
 class SSL:
-    """The TLS layer of one transport: what was negotiated."""
+    """The TLS layer of one transport (one per transport: ``SSL(transport, domain)`` again gives the same object).
+
+    On a transport the program drives (proton's engine API), the bytes it pushes and pops are TLS records: a
+    :class:`~amqp_async.proton._tls.TlsLayer` runs Python's :class:`ssl.SSLObject` between them and the engine,
+    SASL and AMQP inside. On a container's connection the socket itself is TLS; this object reports on it.
+    """
+
+    SHA1 = 0
+    SHA256 = 1
+    SHA512 = 2
+    MD5 = 3
+    CERT_COUNTRY_NAME = 0
+    CERT_STATE_OR_PROVINCE = 1
+    CERT_CITY_OR_LOCALITY = 2
+    CERT_ORGANIZATION_NAME = 3
+    CERT_ORGANIZATION_UNIT = 4
+    CERT_COMMON_NAME = 5
+    RESUME_UNKNOWN = 0
+    RESUME_NEW = 1
+    RESUME_REUSED = 2
+
+    _DIGESTS: ClassVar[dict[int, str]] = {SHA1: "sha1", SHA256: "sha256", SHA512: "sha512", MD5: "md5"}
+    # X.520 attribute OIDs (RFC 4519 §2) of the subfields proton names.
+    _SUBFIELDS: ClassVar[dict[int, str]] = {
+        CERT_COUNTRY_NAME: "2.5.4.6",
+        CERT_STATE_OR_PROVINCE: "2.5.4.8",
+        CERT_CITY_OR_LOCALITY: "2.5.4.7",
+        CERT_ORGANIZATION_NAME: "2.5.4.10",
+        CERT_ORGANIZATION_UNIT: "2.5.4.11",
+        CERT_COMMON_NAME: "2.5.4.3",
+    }
+
+    def __new__(cls, transport: Transport, domain: SSLDomain | None = None, session_details: Any = None) -> SSL:
+        existing = transport._ssl
+        if existing is not None:
+            # proton: allocation and configuration are one call; a different configuration is refused.
+            if (domain is not None and existing.domain is not domain) or (
+                session_details is not None and existing.session_details is not session_details
+            ):
+                raise SSLException("Cannot re-configure existing SSL object!")
+            return existing
+        layer = super().__new__(cls)
+        layer._transport = transport
+        layer.domain = domain
+        layer.session_details = session_details
+        layer._peer_hostname = None
+        layer._tls = None
+        transport._ssl = layer
+        return layer
 
     def __init__(self, transport: Transport, domain: SSLDomain | None = None, session_details: Any = None) -> None:
-        self._transport = transport
-        self.domain = domain
-        self.session_details = session_details
-        self.peer_hostname: str | None = None
-        transport._ssl = self
+        # Everything is set in __new__ (the one object per transport).
+        self._transport: Transport
+        self.domain: SSLDomain | None
+        self.session_details: Any
+        self._peer_hostname: str | None
+        self._tls: TlsLayer | None
 
     @staticmethod
     def present() -> bool:
         """True: TLS is available (Python's ``ssl``)."""
         return True
 
+    def _layer(self, io: EngineIO) -> TlsLayer:
+        """The TLS layer of an engine transport (made at its first I/O)."""
+        from ._tls import TlsLayer
+
+        domain = self.domain
+        assert domain is not None
+        server = domain.mode == SSLDomain.MODE_SERVER
+        check_name = domain._verify == SSLDomain.VERIFY_PEER_NAME
+        self._tls = TlsLayer(io, domain.context(), server, self.peer_hostname or None, check_name)
+        return self._tls
+
     def _object(self) -> Any:
+        """The :class:`ssl.SSLObject` once its handshake is done (None before)."""
+        tls = self._tls
+        if tls is not None:
+            return tls.tls if tls.handshaken else None
         connection = self._transport.connection
         return None if connection is None else connection._tls
+
+    def _peer_der(self) -> bytes | None:
+        tls = self._object()
+        try:
+            return None if tls is None else tls.getpeercert(binary_form=True)
+        except ValueError:  # the handshake failed after all (a TLS 1.3 client learns it late)
+            return None
+
+    @property
+    def peer_hostname(self) -> str:
+        """The name of the peer: sent to a server (SNI) and, with ``VERIFY_PEER_NAME``, checked against its
+        certificate. A client's default is its connection's ``hostname``."""
+        if self._peer_hostname is not None:
+            return self._peer_hostname
+        connection = self._transport.connection
+        client = self.domain is None or self.domain.mode == SSLDomain.MODE_CLIENT
+        if client and connection is not None and connection.hostname:
+            return str(connection.hostname)
+        return ""
+
+    @peer_hostname.setter
+    def peer_hostname(self, hostname: str | None) -> None:
+        self._peer_hostname = hostname
 
     def cipher_name(self) -> str | None:
         """The negotiated cipher, once connected."""
@@ -496,3 +629,80 @@ class SSL:
         """The negotiated TLS version, once connected."""
         tls = self._object()
         return None if tls is None else tls.version()
+
+    def get_cert_subject(self) -> str | None:
+        """The subject of the peer's certificate, as OpenSSL prints it (``C=FR,O=Acme,CN=host``), or None."""
+        from ._tls import subject_string
+
+        der = self._peer_der()
+        return None if der is None else subject_string(der)
+
+    @property
+    def remote_subject(self) -> str | None:
+        """The subject of the peer's certificate (:meth:`get_cert_subject`)."""
+        return self.get_cert_subject()
+
+    def get_cert_subject_subfield(self, subfield_name: int) -> str | None:
+        """One field of the peer certificate's subject (:attr:`CERT_COMMON_NAME`...), or None."""
+        from ._tls import subject_field
+
+        der = self._peer_der()
+        oid = self._SUBFIELDS.get(subfield_name)
+        return None if der is None or oid is None else subject_field(der, oid)
+
+    def get_cert_common_name(self) -> str | None:
+        """The common name of the peer's certificate."""
+        return self.get_cert_subject_subfield(self.CERT_COMMON_NAME)
+
+    def get_cert_organization(self) -> str | None:
+        """The organization of the peer's certificate."""
+        return self.get_cert_subject_subfield(self.CERT_ORGANIZATION_NAME)
+
+    def get_cert_organization_unit(self) -> str | None:
+        """The organizational unit of the peer's certificate."""
+        return self.get_cert_subject_subfield(self.CERT_ORGANIZATION_UNIT)
+
+    def get_cert_locality_or_city(self) -> str | None:
+        """The locality of the peer's certificate."""
+        return self.get_cert_subject_subfield(self.CERT_CITY_OR_LOCALITY)
+
+    def get_cert_country(self) -> str | None:
+        """The country of the peer's certificate."""
+        return self.get_cert_subject_subfield(self.CERT_COUNTRY_NAME)
+
+    def get_cert_state_or_province(self) -> str | None:
+        """The state or province of the peer's certificate."""
+        return self.get_cert_subject_subfield(self.CERT_STATE_OR_PROVINCE)
+
+    def get_cert_fingerprint(self, fingerprint_length: int, digest_name: int) -> str | None:
+        """The hex digest of the peer's certificate (:attr:`SHA1`, :attr:`SHA256`, :attr:`SHA512`, :attr:`MD5`);
+        None when unknown or when ``fingerprint_length`` cannot hold it (proton's rule)."""
+        import hashlib
+
+        der = self._peer_der()
+        digest = self._DIGESTS.get(digest_name)
+        if der is None or digest is None:
+            return None
+        text = hashlib.new(digest, der).hexdigest()
+        return text if fingerprint_length > len(text) else None
+
+    def get_cert_fingerprint_sha1(self) -> str | None:
+        """The SHA-1 fingerprint of the peer's certificate."""
+        return self.get_cert_fingerprint(41, self.SHA1)
+
+    def get_cert_fingerprint_sha256(self) -> str | None:
+        """The SHA-256 fingerprint of the peer's certificate."""
+        return self.get_cert_fingerprint(65, self.SHA256)
+
+    def get_cert_fingerprint_sha512(self) -> str | None:
+        """The SHA-512 fingerprint of the peer's certificate."""
+        return self.get_cert_fingerprint(129, self.SHA512)
+
+    def get_cert_fingerprint_md5(self) -> str | None:
+        """The MD5 fingerprint of the peer's certificate."""
+        return self.get_cert_fingerprint(33, self.MD5)
+
+    def resume_status(self) -> int:
+        """:attr:`RESUME_REUSED` when the TLS session was resumed, else :attr:`RESUME_NEW`."""
+        tls = self._object()
+        return self.RESUME_REUSED if tls is not None and tls.session_reused else self.RESUME_NEW
