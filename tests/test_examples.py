@@ -77,6 +77,7 @@ async def running_broker(**options: Any) -> AsyncIterator[ProtonBroker]:
 async def test_examples_are_all_covered() -> None:
     assert sorted(path.name for path in EXAMPLES.glob("*.py")) == [
         "codec_tour.py",
+        "proton_engine_selectors.py",  # run by tests/test_proton_engine_api.py::test_selectors_loop_against_our_broker
         "quickstart.py",
         "receive.py",
         "request_reply.py",
