@@ -26,13 +26,13 @@ import anyio.abc
 from ..client._backoff import Backoff as _ClientBackoff
 from ..client._config import resolve_options
 from ..codec.transactions import TransactionalState
-from ..message import Message
 from ..types import Described, symbol, ulong
 from ._delivery import Delivery
 from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
 from ._events import ApplicationEvent, Event, EventBase, Handler, PlanCache
 from ._exceptions import ProtonException
 from ._io import Channel, Listener
+from ._message import Message
 from ._reconnect import ConnectSequence, Urls, delay_iter, make_backoff_wrapper
 from ._stepping import Stepper
 from ._transport import SSLDomain
