@@ -128,3 +128,43 @@ def test_same_record_as_proton(program: str, tmp_path: Path) -> None:
         assert expected["record"] == EXPECTED[program]
     want = KNOWN_DIFFERENCES.get(program, lambda r: r)(expected["record"])
     assert got["record"] == want
+
+
+def test_connection_to_host_connects_when_opened() -> None:
+    # proton 0.40's Connection has no set_address, so its connection_to_host fails: ours alone, against a
+    # real-proton peer
+    from callback_recorder import start_peer
+
+    import amqp_async.proton as ours
+    from amqp_async.proton.reactor import Container
+
+    peer = start_peer()
+    host, port = peer.url.rsplit(":", 1)
+    seen: list[Any] = []
+
+    class Handler(ours.Handler):
+        def on_connection_remote_open(self, event: Any) -> None:
+            seen.append(event.container.get_connection_address(event.connection))
+            session = event.connection.session()
+            session.open()
+            sender = session.sender("snd")
+            sender.target.address = "queue-h"
+            sender.open()
+
+        def on_link_flow(self, event: Any) -> None:
+            if not seen[1:] and event.sender.credit:
+                seen.append(event.sender.send(ours.Message(body="x")).tag)
+
+        def on_delivery(self, event: Any) -> None:
+            if event.delivery.remote_state:
+                seen.append(event.delivery.remote_state)
+                event.delivery.settle()
+                event.connection.close()
+
+    container = Container()
+    connection = container.connection_to_host(host, int(port), Handler())
+    connection.open()
+    container.run()
+    peer.wait_done()
+    assert seen == [f"amqp://{peer.url}", b"1", ours.Delivery.ACCEPTED]
+    assert any("x" in map(str, record) for record in peer.records), peer.records
