@@ -149,6 +149,11 @@ def _annotation_keys(value: Any, name: str) -> dict[Any, Any] | None:
     return result
 
 
+#: What an application property key that is not a string raises: an EncodeError; amqp_async.proton makes it its
+#: MessageException (still an EncodeError), which proton programs catch.
+PROPERTY_KEY_ERROR: type[EncodeError] = EncodeError
+
+
 def _check_property_keys(properties: dict[Any, Any]) -> dict[Any, Any]:
     """§3.2.5: application-properties keys are strings. As proton does, plain str subclasses are converted,
     while symbol, char and non-strings are refused."""
@@ -162,7 +167,8 @@ def _check_property_keys(properties: dict[Any, Any]) -> dict[Any, Any]:
         if isinstance(key, str) and not isinstance(key, (symbol, char)):
             checked[str(key)] = item
         else:
-            raise EncodeError(f"application property key {key!r} is not a str ({type(key).__name__})")
+            # proton's words; the class is MessageException once amqp_async.proton is imported (see there)
+            raise PROPERTY_KEY_ERROR(f"Application property key is not string type: key={key} {type(key)}")
     return checked
 
 
@@ -428,7 +434,9 @@ class Message:
     # --- encoding ----------------------------------------------------------------------------------------
 
     def encode(self) -> bytes:
-        """Return the message's wire encoding (its sections, one after another).
+        """Return the message's wire encoding (its sections, one after another; empty sections left out).
+
+        ``amqp_async.proton.Message.encode`` writes proton's bytes instead (an empty header and properties too).
 
         Raises:
             EncodeError: a field holds a value AMQP cannot carry (e.g. an application property key that is
@@ -441,7 +449,8 @@ class Message:
         :class:`Gathered` of the sections before it and the body itself), so the engine sends it uncopied."""
         return self._encode(True)
 
-    def _encode(self, gather: bool) -> bytes | Gathered:
+    def _encode(self, gather: bool, empty_sections: bool = False) -> bytes | Gathered:
+        """The sections; ``empty_sections``: an empty header and properties are written (as proton does)."""
         buf = bytearray()
         if (
             self._durable
@@ -461,6 +470,8 @@ class Message:
                 header.pop()
             buf += b"\x00\x53\x70"
             _enc_list(buf, header)
+        elif empty_sections:
+            buf += b"\x00\x53\x70\x45"  # header, list0
         if self._instructions is not None:
             buf += b"\x00\x53\x71"
             _enc_map(buf, _symbol_keys(self._instructions))
@@ -474,6 +485,8 @@ class Message:
         if last >= 0:
             buf += b"\x00\x53\x73"
             _enc_list(buf, props[: last + 1])
+        elif empty_sections:
+            buf += b"\x00\x53\x73\x45"  # properties, list0
         properties = self.properties
         if properties is not None:
             buf += b"\x00\x53\x74"

@@ -23,6 +23,7 @@ __all__ = [
     "UNDESCRIBED",
     "Array",
     "Described",
+    "NegativeUnsignedError",
     "TypeCode",
     "byte",
     "char",
@@ -45,16 +46,28 @@ def _out_of_range(type_name: str, value: object, low: int, high: int) -> EncodeE
     return EncodeError(f"{type_name} must be in [{low}, {high}], got {value!r}")
 
 
+class NegativeUnsignedError(EncodeError, AssertionError):
+    """A negative value given to an unsigned type (``ubyte``, ``ushort``, ``uint``, ``ulong``): an
+    :class:`~amqp_async.EncodeError`, and the ``AssertionError`` python-qpid-proton raises, with its message
+    (``initializing ubyte with negative value``)."""
+
+    def __str__(self) -> str:
+        return self.description or ""
+
+
 class _RangedInt(int):
     """An int subclass whose value must lie in ``[_low, _high]``."""
 
     _low = 0
     _high = 0
+    _unsigned = False  # proton's unsigned types refuse a negative value with an AssertionError
     __slots__ = ()
 
     def __new__(cls, value: Any = 0) -> Any:
         number = int.__new__(cls, value)
         if not cls._low <= number <= cls._high:
+            if number < 0 and cls._unsigned:
+                raise NegativeUnsignedError(f"initializing {cls.__name__} with negative value")
             raise _out_of_range(cls.__name__, value, cls._low, cls._high)
         return number
 
@@ -69,6 +82,7 @@ class ubyte(_RangedInt):
     """AMQP ``ubyte``: an 8-bit unsigned integer, 0 to 2**8 - 1."""
 
     _low, _high = 0, 0xFF
+    _unsigned = True
     __slots__ = ()
 
 
@@ -76,6 +90,7 @@ class ushort(_RangedInt):
     """AMQP ``ushort``: a 16-bit unsigned integer, 0 to 2**16 - 1."""
 
     _low, _high = 0, 0xFFFF
+    _unsigned = True
     __slots__ = ()
 
 
@@ -83,6 +98,7 @@ class uint(_RangedInt):
     """AMQP ``uint``: a 32-bit unsigned integer, 0 to 2**32 - 1."""
 
     _low, _high = 0, 0xFFFFFFFF
+    _unsigned = True
     __slots__ = ()
 
 
@@ -90,6 +106,7 @@ class ulong(_RangedInt):
     """AMQP ``ulong``: a 64-bit unsigned integer, 0 to 2**64 - 1."""
 
     _low, _high = 0, 0xFFFFFFFFFFFFFFFF
+    _unsigned = True
     __slots__ = ()
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 
-from ..message import Message
 from ..types import (
     UNDESCRIBED,
     Array,
@@ -51,6 +50,7 @@ from ._exceptions import (
     Timeout,
     TransportException,
 )
+from ._message import Message
 from ._restricted import AnnotationDict, PropertyDict, SymbolList
 from ._transport import SASL, SSL, SSLDomain, SSLSessionDetails, Transport
 from ._url import Url

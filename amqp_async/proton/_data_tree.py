@@ -12,6 +12,7 @@ from typing import Any
 
 from ..codec import encode_into
 from ..codec._decoder import _DECODERS, _ELEMENT_TYPES, MAX_DEPTH, MAX_ZERO_WIDTH_ELEMENTS, _compound_bounds
+from ..codec._encoder import _ARRAY_PACKERS
 from ..errors import DecodeError, EncodeError
 from ..types import (
     UNDESCRIBED,
@@ -133,7 +134,6 @@ _SCALAR_TYPES: dict[type, TypeCode] = {
 }
 
 _unpack_II = struct.Struct(">II").unpack_from
-_pack_BII = struct.Struct(">BII").pack
 
 
 # --- decoding bytes into nodes ---------------------------------------------------------------------------------
@@ -218,24 +218,45 @@ def _malformed(message: str) -> DataException:
     return DataException(message, condition="amqp:invalid-field")
 
 
+# proton-c's encoder, which Data.encode follows byte for byte (programs hash and compare these bytes): scalars in
+# their smallest form (as our codec writes them), an empty list as list0, every other list and every map in the
+# 32-bit form (list32, map32), and arrays as array32 with one fixed-width constructor per element type. Array
+# elements are written without their constructor, in that type's widest form (§1.6.23).
+
+_LIST32, _MAP32, _ARRAY32 = 0xD0, 0xD1, 0xF0
+
+# The element types whose arrays the codec may write in a smaller form than proton's (smalluint, str8...): proton's
+# constructor, and how one element is packed in it. Every other scalar type has one form, the codec's.
+_WIDEST: dict[int, tuple[int, Callable[[Any], bytes]]] = {
+    TypeCode.UINT: (0x70, struct.Struct(">I").pack),
+    TypeCode.INT: (0x71, struct.Struct(">i").pack),
+    TypeCode.ULONG: (0x80, struct.Struct(">Q").pack),
+    TypeCode.LONG: (0x81, struct.Struct(">q").pack),
+    TypeCode.BINARY: (0xB0, lambda value: _sized(bytes(value))),
+    TypeCode.STRING: (0xB1, lambda value: _sized(value.encode("utf-8"))),
+    TypeCode.SYMBOL: (0xB3, lambda value: _sized(value.encode("ascii"))),
+}
+_COMPOUND_CONSTRUCTORS = {TypeCode.LIST: _LIST32, TypeCode.MAP: _MAP32, TypeCode.ARRAY: _ARRAY32}
+_pack_I = struct.Struct(">I").pack
+_pack_II = struct.Struct(">II").pack
+
+
+def _sized(raw: bytes) -> bytes:
+    return _pack_I(len(raw)) + raw
+
+
 def _write(buf: bytearray, node: _Node) -> None:
+    """Append ``node``'s encoding, constructor included, as proton-c writes it."""
     kind = node.type
-    if kind == TypeCode.LIST or kind == TypeCode.MAP:
-        if kind == TypeCode.LIST and not node.children:
+    if kind == TypeCode.LIST:
+        if not node.children:
             buf.append(0x45)  # list0
             return
-        if kind == TypeCode.MAP and len(node.children) & 1:
-            raise _malformed(f"a map node has an odd number of children ({len(node.children)})")
-        start = len(buf)
-        buf += b"\x00\x00\x00"
-        for child in node.children:
-            _write(buf, child)
-        size, count = len(buf) - start - 2, len(node.children)
-        code8 = 0xC0 if kind == TypeCode.LIST else 0xC1
-        if size <= 0xFF and count <= 0xFF:
-            buf[start : start + 3] = bytes((code8, size, count))
-        else:
-            buf[start : start + 3] = _pack_BII(code8 + 0x10, size + 3, count)
+        buf.append(_LIST32)
+        _write_compound_body(buf, node)
+    elif kind == TypeCode.MAP:
+        buf.append(_MAP32)
+        _write_compound_body(buf, node)
     elif kind == TypeCode.DESCRIBED:
         if len(node.children) != 2:
             raise _malformed(f"a described node needs a descriptor and a value, it has {len(node.children)} children")
@@ -243,22 +264,89 @@ def _write(buf: bytearray, node: _Node) -> None:
         _write(buf, node.children[0])
         _write(buf, node.children[1])
     elif kind == TypeCode.ARRAY:
-        children = node.children
-        descriptor: Any = UNDESCRIBED
-        if node.described:
-            if not children:
-                raise _malformed("a described array node has no descriptor")
-            descriptor = _to_object(children[0])
-            children = children[1:]
-        try:
-            encode_into(buf, Array(descriptor, node.value, *(_to_object(child) for child in children)))
-        except EncodeError as exc:
-            raise _malformed(f"invalid array: {exc.description}") from None
+        buf.append(_ARRAY32)
+        _write_array_body(buf, node)
     else:
         try:
             encode_into(buf, node.value)
         except EncodeError as exc:  # pragma: no cover - put_* checked the value
             raise _malformed(exc.description) from None
+
+
+def _write_compound_body(buf: bytearray, node: _Node) -> None:
+    """A list32 or map32 body: size, count, then each item with its constructor."""
+    children = node.children
+    if node.type == TypeCode.MAP and len(children) & 1:
+        raise _malformed(f"a map node has an odd number of children ({len(children)})")
+    start = len(buf)
+    buf += _pack_II(0, len(children))
+    for child in children:
+        _write(buf, child)
+    buf[start : start + 4] = _pack_I(len(buf) - start - 4)
+
+
+def _write_array_body(buf: bytearray, node: _Node) -> None:
+    """An array32 body: size, count, the descriptor if any, the element constructor, then the element bodies."""
+    children = node.children
+    element_type = node.value
+    start = len(buf)
+    if node.described:
+        if not children:
+            raise _malformed("a described array node has no descriptor")
+        buf += _pack_II(0, len(children) - 1)
+        buf.append(0x00)
+        _write(buf, children[0])
+        children = children[1:]
+    else:
+        buf += _pack_II(0, len(children))
+    if element_type in _COMPOUND_CONSTRUCTORS:
+        for child in children:
+            if child.type != element_type:
+                raise _malformed(
+                    f"invalid array: an element of type {_type_name(child.type)} in an array of "
+                    f"{_type_name(element_type)}"
+                )
+        buf.append(_COMPOUND_CONSTRUCTORS[element_type])
+        write_body = _write_array_body if element_type == TypeCode.ARRAY else _write_compound_body
+        for child in children:
+            write_body(buf, child)
+    else:
+        _write_scalar_elements(buf, element_type, children)
+    buf[start : start + 4] = _pack_I(len(buf) - start - 4)
+
+
+def _write_scalar_elements(buf: bytearray, element_type: int, children: list[_Node]) -> None:
+    """The constructor and element bodies of an array of scalars. The codec checks (and converts, as proton does:
+    a Python int in an array of ints) each element; its small forms are widened to proton's."""
+    packer = _ARRAY_PACKERS.get(element_type)
+    if packer is None:
+        raise _malformed(f"invalid array: unknown element type {element_type!r}")
+    for child in children:
+        if child.type in _COMPOUND_CONSTRUCTORS or child.type == TypeCode.DESCRIBED:
+            raise _malformed(
+                f"invalid array: an element of type {_type_name(child.type)} in an array of {_type_name(element_type)}"
+            )
+    values = [child.value for child in children]
+    try:
+        code, body = packer(values)
+    except EncodeError as exc:
+        raise _malformed(f"invalid array: {exc.description}") from None
+    widest = _WIDEST.get(element_type)
+    if widest is None or code == widest[0]:
+        buf.append(code)
+        buf += body
+    else:
+        constructor, pack = widest
+        buf.append(constructor)
+        for value in values:
+            buf += pack(value)
+
+
+def _type_name(type_code: int) -> str:
+    try:
+        return TypeCode(type_code).name
+    except ValueError:
+        return repr(type_code)
 
 
 def _to_object(node: _Node) -> Any:

@@ -28,7 +28,7 @@ from ..types import symbol, ulong
 from ._condition import Condition
 from ._data import Data
 from ._delivery import Delivery, local_state_object
-from ._events import Event
+from ._events import Event, Handler
 from ._exceptions import LinkException, SessionException
 from ._transport import Transport
 
@@ -99,8 +99,22 @@ class Endpoint(abc.ABC):
 
     _impl: Any
     _local: int
-    handler: Any
+    _handler: Any
     condition: Condition | None
+
+    @property
+    def handler(self) -> Any:
+        """The handler for this endpoint's events (None: its parent's, or the container's)."""
+        return self._handler
+
+    @handler.setter
+    def handler(self, handler: Any) -> None:
+        # As proton: an object that is not a Handler is wrapped in one, so ``endpoint.handler.add(...)`` works.
+        if handler is None or isinstance(handler, Handler):
+            self._handler = handler
+        else:
+            self._handler = Handler()
+            self._handler.add(handler)
 
     @property
     def state(self) -> int:
@@ -160,7 +174,7 @@ class Connection(Endpoint):
         self._impl: EngineConnection | None = impl
         self._local = _UNINIT
         self._reactor: Any = None
-        self.handler: Any = None
+        self._handler: Any = None
         self.container: str | None = None
         self.hostname: str | None = None
         self.user: str | None = None
@@ -400,7 +414,7 @@ class Session(Endpoint):
         self.connection = connection
         self._impl = impl
         self._local = _UNINIT
-        self.handler: Any = None
+        self._handler: Any = None
         self.condition: Condition | None = None
         self.incoming_capacity = 0
         self.outgoing_window = 2048
@@ -680,7 +694,7 @@ class Link(Endpoint):
         self.name = name
         self._impl: Any = None
         self._local = _UNINIT
-        self.handler: Any = None
+        self._handler: Any = None
         self.condition: Condition | None = None
         self.source = Terminus(Terminus.SOURCE)
         self.target = Terminus(Terminus.TARGET)

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import message as _message
 from ..errors import AMQPError
 from ..errors import ConnectionError as _ConnectionError
+from ..errors import EncodeError as _EncodeError
 from ..errors import LinkError as _LinkError
 from ..errors import SessionError as _SessionError
 
@@ -115,3 +117,11 @@ class SessionException(ProtonException, _SessionError):
 
 class LinkException(ProtonException, _LinkError):
     """An error related to a link; also an :class:`amqp_async.LinkError`."""
+
+
+class _PropertyKeyError(MessageException, _EncodeError):
+    """An application property key that is not a string (proton's MessageException; our EncodeError too)."""
+
+
+# Message.encode raises this from now on (amqp_async.message cannot import this adapter).
+_message.PROPERTY_KEY_ERROR = _PropertyKeyError

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
-from ..message import Message
 from ..protocol.endpoint import EndpointState
 from ._delivery import Delivery
 from ._endpoints import Connection, Endpoint, Link, Receiver, Session
 from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, _route, dispatch
 from ._exceptions import ProtonException
+from ._message import Message
 
 __all__ = [
     "Acking",

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -35,10 +34,11 @@ from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import Connection, Receiver, Sender, Session
 from ._events import Event
+from ._reconnect import ConnectSequence
 from ._url import Url
 
 if TYPE_CHECKING:
-    from ._reactor import Container
+    from ._reactor import Reactor
 
 __all__ = ["Channel", "Listener"]
 
@@ -59,7 +59,7 @@ class Channel:
 
     def __init__(
         self,
-        container: Container,
+        container: Reactor,
         connection: Connection,
         options: ResolvedOptions | None,
         stream: anyio.abc.ByteStream | None = None,
@@ -71,7 +71,6 @@ class Channel:
         self._stream = stream
         self._server_mechanisms = server_mechanisms
         self._driver: EngineDriver | None = None
-        self._attempts: Iterator[tuple[float, Address]] | None = None
         self._cancel: anyio.CancelScope | None = None
         # What of the transport's end was reported (proton's head: our output; tail: the peer's input).
         self._head_reported = False
@@ -116,18 +115,25 @@ class Channel:
 
     async def _run_client(self, options: ResolvedOptions) -> None:
         connection = self.connection
-        self._attempts = options.attempts()
+        sequence: ConnectSequence = connection._sequence  # type: ignore[attr-defined]
+        try:
+            address = sequence.first()
+        except Exception as exc:  # a custom reconnect policy raised: proton's run() raises it
+            self.container._fail(exc)
+            return
+        delay = 0.0
         while True:
             if connection._local == 4 and connection._impl is None:
                 return  # closed before it ever connected
-            try:
-                delay, address = next(self._attempts)
-            except StopIteration:
-                return
             if delay:
                 await anyio.sleep(delay)
             if connection._local == 4:
                 return
+            # As proton's connector: the URL being tried is the connection's address from now on (a handler of a
+            # failed attempt reads it), and without a virtual host its host is the hostname sent in open.
+            connection.url = Url(address.to_url(show_password=False))
+            if options.virtual_host is None:
+                connection.hostname = address.host
             self.container._push(Event.CONNECTION_BOUND, connection)
             self._head_reported = self._tail_reported = self._end_reported = False
             try:
@@ -137,17 +143,20 @@ class Channel:
                 # proton's Python I/O layer names this condition "proton.pythonio".
                 self._report_failure(Condition("proton.pythonio", f"{describe_transport_error(exc) or exc}"))
                 self.container._process()
-                if not self._should_retry(options):
-                    return
-                continue
-            connection.url = Url(address.to_url(show_password=False))
-            engine = self._client_engine(options, address)
-            await self._drive(engine, stream)
+            else:
+                engine = self._client_engine(options, address)
+                await self._drive(engine, stream)
+                if engine.remote_open is not None:
+                    sequence.connected()  # a connection was made: the next outage starts the delays again
             if not self._should_retry(options):
                 return
-            if engine.remote_open is not None:
-                self._attempts = options.attempts()  # a connection was made: start the delays again
-                next(self._attempts)  # its first, immediate, attempt is the one proton skips too
+            try:
+                delay, address = sequence.next_attempt()
+            except StopIteration:
+                return
+            except Exception as exc:  # a custom reconnect policy gave up by raising: proton's run() raises it
+                self.container._fail(exc)
+                return
 
     def _should_retry(self, options: ResolvedOptions) -> bool:
         return options.reconnect is not False and self.connection._local == 2
@@ -393,7 +402,7 @@ class Listener:
         handler: the handler for the accepted connections (None: the container's).
     """
 
-    def __init__(self, container: Container, listener: anyio.abc.Listener[Any], handler: Any) -> None:
+    def __init__(self, container: Reactor, listener: anyio.abc.Listener[Any], handler: Any) -> None:
         self.container = container
         self.listener = listener
         self.handler = handler

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -26,13 +26,14 @@ import anyio.abc
 from ..client._backoff import Backoff as _ClientBackoff
 from ..client._config import resolve_options
 from ..codec.transactions import TransactionalState
-from ..message import Message
 from ..types import Described, symbol, ulong
 from ._delivery import Delivery
 from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
 from ._events import ApplicationEvent, Event, EventBase, Handler, PlanCache
 from ._exceptions import ProtonException
 from ._io import Channel, Listener
+from ._message import Message
+from ._reconnect import ConnectSequence, Urls, delay_iter, make_backoff_wrapper
 from ._stepping import Stepper
 from ._transport import SSLDomain
 from ._url import Url
@@ -58,7 +59,9 @@ __all__ = [
     "SenderOption",
     "Task",
     "Transaction",
+    "Urls",
     "delay_iter",
+    "make_backoff_wrapper",
 ]
 
 log = logging.getLogger("amqp_async.proton")
@@ -83,19 +86,6 @@ _CONNECT_OPTIONS = frozenset(
 
 
 # --- reconnect delays ----------------------------------------------------------------------------------------
-
-
-def delay_iter(
-    initial: float = 0.1, factor: float = 2.0, max_delay: float = 10.0, max_tries: int | None = None
-) -> Iterator[float]:
-    """proton's reconnect delays: 0, then ``initial``, growing by ``factor`` up to ``max_delay``."""
-    yield 0.0
-    tries = 1
-    delay = initial
-    while max_tries is None or tries < max_tries:
-        yield delay
-        tries += 1
-        delay = min(max_delay, factor * delay)
 
 
 class Backoff(_ClientBackoff):
@@ -231,7 +221,7 @@ def _apply_link_options(options: Any, link: Link) -> None:
 class Task:
     """A timer made by :meth:`Container.schedule`: fires ``on_timer_task`` at its deadline unless cancelled."""
 
-    def __init__(self, container: Container, deadline: float, handler: Any) -> None:
+    def __init__(self, container: Reactor, deadline: float, handler: Any) -> None:
         self._container = container
         self._deadline = deadline
         self.handler = handler
@@ -241,7 +231,7 @@ class Task:
         return self._deadline < other._deadline
 
     @property
-    def container(self) -> Container:
+    def container(self) -> Reactor:
         """The container that runs the timer."""
         return self._container
 
@@ -259,7 +249,7 @@ class EventInjector:
 
     def __init__(self) -> None:
         self.queue: deque[EventBase] = deque()
-        self._container: Container | None = None
+        self._container: Reactor | None = None
         self._closed = False
 
     def trigger(self, event: EventBase) -> None:
@@ -284,7 +274,7 @@ class EventInjector:
 class Selectable:
     """What :meth:`Container.selectable` returns: the registration of an :class:`EventInjector`."""
 
-    def __init__(self, container: Container, delegate: Any) -> None:
+    def __init__(self, container: Reactor, delegate: Any) -> None:
         self._container = container
         self._delegate = delegate
         self.is_terminal = False
@@ -302,7 +292,7 @@ class Selectable:
 class Acceptor:
     """A listening socket made by :meth:`Container.listen`; :meth:`close` stops accepting."""
 
-    def __init__(self, container: Container, listener: Listener | None, host: str, port: int) -> None:
+    def __init__(self, container: Reactor, listener: Listener | None, host: str, port: int) -> None:
         self._container = container
         self._listener = listener
         self.host = host
@@ -467,28 +457,38 @@ class Transaction:
 # --- the container -------------------------------------------------------------------------------------------
 
 
-class Container:
-    """Connections, listeners and timers, and the loop that dispatches their events to handlers.
+class Reactor:
+    """proton's reactor: connections, listeners and timers, and the loop that dispatches their events to handlers.
+
+    :class:`Container` adds connecting, links, transactions and listening by URL; programs use it. As in proton,
+    the event of a connection, session, link or delivery goes to the handler of its nearest endpoint that has one
+    (link, then session, then connection), else to the container's :attr:`handler`; every event then goes to the
+    :attr:`global_handler`.
 
     Args:
-        handlers: the container's handlers: they receive every event not scoped to a connection, session or link
-            with a handler of its own.
+        handlers: the container's handlers, children of its root :attr:`handler`.
         **kwargs: ``container_id``, this container's id (default: a random UUID); ``global_handler``, a handler
-            that receives every event after the scoped one.
+            that receives every event after the scoped one (the first child of the root :attr:`global_handler`).
 
     Attributes:
         container_id: the id sent in every connection's open.
         ssl: default TLS settings (:class:`SSLConfig`).
-        sasl_enabled, allowed_mechs, allow_insecure_mechs, user, password: defaults for :meth:`connect`.
+        sasl_enabled, allowed_mechs, allow_insecure_mechs, user, password: defaults for :meth:`Container.connect`.
+        errors: what handlers raised (the first is raised by :meth:`run`).
     """
 
     _is_container = True
 
     def __init__(self, *handlers: Any, **kwargs: Any) -> None:
-        self._handler = Handler()
+        self._handler: Any = Handler()
         for handler in handlers:
             self._handler.add(handler)
-        self.global_handler: Any = kwargs.get("global_handler")
+        # proton's global handler is a tree whose root does the I/O; ours does none (I/O is the channels'), so the
+        # root is a plain Handler that applications add to.
+        self._global_handler: Any = Handler()
+        given = kwargs.get("global_handler")
+        if given is not None:
+            self._global_handler.add(given)
         self.container_id: str = kwargs.get("container_id") or str(uuid.uuid4())
         self.ssl = SSLConfig()
         self.sasl_enabled = True
@@ -523,12 +523,23 @@ class Container:
 
     @property
     def handler(self) -> Any:
-        """The container's root handler (its handlers are the ones given to the constructor)."""
+        """The root handler: the constructor's handlers are its children (``handler.add(h)`` adds one). Events
+        without a scoped handler go to it. Assigning replaces the whole tree."""
         return self._handler
 
     @handler.setter
     def handler(self, handler: Any) -> None:
         self._handler = handler
+
+    @property
+    def global_handler(self) -> Any:
+        """The handler that receives every event, after the scoped one: a tree to ``add`` to (proton's command-line
+        tools reach it as ``super(Container, container).global_handler``). Assigning replaces the tree."""
+        return self._global_handler
+
+    @global_handler.setter
+    def global_handler(self, handler: Any) -> None:
+        self._global_handler = handler
 
     @property
     def now(self) -> float:
@@ -539,73 +550,35 @@ class Container:
         """The loop's clock, in seconds (proton's)."""
         return time.monotonic()
 
+    def on_error(self, info: Any) -> None:
+        """proton's error hook: record ``info`` (an exception, or proton's ``(type, value, traceback)``) and stop."""
+        error = info[1] if isinstance(info, tuple) and len(info) == 3 else info
+        self._fail(error if isinstance(error, BaseException) else ProtonException(str(error)))
+
     # --- connections -------------------------------------------------------------------------------------
 
-    def connect(
-        self,
-        url: str | Url | None = None,
-        urls: list[str] | None = None,
-        address: str | None = None,
-        handler: Any = None,
-        reconnect: Any = None,
-        heartbeat: float | None = None,
-        ssl_domain: SSLDomain | None = None,
-        **kwargs: Any,
-    ) -> Connection:
-        """Open a connection to ``url`` (or the first of ``urls`` that answers; or as connect.json says when
-        neither is given), and return it at once: it is established when the container runs.
+    def connection(self, handler: Any = None) -> Connection:
+        """A new connection managed by this reactor, with ``handler`` for its events (proton's deprecated
+        ``Reactor.connection``). Its ``connection_init`` event is queued now; it connects when opened if it has an
+        address (:meth:`connection_to_host`, :meth:`set_connection_host`, or ``url`` / ``hostname``)."""
+        return self._new_connection(handler)
 
-        Args:
-            url: where to connect. ``address`` is proton's older name for it.
-            urls: a failover list, tried in turn (instead of ``url``).
-            handler: the handler for this connection's events (instead of the container's).
-            reconnect: None (reconnect with the default :class:`Backoff`), False (never), or a :class:`Backoff`.
-            heartbeat: the idle timeout to ask the peer to honour, in seconds.
-            ssl_domain: TLS settings for ``amqps`` and ``wss`` URLs (default: :attr:`ssl` ``.client``, or
-                connect.json's). ``ws://`` and ``wss://`` URLs name a WebSocket endpoint (AMQP WebSocket Binding).
-            kwargs: ``sasl_enabled``, ``allowed_mechs``, ``allow_insecure_mechs``, ``user``, ``password``,
-                ``virtual_host``, ``offered_capabilities``, ``desired_capabilities``, ``properties``, ``sni``,
-                ``max_frame_size``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or
-                False for none; default: the https_proxy/http_proxy/no_proxy environment variables).
-
-        Raises:
-            TypeError: an unknown keyword argument.
-            ValueError: a bad URL or a bad connect.json.
-        """
-        unknown = sorted(set(kwargs) - _CONNECT_OPTIONS)
-        if unknown:
-            raise TypeError(f"connect() got unexpected keyword argument(s): {', '.join(unknown)}")
-        if url is None and address is not None:
-            url = address
-        options: dict[str, Any] = {
-            "sasl_enabled": self.sasl_enabled,
-            "allow_insecure_mechs": self.allow_insecure_mechs,
-        }
-        for name in ("allowed_mechs", "user", "password"):
-            if getattr(self, name) is not None:
-                options[name] = getattr(self, name)
-        options.update({k: v for k, v in kwargs.items() if v is not None})
-        if urls:
-            options["urls"] = [str(u) for u in urls]
-        if heartbeat:
-            options["heartbeat"] = heartbeat
-        options["reconnect"] = reconnect
-        if ssl_domain is not None:
-            options["ssl_context"] = ssl_domain.context()
-        elif (url or urls) and any(str(u).startswith(("amqps:", "wss:")) for u in ([url] if url else list(urls or []))):
-            options["ssl_context"] = self.ssl.client.context()
-        options.setdefault("container_id", self.container_id)
-        resolved = resolve_options(None if url is None else str(url), options)
-        connection = self._new_connection(handler)
-        connection.container = resolved.container_id
-        connection.offered_capabilities = kwargs.get("offered_capabilities")
-        connection.desired_capabilities = kwargs.get("desired_capabilities")
-        connection.properties = kwargs.get("properties")
-        if kwargs.get("virtual_host"):
-            connection.hostname = kwargs["virtual_host"]
-        connection._options = resolved  # type: ignore[attr-defined]
-        connection.open()
+    def connection_to_host(self, host: str, port: int | str, handler: Any = None) -> Connection:
+        """A new connection to ``host``:``port`` (made when it is opened; no reconnect)."""
+        connection = self.connection(handler)
+        self.set_connection_host(connection, host, port)
         return connection
+
+    def set_connection_host(self, connection: Connection, host: str, port: int | str) -> None:
+        """Where ``connection`` connects when it is opened (set it before opening)."""
+        connection.url = Url(host=host, port=int(port))
+
+    def get_connection_address(self, connection: Connection) -> str | None:
+        """The URL ``connection`` is connected to (proton's deprecated form of ``connection.connected_address``)."""
+        return connection.connected_address
+
+    def update(self, selectable: Any) -> None:
+        """proton's selectable bookkeeping: nothing to do here."""
 
     def _new_connection(self, handler: Any) -> Connection:
         connection = Connection()
@@ -616,9 +589,24 @@ class Container:
         return connection
 
     def _connection_opened_locally(self, connection: Connection) -> None:
+        if connection._channel is not None:
+            return  # accepted by a listener, or already connecting
         options = getattr(connection, "_options", None)
-        if options is None or connection._channel is not None:
-            return
+        if options is None:
+            # made by connection(): proton's I/O connects to its url, else its hostname, once it is opened
+            address = connection.url or connection.hostname
+            if not address:
+                return
+            options = connection._options = resolve_options(  # type: ignore[attr-defined]
+                str(address),
+                {
+                    "sasl_enabled": self.sasl_enabled,
+                    "allow_insecure_mechs": self.allow_insecure_mechs,
+                    "container_id": connection.container or self.container_id,
+                    "reconnect": False,
+                },
+            )
+            connection._sequence = ConnectSequence(False, list(options.urls))  # type: ignore[attr-defined]
         channel = Channel(self, connection, options)
         self._channels.add(channel)
         self._start(channel.run)
@@ -633,105 +621,7 @@ class Container:
         self._channels.discard(channel)
         self._wake()
 
-    def _get_session(self, context: Any) -> Session:
-        if isinstance(context, Session):
-            return context
-        if isinstance(context, Connection):
-            session = context._default_session
-            if session is None or session._local == 4:
-                session = context._default_session = context.session()
-                session.open()
-            return session
-        if isinstance(context, (str, Url)):
-            return self._get_session(self.connect(url=context))
-        return context.session()  # type: ignore[no-any-return]
-
-    def _link_id(self, connection: Connection, remote: str | None, local: str | None) -> str:
-        container = connection.container or self.container_id
-        if remote and local:
-            return f"{container}-{remote}-{local}"
-        if remote or local:
-            return f"{container}-{remote or local}"
-        return f"{container}-{uuid.uuid4()}"
-
-    def create_sender(
-        self,
-        context: Any,
-        target: str | None = None,
-        source: str | None = None,
-        name: str | None = None,
-        handler: Any = None,
-        tags: Any = None,
-        options: Any = None,
-    ) -> Sender:
-        """Open a sending link on ``context``: a connection (or session), or a URL (a new connection; its path is
-        the target when ``target`` is not given)."""
-        if isinstance(context, str):
-            context = Url(context)
-        if isinstance(context, Url) and not target:
-            target = context.path
-        session = self._get_session(context)
-        sender = session.sender(name or self._link_id(session.connection, target, source))
-        if tags:
-            sender.tag_generator = tags
-        _open_link(sender, source, target, handler, options)
-        return sender
-
-    def create_receiver(
-        self,
-        context: Any,
-        source: str | None = None,
-        target: str | None = None,
-        name: str | None = None,
-        dynamic: bool = False,
-        handler: Any = None,
-        options: Any = None,
-    ) -> Receiver:
-        """Open a receiving link on ``context``: a connection (or session), or a URL (a new connection; its path
-        is the source when ``source`` is not given). ``dynamic=True`` asks the peer to make the source node."""
-        if isinstance(context, str):
-            context = Url(context)
-        if isinstance(context, Url) and not source:
-            source = context.path
-        session = self._get_session(context)
-        receiver = session.receiver(name or self._link_id(session.connection, source, target))
-        if dynamic:
-            receiver.source.dynamic = True
-        _open_link(receiver, source, target, handler, options)
-        return receiver
-
-    def declare_transaction(
-        self, context: Any, handler: Any = None, settle_before_discharge: bool = False
-    ) -> Transaction:
-        """Declare a local transaction on ``context`` (a connection) and return its :class:`Transaction`.
-
-        The first call on a connection opens its link to the coordinator (named ``txn-ctrl``, target a
-        coordinator asking for ``amqp:local-transactions``). ``handler`` (a
-        :class:`~amqp_async.proton.handlers.TransactionHandler`) hears ``on_transaction_declared`` and the rest;
-        ``settle_before_discharge``: :meth:`Transaction.accept` settles at once.
-        """
-        txn_ctrl = getattr(context, "_txn_ctrl", None)
-        if txn_ctrl is None:
-            from ._handlers import TransactionControlHandler
-
-            session = self._get_session(context)
-            txn_ctrl = session.sender("txn-ctrl")
-            txn_ctrl.target.type = Terminus.COORDINATOR
-            txn_ctrl.target.capabilities.put_object(symbol("amqp:local-transactions"))
-            # as proton's, the control link's other events go to the handler of the first declare
-            _open_link(txn_ctrl, None, None, TransactionControlHandler(handler), None)
-            context._txn_ctrl = txn_ctrl
-        return Transaction(txn_ctrl, handler, settle_before_discharge)
-
     # --- listening ---------------------------------------------------------------------------------------
-
-    def listen(self, url: str | Url, ssl_domain: SSLDomain | None = None) -> Acceptor:
-        """Accept AMQP connections on the host and port of ``url`` (``amqps``: with TLS, using ``ssl_domain`` or
-        :attr:`ssl` ``.server``). Returns the :class:`Acceptor`; the socket is bound before this returns."""
-        parsed = Url(url)
-        host = parsed.host or "0.0.0.0"
-        port = int(parsed.port) if parsed.port is not None else (5671 if parsed.scheme == "amqps" else 5672)
-        return self.acceptor(host, port, ssl_domain=ssl_domain, tls=parsed.scheme == "amqps")
 
     def acceptor(
         self, host: str, port: int | str, handler: Any = None, ssl_domain: SSLDomain | None = None, tls: bool = False
@@ -888,12 +778,6 @@ class Container:
             assert stepper is not None
         return stepper.step(max(0.0, self.timeout))
 
-    def do_work(self, timeout: float | None = None) -> bool:
-        """:meth:`process`, after setting :attr:`timeout` to ``timeout`` when one is given (proton's Reactor)."""
-        if timeout:
-            self.timeout = timeout
-        return self.process()
-
     # --- the loop's internals ----------------------------------------------------------------------------
 
     def _start(self, function: Callable[[], Any]) -> None:
@@ -1031,14 +915,19 @@ class Container:
         last_key: Any = None
         key: Any
         calls: list[Any] = []
-        global_handler = self.global_handler  # one setting per round: a handler that sets it, sets it for the next
+        # One setting per round: a handler that sets it, sets it for the next. The default root without children
+        # receives nothing worth calling: skipped.
+        global_handler = self._global_handler
+        if type(global_handler) is Handler and not global_handler.__dict__.get("handlers"):
+            global_handler = None
         while collector:
             event = collector.popleft()
             context: Any = event._context if type(event) is Event else None
             is_delivery = type(context) is Delivery
             if is_delivery:
                 link = context.link
-                handler = link.handler or link.session.handler or link.session.connection.handler or root
+                session = link.session
+                handler = link._handler or session._handler or session.connection._handler or root
                 key = "s" if link.is_sender else "r"
             else:
                 handler = event.handler or root
@@ -1112,7 +1001,192 @@ class Container:
             self._processing = False
 
 
-Reactor = Container
+class Container(Reactor):
+    """A container in the AMQP sense, as proton's: a :class:`Reactor` that connects to URLs (:meth:`connect`),
+    opens links on its connections (:meth:`create_sender`, :meth:`create_receiver`), declares transactions and
+    listens (:meth:`listen`).
+
+    Args:
+        handlers: the container's handlers: they receive every event not scoped to a connection, session or link
+            with a handler of its own.
+        **kwargs: ``container_id``, this container's id (default: a random UUID); ``global_handler``, a handler
+            that receives every event after the scoped one.
+    """
+
+    def connect(
+        self,
+        url: str | Url | None = None,
+        urls: list[str] | None = None,
+        address: str | None = None,
+        handler: Any = None,
+        reconnect: Any = None,
+        heartbeat: float | None = None,
+        ssl_domain: SSLDomain | None = None,
+        **kwargs: Any,
+    ) -> Connection:
+        """Open a connection to ``url`` (or the first of ``urls`` that answers; or as connect.json says when
+        neither is given), and return it at once: it is established when the container runs.
+
+        Args:
+            url: where to connect. ``address`` is proton's older name for it. ``ws://`` and ``wss://`` URLs name a
+                WebSocket endpoint (AMQP WebSocket Binding).
+            urls: a failover list, tried in turn (instead of ``url``).
+            handler: the handler for this connection's events (instead of the container's).
+            reconnect: None (reconnect with proton's default delays), False (one attempt, no reconnect), a
+                :class:`Backoff`, a list (any iterable) of delays in seconds, or an object with ``reset()`` and
+                ``next()``; each delay is used for one pass over ``urls`` (see ``_reconnect.py``).
+            heartbeat: the idle timeout to ask the peer to honour, in seconds.
+            ssl_domain: TLS settings for ``amqps`` and ``wss`` URLs (default: :attr:`ssl` ``.client``, or
+                connect.json's).
+            kwargs: ``sasl_enabled``, ``allowed_mechs``, ``allow_insecure_mechs``, ``user``, ``password``,
+                ``virtual_host``, ``offered_capabilities``, ``desired_capabilities``, ``properties``, ``sni``,
+                ``max_frame_size``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or
+                False for none; default: the https_proxy/http_proxy/no_proxy environment variables).
+
+        Raises:
+            TypeError: an unknown keyword argument.
+            ValueError: a bad URL or a bad connect.json.
+        """
+        unknown = sorted(set(kwargs) - _CONNECT_OPTIONS)
+        if unknown:
+            raise TypeError(f"connect() got unexpected keyword argument(s): {', '.join(unknown)}")
+        if url is None and address is not None:
+            url = address
+        options: dict[str, Any] = {
+            "sasl_enabled": self.sasl_enabled,
+            "allow_insecure_mechs": self.allow_insecure_mechs,
+        }
+        for name in ("allowed_mechs", "user", "password"):
+            if getattr(self, name) is not None:
+                options[name] = getattr(self, name)
+        options.update({k: v for k, v in kwargs.items() if v is not None})
+        if urls:
+            options["urls"] = [str(u) for u in urls]
+        if heartbeat:
+            options["heartbeat"] = heartbeat
+        # The client options validate the rest; the reconnect policy is proton's (see _reconnect.py).
+        options["reconnect"] = False if reconnect is False else None
+        if ssl_domain is not None:
+            options["ssl_context"] = ssl_domain.context()
+        elif (url or urls) and any(str(u).startswith(("amqps:", "wss:")) for u in ([url] if url else list(urls or []))):
+            options["ssl_context"] = self.ssl.client.context()
+        options.setdefault("container_id", self.container_id)
+        resolved = resolve_options(None if url is None else str(url), options)
+        connection = self._new_connection(handler)
+        connection.container = resolved.container_id
+        connection.offered_capabilities = kwargs.get("offered_capabilities")
+        connection.desired_capabilities = kwargs.get("desired_capabilities")
+        connection.properties = kwargs.get("properties")
+        if kwargs.get("virtual_host"):
+            connection.hostname = kwargs["virtual_host"]
+        connection._options = resolved  # type: ignore[attr-defined]
+        connection._sequence = ConnectSequence(reconnect, list(resolved.urls))  # type: ignore[attr-defined]
+        connection.open()
+        return connection
+
+    def _get_session(self, context: Any) -> Session:
+        if isinstance(context, Session):
+            return context
+        if isinstance(context, Connection):
+            session = context._default_session
+            if session is None or session._local == 4:
+                session = context._default_session = context.session()
+                session.open()
+            return session
+        if isinstance(context, (str, Url)):
+            return self._get_session(self.connect(url=context))
+        return context.session()  # type: ignore[no-any-return]
+
+    def _link_id(self, connection: Connection, remote: str | None, local: str | None) -> str:
+        container = connection.container or self.container_id
+        if remote and local:
+            return f"{container}-{remote}-{local}"
+        if remote or local:
+            return f"{container}-{remote or local}"
+        return f"{container}-{uuid.uuid4()}"
+
+    def create_sender(
+        self,
+        context: Any,
+        target: str | None = None,
+        source: str | None = None,
+        name: str | None = None,
+        handler: Any = None,
+        tags: Any = None,
+        options: Any = None,
+    ) -> Sender:
+        """Open a sending link on ``context``: a connection (or session), or a URL (a new connection; its path is
+        the target when ``target`` is not given)."""
+        if isinstance(context, str):
+            context = Url(context)
+        if isinstance(context, Url) and not target:
+            target = context.path
+        session = self._get_session(context)
+        sender = session.sender(name or self._link_id(session.connection, target, source))
+        if tags:
+            sender.tag_generator = tags
+        _open_link(sender, source, target, handler, options)
+        return sender
+
+    def create_receiver(
+        self,
+        context: Any,
+        source: str | None = None,
+        target: str | None = None,
+        name: str | None = None,
+        dynamic: bool = False,
+        handler: Any = None,
+        options: Any = None,
+    ) -> Receiver:
+        """Open a receiving link on ``context``: a connection (or session), or a URL (a new connection; its path
+        is the source when ``source`` is not given). ``dynamic=True`` asks the peer to make the source node."""
+        if isinstance(context, str):
+            context = Url(context)
+        if isinstance(context, Url) and not source:
+            source = context.path
+        session = self._get_session(context)
+        receiver = session.receiver(name or self._link_id(session.connection, source, target))
+        if dynamic:
+            receiver.source.dynamic = True
+        _open_link(receiver, source, target, handler, options)
+        return receiver
+
+    def declare_transaction(
+        self, context: Any, handler: Any = None, settle_before_discharge: bool = False
+    ) -> Transaction:
+        """Declare a local transaction on ``context`` (a connection) and return its :class:`Transaction`.
+
+        The first call on a connection opens its link to the coordinator (named ``txn-ctrl``, target a
+        coordinator asking for ``amqp:local-transactions``). ``handler`` (a
+        :class:`~amqp_async.proton.handlers.TransactionHandler`) hears ``on_transaction_declared`` and the rest;
+        ``settle_before_discharge``: :meth:`Transaction.accept` settles at once.
+        """
+        txn_ctrl = getattr(context, "_txn_ctrl", None)
+        if txn_ctrl is None:
+            from ._handlers import TransactionControlHandler
+
+            session = self._get_session(context)
+            txn_ctrl = session.sender("txn-ctrl")
+            txn_ctrl.target.type = Terminus.COORDINATOR
+            txn_ctrl.target.capabilities.put_object(symbol("amqp:local-transactions"))
+            # as proton's, the control link's other events go to the handler of the first declare
+            _open_link(txn_ctrl, None, None, TransactionControlHandler(handler), None)
+            context._txn_ctrl = txn_ctrl
+        return Transaction(txn_ctrl, handler, settle_before_discharge)
+
+    def listen(self, url: str | Url, ssl_domain: SSLDomain | None = None) -> Acceptor:
+        """Accept AMQP connections on the host and port of ``url`` (``amqps``: with TLS, using ``ssl_domain`` or
+        :attr:`ssl` ``.server``). Returns the :class:`Acceptor`; the socket is bound before this returns."""
+        parsed = Url(url)
+        host = parsed.host or "0.0.0.0"
+        port = int(parsed.port) if parsed.port is not None else (5671 if parsed.scheme == "amqps" else 5672)
+        return self.acceptor(host, port, ssl_domain=ssl_domain, tls=parsed.scheme == "amqps")
+
+    def do_work(self, timeout: float | None = None) -> bool:
+        """:meth:`process`, after setting :attr:`timeout` to ``timeout`` when one is given (proton's Reactor)."""
+        if timeout:
+            self.timeout = timeout
+        return self.process()
 
 
 class _SocketListener(anyio.abc.Listener[anyio.abc.SocketStream]):

@@ -18,7 +18,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._reactor import Container
+    from ._reactor import Reactor
 
 __all__ = ["Stepper"]
 
@@ -35,7 +35,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class Stepper:
     """The event loop and task of a container that is stepped with ``process()``."""
 
-    def __init__(self, container: Container) -> None:
+    def __init__(self, container: Reactor) -> None:
         self._loop = _new_loop()
         self._task: asyncio.Task[None] = self._loop.create_task(container.run_async())
         self._task.add_done_callback(self._stop_loop)

@@ -40,13 +40,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from ..errors import ConnectionError as _AMQPConnectionError
 from ..errors import LinkDetached as _AMQPLinkDetached
-from ..message import Message
 from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import Connection, Endpoint, Link, Receiver, Sender
 from ._events import Event, EventBase, Handler
 from ._exceptions import ConnectionException, LinkException, ProtonException, Timeout
 from ._handlers import IncomingMessageHandler, MessagingHandler
+from ._message import Message
 from ._reactor import Container, EventInjector
 from ._url import Url
 

@@ -24,6 +24,7 @@ from ._reactor import (
     SSLConfig,
     Task,
     Transaction,
+    Urls,
     delay_iter,
 )
 
@@ -51,5 +52,6 @@ __all__ = [
     "SenderOption",
     "Task",
     "Transaction",
+    "Urls",
     "delay_iter",
 ]

@@ -1,0 +1,48 @@
+"""proton's ``Message``: our message, whose :meth:`Message.encode` writes the bytes proton's does.
+
+proton-c writes a message in two ways at once: the header and properties sections with its compact performative
+encoder (list8 and the smallest forms), and every value the application gave (annotations, application
+properties, the body, the footer) with its ``Data`` encoder (32-bit lists and maps, array32: see
+``_data_tree.py``). It always writes a header and a properties section, as empty lists when nothing is set in them;
+programs that handle proton's encoded messages rely on that (they skip the header to get at the bare message, or
+compare and hash the bytes). Sending is unchanged: a sender writes the compact form and leaves empty sections out,
+as the awaitable API does (the peer reads the same message).
+"""
+
+from __future__ import annotations
+
+from ..message import Message as _Message
+from ._data_tree import _read, _write
+
+__all__ = ["Message"]
+
+# Sections proton writes with its compact performative encoder: header (§3.2.1) and properties (§3.2.4).
+_COMPACT_SECTIONS = (0x70, 0x73)
+
+
+class Message(_Message):
+    """A mutable AMQP message, as ``proton.Message`` (see :class:`amqp_async.message.Message` for its fields)."""
+
+    __slots__ = ()
+
+    def encode(self) -> bytes:
+        """The message's encoding, byte for byte as proton's: a header and a properties section always (empty
+        lists when nothing is set in them), then the sections that are set, their values as proton's ``Data``
+        writes them.
+
+        Raises:
+            MessageException: an application property key is not a string.
+            EncodeError: another field holds a value AMQP cannot carry.
+        """
+        compact = bytes(self._encode(False, True))
+        out = bytearray()
+        offset = 0
+        while offset < len(compact):
+            node, end = _read(compact, offset, 0)
+            # every section is described by a small ulong: 0x00 0x53 <code>
+            if compact[offset + 2] in _COMPACT_SECTIONS:
+                out += compact[offset:end]
+            else:
+                _write(out, node)
+            offset = end
+        return bytes(out)
