@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..client._config import CONNECT_FILE_ENV
+from ..client._config import CONNECT_FILE_ENV, tls_context
 
 __all__ = ["CONNECTION_OPTION_NAMES", "connect_arguments", "connection_options"]
 
@@ -115,21 +115,10 @@ def _ssl_context(values: Mapping[str, Any]) -> ssl.SSLContext | None:
         return None
     if key and not cert:
         raise click.UsageError("--tls-key needs --tls-cert")
-    context = ssl.create_default_context()
     try:
-        if ca:
-            if os.path.isdir(ca):
-                context.load_verify_locations(capath=ca)
-            else:
-                context.load_verify_locations(cafile=ca)
-        if cert:
-            context.load_cert_chain(cert, key or None)
+        return tls_context(ca=ca, cert=cert, key=key, verify=not no_verify)
     except (OSError, ssl.SSLError) as exc:
         raise click.UsageError(f"bad TLS file: {exc}") from exc
-    if no_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def connect_arguments(values: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:

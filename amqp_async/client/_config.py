@@ -431,18 +431,31 @@ def _config_ssl_context(config: Mapping[str, Any], path: str) -> ssl.SSLContext:
     verify = _config_get(tls, "verify", (bool,), path, "tls.")
     if key and not cert:
         raise ConnectConfigError(path, "'tls.key' given without 'tls.cert'")
-    context = ssl.create_default_context()
     try:
-        if ca:
-            if os.path.isdir(ca):
-                context.load_verify_locations(capath=ca)
-            else:
-                context.load_verify_locations(cafile=ca)
-        if cert:
-            context.load_cert_chain(cert, key or None)
+        return tls_context(ca=ca, cert=cert, key=key, verify=verify is not False)
     except (OSError, ssl.SSLError) as exc:
         raise ConnectConfigError(path, f"bad TLS file: {exc}") from exc
-    if verify is False:
+
+
+def tls_context(
+    *, ca: str | None = None, cert: str | None = None, key: str | None = None, verify: bool = True
+) -> ssl.SSLContext:
+    """A client TLS context from files: ``ca`` (a PEM file, or a directory of hashed certificates) to trust instead
+    of the system's, ``cert`` and ``key`` (PEM; the key may sit in ``cert``) to present; ``verify=False`` checks
+    neither the peer's certificate nor its name. One place for connect.json, the command line and the Spark options.
+
+    Raises:
+        OSError, ssl.SSLError: a file that cannot be read or used.
+    """
+    context = ssl.create_default_context()
+    if ca:
+        if os.path.isdir(ca):
+            context.load_verify_locations(capath=ca)
+        else:
+            context.load_verify_locations(cafile=ca)
+    if cert:
+        context.load_cert_chain(cert, key or None)
+    if not verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from ..client._config import resolve_options
+from ..client._config import resolve_options, tls_context
 from ..errors import AMQPError
 
 __all__ = ["READ", "STREAM_READ", "WRITE", "AmqpOptions", "OptionError", "parse_options"]
@@ -208,15 +208,14 @@ class AmqpOptions:
         if not any(name in values for name in ("sslCaFile", "sslCertFile", "sslKeyFile", "sslVerify")):
             return None
         try:
-            context = ssl.create_default_context(cafile=values.get("sslCaFile"))
-            if "sslCertFile" in values:
-                context.load_cert_chain(values["sslCertFile"], values.get("sslKeyFile"))
+            return tls_context(
+                ca=values.get("sslCaFile"),
+                cert=values.get("sslCertFile"),
+                key=values.get("sslKeyFile"),
+                verify=values.get("sslVerify") is not False,
+            )
         except (OSError, ssl.SSLError) as exc:
             raise OptionError(f"the TLS options (sslCaFile, sslCertFile, sslKeyFile) cannot be used: {exc}") from exc
-        if values.get("sslVerify") is False:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        return context
 
 
 def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
