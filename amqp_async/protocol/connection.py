@@ -25,6 +25,7 @@ of a breach in the same input, does nothing: the event that says it ended follow
 
 from __future__ import annotations
 
+from struct import error as StructError
 from typing import Any
 
 from ..codec import conditions
@@ -607,7 +608,7 @@ class Connection(Endpoint):
             # below, which checks every field's type (a handle that is a list must not reach the session maps).
             try:
                 parsed = parse_transfer_fields(data, body + 3, end)
-            except IndexError:
+            except (IndexError, StructError):  # a field cut short by the end of the bytes: the decoder says so
                 parsed = None
         else:
             parsed = None

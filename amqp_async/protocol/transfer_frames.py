@@ -136,7 +136,8 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> tuple[list[An
 
     Returns:
         ``(fields, offset after the list)``, or None when the layout is not one handled here (the caller then
-        decodes the list generically). Out-of-range reads raise IndexError, which the caller treats as None too.
+        decodes the list generically). Out-of-range reads raise IndexError (or struct.error for a uint cut
+        short), which the caller treats as None too.
     """
     if data[position] != 0xC0:
         return None
