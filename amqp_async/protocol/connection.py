@@ -60,7 +60,7 @@ from .events import (
     SessionEnded,
 )
 from .link import Link, as_symbols
-from .payload import Gathered, Payload
+from .payload import BY_REFERENCE, Gathered, Payload
 from .sasl import SaslClient, SaslServer
 from .sasl_mechanisms import SaslMechanismError
 from .session import TRANSFER_OVERHEAD, Session
@@ -70,9 +70,6 @@ __all__ = ["CLIENT", "SERVER", "Connection"]
 
 CLIENT = "client"
 SERVER = "server"
-
-# Payloads at least this large are written by reference rather than copied into the output buffer.
-_BY_REFERENCE = 16384
 
 # Phases of the input stream.
 _AWAIT_SASL_HEADER = "await-sasl-header"
@@ -469,7 +466,7 @@ class Connection(Endpoint):
             return
         size = len(payload)
         owner = payload.obj if isinstance(payload, memoryview) else payload
-        if size < _BY_REFERENCE or owner.__class__ is not bytes:
+        if size < BY_REFERENCE or owner.__class__ is not bytes:
             self._out += payload
             return
         parts = self._out_parts
@@ -617,9 +614,12 @@ class Connection(Endpoint):
             session = self._sessions_by_remote_channel.get(channel)
             if session is None:
                 session = self._session_for(channel)  # raises
-            # A view, not a copy: the session copies it once (the whole of a one-frame delivery, or the frames of a
-            # longer one joined).
-            _session_transfer(session, fields, memoryview(data)[after:end])
+            # The payload is copied once: a frame with more to come stays a view into the received bytes (the link
+            # joins the frames of the delivery), the last (usually the only) frame is sliced out as bytes.
+            if len(fields) > 5 and fields[5] is True:
+                _session_transfer(session, fields, memoryview(data)[after:end])
+            else:
+                _session_transfer(session, fields, data[after:end])
             return
         performative, after = decode_value(data, body)
         if after > end:

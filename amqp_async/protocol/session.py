@@ -48,7 +48,7 @@ from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, RemoteProtocolError
 from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
 from .link import Link, ReceiverLink, SenderLink
-from .payload import payload_slice
+from .payload import BY_REFERENCE, payload_slice
 from .serial import MASK
 from .transfer_frames import encode_handle, write_transfer_head
 
@@ -362,7 +362,9 @@ class Session(Endpoint):
             len(payload),
             b"" if aborted else delivery.transfer_state,
         )
-        if payload:
+        if payload.__class__ is bytes and len(payload) < BY_REFERENCE:
+            connection._out += payload  # a small message, copied into the output: _write_payload's first case
+        elif payload:
             connection._write_payload(payload)
         self.next_outgoing_id = (self.next_outgoing_id + 1) & MASK
         self.remote_incoming_window -= 1
@@ -699,10 +701,7 @@ class Session(Endpoint):
                     scope="link",
                 )
             return  # we detached: the peer has not seen it yet (§2.6.4); the frame is dropped
-        if payload.__class__ is memoryview and link._current is None and not (len(fields) > 5 and fields[5] is True):
-            # A delivery in one frame: its payload is this frame's, as bytes of its own. The frames of a longer one
-            # stay views into the received bytes until the link joins them (one copy either way).
-            payload = bytes(payload)
+        # The payload is bytes, or a view for a frame with more to come (the link joins it with the next ones).
         delivery = link._on_transfer(fields, payload, 0)  # type: ignore[arg-type]  # a view is joined, not kept
         if delivery is not None:
             if delivery.remote_settled or delivery.aborted:
@@ -711,9 +710,6 @@ class Session(Endpoint):
             connection = self.connection
             if link not in connection._announced:
                 connection._announce_deliveries(link)
-
-    def _track_incoming(self, delivery: Delivery) -> None:
-        self._incoming_unsettled[delivery.delivery_id] = delivery
 
     def _on_disposition(self, disposition: Disposition) -> None:
         # The role is the disposition's sender's: a receiver's disposition is about deliveries we sent.
