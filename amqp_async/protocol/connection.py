@@ -604,13 +604,13 @@ class Connection(Endpoint):
             # common layouts, each field in an encoding of its type; any other goes through the composite decoder
             # below, which checks every field's type (a handle that is a list must not reach the session maps).
             try:
-                parsed = parse_transfer_fields(data, body + 3, end)
+                fields = parse_transfer_fields(data, body + 3, end)
             except (IndexError, StructError):  # a field cut short by the end of the bytes: the decoder says so
-                parsed = None
+                fields = None
         else:
-            parsed = None
-        if parsed is not None:
-            fields, after = parsed
+            fields = None
+        if fields is not None:
+            after = body + 5 + data[body + 4]  # the payload follows the list8 of fields
             session = self._sessions_by_remote_channel.get(channel)
             if session is None:
                 session = self._session_for(channel)  # raises

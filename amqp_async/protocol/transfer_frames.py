@@ -132,12 +132,13 @@ def _uint_at(data: bytes, position: int) -> tuple[int | None, int]:
     return -1, position
 
 
-def parse_transfer_fields(data: bytes, position: int, end: int) -> tuple[list[Any], int] | None:
+def parse_transfer_fields(data: bytes, position: int, end: int) -> list[Any] | None:
     """Read a transfer's field list at ``position`` (its list constructor) in the common layouts.
 
     Returns:
-        ``(fields, offset after the list)``, or None when the layout is not one handled here (the caller then
-        decodes the list generically). Out-of-range reads raise IndexError (or struct.error for a uint cut
+        The fields (the list is a list8: it ends ``2 + data[position + 1]`` bytes after ``position``, where the
+        payload starts; no pair is made per frame to say so), or None when the layout is not one handled here (the
+        caller then decodes the list generically). Out-of-range reads raise IndexError (or struct.error for a uint cut
         short), which the caller treats as None too.
     """
     if data[position] != 0xC0:
@@ -207,4 +208,4 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> tuple[list[An
         position += 1
     if position != list_end:
         return None
-    return fields, list_end
+    return fields
