@@ -616,10 +616,11 @@ class Connection(Endpoint):
                 session = self._session_for(channel)  # raises
             # The payload is copied once: a frame with more to come stays a view into the received bytes (the link
             # joins the frames of the delivery), the last (usually the only) frame is sliced out as bytes.
-            if len(fields) > 5 and fields[5] is True:
-                _session_transfer(session, fields, memoryview(data)[after:end])
-            else:
-                _session_transfer(session, fields, data[after:end])
+            payload = memoryview(data)[after:end] if len(fields) > 5 and fields[5] is True else data[after:end]
+            try:
+                session._on_transfer(fields, payload)
+            except RemoteProtocolError as exc:
+                _transfer_failed(session, fields, exc)
             return
         performative, after = decode_value(data, body)
         if after > end:
@@ -631,7 +632,11 @@ class Connection(Endpoint):
                     "the first frame must be open, got Transfer", condition=conditions.NOT_ALLOWED
                 )
             fields = [getattr(performative, field.name) for field in Transfer.fields]
-            _session_transfer(self._session_for(channel), fields, data[after:end])
+            session = self._session_for(channel)
+            try:
+                session._on_transfer(fields, data[after:end])
+            except RemoteProtocolError as exc:
+                _transfer_failed(session, fields, exc)
             return
         if after != end:
             raise DecodeError("bytes follow the performative in a frame that carries no payload", offset=after)
@@ -836,20 +841,16 @@ class Connection(Endpoint):
         self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code))
 
 
-def _session_transfer(session: Session, fields: Any, payload: bytes | memoryview) -> None:
-    if session.local_state is EndpointState.CLOSED:
-        return  # §2.5.1: after our end, frames other than the peer's end are ignored
-    try:
-        session._on_transfer(fields, payload)
-    except RemoteProtocolError as exc:
-        connection = session.connection
-        if exc.scope == "link":
-            # The handle was checked before a link-scoped error could be raised: the link is known.
-            connection._link_error(session._links_by_remote_handle[fields[0]], exc)
-        elif exc.scope == "session":
-            connection._session_error(session, exc)
-        else:
-            raise
+def _transfer_failed(session: Session, fields: Any, exc: RemoteProtocolError) -> None:
+    """A transfer broke a rule: end the link or the session it concerns, or (re-raised) the connection."""
+    connection = session.connection
+    if exc.scope == "link":
+        # The handle was checked before a link-scoped error could be raised: the link is known.
+        connection._link_error(session._links_by_remote_handle[fields[0]], exc)
+    elif exc.scope == "session":
+        connection._session_error(session, exc)
+    else:
+        raise exc
 
 
 _SESSION_HANDLERS: dict[type, Any] = {

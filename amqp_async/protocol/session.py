@@ -349,6 +349,7 @@ class Session(Endpoint):
         self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False
     ) -> None:
         connection = self.connection
+        size = len(payload)
         write_transfer_head(
             connection._out,
             self.channel or 0,
@@ -359,10 +360,10 @@ class Session(Endpoint):
             delivery.settled,
             more,
             aborted,
-            len(payload),
+            size,
             b"" if aborted else delivery.transfer_state,
         )
-        if payload.__class__ is bytes and len(payload) < BY_REFERENCE:
+        if payload.__class__ is bytes and size < BY_REFERENCE:
             connection._out += payload  # a small message, copied into the output: _write_payload's first case
         elif payload:
             connection._write_payload(payload)
@@ -666,6 +667,8 @@ class Session(Endpoint):
             self._pump_outgoing()
 
     def _on_transfer(self, fields: Any, payload: bytes | memoryview) -> None:
+        if self.local_state is EndpointState.CLOSED:
+            return  # §2.5.1: after our end, frames other than the peer's end are ignored
         # §2.5.6: every transfer frame uses one unit of our incoming window. The peer may send up to the limit we
         # last told it (next-incoming-id + incoming-window in our last begin or flow actually written).
         remaining = (self._advertised_limit - self.next_incoming_id) & MASK

@@ -1082,7 +1082,9 @@ class Sender(Link):
 
     def delivery(self, tag: bytes | str) -> Delivery:
         """Start a delivery with ``tag``: :meth:`stream` its bytes, then :meth:`advance` to send it."""
-        self._current = Delivery(self, tag.encode() if isinstance(tag, str) else bytes(tag))
+        self._current = Delivery(
+            self, tag if tag.__class__ is bytes else tag.encode() if isinstance(tag, str) else bytes(tag)
+        )
         self._stream = []
         return self._current
 

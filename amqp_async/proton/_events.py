@@ -293,7 +293,8 @@ class Event(EventBase):
     @property
     def delivery(self) -> Delivery | None:
         """The delivery of the event, if any."""
-        return (getattr(self._context, "_is_delivery", False) and self._context) or None
+        context = self._context
+        return context if getattr(context, "_is_delivery", False) else None
 
     @property
     def link(self) -> Sender | Receiver | None:
