@@ -403,6 +403,10 @@ def test_garbage_body(body: bytes) -> None:
         pytest.param(b"\x00\x53\x14\xc0\x02\x01\xff", id="bad-field-code"),
         pytest.param(b"\x00\x53\x14\x45", id="list0"),
         pytest.param(b"\x00\x53\x14\xa1\x01x", id="not-a-list"),
+        # a uint (0x70) cut short by the end of the received bytes: the parser must not read past them
+        pytest.param(b"\x00\x53\x14\xc0\x02\x01\x70", id="handle-uint-truncated"),
+        pytest.param(b"\x00\x53\x14\xc0\x03\x02\x43\x70", id="delivery-id-uint-truncated"),
+        pytest.param(b"\x00\x53\x14\xc0\x06\x04\x43\x43\xa0\x00\x70", id="message-format-uint-truncated"),
     ],
 )
 def test_garbage_transfer_fast_path(body: bytes) -> None:

@@ -367,7 +367,7 @@ class FrameDecoder:
         if avail == 0:
             self._data = b""  # drop our reference: payload views keep what they need alive
             self._pos = 0
-        elif end == len(data):
+        elif end == pos + held:  # the end of this piece: the next one
             self._data = self._chunks.pop(0)
             self._pos = 0
         else:

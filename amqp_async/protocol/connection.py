@@ -25,6 +25,7 @@ of a breach in the same input, does nothing: the event that says it ended follow
 
 from __future__ import annotations
 
+from struct import error as StructError
 from typing import Any
 
 from ..codec import conditions
@@ -59,7 +60,7 @@ from .events import (
     SessionEnded,
 )
 from .link import Link, as_symbols
-from .payload import Gathered, Payload
+from .payload import BY_REFERENCE, Gathered, Payload
 from .sasl import SaslClient, SaslServer
 from .sasl_mechanisms import SaslMechanismError
 from .session import TRANSFER_OVERHEAD, Session
@@ -69,9 +70,6 @@ __all__ = ["CLIENT", "SERVER", "Connection"]
 
 CLIENT = "client"
 SERVER = "server"
-
-# Payloads at least this large are written by reference rather than copied into the output buffer.
-_BY_REFERENCE = 16384
 
 # Phases of the input stream.
 _AWAIT_SASL_HEADER = "await-sasl-header"
@@ -468,7 +466,7 @@ class Connection(Endpoint):
             return
         size = len(payload)
         owner = payload.obj if isinstance(payload, memoryview) else payload
-        if size < _BY_REFERENCE or owner.__class__ is not bytes:
+        if size < BY_REFERENCE or owner.__class__ is not bytes:
             self._out += payload
             return
         parts = self._out_parts
@@ -606,19 +604,23 @@ class Connection(Endpoint):
             # common layouts, each field in an encoding of its type; any other goes through the composite decoder
             # below, which checks every field's type (a handle that is a list must not reach the session maps).
             try:
-                parsed = parse_transfer_fields(data, body + 3, end)
-            except IndexError:
-                parsed = None
+                fields = parse_transfer_fields(data, body + 3, end)
+            except (IndexError, StructError):  # a field cut short by the end of the bytes: the decoder says so
+                fields = None
         else:
-            parsed = None
-        if parsed is not None:
-            fields, after = parsed
+            fields = None
+        if fields is not None:
+            after = body + 5 + data[body + 4]  # the payload follows the list8 of fields
             session = self._sessions_by_remote_channel.get(channel)
             if session is None:
                 session = self._session_for(channel)  # raises
-            # A view, not a copy: the session copies it once (the whole of a one-frame delivery, or the frames of a
-            # longer one joined).
-            _session_transfer(session, fields, memoryview(data)[after:end])
+            # The payload is copied once: a frame with more to come stays a view into the received bytes (the link
+            # joins the frames of the delivery), the last (usually the only) frame is sliced out as bytes.
+            payload = memoryview(data)[after:end] if len(fields) > 5 and fields[5] is True else data[after:end]
+            try:
+                session._on_transfer(fields, payload)
+            except RemoteProtocolError as exc:
+                _transfer_failed(session, fields, exc)
             return
         performative, after = decode_value(data, body)
         if after > end:
@@ -630,7 +632,11 @@ class Connection(Endpoint):
                     "the first frame must be open, got Transfer", condition=conditions.NOT_ALLOWED
                 )
             fields = [getattr(performative, field.name) for field in Transfer.fields]
-            _session_transfer(self._session_for(channel), fields, data[after:end])
+            session = self._session_for(channel)
+            try:
+                session._on_transfer(fields, data[after:end])
+            except RemoteProtocolError as exc:
+                _transfer_failed(session, fields, exc)
             return
         if after != end:
             raise DecodeError("bytes follow the performative in a frame that carries no payload", offset=after)
@@ -835,20 +841,16 @@ class Connection(Endpoint):
         self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code))
 
 
-def _session_transfer(session: Session, fields: Any, payload: bytes | memoryview) -> None:
-    if session.local_state is EndpointState.CLOSED:
-        return  # §2.5.1: after our end, frames other than the peer's end are ignored
-    try:
-        session._on_transfer(fields, payload)
-    except RemoteProtocolError as exc:
-        connection = session.connection
-        if exc.scope == "link":
-            # The handle was checked before a link-scoped error could be raised: the link is known.
-            connection._link_error(session._links_by_remote_handle[fields[0]], exc)
-        elif exc.scope == "session":
-            connection._session_error(session, exc)
-        else:
-            raise
+def _transfer_failed(session: Session, fields: Any, exc: RemoteProtocolError) -> None:
+    """A transfer broke a rule: end the link or the session it concerns, or (re-raised) the connection."""
+    connection = session.connection
+    if exc.scope == "link":
+        # The handle was checked before a link-scoped error could be raised: the link is known.
+        connection._link_error(session._links_by_remote_handle[fields[0]], exc)
+    elif exc.scope == "session":
+        connection._session_error(session, exc)
+    else:
+        raise exc
 
 
 _SESSION_HANDLERS: dict[type, Any] = {

@@ -359,7 +359,7 @@ class SenderLink(Link):
             settled = mode == SND_SETTLED
         elif (settled and mode == SND_UNSETTLED) or (not settled and mode == SND_SETTLED):
             raise LocalProtocolError(f"settled={settled} contradicts the sender settle mode {mode}")
-        remote_max = self.remote_max_message_size
+        remote_max = self.remote_attach.max_message_size  # type: ignore[union-attr]  # attached: checked above
         if remote_max and len(payload) > remote_max:
             raise LocalProtocolError(
                 f"message of {len(payload)} bytes exceeds the peer's max-message-size {remote_max}",
@@ -572,7 +572,7 @@ class ReceiverLink(Link):
             current.remote_settled = settled
             if count > 7 and fields[7] is not None:
                 current.remote_state = fields[7]
-            self.session._track_incoming(current)
+            self.session._incoming_unsettled[delivery_id] = current  # tracked until settled (§2.6.12)
             if not more or aborted:
                 current.payload = payload
                 current.aborted = aborted

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["Gathered", "Payload", "payload_slice"]
+__all__ = ["BY_REFERENCE", "Gathered", "Payload", "payload_slice"]
+
+#: payloads at least this large are written to the engine's output by reference rather than copied into it.
+BY_REFERENCE = 16384
 
 
 class Gathered:

@@ -48,7 +48,7 @@ from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, RemoteProtocolError
 from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
 from .link import Link, ReceiverLink, SenderLink
-from .payload import payload_slice
+from .payload import BY_REFERENCE, payload_slice
 from .serial import MASK
 from .transfer_frames import encode_handle, write_transfer_head
 
@@ -349,6 +349,7 @@ class Session(Endpoint):
         self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False
     ) -> None:
         connection = self.connection
+        size = len(payload)
         write_transfer_head(
             connection._out,
             self.channel or 0,
@@ -359,10 +360,12 @@ class Session(Endpoint):
             delivery.settled,
             more,
             aborted,
-            len(payload),
+            size,
             b"" if aborted else delivery.transfer_state,
         )
-        if payload:
+        if payload.__class__ is bytes and size < BY_REFERENCE:
+            connection._out += payload  # a small message, copied into the output: _write_payload's first case
+        elif payload:
             connection._write_payload(payload)
         self.next_outgoing_id = (self.next_outgoing_id + 1) & MASK
         self.remote_incoming_window -= 1
@@ -664,6 +667,8 @@ class Session(Endpoint):
             self._pump_outgoing()
 
     def _on_transfer(self, fields: Any, payload: bytes | memoryview) -> None:
+        if self.local_state is EndpointState.CLOSED:
+            return  # §2.5.1: after our end, frames other than the peer's end are ignored
         # §2.5.6: every transfer frame uses one unit of our incoming window. The peer may send up to the limit we
         # last told it (next-incoming-id + incoming-window in our last begin or flow actually written).
         remaining = (self._advertised_limit - self.next_incoming_id) & MASK
@@ -699,10 +704,7 @@ class Session(Endpoint):
                     scope="link",
                 )
             return  # we detached: the peer has not seen it yet (§2.6.4); the frame is dropped
-        if payload.__class__ is memoryview and link._current is None and not (len(fields) > 5 and fields[5] is True):
-            # A delivery in one frame: its payload is this frame's, as bytes of its own. The frames of a longer one
-            # stay views into the received bytes until the link joins them (one copy either way).
-            payload = bytes(payload)
+        # The payload is bytes, or a view for a frame with more to come (the link joins it with the next ones).
         delivery = link._on_transfer(fields, payload, 0)  # type: ignore[arg-type]  # a view is joined, not kept
         if delivery is not None:
             if delivery.remote_settled or delivery.aborted:
@@ -711,9 +713,6 @@ class Session(Endpoint):
             connection = self.connection
             if link not in connection._announced:
                 connection._announce_deliveries(link)
-
-    def _track_incoming(self, delivery: Delivery) -> None:
-        self._incoming_unsettled[delivery.delivery_id] = delivery
 
     def _on_disposition(self, disposition: Disposition) -> None:
         # The role is the disposition's sender's: a receiver's disposition is about deliveries we sent.

@@ -54,6 +54,23 @@ def write_transfer(
     out += payload
 
 
+#: delivery-id 0..255 (uint0 or smalluint), and the bin8 constructor of a tag of each size: looked up, not built.
+_SMALL_UINTS = [b"\x43"] + [bytes((0x52, n)) for n in range(1, 256)]
+_BIN8_HEADS = [bytes((0xA0, n)) for n in range(256)]
+#: settled, more and aborted (indexed ``4 * settled + 2 * more + aborted``) as the fields after message-format
+#: that they need, and the list's field count with them. Trailing default fields are left out (§1.4).
+_FLAG_FIELDS = [
+    (b"", 4),  # none set: the list ends at message-format
+    (b"\x42\x42\x40\x40\x40\x41", 10),  # aborted: settled, more, rcv-settle-mode, state, resume; aborted true
+    (b"\x42\x41", 6),  # more
+    (b"\x42\x41\x40\x40\x40\x41", 10),
+    (b"\x41", 5),  # settled
+    (b"\x41\x42\x40\x40\x40\x41", 10),
+    (b"\x41\x41", 6),
+    (b"\x41\x41\x40\x40\x40\x41", 10),
+]
+
+
 def write_transfer_head(
     out: bytearray,
     channel: int,
@@ -71,50 +88,34 @@ def write_transfer_head(
     the caller writes after them (so that a large payload can go out without being copied into ``out``).
 
     ``state`` is the encoded delivery state to carry (§2.7.5 ``state``, e.g. a transactional-state, §4.5.6), or
-    empty for none."""
-    fields = bytearray(handle)
-    if delivery_id == 0:
-        fields.append(0x43)
-    elif delivery_id < 256:
-        fields.append(0x52)
-        fields.append(delivery_id)
+    empty for none. ``tag`` is at most 32 bytes (§2.8.7, checked by the link)."""
+    delivery = _SMALL_UINTS[delivery_id] if delivery_id < 256 else _pack_BI(0x70, delivery_id)
+    message = b"\x43" if message_format == 0 else _pack_BI(0x70, message_format)
+    if not state:
+        # Every message's frame: the fields joined from pieces looked up or computed once, with one header pack.
+        flags, count = _FLAG_FIELDS[4 * settled + 2 * more + aborted]
+        fields = b"".join((handle, delivery, _BIN8_HEADS[len(tag)], tag, message, flags))
+        size = len(fields) + 1  # list8 size counts the count byte
+        out += _pack_frame_head(13 + size + payload_size, 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, size, count)
+        out += fields
+        return
+    # With a state: settled, more, rcv-settle-mode (null), state; then resume (null) and aborted only when aborted.
+    state_fields = bytearray(b"".join((handle, delivery, _BIN8_HEADS[len(tag)], tag, message)))
+    state_fields += b"\x41" if settled else b"\x42"
+    state_fields += b"\x41" if more else b"\x42"
+    state_fields.append(0x40)
+    state_fields += state
+    count = 8
+    if aborted:
+        state_fields += b"\x40\x41"
+        count = 10
+    size = len(state_fields) + 1
+    if size > 255:  # a long tag and state: list32
+        size += 3
+        out += _pack_list32_head(16 + size + payload_size, 2, 0, channel, 0x00, 0x53, 0x14, 0xD0, size, count)
     else:
-        fields += _pack_BI(0x70, delivery_id)
-    fields.append(0xA0)
-    fields.append(len(tag))
-    fields += tag
-    if message_format == 0:
-        fields.append(0x43)
-    else:
-        fields += _pack_BI(0x70, message_format)
-    count = 4
-    if state:
-        # settled, more, rcv-settle-mode (null), state; then resume (null) and aborted only when aborted
-        fields += b"\x41" if settled else b"\x42"
-        fields += b"\x41" if more else b"\x42"
-        fields.append(0x40)
-        fields += state
-        count = 8
-        if aborted:
-            fields += b"\x40\x41"
-            count = 10
-        if len(fields) + 1 > 255:  # a long tag and state: list32
-            size = len(fields) + 4
-            out += _pack_list32_head(16 + size + payload_size, 2, 0, channel, 0x00, 0x53, 0x14, 0xD0, size, count)
-            out += fields
-            return
-    elif settled or more or aborted:
-        fields.append(0x41 if settled else 0x42)
-        count = 5
-        if more or aborted:
-            fields.append(0x41 if more else 0x42)
-            count = 6
-            if aborted:
-                fields += b"\x40\x40\x40\x41"  # rcv-settle-mode, state, resume: null; aborted: true
-                count = 10
-    size = len(fields) + 1  # list8 size counts the count byte
-    out += _pack_frame_head(13 + size + payload_size, 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, size, count)
-    out += fields
+        out += _pack_frame_head(13 + size + payload_size, 2, 0, channel, 0x00, 0x53, 0x14, 0xC0, size, count)
+    out += state_fields
 
 
 def _uint_at(data: bytes, position: int) -> tuple[int | None, int]:
@@ -131,12 +132,14 @@ def _uint_at(data: bytes, position: int) -> tuple[int | None, int]:
     return -1, position
 
 
-def parse_transfer_fields(data: bytes, position: int, end: int) -> tuple[list[Any], int] | None:
+def parse_transfer_fields(data: bytes, position: int, end: int) -> list[Any] | None:
     """Read a transfer's field list at ``position`` (its list constructor) in the common layouts.
 
     Returns:
-        ``(fields, offset after the list)``, or None when the layout is not one handled here (the caller then
-        decodes the list generically). Out-of-range reads raise IndexError, which the caller treats as None too.
+        The fields (the list is a list8: it ends ``2 + data[position + 1]`` bytes after ``position``, where the
+        payload starts; no pair is made per frame to say so), or None when the layout is not one handled here (the
+        caller then decodes the list generically). Out-of-range reads raise IndexError (or struct.error for a uint cut
+        short), which the caller treats as None too.
     """
     if data[position] != 0xC0:
         return None
@@ -145,14 +148,32 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> tuple[list[An
     if count > 6 or count < 1 or list_end > end:
         return None
     position += 3
-    handle, position = _uint_at(data, position)
-    if handle is None or handle < 0:
-        return None
+    # Handle and delivery-id: a smalluint (or uint0) inline, as almost every frame has them (one call less each
+    # per message); any other encoding through _uint_at.
+    code = data[position]
+    if code == 0x52:
+        handle: int | None = data[position + 1]
+        position += 2
+    elif code == 0x43:
+        handle = 0
+        position += 1
+    else:
+        handle, position = _uint_at(data, position)
+        if handle is None or handle < 0:
+            return None
     fields: list[Any] = [handle]
     if count > 1:
-        delivery_id, position = _uint_at(data, position)
-        if delivery_id is not None and delivery_id < 0:
-            return None
+        code = data[position]
+        if code == 0x52:
+            delivery_id: int | None = data[position + 1]
+            position += 2
+        elif code == 0x70:
+            delivery_id = _unpack_I(data, position + 1)[0]
+            position += 5
+        else:
+            delivery_id, position = _uint_at(data, position)
+            if delivery_id is not None and delivery_id < 0:
+                return None
         fields.append(delivery_id)
     if count > 2:
         code = data[position]
@@ -166,9 +187,13 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> tuple[list[An
         else:
             return None
     if count > 3:
-        message_format, position = _uint_at(data, position)
-        if message_format is not None and message_format < 0:
-            return None
+        if data[position] == 0x43:  # the AMQP message format (0), as nearly every message has it
+            message_format: int | None = 0
+            position += 1
+        else:
+            message_format, position = _uint_at(data, position)
+            if message_format is not None and message_format < 0:
+                return None
         fields.append(message_format)
     for _ in range(count - 4):  # settled, more: booleans or null
         code = data[position]
@@ -183,4 +208,4 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> tuple[list[An
         position += 1
     if position != list_end:
         return None
-    return fields, list_end
+    return fields

@@ -294,7 +294,10 @@ class Delivery:
     def readable(self) -> bool:
         """True for an incoming delivery that is its link's current one (it has data to read)."""
         link = self.link
-        return link.is_receiver and link.current is self
+        if not link.is_receiver:
+            return False
+        incoming = link._incoming  # type: ignore[attr-defined]  # a receiver's (``current``, without the call)
+        return bool(incoming) and incoming[0] is self
 
     @property
     def writable(self) -> bool:

@@ -214,9 +214,9 @@ class Connection(Endpoint):
         collector = self._collector
         if collector is None:
             return
-        tail = collector._tail
+        # Called several times per message: the collector's own check for a repeated event, without the call.
         transport = bound.transport
-        if tail is None or tail[1] is not transport or tail[0] is not _TRANSPORT_EVENT:
+        if collector._tail_context is not transport or collector._tail_type is not _TRANSPORT_EVENT:
             collector.put(transport, _TRANSPORT_EVENT)
 
     def _unbind_engine(self) -> None:
@@ -370,7 +370,7 @@ class Connection(Endpoint):
         if impl is None or impl.local_state is not EndpointState.ACTIVE:
             return False
         # proton's engine API: after the peer's close, the application's detach, end and close still go out.
-        return not impl.closed or self._bound is not None
+        return self._bound is not None or not impl.closed
 
     def _abort_transport(self) -> None:
         channel = self._channel
@@ -1007,6 +1007,8 @@ class Sender(Link):
         Returns:
             The :class:`Delivery` (for bytes: the number of bytes written).
         """
+        if obj.__class__ is bytes:
+            return self.stream(obj)  # the engine API's usual call: raw bytes of the current delivery
         if isinstance(obj, Message):
             return self._send_payload(obj._encode_payload(), tag)
         if hasattr(obj, "send"):
@@ -1094,7 +1096,9 @@ class Sender(Link):
 
     def delivery(self, tag: bytes | str) -> Delivery:
         """Start a delivery with ``tag``: :meth:`stream` its bytes, then :meth:`advance` to send it."""
-        self._current = Delivery(self, tag.encode() if isinstance(tag, str) else bytes(tag))
+        self._current = Delivery(
+            self, tag if tag.__class__ is bytes else tag.encode() if isinstance(tag, str) else bytes(tag)
+        )
         self._stream = []
         return self._current
 
@@ -1268,12 +1272,17 @@ class Receiver(Link):
         if payload is None:
             return None
         start = current._read
-        if start >= len(payload):
+        size = len(payload)
+        if start >= size:
             # proton: nothing more yet of a partial delivery (b""), or the end of a complete one (None).
             return b"" if current.partial else None
-        end = min(len(payload), start + limit)
+        if start == 0 and limit >= size:
+            # The usual read, ``recv(delivery.pending)``: the whole payload at once (no copy if it is bytes).
+            current._read = size
+            return bytes(payload)
+        end = min(size, start + limit)
         current._read = end
-        return bytes(payload[start:end]) if start or end != len(payload) else bytes(payload)
+        return bytes(payload[start:end])
 
     def advance(self) -> bool:
         """Move past the current delivery."""

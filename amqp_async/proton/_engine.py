@@ -19,6 +19,7 @@ from it (``pending``/``peek``/``pop``), tells it the time (``tick``) and reads w
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
@@ -155,7 +156,10 @@ class EngineIO:
                 sender._pump()
                 put(Event.LINK_FLOW, sender)
         for buffer in engine.buffers_to_send(self.now):
-            self.out += buffer
+            if not self.out and buffer.__class__ is bytearray:
+                self.out = buffer  # ours (the engine made a new one): taken, not copied (most calls take one)
+            else:
+                self.out += buffer
         events = engine.next_events()
         if events:
             self.translate(events)
@@ -219,25 +223,21 @@ class EngineIO:
 
     def translate(self, events: list[ev.Event]) -> None:
         """Turn the engine's events into proton's."""
-        from ._endpoints import Receiver, Sender, Session
-
         put = self.put
         connection = self.connection
         for event in events:
             kind = type(event)
             if kind is ev.DeliveriesReceived:
                 link = event.link  # type: ignore[attr-defined]
-                receiver: Receiver = link.user_data
-                incoming = link.incoming
-                received = self._received
-                while incoming:
-                    received(receiver, incoming.popleft())
+                self._received(link.user_data, link.incoming)
             elif kind is ev.DeliveriesUpdated:
+                collector = connection._collector  # put's lookup, once for the many deliveries of a disposition
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
                     if delivery is not None:
                         delivery._updated = True
-                        put(Event.DELIVERY, delivery)
+                        if collector is not None:
+                            collector.put(delivery, _DELIVERY_EVENT)
             elif kind is ev.FlowReceived:
                 link = event.link  # type: ignore[attr-defined]
                 if link is not None and link.user_data is not None:
@@ -250,6 +250,8 @@ class EngineIO:
                 if self.engine is not None and self.engine.remote_idle_timeout:
                     put(Event.TRANSPORT, self.transport)
             elif kind is ev.SessionBegun:
+                from ._endpoints import Session  # here, not per call: most calls bring deliveries only
+
                 session = event.session.user_data  # type: ignore[attr-defined]
                 if session is None:
                     session = Session(connection, event.session)  # type: ignore[attr-defined]
@@ -261,6 +263,8 @@ class EngineIO:
                 engine_link = event.link  # type: ignore[attr-defined]
                 wrapper = engine_link.user_data
                 if wrapper is None:
+                    from ._endpoints import Receiver, Sender
+
                     session = engine_link.session.user_data
                     link_kind = Sender if engine_link.role is SENDER else Receiver
                     wrapper = link_kind(session, engine_link.name)
@@ -318,18 +322,22 @@ class EngineIO:
             return
         self.fail(condition)
 
-    def _received(self, receiver: Receiver, engine_delivery: Any) -> None:
-        """An incoming delivery arrived whole (or its last frame did)."""
-        delivery: Delivery | None = engine_delivery.user_data
-        if delivery is None:
-            delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
-            engine_delivery.user_data = delivery
-            receiver._incoming.append(delivery)
-            receiver._unsettled_count += 1
-        delivery._payload = engine_delivery.payload
+    def _received(self, receiver: Receiver, incoming: deque[Any]) -> None:
+        """Incoming deliveries arrived whole (or their last frames did): each becomes proton's (if its first frames
+        did not already make it so) and is reported by a DELIVERY event. One call for all of them: this runs for
+        every message."""
         collector = self.connection._collector
-        if collector is not None:
-            collector.put(delivery, _DELIVERY_EVENT)
+        while incoming:
+            engine_delivery = incoming.popleft()
+            delivery: Delivery | None = engine_delivery.user_data
+            if delivery is None:
+                delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
+                engine_delivery.user_data = delivery
+                receiver._incoming.append(delivery)
+                receiver._unsettled_count += 1
+            delivery._payload = engine_delivery.payload
+            if collector is not None:
+                collector.put(delivery, _DELIVERY_EVENT)
 
     def scan_partial(self) -> None:
         """Report the deliveries whose first frames arrived (proton hands them over as they come: ``partial``)."""

@@ -293,7 +293,8 @@ class Event(EventBase):
     @property
     def delivery(self) -> Delivery | None:
         """The delivery of the event, if any."""
-        return (getattr(self._context, "_is_delivery", False) and self._context) or None
+        context = self._context
+        return context if getattr(context, "_is_delivery", False) else None
 
     @property
     def link(self) -> Sender | Receiver | None:
@@ -472,8 +473,10 @@ class Collector:
 
         self._events: deque[EventBase] = deque()
         self._released = False
-        # (type, context) of the last event queued while the queue is not empty: see put.
-        self._tail: tuple[Any, Any] | None = None
+        # The type and context of the last event queued while the queue is not empty (None: none), see put. Two
+        # attributes rather than a pair: no tuple made per event.
+        self._tail_type: Any = None
+        self._tail_context: Any = None
 
     def put(self, obj: Any, etype: EventType) -> None:
         """Queue an event of type ``etype`` about ``obj`` (nothing once released).
@@ -481,17 +484,17 @@ class Collector:
         As proton's collector, an event that repeats the last one queued (same type, same context) is dropped: a
         program reading events learns that something happened, not how often.
         """
-        tail = self._tail
-        if tail is not None and tail[0] is etype and tail[1] is obj:
+        if self._tail_type is etype and self._tail_context is obj:
             return
         if self._released:
             return
         if isinstance(obj, EventBase):
             self._events.append(obj)
-            self._tail = None
+            self._tail_type = self._tail_context = None
         else:
             self._events.append(Event(etype, obj))
-            self._tail = (etype, obj)
+            self._tail_type = etype
+            self._tail_context = obj
 
     def peek(self) -> EventBase | None:
         """The next event, or None."""
@@ -508,10 +511,10 @@ class Collector:
         if events:
             events.popleft()
             if not events:
-                self._tail = None
+                self._tail_type = self._tail_context = None
 
     def release(self) -> None:
         """Drop every event and take no more."""
         self._released = True
         self._events.clear()
-        self._tail = None
+        self._tail_type = self._tail_context = None
