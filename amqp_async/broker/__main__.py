@@ -4,6 +4,7 @@
                                 [--allow-anonymous] [--tls-cert CERT --tls-key KEY]
                                 [--max-connections N] [--max-queue-depth N] [--max-message-size BYTES]
                                 [--dead-letter-queue ADDRESS] [--transaction-timeout SECONDS]
+                                [--max-memory BYTES] [--when-full block|reject] [--data-dir DIR]
 
 Prints ``listening on amqp://H:P`` once listening, logs one line per connection and link opened or closed, and
 shuts down cleanly on SIGINT or SIGTERM. A users file holds one ``name:password`` per line (or a JSON object).
@@ -55,7 +56,15 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tls-cert", help="certificate (PEM) to serve amqps")
     parser.add_argument("--tls-key", help="private key (PEM) of --tls-cert")
     parser.add_argument("--max-connections", type=int)
-    parser.add_argument("--max-queue-depth", type=int)
+    parser.add_argument("--max-queue-depth", type=int, help="the most messages waiting in a queue")
+    parser.add_argument("--max-memory", type=int, help="the most bytes of messages held (producers then wait)")
+    parser.add_argument(
+        "--when-full",
+        choices=("block", "reject"),
+        default="block",
+        help="a full queue withholds credit from its producers (block, the default) or rejects messages",
+    )
+    parser.add_argument("--data-dir", help="keep queues, durable subscriptions and durable messages here (SQLite)")
     parser.add_argument("--max-message-size", type=int)
     parser.add_argument("--dead-letter-queue")
     parser.add_argument("--transaction-timeout", type=float, help="roll back transactions open longer (seconds)")
@@ -80,6 +89,9 @@ async def _main(arguments: argparse.Namespace) -> None:
         max_message_size=arguments.max_message_size,
         dead_letter_queue=arguments.dead_letter_queue,
         transaction_timeout=arguments.transaction_timeout,
+        max_memory=arguments.max_memory,
+        when_full=arguments.when_full,
+        data_dir=arguments.data_dir,
     )
     # The signal handlers are in place before "listening on" is printed: a signal sent as soon as that line is
     # read still shuts the broker down cleanly.
