@@ -38,8 +38,9 @@ class Producer:
     """A link on which a client sends, as the flow control sees it.
 
     Args:
-        credit: its credit now.
-        grant: sets its credit (and wakes its connection to tell the client).
+        credit: its credit now, plus the messages it sent that wait to be routed (they will take room).
+        grant: gives it room for this many messages, those it sent that wait to be routed included (and wakes
+            its connection to tell the client).
         target: the queue or topic its messages go to (None: per message, the anonymous relay).
     """
 

@@ -348,9 +348,10 @@ class _ServerConnection:
             group.cancel_scope.cancel()
 
     def _consumer_credit(self, link: protocol.SenderLink) -> int:
-        """A consumer's credit as dispatch sees it: none while more than OUTPUT_LIMIT bytes wait for the socket
-        (a slow reader must not make us queue without bound; the rest goes once the socket took enough)."""
-        if link.local_state is not EndpointState.ACTIVE:
+        """A consumer's credit as dispatch sees it: none while transfers wait for the client's session window
+        (dispatch resumes at its next flow), nor while more than OUTPUT_LIMIT bytes wait for the socket (the rest
+        goes once the socket took enough): a slow reader must not make us buffer without bound."""
+        if link.local_state is not EndpointState.ACTIVE or link.session.outgoing_backlog:
             return 0
         if self.engine.output_buffered > OUTPUT_LIMIT:
             if not self._output_waiting and self._group is not None:
@@ -461,12 +462,13 @@ class _ServerConnection:
             elif not broker._is_topic(address, getattr(target, "capabilities", None)):
                 node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
 
-        def grant(credit: int) -> None:
+        def grant(room: int) -> None:
             if link.local_state is EndpointState.ACTIVE:
-                link.grant_credit(credit)
+                link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
                 self.kick()
 
-        inbound = _Inbound(link, address, Producer(lambda: link.credit, grant, node))
+        # Its credit counts the messages received and not routed yet: they take room that is not taken yet.
+        inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node))
         link.user_data = inbound
         answer = Target(address=address, dynamic=bool(getattr(target, "dynamic", False)))
         link.attach(
@@ -683,6 +685,11 @@ class _ServerConnection:
     def _on_flow(self, event: ev.FlowReceived) -> None:
         link = event.link
         if not isinstance(link, protocol.SenderLink):
+            if not event.session.outgoing_backlog:
+                # the client's session window may have opened for consumers that waited on it
+                for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
+                    outbound.queue.dispatch()
+                self.kick()
             return
         outbound = link.user_data
         if isinstance(outbound, _Outbound):
