@@ -331,8 +331,15 @@ async def test_tls_cert_and_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "arguments",
-    [["--port", "not-a-number"], ["--no-such-option"], ["--max-queue-depth", "many"], ["stray"]],
-    ids=["bad-port", "unknown-option", "bad-depth", "positional"],
+    [
+        ["--port", "not-a-number"],
+        ["--no-such-option"],
+        ["--max-queue-depth", "many"],
+        ["--max-memory", "lots"],
+        ["--when-full", "drop"],
+        ["stray"],
+    ],
+    ids=["bad-port", "unknown-option", "bad-depth", "bad-memory", "bad-when-full", "positional"],
 )
 def test_a_bad_argument_fails_with_usage(arguments: list[str]) -> None:
     result = run_cli(*arguments)

@@ -193,8 +193,9 @@ class Queue:
         """A message this queue held is done with (settled, or dropped): uncount it and remove it from the store."""
         if entry.stored and self.store is not None:
             self.store.delete(entry)
-        if self.flow is not None:
-            self.flow.drop(entry.size)
+        flow = self.flow
+        if flow is not None:
+            flow.drop(entry.size)
 
     def clear(self) -> None:
         """The queue is deleted: release every message still in it."""

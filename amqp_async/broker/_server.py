@@ -7,6 +7,10 @@ target routes each message by its ``to`` address.
 
 All connections run on one event loop; a message routed by one connection is transferred by another connection's
 engine directly (synchronously, on the loop thread), which then wakes that connection's writer.
+
+Producers get credit from the broker's :class:`~._flow.Flow` (the queue depth and memory limits); with a data
+directory the :class:`~._store.Store` keeps queues and durable messages, and a durable message's outcome waits
+for its commit.
 """
 
 from __future__ import annotations
@@ -209,7 +213,9 @@ class Broker:
 
     def _settle_entry(self, queue: Queue, consumer: Consumer | None, entry: Entry, state: Any) -> None:
         """Apply the outcome a consumer gave a delivered message (now, or at the commit of its transaction)."""
-        if isinstance(state, Released):
+        if state.__class__ is Accepted:
+            queue.release(entry)  # the common case first: done with
+        elif isinstance(state, Released):
             queue.put_back([entry])
         elif isinstance(state, Modified):
             if state.message_annotations:
@@ -351,14 +357,21 @@ class _ServerConnection:
         """A consumer's credit as dispatch sees it: none while transfers wait for the client's session window
         (dispatch resumes at its next flow), nor while more than OUTPUT_LIMIT bytes wait for the socket (the rest
         goes once the socket took enough): a slow reader must not make us buffer without bound."""
-        if link.local_state is not EndpointState.ACTIVE or link.session.outgoing_backlog:
+        credit = link.link_credit
+        if (
+            credit <= 0
+            or self._output_waiting  # too much output waits for the socket (_pause_output)
+            or link.session.remote_incoming_window <= 0  # §2.5.6: the next transfer would wait in the session
+            or link.local_state is not EndpointState.ACTIVE
+        ):
             return 0
-        if self.engine.output_buffered > OUTPUT_LIMIT:
-            if not self._output_waiting and self._group is not None:
-                self._output_waiting = True
-                self._group.start_soon(self._resume_output)
-            return 0
-        return link.credit
+        return credit
+
+    def _pause_output(self) -> None:
+        """More than OUTPUT_LIMIT bytes wait for the socket: pause the consumers until it took enough."""
+        if not self._output_waiting and self._group is not None:
+            self._output_waiting = True
+            self._group.start_soon(self._resume_output)
 
     async def _resume_output(self) -> None:
         try:
@@ -580,9 +593,13 @@ class _ServerConnection:
         browse = source.distribution_mode == COPY
         settled = link.remote_snd_settle_mode == SND_SETTLED
 
+        engine = self.engine
+
         def send(entry: Entry) -> Any:
             delivery = link.send(entry.payload, settled=settled)
             self.kick()
+            if engine.output_buffered > OUTPUT_LIMIT:
+                self._pause_output()
             return None if settled or browse else delivery
 
         consumer = Consumer(send, functools.partial(self._consumer_credit, link), selector=selector, browse=browse)
@@ -685,7 +702,7 @@ class _ServerConnection:
     def _on_flow(self, event: ev.FlowReceived) -> None:
         link = event.link
         if not isinstance(link, protocol.SenderLink):
-            if not event.session.outgoing_backlog:
+            if event.session.remote_incoming_window > 0:
                 # the client's session window may have opened for consumers that waited on it
                 for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
                     outbound.queue.dispatch()
