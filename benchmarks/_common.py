@@ -128,9 +128,9 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def rss_bytes() -> int:
-    """This process's resident set size now (Linux /proc)."""
-    with open("/proc/self/statm") as statm:
+def rss_bytes(pid: int | None = None) -> int:
+    """The resident set size now of this process, or of process ``pid`` (Linux /proc)."""
+    with open(f"/proc/{pid or 'self'}/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 

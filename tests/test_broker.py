@@ -855,9 +855,9 @@ async def test_max_connections_refuses_the_extra_connection_with_resource_limit_
                 await again.open_sender("q")
 
 
-async def test_max_queue_depth_rejects_messages_beyond_it() -> None:
+async def test_max_queue_depth_with_when_full_reject_rejects_messages_beyond_it() -> None:
     with anyio.fail_after(TIMEOUT):
-        async with serving(max_queue_depth=3) as broker, connect(broker) as conn:
+        async with serving(max_queue_depth=3, when_full="reject") as broker, connect(broker) as conn:
             sender = await conn.open_sender("q")
             await send_all(sender, range(3))
             with pytest.raises(MessageRejected) as info:

@@ -268,7 +268,27 @@ async def test_users_file(tmp_path: Path, form: str) -> None:
 
 @pytest.mark.anyio
 async def test_max_queue_depth(tmp_path: Path) -> None:
+    """A full queue gives its producer no credit: the third send waits until a consumer takes one."""
     with broker_process(tmp_path, "--max-queue-depth", "2") as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                sender = await conn.open_sender("q")
+                assert sender.credit == 2
+                await sender.send(Message(body=1))
+                await sender.send(Message(body=2))
+                assert sender.credit == 0
+                with anyio.move_on_after(0.3) as waited:
+                    await sender.send(Message(body=3))
+                assert waited.cancelled_caught  # waiting for credit: nothing was sent
+                receiver = await conn.open_receiver("q", credit=2)
+                assert [(await receiver.receive()).message.body for _ in range(2)] == [1, 2]
+                assert isinstance(await sender.send(Message(body=3)), Accepted)
+        assert broker.signal(signal.SIGTERM) == 0
+
+
+@pytest.mark.anyio
+async def test_max_queue_depth_when_full_reject(tmp_path: Path) -> None:
+    with broker_process(tmp_path, "--max-queue-depth", "2", "--when-full", "reject") as broker:
         with anyio.fail_after(TIMEOUT):
             async with amqp_async.connect(broker.url, reconnect=False) as conn:
                 sender = await conn.open_sender("q")
@@ -311,8 +331,15 @@ async def test_tls_cert_and_key(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "arguments",
-    [["--port", "not-a-number"], ["--no-such-option"], ["--max-queue-depth", "many"], ["stray"]],
-    ids=["bad-port", "unknown-option", "bad-depth", "positional"],
+    [
+        ["--port", "not-a-number"],
+        ["--no-such-option"],
+        ["--max-queue-depth", "many"],
+        ["--max-memory", "lots"],
+        ["--when-full", "drop"],
+        ["stray"],
+    ],
+    ids=["bad-port", "unknown-option", "bad-depth", "bad-memory", "bad-when-full", "positional"],
 )
 def test_a_bad_argument_fails_with_usage(arguments: list[str]) -> None:
     result = run_cli(*arguments)

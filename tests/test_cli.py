@@ -435,7 +435,7 @@ def test_wrong_credentials_exit_4(tmp_path: Path, queue: str) -> None:
 
 
 def test_rejected_message_exits_6(tmp_path: Path, queue: str) -> None:
-    limited = BrokerCLI(tmp_path, "--max-queue-depth", "2")
+    limited = BrokerCLI(tmp_path, "--max-queue-depth", "2", "--when-full", "reject")
     try:
         result = cli("send", "-u", limited.url, queue, "--count", "3", "--window", "1")
         assert result.returncode == 6, result.stderr

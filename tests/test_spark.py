@@ -362,7 +362,7 @@ def test_a_rejecting_peer_fails_the_write_with_its_condition(spark: Any) -> None
 
 
 def test_a_full_queue_fails_the_write_with_resource_limit_exceeded(spark: Any) -> None:
-    with BrokerThread(max_queue_depth=100) as small:
+    with BrokerThread(max_queue_depth=100, when_full="reject") as small:
         rows = spark.range(500, numPartitions=1).selectExpr("cast(id as string) as body")
         with pytest.raises(Exception, match="amqp:resource-limit-exceeded"):
             rows.write.format("amqp").option("url", small.url).option("address", "tiny").mode("append").save()

@@ -120,7 +120,7 @@ async def test_rejected_message_makes_an_error_send_span(exporter: tuple[Any, In
     provider, memory = exporter
     with anyio.fail_after(TIMEOUT):
         async with (
-            Broker(port=0, max_queue_depth=1) as broker,
+            Broker(port=0, max_queue_depth=1, when_full="reject") as broker,
             amqp_async.connect(broker.url, tracing=provider) as conn,
         ):
             sender = await conn.open_sender("rejects")

@@ -5,6 +5,7 @@
                                 [--max-connections N] [--max-queue-depth N] [--max-message-size BYTES]
                                 [--dead-letter-queue ADDRESS] [--transaction-timeout SECONDS]
                                 [--ws-port P [--ws-path PATH]]
+                                [--max-memory BYTES] [--when-full block|reject] [--data-dir DIR]
 
 Prints ``listening on amqp://H:P`` once listening (and ``listening on ws://H:P/PATH`` with ``--ws-port``), logs
 one line per connection and link opened or closed, and shuts down cleanly on SIGINT or SIGTERM. A users file holds
@@ -57,7 +58,15 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tls-cert", help="certificate (PEM) to serve amqps")
     parser.add_argument("--tls-key", help="private key (PEM) of --tls-cert")
     parser.add_argument("--max-connections", type=int)
-    parser.add_argument("--max-queue-depth", type=int)
+    parser.add_argument("--max-queue-depth", type=int, help="the most messages waiting in a queue")
+    parser.add_argument("--max-memory", type=int, help="the most bytes of messages held (producers then wait)")
+    parser.add_argument(
+        "--when-full",
+        choices=("block", "reject"),
+        default="block",
+        help="a full queue withholds credit from its producers (block, the default) or rejects messages",
+    )
+    parser.add_argument("--data-dir", help="keep queues, durable subscriptions and durable messages here (SQLite)")
     parser.add_argument("--max-message-size", type=int)
     parser.add_argument("--dead-letter-queue")
     parser.add_argument("--transaction-timeout", type=float, help="roll back transactions open longer (seconds)")
@@ -88,6 +97,9 @@ async def _main(arguments: argparse.Namespace) -> None:
         transaction_timeout=arguments.transaction_timeout,
         ws_port=arguments.ws_port,
         ws_path=arguments.ws_path,
+        max_memory=arguments.max_memory,
+        when_full=arguments.when_full,
+        data_dir=arguments.data_dir,
     )
     # The signal handlers are in place before "listening on" is printed: a signal sent as soon as that line is
     # read still shuts the broker down cleanly.

@@ -10,6 +10,10 @@ Messages sent to a consumer wait, unsettled, in the consumer's ``unsettled`` map
 them; released and modified put them back at the head (modified with delivery-failed counts the attempt in the
 header's delivery-count); rejected drops them or moves them to the dead-letter queue. When a consumer goes away,
 its unsettled messages return to the head of their queue in their original order.
+
+A queue counts the messages it holds (queued, or delivered and not settled) in the broker's :class:`Flow` (the
+memory limit), and, when it is kept across restarts, writes its durable messages to the :class:`Store` on arrival
+and removes them on settlement (:meth:`Queue.release`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError
 from ..message import Message
+from ._store import is_durable
 
 if TYPE_CHECKING:
+    from ._flow import Flow, Producer
+    from ._store import Store
     from .selector import Selector
 
 __all__ = ["Consumer", "ConsumerFailed", "Entry", "Queue", "Topic"]
@@ -33,7 +40,7 @@ _sequence = itertools.count()
 class Entry:
     """One message in a queue: its bytes, and what the broker learned about it."""
 
-    __slots__ = ("_junk", "_message", "excluded", "payload", "sequence")
+    __slots__ = ("_junk", "_message", "dirty", "excluded", "payload", "sequence", "size", "stored")
 
     def __init__(self, payload: bytes, message: Message | None = None) -> None:
         self.payload = payload
@@ -42,6 +49,12 @@ class Entry:
         self._junk = False  # the payload was found not to decode
         #: consumers that said undeliverable-here (by identity).
         self.excluded: set[int] | None = None
+        #: the size counted in the memory limit.
+        self.size = len(payload)
+        #: its id in the store (0: not stored).
+        self.stored = 0
+        #: the payload changed since it was counted and stored.
+        self.dirty = False
 
     @property
     def message(self) -> Message:
@@ -70,6 +83,7 @@ class Entry:
         message = self.message
         message.annotations = {**(message.annotations or {}), **annotations}
         self.payload = message.encode()
+        self.dirty = True
 
     def failed_attempt(self) -> None:
         """Count a failed delivery attempt in the header (§3.4.5 delivery-failed), re-encoding the message; a
@@ -80,6 +94,7 @@ class Entry:
         message.delivery_count = message.delivery_count + 1
         message.first_acquirer = False
         self.payload = message.encode()
+        self.dirty = True
 
 
 class ConsumerFailed(Exception):
@@ -132,14 +147,28 @@ class Queue:
         name: the address.
         max_depth: the most messages it holds (None: no limit).
         dynamic: made for a dynamic source; deleted when its link detaches.
+        store: where its durable messages are kept (None: in memory only).
+        flow: the broker's accounting of the messages held (None: not counted).
     """
 
-    def __init__(self, name: str, *, max_depth: int | None = None, dynamic: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_depth: int | None = None,
+        dynamic: bool = False,
+        store: Store | None = None,
+        flow: Flow | None = None,
+    ) -> None:
         self.name = name
         self.max_depth = max_depth
         self.dynamic = dynamic
+        self.store = store
+        self.flow = flow
         self.entries: deque[Entry] = deque()
         self.consumers: list[Consumer] = []
+        #: the links that send to it (for their credit, :mod:`._flow`).
+        self.producers: set[Producer] = set()
         self._next = 0
         self.durable_subscription = False
 
@@ -151,16 +180,53 @@ class Queue:
         """True when the queue holds ``max_depth`` messages."""
         return self.max_depth is not None and len(self.entries) >= self.max_depth
 
+    def queues(self) -> list[Queue]:
+        """The queues its producers fill: itself."""
+        return [self]
+
     def put(self, entry: Entry) -> None:
-        """Append a message and offer it to the consumers."""
+        """Append a message (counted; stored when durable and the queue is kept) and offer it to the consumers."""
+        flow = self.flow
+        if flow is not None:
+            flow.hold(entry.size)
+        store = self.store
+        if store is not None and is_durable(entry.payload):
+            store.insert(entry, self.name)
         self.entries.append(entry)
         self.dispatch()
 
     def put_back(self, entries: list[Entry]) -> None:
         """Return messages to the head of the queue, keeping their order (released, or from a gone consumer)."""
         for entry in reversed(entries):
+            if entry.dirty:
+                self._changed(entry)
             self.entries.appendleft(entry)
         self.dispatch()
+
+    def _changed(self, entry: Entry) -> None:
+        """A held message's bytes changed: count and store the new ones."""
+        entry.dirty = False
+        size = len(entry.payload)
+        if self.flow is not None:
+            self.flow.resize(size - entry.size)
+        entry.size = size
+        if entry.stored and self.store is not None:
+            self.store.update(entry, self.name)
+
+    def release(self, entry: Entry) -> None:
+        """A message this queue held is done with (settled, or dropped): uncount it and remove it from the store."""
+        if entry.stored and self.store is not None:
+            self.store.delete(entry)
+        flow = self.flow
+        if flow is not None:
+            flow.drop(entry.size)
+
+    def clear(self) -> None:
+        """The queue is deleted: release every message still in it."""
+        entries = list(self.entries)
+        self.entries.clear()
+        for entry in entries:
+            self.release(entry)
 
     def subscribe(self, consumer: Consumer) -> None:
         """Add a consumer; it is offered messages as its credit allows."""
@@ -196,6 +262,7 @@ class Queue:
             return
         index = 0
         entries = self.entries
+        before = len(entries)
         while index < len(entries) and any(consumer.credit() > 0 for consumer in competing):
             entry = entries[index]
             chosen = None
@@ -220,6 +287,11 @@ class Queue:
                 continue
             if token is not None:
                 chosen.unsettled[token] = entry
+            else:
+                self.release(entry)  # sent settled (at-most-once): done with
+        flow = self.flow
+        if flow is not None and flow.starved and len(entries) < before:
+            flow.freed()  # room in the queue for producers waiting for credit
 
 
 class Topic:
@@ -232,16 +304,44 @@ class Topic:
     def __init__(self, name: str) -> None:
         self.name = name
         self.subscriptions: dict[str, Queue] = {}
+        #: the links that send to it (for their credit, :mod:`._flow`).
+        self.producers: set[Producer] = set()
+
+    def queues(self) -> list[Queue]:
+        """The queues its producers fill: its subscriptions."""
+        return list(self.subscriptions.values())
 
     def publish(self, entry: Entry) -> None:
-        """Copy a message to every subscription."""
+        """Copy a message to every subscription (one that is full misses it)."""
         for queue in self.subscriptions.values():
             if not queue.full:
                 queue.put(Entry(entry.payload, entry._message))
 
-    def subscription(self, key: str, *, max_depth: int | None = None) -> Queue:
-        """The subscription queue for ``key`` (made on first use)."""
+    def subscription(
+        self,
+        key: str,
+        *,
+        max_depth: int | None = None,
+        durable: bool = False,
+        store: Store | None = None,
+        flow: Flow | None = None,
+    ) -> Queue:
+        """The subscription queue for ``key`` (made on first use); a durable one is kept in ``store``."""
         queue = self.subscriptions.get(key)
         if queue is None:
-            queue = self.subscriptions[key] = Queue(f"{self.name}#{key}", max_depth=max_depth)
+            name = f"{self.name}#{key}"
+            queue = self.subscriptions[key] = Queue(
+                name, max_depth=max_depth, store=store if durable else None, flow=flow
+            )
+            if durable and store is not None:
+                store.add_queue(name, self.name, key)
+        if durable and not queue.durable_subscription:
+            queue.durable_subscription = True
+            if store is not None and queue.store is None:
+                # a subscription that becomes durable: keep it, and the durable messages it holds, from now on
+                queue.store = store
+                store.add_queue(queue.name, self.name, key)
+                for entry in queue.entries:
+                    if is_durable(entry.payload):
+                        store.insert(entry, queue.name)
         return queue

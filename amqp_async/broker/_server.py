@@ -13,13 +13,19 @@ session or detaches the link with the condition that names the breach). An excep
 of one connection (a bug of ours) closes that connection alone, with ``amqp:internal-error``, logs it once with its
 traceback, rolls back its transactions and returns its unsettled messages to their queues; the broker and every
 other connection go on (see :meth:`_ServerConnection.fail`).
+
+Producers get credit from the broker's :class:`~._flow.Flow` (the queue depth and memory limits); with a data
+directory the :class:`~._store.Store` keeps queues and durable messages, and a durable message's outcome waits
+for its commit.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import ssl
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -47,10 +53,13 @@ from ..errors import DecodeError
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
+from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslServer
 from ..protocol.sasl_scram import InMemoryCredentialStore
 from ..types import symbol
+from ._flow import WINDOW, Flow, Producer
 from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
+from ._store import Store, is_durable
 from ._transactions import Coordinator as TransactionCoordinator
 from .selector import SelectorError, compile_selector
 
@@ -59,7 +68,9 @@ __all__ = ["Broker"]
 log = logging.getLogger("amqp_async.broker")
 
 TOPIC_PREFIX = "topic://"
-INCOMING_CREDIT = 500
+INCOMING_CREDIT = WINDOW
+#: The most output a connection queues for its socket before its consumers wait (a slow reader).
+OUTPUT_LIMIT = 1 << 20
 _SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
 _ACCEPTED = Accepted()
 #: Seconds a WebSocket client has to send its upgrade request (one that connects and stays silent is dropped).
@@ -71,7 +82,7 @@ def _error(condition: str, description: str) -> Error:
 
 
 class Broker:
-    """An in-memory AMQP 1.0 broker.
+    """An AMQP 1.0 broker, in memory (with ``data_dir``, its queues and durable messages also kept on disk).
 
     Use it in-process as an async context manager (``async with Broker() as broker: broker.url``), which serves
     on a free port when ``port`` is 0, or run ``python -m amqp_async.broker``.
@@ -83,7 +94,13 @@ class Broker:
         allow_anonymous: also offer SASL ANONYMOUS (default: only when no users are given).
         ssl_context: a server-side SSL context (certificate and key loaded) to serve amqps.
         max_connections: refuse connections beyond this many (``amqp:resource-limit-exceeded``).
-        max_queue_depth: refuse messages to a queue that holds this many (``amqp:resource-limit-exceeded``).
+        max_queue_depth: the most messages waiting in a queue: producers get no more credit than the room left
+            (or, with ``when_full="reject"``, messages beyond it are refused with ``amqp:resource-limit-exceeded``).
+        max_memory: the most bytes of messages held (queued, or delivered and not settled): producers get no more
+            credit than the room left.
+        when_full: ``"block"`` (withhold credit, the default) or ``"reject"``: what a full queue does to producers.
+        data_dir: keep queues, durable subscriptions and durable messages in this directory (SQLite), across
+            restarts; a durable message is accepted once it is stored. None: in memory only.
         max_message_size: the largest message accepted (announced in attach; larger ones are rejected).
         dead_letter_queue: where rejected messages go (None: they are dropped).
         transaction_timeout: roll back transactions open longer than this many seconds (checked when they are
@@ -110,7 +127,12 @@ class Broker:
         container_id: str = "amqp_async-broker",
         ws_port: int | None = None,
         ws_path: str | None = None,
+        max_memory: int | None = None,
+        when_full: str = "block",
+        data_dir: str | Path | None = None,
     ) -> None:
+        if when_full not in ("block", "reject"):
+            raise ValueError(f"when_full must be 'block' or 'reject', not {when_full!r}")
         self.host = host
         self.port = port
         self.users = users
@@ -124,6 +146,11 @@ class Broker:
         self.container_id = container_id
         self.ws_port = ws_port
         self.ws_path = ws_path
+        self.max_memory = max_memory
+        self.data_dir = data_dir
+        self.flow = Flow(max_memory, block_full_queues=when_full == "block")
+        #: the durable store (opened by :meth:`serve` when there is a ``data_dir``).
+        self.storage: Store | None = None
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.connections: set[_ServerConnection] = set()
@@ -148,12 +175,38 @@ class Broker:
 
     # --- nodes -------------------------------------------------------------------------------------------
 
-    def queue(self, name: str) -> Queue:
-        """The queue named ``name``, made on first use."""
+    def queue(self, name: str, *, dynamic: bool = False) -> Queue:
+        """The queue named ``name``, made on first use (kept in the store, if any, unless it is ``dynamic``)."""
         queue = self.queues.get(name)
         if queue is None:
-            queue = self.queues[name] = Queue(name, max_depth=self.max_queue_depth)
+            store = None if dynamic else self.storage
+            queue = self.queues[name] = Queue(
+                name, max_depth=self.max_queue_depth, dynamic=dynamic, store=store, flow=self.flow
+            )
+            if store is not None:
+                store.add_queue(name)
         return queue
+
+    def _open_store(self) -> Store:
+        """Open the store and load what it kept: queues, durable subscriptions, their messages."""
+        assert self.data_dir is not None
+        store = self.storage = Store(self.data_dir)
+        loaded = 0
+        for stored in store.load():
+            if stored.topic is not None and stored.subscription is not None:
+                queue = self.topic(stored.topic).subscription(
+                    stored.subscription, max_depth=self.max_queue_depth, durable=True, store=store, flow=self.flow
+                )
+            else:
+                queue = self.queue(stored.name)
+            for identifier, payload in stored.messages:
+                entry = Entry(payload)
+                entry.stored = identifier
+                self.flow.hold(entry.size)
+                queue.entries.append(entry)
+                loaded += 1
+        log.info("store %s: %d queues, %d messages loaded", store.path, len(self.queues), loaded)
+        return store
 
     def topic(self, name: str) -> Topic:
         """The topic named ``name``, made on first use."""
@@ -185,7 +238,9 @@ class Broker:
 
     def _settle_entry(self, queue: Queue, consumer: Consumer | None, entry: Entry, state: Any) -> None:
         """Apply the outcome a consumer gave a delivered message (now, or at the commit of its transaction)."""
-        if isinstance(state, Released):
+        if state.__class__ is Accepted:
+            queue.release(entry)  # the common case first: done with
+        elif isinstance(state, Released):
             queue.put_back([entry])
         elif isinstance(state, Modified):
             if state.message_annotations:
@@ -196,7 +251,10 @@ class Broker:
                 entry.excluded = (entry.excluded or set()) | {id(consumer)}
             queue.put_back([entry])
         elif isinstance(state, Rejected) and self.dead_letter_queue:
+            queue.release(entry)
             self.queue(self.dead_letter_queue).put(entry)
+        else:
+            queue.release(entry)  # accepted, or rejected with nowhere to go: done with
 
     def _temporary_address(self) -> str:
         return f"temp-queue://{self.container_id}/{next(self._dynamic_names)}"
@@ -218,21 +276,30 @@ class Broker:
         return listener
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen and serve until cancelled."""
+        """Listen and serve until cancelled (with a ``data_dir``, the store is loaded first)."""
+        store = self._open_store() if self.data_dir is not None and self.storage is None else self.storage
         listener = self._listener = await self._listen()
         log.info("listening on %s", self.url)
-        if self.ws_port is None:
-            task_status.started()
-            async with listener:
-                await listener.serve(self._handle)
-            return
-        require_wsproto()
-        ws_listener = await self._listen(self.ws_port)
-        log.info("listening on %s", self.ws_url)
-        task_status.started()
-        async with listener, ws_listener, anyio.create_task_group() as group:
-            group.start_soon(ws_listener.serve, self._handle_websocket)
-            await listener.serve(self._handle)
+        try:
+            async with anyio.create_task_group() as group:
+                if store is not None:
+                    await group.start(store.run)
+                ws_listener = None
+                if self.ws_port is not None:
+                    require_wsproto()
+                    ws_listener = await self._listen(self.ws_port)
+                    log.info("listening on %s", self.ws_url)
+                task_status.started()
+                async with listener:
+                    if ws_listener is None:
+                        await listener.serve(self._handle)
+                    else:
+                        async with ws_listener:
+                            group.start_soon(ws_listener.serve, self._handle_websocket)
+                            await listener.serve(self._handle)
+        finally:
+            if store is not None:
+                store.close()
 
     async def _handle_websocket(self, stream: anyio.abc.ByteStream) -> None:
         """A WebSocket client: its upgrade request answered (bounded in time), then an AMQP connection as any."""
@@ -272,10 +339,13 @@ class Broker:
 
 
 class _Inbound:
-    """What the broker keeps for a link on which a client sends: its target address (None: anonymous relay)."""
+    """What the broker keeps for a link on which a client sends: its target address (None: anonymous relay), and
+    the link as the flow control sees it."""
 
-    def __init__(self, address: str | None) -> None:
+    def __init__(self, link: protocol.ReceiverLink, address: str | None, producer: Producer) -> None:
+        self.link = link
         self.address = address
+        self.producer = producer
 
 
 class _ControlLink:
@@ -323,6 +393,9 @@ class _ServerConnection:
         self._outbound: list[_Outbound] = []
         #: our handling of this connection failed (see :meth:`fail`): its events are ignored from then on.
         self.failed = False
+        self._inbound: list[_Inbound] = []
+        self._group: anyio.abc.TaskGroup | None = None
+        self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
         self.transactions = TransactionCoordinator(
             broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
         )
@@ -333,7 +406,39 @@ class _ServerConnection:
 
     async def run(self) -> None:
         """Serve the connection until it ends."""
-        await self._driver.run()
+        async with anyio.create_task_group() as group:
+            self._group = group  # for the wait on a slow socket (_resume_output), started only when needed
+            await self._driver.run()
+            group.cancel_scope.cancel()
+
+    def _consumer_credit(self, link: protocol.SenderLink) -> int:
+        """A consumer's credit as dispatch sees it: none while transfers wait for the client's session window
+        (dispatch resumes at its next flow), nor while more than OUTPUT_LIMIT bytes wait for the socket (the rest
+        goes once the socket took enough): a slow reader must not make us buffer without bound."""
+        credit = link.link_credit
+        if (
+            credit <= 0
+            or self._output_waiting  # too much output waits for the socket (_pause_output)
+            or link.session.remote_incoming_window <= 0  # §2.5.6: the next transfer would wait in the session
+            or link.local_state is not EndpointState.ACTIVE
+        ):
+            return 0
+        return credit
+
+    def _pause_output(self) -> None:
+        """More than OUTPUT_LIMIT bytes wait for the socket: pause the consumers until it took enough."""
+        if not self._output_waiting and self._group is not None:
+            self._output_waiting = True
+            self._group.start_soon(self._resume_output)
+
+    async def _resume_output(self) -> None:
+        try:
+            await self._driver.wait_output_below(OUTPUT_LIMIT // 2, lambda: None)
+        finally:
+            self._output_waiting = False
+        for outbound in list(self._outbound):
+            outbound.queue.dispatch()
+        self.kick()
 
     def _on_events(self, events: list[ev.Event]) -> None:
         for event in events:
@@ -365,6 +470,9 @@ class _ServerConnection:
         for outbound in self._outbound:
             self._unsubscribe(outbound)
         self._outbound.clear()
+        for inbound in self._inbound:
+            self.broker.flow.remove(inbound.producer)
+        self._inbound.clear()
 
     # --- events ------------------------------------------------------------------------------------------
 
@@ -387,6 +495,8 @@ class _ServerConnection:
             # The session's links end with it (the engine has forgotten them): their consumers go too.
             for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
                 self._on_detach(outbound.link)
+            for inbound in [inbound for inbound in self._inbound if inbound.link.session is event.session]:
+                self._on_detach(inbound.link)
         elif isinstance(event, ev.ConnectionOpened):
             self._on_open(event)
         elif isinstance(event, ev.ConnectionClosed):
@@ -426,17 +536,30 @@ class _ServerConnection:
         if isinstance(target, Coordinator):
             self._attach_coordinator(link)
             return
+        broker = self.broker
         if isinstance(target, Target) and target.dynamic:
-            address: str | None = self.broker._temporary_address()
-            self.broker.queue(address).dynamic = True  # type: ignore[arg-type]
+            address: str | None = broker._temporary_address()
+            broker.queue(address, dynamic=True)  # type: ignore[arg-type]
         elif isinstance(target, Target) or target is None:
             address = None if target is None else target.address
         else:
             self._refuse(link, conditions.NOT_IMPLEMENTED, f"targets of type {type(target).__name__} are not supported")
             return
-        link.user_data = _Inbound(address)
-        if address is not None and not self.broker._is_topic(address, getattr(target, "capabilities", None)):
-            self.broker.queue(address)  # queues are made on first attach, by senders and receivers alike
+        node: Queue | Topic | None = None
+        if address is not None:
+            if broker._is_topic(address):
+                node = broker.topic(address)
+            elif not broker._is_topic(address, getattr(target, "capabilities", None)):
+                node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
+
+        def grant(room: int) -> None:
+            if link.local_state is EndpointState.ACTIVE:
+                link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
+                self.kick()
+
+        # Its credit counts the messages received and not routed yet: they take room that is not taken yet.
+        inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node))
+        link.user_data = inbound
         answer = Target(address=address, dynamic=bool(getattr(target, "dynamic", False)))
         link.attach(
             source=link.remote_source,
@@ -446,7 +569,8 @@ class _ServerConnection:
             max_message_size=self.broker.max_message_size,
         )
         link.max_message_size = self.broker.max_message_size
-        link.grant_credit(INCOMING_CREDIT)
+        self._inbound.append(inbound)
+        broker.flow.add(inbound.producer)  # its first credit: a window, or the room the limits leave
         log.info("link %r attached: %s sends to %s", link.name, self.peer, address or "(anonymous relay)")
 
     def _attach_coordinator(self, link: protocol.ReceiverLink) -> None:
@@ -470,6 +594,11 @@ class _ServerConnection:
             if delivery.aborted:
                 continue
             state = self._control(bytes(delivery.payload))
+            storage = self.broker.storage
+            if storage is not None and state is _ACCEPTED:
+                # a discharge: what the commit (or rollback) changed is stored before the client hears of it
+                storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
+                continue
             link.settle(delivery, state, settled=not second)
         if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
             link.grant_credit(INCOMING_CREDIT)
@@ -521,8 +650,7 @@ class _ServerConnection:
         key: str | None = None
         if source.dynamic:
             address = broker._temporary_address()
-            queue = broker.queue(address)
-            queue.dynamic = True
+            queue = broker.queue(address, dynamic=True)
         elif source.address is None:
             self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
             return
@@ -534,12 +662,15 @@ class _ServerConnection:
                 remote_open = self.engine.remote_open
                 container = remote_open.container_id if remote_open is not None else self.peer
                 key = f"{container}/{link.name}" if durable else f"{id(link)}"
-                queue = owner.subscription(key, max_depth=broker.max_queue_depth)
-                queue.durable_subscription = durable
+                queue = owner.subscription(
+                    key, max_depth=broker.max_queue_depth, durable=durable, store=broker.storage, flow=broker.flow
+                )
             else:
                 queue = broker.queue(address)
         browse = source.distribution_mode == COPY
         settled = link.remote_snd_settle_mode == SND_SETTLED
+
+        engine = self.engine
 
         def send(entry: Entry) -> Any:
             # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
@@ -549,14 +680,11 @@ class _ServerConnection:
                 self.fail(exc)
                 raise ConsumerFailed from exc
             self.kick()
+            if engine.output_buffered > OUTPUT_LIMIT:
+                self._pause_output()
             return None if settled or browse else delivery
 
-        consumer = Consumer(
-            send,
-            lambda: link.credit if link.local_state is EndpointState.ACTIVE else 0,
-            selector=selector,
-            browse=browse,
-        )
+        consumer = Consumer(send, functools.partial(self._consumer_credit, link), selector=selector, browse=browse)
         outbound = _Outbound(link, queue, consumer, owner, key)
         link.user_data = outbound
         self._outbound.append(outbound)
@@ -591,6 +719,7 @@ class _ServerConnection:
         if not isinstance(inbound, _Inbound):
             return
         broker = self.broker
+        storage = broker.storage
         second = link.rcv_settle_mode == RCV_SECOND
         while link.incoming:
             delivery = link.incoming.popleft()
@@ -633,13 +762,33 @@ class _ServerConnection:
                     state = transaction.accepted
                 else:
                     state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
+            elif refusal is None and storage is not None and is_durable(payload):
+                # a durable message is accepted once it is stored: after the commit of the batch now open
+                storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
+                continue
             link.settle(delivery, state, settled=not second)
-        if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
-            link.grant_credit(INCOMING_CREDIT)
+        if link.local_state is EndpointState.ACTIVE:
+            broker.flow.top_up(inbound.producer)
+
+    def _settle_stored(self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool) -> None:
+        """Send the outcome that waited for the store's commit (unless the link has gone meanwhile: the client
+        then holds the message in doubt)."""
+        if link.local_state is not EndpointState.ACTIVE or self.engine.closed:
+            return
+        try:
+            link.settle(delivery, state, settled=settled)
+        except LocalProtocolError:
+            return  # its session ended meanwhile
+        self.kick()
 
     def _on_flow(self, event: ev.FlowReceived) -> None:
         link = event.link
         if not isinstance(link, protocol.SenderLink):
+            if event.session.remote_incoming_window > 0:
+                # the client's session window may have opened for consumers that waited on it
+                for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
+                    outbound.queue.dispatch()
+                self.kick()
             return
         outbound = link.user_data
         if isinstance(outbound, _Outbound):
@@ -694,13 +843,18 @@ class _ServerConnection:
             log.info("link %r detached (%s)", link.name, self.peer)
         elif isinstance(outbound, _Inbound):
             link.user_data = None
+            self.broker.flow.remove(outbound.producer)
+            if outbound in self._inbound:
+                self._inbound.remove(outbound)
             log.info("link %r detached (%s)", link.name, self.peer)
 
     def _unsubscribe(self, outbound: _Outbound) -> None:
         broker = self.broker
         queue = outbound.queue
         queue.unsubscribe(outbound.consumer)
-        if queue.dynamic and not queue.consumers:
-            broker.queues.pop(queue.name, None)
-        if outbound.topic is not None and outbound.key is not None and not queue.durable_subscription:
-            outbound.topic.subscriptions.pop(outbound.key, None)
+        gone = queue.dynamic and not queue.consumers and broker.queues.pop(queue.name, None) is not None
+        topic, key = outbound.topic, outbound.key
+        if topic is not None and key is not None and not queue.durable_subscription:
+            gone = topic.subscriptions.pop(key, None) is not None
+        if gone:
+            queue.clear()  # a deleted node: its messages are dropped

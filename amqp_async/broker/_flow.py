@@ -1,0 +1,150 @@
+"""The broker's credit for producers: how it stays within ``max_queue_depth`` and ``max_memory`` (backpressure).
+
+A producer (a link on which a client sends) gets credit (§2.6.7) in windows of :data:`WINDOW` messages, topped
+up when it falls below half. With limits, a window is never larger than the room left:
+
+- ``max_queue_depth``: a producer to a queue gets at most the room of the queue (the limit, less the messages
+  waiting in it, less the credit its other producers hold); a producer to a topic, the least room of the topic's
+  subscriptions. Every transfer uses a credit and adds a message, so the depth never passes the limit. (Messages
+  that come back, released or from a consumer gone, return to their queue even above it: the credit then waits.)
+- ``max_memory``: all producers together get at most the room left in bytes, counted in messages of the larger of
+  the average size held and the last size seen (the limit, less the bytes of the messages held, less the credit
+  every producer holds); before the first message, one credit. With messages of one size the bytes held never
+  pass the limit; with mixed sizes, by at most the difference the estimate made.
+
+A producer refused a full window is *starved*: once consumers take messages or settle them (:meth:`Flow.freed`)
+it gets credit again, as soon as the room is worth a window (half of one, or half of the limit when that is
+smaller) — never a trickle of single credits. Nothing is rejected and the producers' sends simply wait.
+
+Producers whose address is known only per message (the anonymous relay) are held by the memory limit only; a
+queue that is full when such a message arrives refuses it with ``amqp:resource-limit-exceeded``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._nodes import Queue, Topic
+
+__all__ = ["WINDOW", "Flow", "Producer"]
+
+#: The credit a producer holds at most (and gets again once it used half).
+WINDOW = 500
+
+
+class Producer:
+    """A link on which a client sends, as the flow control sees it.
+
+    Args:
+        credit: its credit now, plus the messages it sent that wait to be routed (they will take room).
+        grant: gives it room for this many messages, those it sent that wait to be routed included (and wakes
+            its connection to tell the client).
+        target: the queue or topic its messages go to (None: per message, the anonymous relay).
+    """
+
+    __slots__ = ("credit", "grant", "target")
+
+    def __init__(self, credit: Callable[[], int], grant: Callable[[int], None], target: Queue | Topic | None) -> None:
+        self.credit = credit
+        self.grant = grant
+        self.target = target
+
+
+class Flow:
+    """Credit for the broker's producers, and the bytes of the messages it holds.
+
+    Args:
+        max_memory: the most bytes of message payloads held at once (None: no limit).
+        block_full_queues: withhold credit from producers of a queue at its ``max_depth`` (else the queue's
+            messages beyond it are rejected, and only the memory limit holds producers back).
+    """
+
+    def __init__(self, max_memory: int | None = None, *, block_full_queues: bool = True) -> None:
+        self.max_memory = max_memory
+        self.block_full_queues = block_full_queues
+        #: bytes and count of the messages held (queued, delivered and not settled).
+        self.held_bytes = 0
+        self.held_count = 0
+        self.last_size = 0
+        self.producers: set[Producer] = set()
+        self.starved: set[Producer] = set()
+
+    # --- accounting (from the queues) ---------------------------------------------------------------------
+
+    def hold(self, size: int) -> None:
+        """A message of ``size`` bytes is held."""
+        self.held_bytes += size
+        self.held_count += 1
+        self.last_size = size
+
+    def drop(self, size: int) -> None:
+        """A held message of ``size`` bytes is gone (settled, or its queue deleted)."""
+        self.held_bytes -= size
+        self.held_count -= 1
+        if self.starved:
+            self.freed()
+
+    def resize(self, change: int) -> None:
+        """A held message changed size (annotations, delivery-count)."""
+        self.held_bytes += change
+
+    # --- producers ----------------------------------------------------------------------------------------
+
+    def add(self, producer: Producer) -> None:
+        """A new producer: give it its first credit."""
+        self.producers.add(producer)
+        if producer.target is not None:
+            producer.target.producers.add(producer)
+        self.top_up(producer)
+
+    def remove(self, producer: Producer) -> None:
+        """A producer is gone (its link detached): its credit is free for the others."""
+        self.producers.discard(producer)
+        self.starved.discard(producer)
+        if producer.target is not None:
+            producer.target.producers.discard(producer)
+        if self.starved:
+            self.freed()
+
+    def top_up(self, producer: Producer) -> None:
+        """Give a producer a new window when it used half of its own (and the limits leave room)."""
+        credit = producer.credit()
+        if credit >= WINDOW // 2:
+            return
+        if self.max_memory is None and (not self.block_full_queues or producer.target is None):
+            producer.grant(WINDOW)  # no limit applies: the plain window
+            return
+        room, worth = self._room(producer)
+        if room - credit >= worth:
+            producer.grant(room)
+            self.starved.discard(producer)
+        else:
+            self.starved.add(producer)
+
+    def freed(self) -> None:
+        """Room was made (messages taken or settled): starved producers get credit again if it is worth it."""
+        for producer in list(self.starved):
+            self.top_up(producer)
+
+    def _room(self, producer: Producer) -> tuple[int, int]:
+        """The most credit ``producer`` may hold now, and the least worth granting."""
+        room = WINDOW
+        worth = WINDOW // 2
+        target = producer.target
+        if self.block_full_queues and target is not None:
+            promised = sum(other.credit() for other in target.producers if other is not producer)
+            for queue in target.queues():
+                if queue.max_depth is not None:
+                    room = min(room, queue.max_depth - len(queue.entries) - promised)
+                    worth = min(worth, max(1, queue.max_depth // 2))
+        if self.max_memory is not None:
+            if not self.last_size:
+                return 1, 1  # no message seen yet: one, to learn the size
+            # Counted in messages of the larger of the average size held and the last one seen.
+            size = max(self.last_size, self.held_bytes // self.held_count if self.held_count else 0, 1)
+            promised = sum(other.credit() for other in self.producers if other is not producer)
+            room = min(room, (self.max_memory - self.held_bytes) // size - promised)
+            worth = min(worth, max(1, self.max_memory // size // 2))
+        return max(room, 0), worth

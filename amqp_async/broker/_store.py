@@ -1,0 +1,274 @@
+"""The embedded broker's durable store: SQLite (standard library) in WAL mode, written by group commit.
+
+What it keeps (``Broker(data_dir=...)``, ``--data-dir DIR``): the queues (not the temporary ones of dynamic
+nodes), the durable topic subscriptions, and every durable message (header ``durable`` true) held by one of them,
+from its arrival until its settlement. Everything else stays in memory only, as without a data directory.
+
+The broker keeps working in memory: every message it holds is also in its queues' memory, and the store is the
+write-ahead copy that a restart (or a ``kill -9``) loads back. The broker's loop never waits on the disk: the
+operations of a turn of the loop (inserts, payload updates, deletes, new queues) gather in the current
+:class:`_Batch`; one task writes the batch in a worker thread as one SQLite transaction, and only once it is
+committed runs the batch's callbacks, which send what had to wait for it (the ``accepted`` of a durable message,
+the outcome of a transaction's commit). Operations arriving meanwhile gather in the next batch: under load, one
+commit (and one ``fsync``) covers many messages.
+
+Removals are not waited for: a message whose settlement was not committed yet when the broker died is delivered
+again after the restart (at-least-once). A message inserted and removed before its batch was written is never
+written at all.
+
+The layout: ``queues(name, topic, subscription)`` and ``messages(id, queue, payload)``; a queue's messages load
+in ``id`` order, which is their arrival order.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+if TYPE_CHECKING:
+    from ._nodes import Entry
+
+__all__ = ["Store", "StoredQueue", "is_durable"]
+
+log = logging.getLogger("amqp_async.broker")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, topic TEXT, subscription TEXT);
+CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, queue TEXT NOT NULL, payload BLOB NOT NULL);
+"""
+
+# §3.2.1: the header section (descriptor 0x70) comes first; its first field is durable (a boolean).
+_HEADER = b"\x00\x53\x70"
+_TRUE = 0x41
+_BOOLEAN = 0x56
+_LIST8 = 0xC0
+_LIST32 = 0xD0
+
+
+def is_durable(payload: bytes) -> bool:
+    """Whether an encoded message's header says ``durable`` (§3.2.1), read from its first bytes."""
+    if payload[:3] != _HEADER or len(payload) < 6:
+        return False
+    code = payload[3]
+    if code == _LIST8:
+        # list8: size, count, then the fields; a count of 0 leaves durable at its default (false)
+        return payload[5] > 0 and len(payload) > 6 and _boolean(payload, 6)
+    if code == _LIST32:
+        return len(payload) > 12 and int.from_bytes(payload[8:12], "big") > 0 and _boolean(payload, 12)
+    return False  # list0: no fields
+
+
+def _boolean(payload: bytes, offset: int) -> bool:
+    code = payload[offset]
+    return code == _TRUE or (code == _BOOLEAN and len(payload) > offset + 1 and payload[offset + 1] == 1)
+
+
+class StoredQueue:
+    """A queue as the store has it: its name, and for a durable subscription its topic and subscription key."""
+
+    __slots__ = ("messages", "name", "subscription", "topic")
+
+    def __init__(self, name: str, topic: str | None, subscription: str | None) -> None:
+        self.name = name
+        self.topic = topic
+        self.subscription = subscription
+        #: (id, payload) in arrival order.
+        self.messages: list[tuple[int, bytes]] = []
+
+
+class _Batch:
+    """The operations of one SQLite transaction, and what waits for its commit."""
+
+    __slots__ = ("callbacks", "committed", "deletes", "fresh", "queues", "writes")
+
+    def __init__(self) -> None:
+        self.queues: list[tuple[str, str | None, str | None]] = []
+        #: id -> (queue, payload): rows to insert or replace.
+        self.writes: dict[int, tuple[str, bytes]] = {}
+        #: ids first inserted by this batch (a removal then cancels the insert: nothing to write).
+        self.fresh: set[int] = set()
+        self.deletes: list[int] = []
+        self.callbacks: list[Callable[[], None]] = []
+        self.committed = False
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.writes or self.deletes or self.callbacks)
+
+
+class Store:
+    """The durable copy of the broker's queues and durable messages, in ``directory/broker.sqlite3``.
+
+    Args:
+        directory: the data directory (made if missing).
+        synchronous: SQLite's ``synchronous`` setting: ``"FULL"`` (the default) makes each commit survive a
+            power loss as well as a crash; ``"NORMAL"`` survives a crash of the broker process (``kill -9``) and
+            may lose the last commits on a power loss.
+    """
+
+    def __init__(self, directory: str | Path, *, synchronous: str = "FULL") -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "broker.sqlite3"
+        # One thread at a time uses the connection (the writer task's worker thread, or the loop at start and
+        # stop): never concurrently, so sharing it between threads is safe.
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={synchronous}")
+        db.executescript(_SCHEMA)
+        self._next_id: int = 1 + db.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
+        self._db: sqlite3.Connection | None = db
+        self._batch = _Batch()
+        self._in_flight: _Batch | None = None  # taken by the writer task, maybe not written (cancelled first)
+        self._wake: anyio.Event | None = None
+        self._known_queues: set[str] = set()
+        self.commits = 0  # batches written (the number of SQLite transactions)
+
+    # --- loading -----------------------------------------------------------------------------------------
+
+    def load(self) -> list[StoredQueue]:
+        """The queues stored, each with its messages in arrival order."""
+        db = self._db
+        assert db is not None, "the store is closed"
+        queues: dict[str, StoredQueue] = {}
+        for name, topic, subscription in db.execute("SELECT name, topic, subscription FROM queues"):
+            queues[name] = StoredQueue(name, topic, subscription)
+            self._known_queues.add(name)
+        orphans = 0
+        for identifier, queue, payload in db.execute("SELECT id, queue, payload FROM messages ORDER BY id"):
+            stored = queues.get(queue)
+            if stored is None:
+                orphans += 1  # cannot happen through the broker (queues are written before their messages)
+                continue
+            stored.messages.append((identifier, bytes(payload)))
+        if orphans:
+            log.warning("store %s: %d messages of unknown queues ignored", self.path, orphans)
+        return list(queues.values())
+
+    # --- operations (on the event loop; written by the next commit) --------------------------------------
+
+    def add_queue(self, name: str, topic: str | None = None, subscription: str | None = None) -> None:
+        """Keep a queue (or a durable subscription's queue) across restarts."""
+        if name in self._known_queues:
+            return
+        self._known_queues.add(name)
+        self._batch.queues.append((name, topic, subscription))
+        self._wake_writer()
+
+    def insert(self, entry: Entry, queue: str) -> None:
+        """Keep a message held by ``queue`` (its ``stored`` id is set now)."""
+        identifier = self._next_id
+        self._next_id = identifier + 1
+        entry.stored = identifier
+        batch = self._batch
+        batch.writes[identifier] = (queue, entry.payload)
+        batch.fresh.add(identifier)
+        self._wake_writer()
+
+    def update(self, entry: Entry, queue: str) -> None:
+        """A kept message changed (annotations, delivery-count): write its new bytes."""
+        self._batch.writes[entry.stored] = (queue, entry.payload)
+        self._wake_writer()
+
+    def delete(self, entry: Entry) -> None:
+        """A kept message was settled: remove it."""
+        identifier = entry.stored
+        entry.stored = 0
+        batch = self._batch
+        if identifier in batch.fresh:
+            batch.fresh.discard(identifier)  # never written: nothing to remove
+            del batch.writes[identifier]
+            return
+        batch.writes.pop(identifier, None)
+        batch.deletes.append(identifier)
+        self._wake_writer()
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once everything asked of the store so far is committed."""
+        self._batch.callbacks.append(callback)
+        self._wake_writer()
+
+    # --- writing -----------------------------------------------------------------------------------------
+
+    def _wake_writer(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Write batches until cancelled; then write what is left (on a clean stop) and close the database."""
+        task_status.started()
+        try:
+            while True:
+                if not self._batch:
+                    wake = self._wake = anyio.Event()
+                    await wake.wait()
+                batch = self._in_flight = self._batch
+                self._batch = _Batch()
+                if batch.queues or batch.writes or batch.deletes:
+                    # The thread is not abandoned on cancellation: a commit under way completes. Cancelled
+                    # before it started, the batch is written by close().
+                    await anyio.to_thread.run_sync(self._write, batch)
+                self._in_flight = None
+                for callback in batch.callbacks:
+                    try:
+                        callback()
+                    except Exception:  # one connection's trouble must not stop the store for everyone
+                        log.exception("after a commit")
+        finally:
+            self.close()
+
+    def _write(self, batch: _Batch) -> None:
+        db = self._db
+        if db is None:
+            return  # closed (the broker stopped): what came after is not kept
+        db.execute("BEGIN")
+        try:
+            if batch.queues:
+                db.executemany("INSERT OR IGNORE INTO queues VALUES (?, ?, ?)", batch.queues)
+            if batch.writes:
+                db.executemany(
+                    "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)",
+                    [(identifier, queue, payload) for identifier, (queue, payload) in batch.writes.items()],
+                )
+            if batch.deletes:
+                db.executemany("DELETE FROM messages WHERE id = ?", [(identifier,) for identifier in batch.deletes])
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        batch.committed = True
+        self.commits += 1
+
+    def flush(self) -> None:
+        """Write the pending operations now, on this thread (at a clean stop; their callbacks are dropped)."""
+        in_flight = self._in_flight
+        self._in_flight = None
+        if in_flight is not None and not in_flight.committed:
+            self._write(in_flight)  # before what came after it, which may remove what it inserts
+        batch = self._batch
+        self._batch = _Batch()
+        if batch.queues or batch.writes or batch.deletes:
+            self._write(batch)
+
+    def close(self) -> None:
+        """Write what is pending and close the database (idempotent)."""
+        db = self._db
+        if db is None:
+            return
+        try:
+            self.flush()
+        finally:
+            db.close()
+            self._db = None
+
+    def stats(self) -> dict[str, Any]:
+        """Figures for tests and benchmarks: commits written so far."""
+        return {"commits": self.commits}

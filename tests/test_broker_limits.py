@@ -1,0 +1,224 @@
+"""Bounded resources: the embedded broker withholds credit rather than reject or grow, with exact counts.
+
+- producers flooding a queue with no consumer never push it past ``max_queue_depth``: their sends wait for credit,
+  and complete once a consumer drains;
+- with ``max_memory`` the bytes of the messages held never pass it, whichever queues the producers fill;
+- a consumer that does not read (its process stopped) with a large credit: the broker queues at most its output
+  limit for the socket, and the rest waits in the queue; none is lost once it reads again;
+- our client buffers no more than the credit it grants.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import amqp_async
+from amqp_async import Message
+from amqp_async.broker import Broker
+from amqp_async.broker._server import OUTPUT_LIMIT
+from amqp_async.codec.delivery_states import Accepted
+
+REPO = Path(__file__).resolve().parent.parent
+TIMEOUT = 20.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def serving(**options: Any) -> AsyncIterator[Broker]:
+    async with Broker(port=0, **options) as broker:
+        yield broker
+
+
+class Deepest(deque[Any]):
+    """A queue's entries that remember the most they ever held."""
+
+    deepest = 0
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        self.deepest = max(self.deepest, len(self))
+
+
+async def flood(url: str, address: str, count: int, body: bytes, accepted: list[int]) -> None:
+    """Send ``count`` messages with a window of unconfirmed sends, counting each one accepted."""
+    async with amqp_async.connect(url, reconnect=False) as conn:
+        sender = await conn.open_sender(address)
+        pending: deque[amqp_async.Tracker] = deque()
+        for _ in range(count):
+            pending.append(await sender.submit(Message(body=body)))
+            if len(pending) >= 100:
+                assert isinstance(await pending.popleft(), Accepted)
+                accepted.append(1)
+        while pending:
+            assert isinstance(await pending.popleft(), Accepted)
+            accepted.append(1)
+
+
+async def settled_at(value: Any, predicate: Any, quiet: float = 0.3) -> None:
+    """Wait until ``predicate()`` holds, then make sure it still holds a little later (nothing more moves)."""
+    with anyio.fail_after(TIMEOUT):
+        while not predicate():
+            await anyio.sleep(0.01)
+    await anyio.sleep(quiet)
+    assert predicate(), value()
+
+
+async def receive_all(url: str, address: str, count: int) -> int:
+    async with amqp_async.connect(url, reconnect=False) as conn:
+        receiver = await conn.open_receiver(address, credit=200)
+        for _ in range(count):
+            await (await receiver.receive()).accept()
+        return count
+
+
+@pytest.mark.anyio
+async def test_producers_flooding_a_queue_wait_at_max_queue_depth_and_finish_once_a_consumer_drains() -> None:
+    depth, producers, each = 50, 3, 300
+    async with serving(max_queue_depth=depth) as broker:
+        queue = broker.queue("flood")
+        queue.entries = Deepest()
+        accepted: list[int] = []
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as group:
+                for _ in range(producers):
+                    group.start_soon(flood, broker.url, "flood", each, b"x" * 100, accepted)
+                # No consumer: the queue fills to exactly its limit and every producer waits for credit.
+                await settled_at(lambda: len(queue), lambda: len(queue) == depth)
+                assert len(accepted) <= depth
+                assert all(producer.credit() == 0 for producer in queue.producers)
+                assert len(queue.producers) == producers
+                # A consumer drains: the producers get credit again and every send completes.
+                assert await receive_all(broker.url, "flood", producers * each) == producers * each
+        assert len(accepted) == producers * each
+        assert queue.entries.deepest == depth  # never past the limit
+        assert len(queue) == 0
+
+
+@pytest.mark.anyio
+async def test_max_memory_bounds_the_bytes_held_across_queues_and_producers_resume_when_drained() -> None:
+    body = b"m" * 1000
+    limit = 100_000
+    async with serving(max_memory=limit) as broker:
+        flow = broker.flow
+        most = 0
+        hold = flow.hold
+
+        def watched_hold(size: int) -> None:
+            nonlocal most
+            hold(size)
+            most = max(most, flow.held_bytes)
+
+        flow.hold = watched_hold  # type: ignore[method-assign]
+        accepted: list[int] = []
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as group:
+                for address in ("a", "b", "c"):
+                    group.start_soon(flood, broker.url, address, 200, body, accepted)
+                size = len(Message(body=body).encode())
+                await settled_at(lambda: flow.held_bytes, lambda: flow.held_count == limit // size)
+                assert sum(len(broker.queues[address]) for address in "abc") == limit // size
+                # consumers of all three (one alone could wait forever: the others' messages fill the memory)
+                async with anyio.create_task_group() as consumers:
+                    for address in "abc":
+                        consumers.start_soon(receive_all, broker.url, address, 200)
+        assert len(accepted) == 600
+        assert most <= limit
+        assert flow.held_bytes == 0 and flow.held_count == 0
+
+
+SLOW_CONSUMER = textwrap.dedent(
+    """
+    import sys, anyio, amqp_async
+
+    async def main(url, count):
+        async with amqp_async.connect(url, reconnect=False) as conn:
+            receiver = await conn.open_receiver("slow", credit=count)
+            print("attached", flush=True)
+            for _ in range(count):
+                await (await receiver.receive()).accept()
+            print("received", count, flush=True)
+
+    anyio.run(main, sys.argv[1], int(sys.argv[2]))
+    """
+)
+
+
+@pytest.mark.anyio
+async def test_a_consumer_that_does_not_read_makes_the_broker_queue_no_more_than_its_output_limit() -> None:
+    count, body = 20_000, b"s" * 1000  # 20 MB: far more than the socket buffers take
+    async with serving() as broker:
+        environment = dict(os.environ, PYTHONPATH=str(REPO))
+        consumer = subprocess.Popen(
+            [sys.executable, "-c", SLOW_CONSUMER, broker.url, str(count)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=environment,
+        )
+        try:
+            assert consumer.stdout is not None
+            assert (await anyio.to_thread.run_sync(consumer.stdout.readline)).split() == ["attached"]
+            queue = broker.queues["slow"]
+            with anyio.fail_after(TIMEOUT):
+                while not queue.consumers or queue.consumers[0].credit() == 0:
+                    await anyio.sleep(0.01)
+            consumer.send_signal(signal.SIGSTOP)  # it reads nothing from now on, with credit for everything
+            most = 0
+            accepted: list[int] = []
+            with anyio.fail_after(TIMEOUT):
+                async with anyio.create_task_group() as group:
+                    group.start_soon(flood, broker.url, "slow", count, body, accepted)
+                    while len(accepted) < count:
+                        most = max(most, *(connection.engine.output_buffered for connection in broker.connections))
+                        await anyio.sleep(0.001)
+            # Every send was accepted (the queue holds what the consumer cannot take), the consumer's output
+            # waits within the limit (plus the one message that crossed it), and most messages are still queued.
+            assert most <= OUTPUT_LIMIT + 2 * len(body)
+            assert len(queue) > count // 2
+            unsettled = len(queue.consumers[0].unsettled)
+            assert len(queue) + unsettled == count
+            consumer.send_signal(signal.SIGCONT)
+            line = await anyio.to_thread.run_sync(consumer.stdout.readline)
+            assert line.split() == ["received", str(count)]
+            assert len(queue) == 0
+        finally:
+            consumer.send_signal(signal.SIGCONT)
+            consumer.kill()
+            consumer.wait(TIMEOUT)
+            if consumer.stdout is not None:
+                consumer.stdout.close()
+
+
+@pytest.mark.anyio
+async def test_our_receiver_buffers_no_more_than_the_credit_it_grants() -> None:
+    async with serving() as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                sender = await conn.open_sender("prefetch")
+                for _ in range(999):
+                    await sender.submit(Message(body=b"p" * 100))
+                await sender.send(Message(body=b"p" * 100))
+                receiver = await conn.open_receiver("prefetch", credit=50)
+                await settled_at(lambda: receiver.queued, lambda: receiver.queued == 50)
+                assert len(broker.queues["prefetch"]) == 950
+                for _ in range(100):
+                    await (await receiver.receive()).accept()
+                    assert receiver.queued + receiver.credit <= 50
+                await anyio.sleep(0.3)  # the broker sends what the last top-up granted, and no more
+                assert receiver.queued + receiver.credit <= 50
+                assert len(broker.queues["prefetch"]) + 100 + receiver.queued + receiver.credit == 1000
