@@ -537,6 +537,8 @@ class EngineDriver:
                     direct = self._direct
                     if direct is not None:
                         _write_direct(direct, buffers)
+                        # Handed over, in order: write_now (a long callback) may add behind it while we wait.
+                        self._writing = False
                         await direct.drain()
                     elif len(buffers) == 1:
                         await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken
