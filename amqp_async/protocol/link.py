@@ -494,7 +494,15 @@ class ReceiverLink(Link):
 
     def add_credit(self, credit: int) -> None:
         """Raise the link credit by ``credit`` (prefetch top-up)."""
-        self.grant_credit(self.link_credit + credit, drain=self.drain)
+        # grant_credit(link_credit + credit, drain=drain) without the call: a receiver tops up once per message.
+        total = self.link_credit + credit
+        if total < 0 or total > MASK:
+            raise LocalProtocolError(f"link credit must be in [0, 2**32-1], got {total}")
+        if self.local_state is not EndpointState.ACTIVE:
+            raise LocalProtocolError(f"link {self.name!r} is not attached")
+        self.link_credit = total
+        self._overshoot = 0
+        self.session._queue_link_flow(self)
 
     def settle(self, delivery: Delivery, state: Any = None, *, settled: bool = True) -> None:
         """Set the delivery's state (an outcome such as ``Accepted()``, or ``Received``) and/or settle it.

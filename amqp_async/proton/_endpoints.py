@@ -27,7 +27,7 @@ from ..protocol.payload import Gathered
 from ..types import symbol, ulong
 from ._condition import Condition
 from ._data import Data
-from ._delivery import Delivery, local_state_object
+from ._delivery import _ACCEPTED, Delivery, local_state_object
 from ._events import Event, Handler
 from ._exceptions import LinkException, SessionException
 from ._transport import Transport
@@ -1157,7 +1157,8 @@ class Sender(Link):
             return
         link: EngineSender | None = self._impl
         if not impl.settled and link is not None and impl.link is link:
-            link.settle(impl, local_state_object(delivery))
+            # Once per message: a sender that set no state of its own (the usual case) sends none, without the call.
+            link.settle(impl, None if not delivery._local_type else local_state_object(delivery))
             self.connection._touch()
 
     def _abort(self, delivery: Delivery) -> None:
@@ -1326,7 +1327,8 @@ class Receiver(Link):
             and not impl.settled
             and link.local_state is _ENGINE_ACTIVE
         ):
-            link.settle(impl, local_state_object(delivery))
+            # Once per message: the usual outcome, accepted, without local_state_object's call.
+            link.settle(impl, _ACCEPTED if delivery._local_type == 0x24 else local_state_object(delivery))
             container = self.session.connection._reactor
             if container is not None:
                 container._dirty[self.session.connection] = None

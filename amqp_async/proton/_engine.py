@@ -231,13 +231,15 @@ class EngineIO:
                 link = event.link  # type: ignore[attr-defined]
                 self._received(link.user_data, link.incoming)
             elif kind is ev.DeliveriesUpdated:
-                collector = connection._collector  # put's lookup, once for the many deliveries of a disposition
+                updated = []
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
                     if delivery is not None:
                         delivery._updated = True
-                        if collector is not None:
-                            collector.put(delivery, _DELIVERY_EVENT)
+                        updated.append(delivery)
+                collector = connection._collector
+                if collector is not None:
+                    collector.put_each(updated, _DELIVERY_EVENT)  # one call for the many deliveries of a disposition
             elif kind is ev.FlowReceived:
                 link = event.link  # type: ignore[attr-defined]
                 if link is not None and link.user_data is not None:
@@ -326,7 +328,7 @@ class EngineIO:
         """Incoming deliveries arrived whole (or their last frames did): each becomes proton's (if its first frames
         did not already make it so) and is reported by a DELIVERY event. One call for all of them: this runs for
         every message."""
-        collector = self.connection._collector
+        received = []
         while incoming:
             engine_delivery = incoming.popleft()
             delivery: Delivery | None = engine_delivery.user_data
@@ -336,8 +338,10 @@ class EngineIO:
                 receiver._incoming.append(delivery)
                 receiver._unsettled_count += 1
             delivery._payload = engine_delivery.payload
-            if collector is not None:
-                collector.put(delivery, _DELIVERY_EVENT)
+            received.append(delivery)
+        collector = self.connection._collector
+        if collector is not None:
+            collector.put_each(received, _DELIVERY_EVENT)
 
     def scan_partial(self) -> None:
         """Report the deliveries whose first frames arrived (proton hands them over as they come: ``partial``)."""

@@ -496,6 +496,25 @@ class Collector:
             self._tail_type = etype
             self._tail_context = obj
 
+    def put_each(self, objs: list[Any], etype: EventType) -> None:
+        """:meth:`put` an event of type ``etype`` about each of ``objs`` (none an :class:`EventBase`), in order.
+
+        One call for a batch (the DELIVERY event of each message that arrived or was updated), not one per message.
+        """
+        if self._released or not objs:
+            return
+        events = self._events
+        tail_type = self._tail_type
+        tail_context = self._tail_context
+        for obj in objs:
+            if tail_type is etype and tail_context is obj:
+                continue
+            events.append(Event(etype, obj))
+            tail_type = etype
+            tail_context = obj
+        self._tail_type = tail_type
+        self._tail_context = tail_context
+
     def peek(self) -> EventBase | None:
         """The next event, or None."""
         events = self._events
