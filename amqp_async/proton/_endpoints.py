@@ -1067,7 +1067,12 @@ class Sender(Link):
         if bound is not None:
             # proton's engine API: the transport reports the transfer (LINK_FLOW) when it writes it.
             bound.sent[self] = None
-            self._connection._modified()
+            connection = self._connection
+            collector = connection._collector
+            if collector is not None and not (
+                collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+            ):
+                connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
         return delivery
 
     def _sendable(self) -> bool:
@@ -1109,7 +1114,12 @@ class Sender(Link):
             raise LinkException("no current delivery: call sender.delivery(tag) first")
         # The chunks are joined at advance (a delivery written in one send is not copied twice).
         chunks.append(data if data.__class__ is bytes else bytes(data))
-        self._connection._modified()
+        connection = self._connection
+        collector = connection._collector
+        if collector is not None and not (
+            collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+        ):
+            connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
         return len(data)
 
     def advance(self) -> bool:
@@ -1236,8 +1246,11 @@ class Receiver(Link):
                 container._dirty[connection] = None
         else:
             self._credit_wanted += n
-        if connection._bound is not None:
-            connection._modified()
+        collector = connection._collector
+        if collector is not None and not (
+            collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+        ):
+            connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
 
     def drain(self, n: int) -> None:
         """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
