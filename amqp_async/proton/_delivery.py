@@ -288,8 +288,8 @@ class Delivery:
             return len(payload) - self._read
         link = self.link
         if link.is_sender and link.current is self:
-            chunks: list[bytes] = link._stream or []  # type: ignore[attr-defined]
-            return sum(len(chunk) for chunk in chunks)
+            chunks: bytes | list[bytes] = link._stream or b""  # type: ignore[attr-defined]
+            return len(chunks) if isinstance(chunks, bytes) else sum(len(chunk) for chunk in chunks)
         return 0
 
     @property

@@ -950,8 +950,9 @@ class Sender(Link):
         self._tag_count = 0
         self.tag_generator: Any = None
         self._current: Delivery | None = None
-        #: the bytes written to the current delivery so far (chunks, joined at advance).
-        self._stream: list[bytes] | None = None
+        #: the bytes written to the current delivery so far: the one chunk of the usual single ``send`` (no list
+        #: made per message), or a list of chunks joined at advance; None without a current delivery.
+        self._stream: bytes | list[bytes] | None = None
 
     @property
     def queued(self) -> int:
@@ -1104,7 +1105,7 @@ class Sender(Link):
         self._current = Delivery(
             self, tag if tag.__class__ is bytes else tag.encode() if isinstance(tag, str) else bytes(tag)
         )
-        self._stream = []
+        self._stream = b""
         return self._current
 
     def stream(self, data: bytes) -> int:
@@ -1113,7 +1114,13 @@ class Sender(Link):
         if self._current is None or chunks is None:
             raise LinkException("no current delivery: call sender.delivery(tag) first")
         # The chunks are joined at advance (a delivery written in one send is not copied twice).
-        chunks.append(data if data.__class__ is bytes else bytes(data))
+        chunk = data if data.__class__ is bytes else bytes(data)
+        if not chunks:
+            self._stream = chunk  # the first (usually the only) chunk
+        elif isinstance(chunks, list):
+            chunks.append(chunk)
+        else:
+            self._stream = [chunks, chunk]
         connection = self._connection
         collector = connection._collector
         if collector is not None and not (
@@ -1128,7 +1135,7 @@ class Sender(Link):
         if current is None or chunks is None:
             return False
         self._current = self._stream = None
-        self._send_payload(chunks[0] if len(chunks) == 1 else b"".join(chunks), None, current)
+        self._send_payload(chunks if isinstance(chunks, bytes) else b"".join(chunks), None, current)
         return True
 
     def drained(self) -> int:
