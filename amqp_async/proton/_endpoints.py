@@ -1247,7 +1247,22 @@ class Receiver(Link):
         if container is not None:
             container._check_thread()
         impl = self._impl
-        if impl is not None and impl.local_state is _ENGINE_ACTIVE and self.session._engine_active():
+        if (
+            impl is not None
+            and impl.local_state is _ENGINE_ACTIVE
+            and (
+                # Bound to a transport, the engine session is active when it and the connection are begun and
+                # opened by us: _engine_active's answer, without its two calls (once per message when topping up).
+                (
+                    connection._bound is not None
+                    and (session_impl := self.session._impl) is not None
+                    and session_impl.local_state is _ENGINE_ACTIVE
+                    and (connection_impl := connection._impl) is not None
+                    and connection_impl.local_state is _ENGINE_ACTIVE
+                )
+                or self.session._engine_active()
+            )
+        ):
             impl.add_credit(n)
             if container is not None:
                 container._dirty[connection] = None
