@@ -236,6 +236,44 @@ def test_link_credit_and_settle() -> None:
     assert rcv.unsettled == 0 and snd.unsettled == 0
 
 
+def test_a_delivery_written_in_several_sends() -> None:
+    """The bytes of several ``send`` calls (an empty one among them) make one delivery; ``pending`` counts them all."""
+    from amqp_async.proton import Endpoint
+
+    pair = _Pair()
+    pair.c1.open()
+    pair.c2.open()
+    s1 = pair.c1.session()
+    s1.open()
+    snd = s1.sender("chunks")
+    snd.open()
+    pair.pump()
+    pair.c2.session_head(Endpoint.LOCAL_UNINIT).open()
+    rcv = pair.c2.link_head(Endpoint.LOCAL_UNINIT)
+    rcv.open()
+    rcv.flow(2)
+    pair.pump()
+    d = snd.delivery("one")
+    assert d.pending == 0
+    assert snd.send(b"") == 0
+    assert snd.send(b"abc") == 3
+    assert d.pending == 3
+    assert snd.send(bytearray(b"de")) == 2
+    assert snd.send(b"fgh") == 3
+    assert d.pending == 8
+    assert snd.advance()
+    single = snd.delivery("two")
+    assert snd.send(b"only") == 4
+    assert single.pending == 4
+    assert snd.advance()
+    pair.pump()
+    assert rcv.current.tag == b"one"
+    assert rcv.recv(100) == b"abcdefgh"
+    rcv.advance()
+    assert rcv.current.tag == b"two"
+    assert rcv.recv(100) == b"only"
+
+
 def test_idle_timeout() -> None:
     """TransportTest idle timeout: heartbeats keep an idle connection up; silence past the timeout fails it."""
     pair = _Pair()

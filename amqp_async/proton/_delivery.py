@@ -17,6 +17,7 @@ from ..codec import decode, encode
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.transactions import Declared, TransactionalState
 from ._condition import Condition
+from ._events import Event
 
 if TYPE_CHECKING:
     from ..protocol.delivery import Delivery as EngineDelivery
@@ -45,6 +46,7 @@ class DispositionType(enum.IntEnum):
 
 
 # Outcomes without fields are shared: the session coalesces equal consecutive dispositions into one frame.
+_TRANSPORT_EVENT = Event.TRANSPORT
 _ACCEPTED = Accepted()
 _RELEASED = Released()
 
@@ -286,8 +288,8 @@ class Delivery:
             return len(payload) - self._read
         link = self.link
         if link.is_sender and link.current is self:
-            chunks: list[bytes] = link._stream or []  # type: ignore[attr-defined]
-            return sum(len(chunk) for chunk in chunks)
+            chunks: bytes | list[bytes] = link._stream or b""  # type: ignore[attr-defined]
+            return len(chunks) if isinstance(chunks, bytes) else sum(len(chunk) for chunk in chunks)
         return 0
 
     @property
@@ -331,8 +333,14 @@ class Delivery:
         local = self._local
         if local is not None:
             local.type = state
-        self.link._delivery_updated(self)
-        self.link._connection._modified()
+        link = self.link
+        link._delivery_updated(self)
+        connection = link._connection
+        collector = connection._collector
+        if collector is not None and not (
+            collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+        ):
+            connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
 
     def _settle_as(self, state: int) -> None:
         """``update(state)`` then ``settle()``, in one step (the auto-accept of every received message)."""
@@ -365,7 +373,11 @@ class Delivery:
         if connection._bound is not None:
             if link.is_receiver:
                 link._unsettled_count -= 1  # type: ignore[attr-defined]
-            connection._modified()
+            collector = connection._collector
+            if collector is not None and not (
+                collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+            ):
+                connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
 
     def _forget(self) -> None:
         # Settled here, the engine says no more of it (§2.6.12): drop its link back to us, so that the pair is

@@ -950,8 +950,9 @@ class Sender(Link):
         self._tag_count = 0
         self.tag_generator: Any = None
         self._current: Delivery | None = None
-        #: the bytes written to the current delivery so far (chunks, joined at advance).
-        self._stream: list[bytes] | None = None
+        #: the bytes written to the current delivery so far: the one chunk of the usual single ``send`` (no list
+        #: made per message), or a list of chunks joined at advance; None without a current delivery.
+        self._stream: bytes | list[bytes] | None = None
 
     @property
     def queued(self) -> int:
@@ -1067,7 +1068,12 @@ class Sender(Link):
         if bound is not None:
             # proton's engine API: the transport reports the transfer (LINK_FLOW) when it writes it.
             bound.sent[self] = None
-            self._connection._modified()
+            connection = self._connection
+            collector = connection._collector
+            if collector is not None and not (
+                collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+            ):
+                connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
         return delivery
 
     def _sendable(self) -> bool:
@@ -1099,7 +1105,7 @@ class Sender(Link):
         self._current = Delivery(
             self, tag if tag.__class__ is bytes else tag.encode() if isinstance(tag, str) else bytes(tag)
         )
-        self._stream = []
+        self._stream = b""
         return self._current
 
     def stream(self, data: bytes) -> int:
@@ -1108,8 +1114,19 @@ class Sender(Link):
         if self._current is None or chunks is None:
             raise LinkException("no current delivery: call sender.delivery(tag) first")
         # The chunks are joined at advance (a delivery written in one send is not copied twice).
-        chunks.append(data if data.__class__ is bytes else bytes(data))
-        self._connection._modified()
+        chunk = data if data.__class__ is bytes else bytes(data)
+        if not chunks:
+            self._stream = chunk  # the first (usually the only) chunk
+        elif isinstance(chunks, list):
+            chunks.append(chunk)
+        else:
+            self._stream = [chunks, chunk]
+        connection = self._connection
+        collector = connection._collector
+        if collector is not None and not (
+            collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+        ):
+            connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
         return len(data)
 
     def advance(self) -> bool:
@@ -1118,7 +1135,7 @@ class Sender(Link):
         if current is None or chunks is None:
             return False
         self._current = self._stream = None
-        self._send_payload(chunks[0] if len(chunks) == 1 else b"".join(chunks), None, current)
+        self._send_payload(chunks if isinstance(chunks, bytes) else b"".join(chunks), None, current)
         return True
 
     def drained(self) -> int:
@@ -1230,14 +1247,32 @@ class Receiver(Link):
         if container is not None:
             container._check_thread()
         impl = self._impl
-        if impl is not None and impl.local_state is _ENGINE_ACTIVE and self.session._engine_active():
+        if (
+            impl is not None
+            and impl.local_state is _ENGINE_ACTIVE
+            and (
+                # Bound to a transport, the engine session is active when it and the connection are begun and
+                # opened by us: _engine_active's answer, without its two calls (once per message when topping up).
+                (
+                    connection._bound is not None
+                    and (session_impl := self.session._impl) is not None
+                    and session_impl.local_state is _ENGINE_ACTIVE
+                    and (connection_impl := connection._impl) is not None
+                    and connection_impl.local_state is _ENGINE_ACTIVE
+                )
+                or self.session._engine_active()
+            )
+        ):
             impl.add_credit(n)
             if container is not None:
                 container._dirty[connection] = None
         else:
             self._credit_wanted += n
-        if connection._bound is not None:
-            connection._modified()
+        collector = connection._collector
+        if collector is not None and not (
+            collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+        ):
+            connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
 
     def drain(self, n: int) -> None:
         """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
