@@ -7,7 +7,8 @@ C ``direct`` example on asyncio, uvloop and trio, via ``backends.py``), broker (
 RabbitMQ 3.10), callback (``callback.py``: the callback API ``amqp_async.proton`` and the awaitable API beside
 proton's own Container, to the C ``direct`` example) and callback/brokers (the same through our broker and RabbitMQ),
 1 MiB (``large.py``), latency (``latency.py``), memory (``memory.py``), transactions (``transactions.py``: batches
-of 100 sends or accepts committed through our broker), websocket (``websocket.py``: send and receive over ``ws://``
+of 100 sends or accepts committed through our broker), proton engine (``proton_engine.py``: proton's engine API
+pumped in memory), websocket (``websocket.py``: send and receive over ``ws://``
 beside ``amqp://`` through our broker, and the cost of OpenTelemetry tracing off and on, in rows of their own
 section, tracing) and spark (``spark.py``: the Spark data source beside the
 awaitable client through our broker, whose rates stand in the reference column of those rows, and Spark's own
@@ -54,6 +55,7 @@ SECTIONS = (
     "latency",
     "memory",
     "transactions",
+    "proton engine",
     "websocket",
     "spark",
 )
@@ -142,6 +144,12 @@ def memory_rows(quick: bool) -> list[Row]:
     import memory
 
     return memory.run(quick)
+
+
+def proton_engine_rows(quick: bool) -> list[Row]:
+    import proton_engine
+
+    return proton_engine.rows(count=5000 if quick else 20000, turns=2 if quick else 3)
 
 
 def transactions_rows(quick: bool) -> list[Row]:
@@ -289,6 +297,7 @@ def main() -> int:
         "latency": lambda: latency_rows(args.quick),
         "memory": lambda: memory_rows(args.quick),
         "transactions": lambda: transactions_rows(args.quick),
+        "proton engine": lambda: proton_engine_rows(args.quick),
         "websocket": lambda: websocket_rows(args.quick),
         "spark": lambda: spark_rows(args.quick),
     }
