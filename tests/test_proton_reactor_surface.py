@@ -132,14 +132,13 @@ def test_same_record_as_proton(program: str, tmp_path: Path) -> None:
 
 def test_connection_to_host_connects_when_opened() -> None:
     # proton 0.40's Connection has no set_address, so its connection_to_host fails: ours alone, against a
-    # real-proton peer
-    from callback_recorder import start_peer
+    # real-proton peer (tests/proton_broker.py, stopped at the end: a proton reactor thread still running when the
+    # interpreter exits crashes it)
+    from proton_broker import ProtonBroker
 
     import amqp_async.proton as ours
     from amqp_async.proton.reactor import Container
 
-    peer = start_peer()
-    host, port = peer.url.rsplit(":", 1)
     seen: list[Any] = []
 
     class Handler(ours.Handler):
@@ -161,10 +160,11 @@ def test_connection_to_host_connects_when_opened() -> None:
                 event.delivery.settle()
                 event.connection.close()
 
-    container = Container()
-    connection = container.connection_to_host(host, int(port), Handler())
-    connection.open()
-    container.run()
-    peer.wait_done()
-    assert seen == [f"amqp://{peer.url}", b"1", ours.Delivery.ACCEPTED]
-    assert any("x" in map(str, record) for record in peer.records), peer.records
+    with ProtonBroker() as peer:
+        container = Container()
+        connection = container.connection_to_host(peer.host, peer.port, Handler())
+        connection.open()
+        container.run()
+        [received] = peer.wait_messages(1, address="queue-h")
+    assert seen == [f"amqp://{peer.host}:{peer.port}", b"1", ours.Delivery.ACCEPTED]
+    assert received.body == "x"
