@@ -283,7 +283,9 @@ def test_idle_timeout() -> None:
     pair.pump()
     assert pair.t2.remote_idle_timeout == 10.0
     deadline = pair.t2.tick(1.0)
-    assert 1.0 < deadline <= 6.0  # the server writes at half the client's timeout
+    # The server writes at half the timeout the client advertised, counted from its last output (at 0). Proton
+    # advertises half its idle_timeout and so answers 2.5 here: a difference listed in docs/proton.md.
+    assert deadline == 5.0
     pair.t2.tick(6.0)
     assert pair.t2.pending() > 0  # a heartbeat (an empty frame)
     pair.pump()
