@@ -18,7 +18,7 @@ from collections import deque
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..codec.performatives import RCV_FIRST, SND_MIXED, SND_SETTLED, Error
+from ..codec.performatives import RCV_FIRST, SENDER, SND_MIXED, SND_SETTLED, Error
 from ..codec.terminus import Source, Target
 from ..codec.transactions import Coordinator
 from ..message import Message
@@ -1379,3 +1379,35 @@ class Receiver(Link):
         if link.local_state is EndpointState.ACTIVE:
             link.settle(impl, local_state_object(delivery), settled=False)
             self.connection._touch()
+
+
+# --- the endpoints the peer started -------------------------------------------------------------------------
+
+
+def session_begun_by_peer(connection: Connection, engine_session: Any) -> tuple[Session, bool]:
+    """The proton session of an engine session the peer began (a ``SessionBegun`` event), and whether it was made
+    just now: the caller then reports ``SESSION_INIT`` before ``SESSION_REMOTE_OPEN``, as proton does. One place
+    for the reactor's I/O and the engine API's transport."""
+    session: Session | None = engine_session.user_data
+    if session is not None:
+        return session, False
+    session = Session(connection, engine_session)
+    engine_session.user_data = session
+    connection._sessions.append(session)
+    return session, True
+
+
+def link_attached_by_peer(engine_link: Any) -> tuple[Link, bool]:
+    """The proton link of an engine link the peer attached (a ``LinkAttached`` event), and whether it was made just
+    now (the caller then reports ``LINK_INIT`` first): a ``Sender`` for a link on which we send, else a
+    ``Receiver``."""
+    link: Link | None = engine_link.user_data
+    if link is not None:
+        return link, False
+    session = engine_link.session.user_data
+    kind = Sender if engine_link.role is SENDER else Receiver
+    link = kind(session, engine_link.name)
+    link._impl = engine_link
+    engine_link.user_data = link
+    session._links.append(link)
+    return link, True

@@ -23,7 +23,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
-from ..codec.performatives import SENDER
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ._condition import Condition
@@ -252,30 +251,20 @@ class EngineIO:
                 if self.engine is not None and self.engine.remote_idle_timeout:
                     put(Event.TRANSPORT, self.transport)
             elif kind is ev.SessionBegun:
-                from ._endpoints import Session  # here, not per call: most calls bring deliveries only
+                from ._endpoints import session_begun_by_peer  # here, not per call: most calls bring deliveries
 
-                session = event.session.user_data  # type: ignore[attr-defined]
-                if session is None:
-                    session = Session(connection, event.session)  # type: ignore[attr-defined]
-                    event.session.user_data = session  # type: ignore[attr-defined]
-                    connection._sessions.append(session)
+                session, made = session_begun_by_peer(connection, event.session)  # type: ignore[attr-defined]
+                if made:
                     put(Event.SESSION_INIT, session)
                 put(Event.SESSION_REMOTE_OPEN, session)
             elif kind is ev.LinkAttached:
-                engine_link = event.link  # type: ignore[attr-defined]
-                wrapper = engine_link.user_data
-                if wrapper is None:
-                    from ._endpoints import Receiver, Sender
+                from ._endpoints import Sender, link_attached_by_peer
 
-                    session = engine_link.session.user_data
-                    link_kind = Sender if engine_link.role is SENDER else Receiver
-                    wrapper = link_kind(session, engine_link.name)
-                    wrapper._impl = engine_link
-                    engine_link.user_data = wrapper
-                    session._links.append(wrapper)
+                wrapper, made = link_attached_by_peer(event.link)  # type: ignore[attr-defined]
+                if made:
                     put(Event.LINK_INIT, wrapper)
                 put(Event.LINK_REMOTE_OPEN, wrapper)
-                if wrapper.is_sender and wrapper._pending:
+                if isinstance(wrapper, Sender) and wrapper._pending:
                     self.sent[wrapper] = None
             elif kind is ev.LinkDetached:
                 wrapper = event.link.user_data  # type: ignore[attr-defined]

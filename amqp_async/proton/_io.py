@@ -26,13 +26,12 @@ from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
 from ..client._transport import open_stream
 from ..client._url import Address
-from ..codec.performatives import SENDER
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.sasl import SaslClient, SaslServer
 from ._condition import Condition
 from ._delivery import Delivery
-from ._endpoints import Connection, Receiver, Sender, Session
+from ._endpoints import Connection, Receiver, Sender, link_attached_by_peer, session_begun_by_peer
 from ._events import Event
 from ._reconnect import ConnectSequence
 from ._url import Url
@@ -331,26 +330,16 @@ class Channel:
         if isinstance(event, ev.ConnectionOpened):
             push(Event.CONNECTION_REMOTE_OPEN, connection)
         elif isinstance(event, ev.SessionBegun):
-            session = event.session.user_data
-            if session is None:
-                session = Session(connection, event.session)
-                event.session.user_data = session
-                connection._sessions.append(session)
+            session, made = session_begun_by_peer(connection, event.session)
+            if made:
                 push(Event.SESSION_INIT, session)
             push(Event.SESSION_REMOTE_OPEN, session)
         elif isinstance(event, ev.LinkAttached):
-            engine_link = event.link
-            link = engine_link.user_data
-            if link is None:
-                session = engine_link.session.user_data
-                kind = Sender if engine_link.role is SENDER else Receiver
-                link = kind(session, engine_link.name)
-                link._impl = engine_link
-                engine_link.user_data = link
-                session._links.append(link)
+            link, made = link_attached_by_peer(event.link)
+            if made:
                 push(Event.LINK_INIT, link)
             push(Event.LINK_REMOTE_OPEN, link)
-            if link.is_sender:
+            if isinstance(link, Sender):
                 link._pump()
         elif isinstance(event, ev.LinkDetached):
             link = event.link.user_data
