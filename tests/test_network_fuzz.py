@@ -34,8 +34,10 @@ from amqp_async import Message
 
 try:
     from network_fuzz import Recorded, RecordingProxy, mutate, replay
+    from test_broker_isolation import receive_numbers, send_numbers
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.network_fuzz import Recorded, RecordingProxy, mutate, replay
+    from tests.test_broker_isolation import receive_numbers, send_numbers
 
 CORPUS = Path(__file__).parent / "fuzz_corpus" / "broker"
 SESSIONS = int(os.environ.get("AMQP_FUZZ_SESSIONS", "300"))
@@ -201,19 +203,8 @@ def sessions(broker: BrokerProcess) -> list[Recorded]:
 async def _round_trip(url: str, address: str, count: int) -> list[Any]:
     with anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url) as conn:
-            sender = await conn.open_sender(address)
-            for number in range(count):
-                await sender.send(Message(body=number))
-            receiver = await conn.open_receiver(address, credit=count)
-            bodies = []
-            for _ in range(count):
-                delivery = await receiver.receive()
-                bodies.append(delivery.message.body)
-                await delivery.accept()
-            with anyio.move_on_after(0.2):
-                await receiver.receive()
-                bodies.append("unexpected")
-            return bodies
+            await send_numbers(conn, address, range(count))
+            return await receive_numbers(conn, address, count)
 
 
 def assert_serves(broker: BrokerProcess, address: str, count: int = 50) -> None:
