@@ -95,6 +95,9 @@ class Connection(Endpoint):
         channel_max: the highest channel we accept.
         idle_timeout: seconds of silence after which we declare the peer dead (None: never); the peer is asked,
             through open's ``idle-time-out``, to send something at least that often.
+        advertised_idle_timeout: what open's ``idle-time-out`` asks instead (default: ``idle_timeout``). §2.4.5:
+            "To avoid spurious timeouts, the value in idle-time-out SHOULD be half the peer's actual timeout
+            threshold", which proton's engine does (``amqp_async.proton``'s Transport passes half).
         properties: open's ``properties`` field.
         offered_capabilities: open's ``offered-capabilities`` field.
         desired_capabilities: open's ``desired-capabilities`` field.
@@ -134,6 +137,7 @@ class Connection(Endpoint):
         "_sessions_by_channel",
         "_sessions_by_remote_channel",
         "_transport_closed",
+        "advertised_idle_timeout",
         "answer_close",
         "answer_detach",
         "channel_max",
@@ -161,6 +165,7 @@ class Connection(Endpoint):
         max_frame_size: int = 65536,
         channel_max: int = 65535,
         idle_timeout: float | None = None,
+        advertised_idle_timeout: float | None = None,
         properties: dict[Any, Any] | None = None,
         offered_capabilities: Any = None,
         desired_capabilities: Any = None,
@@ -183,6 +188,7 @@ class Connection(Endpoint):
         self.max_frame_size = max_frame_size
         self.channel_max = channel_max
         self.idle_timeout = idle_timeout
+        self.advertised_idle_timeout = idle_timeout if advertised_idle_timeout is None else advertised_idle_timeout
         self.properties = properties
         self.offered_capabilities = as_symbols(offered_capabilities)
         self.desired_capabilities = as_symbols(desired_capabilities)
@@ -434,7 +440,7 @@ class Connection(Endpoint):
                 hostname=self.hostname,
                 max_frame_size=self.max_frame_size,
                 channel_max=self.channel_max,
-                idle_time_out=int(self.idle_timeout * 1000) if self.idle_timeout else None,
+                idle_time_out=int(self.advertised_idle_timeout * 1000) if self.advertised_idle_timeout else None,
                 offered_capabilities=self.offered_capabilities,
                 desired_capabilities=self.desired_capabilities,
                 properties=self.properties,

@@ -88,6 +88,7 @@ class EngineIO:
             max_frame_size=transport.max_frame_size,
             channel_max=transport.channel_max,
             idle_timeout=transport.idle_timeout or None,
+            advertised_idle_timeout=transport.idle_timeout / 2 or None,  # proton's: half, as §2.4.5 advises
             properties=connection.properties,
             offered_capabilities=connection.offered_capabilities,
             desired_capabilities=connection.desired_capabilities,
