@@ -1206,7 +1206,7 @@ async def test_confirmed_sends_one_at_a_time_do_not_wake_the_writer(
 ) -> None:
     # A confirmed send writes its own transfer and the reader writes its answers: a round trip needs no turn of
     # the writer task (one task switch, and its wake-up, fewer). At-most-once sends count as written at once too.
-    from amqp_async._driver import EngineDriver
+    from amqp_async.io.driver import EngineDriver
 
     turns: list[int] = []
     write = EngineDriver._write

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 import amqp_async
-import amqp_async._driver
+import amqp_async.io.driver
 
 try:
     from frames import AMQP_HEADER, frame, raw_frame
@@ -40,7 +40,7 @@ def anyio_backend() -> str:
 @pytest.fixture
 def short_close_timeout(monkeypatch: pytest.MonkeyPatch) -> float:
     """The driver waits this long (instead of 10 s) for the answer to our close."""
-    monkeypatch.setattr(amqp_async._driver, "CLOSE_TIMEOUT", 0.3)
+    monkeypatch.setattr(amqp_async.io.driver, "CLOSE_TIMEOUT", 0.3)
     return 0.3
 
 

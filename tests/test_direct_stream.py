@@ -1,4 +1,4 @@
-"""The driver's direct path (`amqp_async._direct_stream.DirectStream`): which streams get it, that what it writes
+"""The driver's direct path (`amqp_async.io.direct_stream.DirectStream`): which streams get it, that what it writes
 arrives whole and in order, that input reaches the handler whole and then the end of the stream is seen, that the
 handler's failure is raised where a task can see it, and that a lost connection is an error, not a hang."""
 
@@ -12,7 +12,7 @@ import anyio
 import anyio.streams.tls
 import pytest
 
-from amqp_async._direct_stream import DirectStream
+from amqp_async.io.direct_stream import DirectStream
 
 try:
     from tls_certs import make_ca, make_cert, openssl_available

@@ -39,7 +39,7 @@ import anyio.abc
 import pytest
 
 import amqp_async
-import amqp_async._driver
+import amqp_async.io.driver
 from amqp_async import Message
 from amqp_async.broker import Broker
 
@@ -77,7 +77,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(autouse=True)
 def short_close_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(amqp_async._driver, "CLOSE_TIMEOUT", CLOSE_TIMEOUT)
+    monkeypatch.setattr(amqp_async.io.driver, "CLOSE_TIMEOUT", CLOSE_TIMEOUT)
 
 
 # ---------------------------------------------------------------------------------------------------------------

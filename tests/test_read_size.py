@@ -1,9 +1,9 @@
-"""The read size rule (`amqp_async._read_size`): 64 KiB reads (a 256 KiB one costs an mmap, an mremap and a munmap),
+"""The read size rule (`amqp_async.io.read_size`): 64 KiB reads (a 256 KiB one costs an mmap, an mremap and a munmap),
 256 KiB while reads come back full, back to 64 KiB once a read is small again."""
 
 from __future__ import annotations
 
-from amqp_async._read_size import LARGE_READ, SMALL_READ, next_read_size
+from amqp_async.io.read_size import LARGE_READ, SMALL_READ, next_read_size
 
 
 def test_small_reads_stay_small() -> None:

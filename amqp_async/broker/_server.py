@@ -33,8 +33,6 @@ import anyio.abc
 from anyio.streams.tls import TLSListener
 
 from .. import protocol
-from .._driver import EngineDriver
-from .._websocket import require_wsproto, server_handshake
 from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
@@ -50,6 +48,8 @@ from ..codec.transactions import (
     TransactionalState,
 )
 from ..errors import DecodeError
+from ..io.driver import EngineDriver
+from ..io.websocket import require_wsproto, server_handshake
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState

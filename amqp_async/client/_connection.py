@@ -6,7 +6,7 @@ synchronously and wake the writer, so any number of tasks may share a connection
 another thread, run the coroutine on the loop (``anyio.from_thread.run`` with a portal, or
 ``asyncio.run_coroutine_threadsafe(coro, loop)``); :meth:`Connection.run_threadsafe` does the latter for asyncio.
 
-The background task drives the engine with an :class:`~amqp_async._driver.EngineDriver` (shared with the
+The background task drives the engine with an :class:`~amqp_async.io.driver.EngineDriver` (shared with the
 embedded broker): a reader taking large reads and dispatching the engine's events to the waiting senders, receivers
 and trackers; a writer that writes everything queued in one socket write (callers that produce output faster than
 the socket takes it wait while more than :data:`HIGH_WATER` bytes are queued, so nothing grows without bound); and
@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from .. import _driver, protocol
-from .._driver import EngineDriver
+from .. import protocol
 from ..codec import conditions
 from ..codec.performatives import Error
 from ..errors import AMQPError, AuthenticationError, ConnectionError
+from ..io import driver as _driver
+from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
 from ._config import ResolvedOptions, resolve_options
@@ -565,7 +566,7 @@ class Connection:
         """Close the connection (§2.4.3) and wait until the peer answered or the transport ended.
 
         Idempotent. Unsettled deliveries of its senders are reported as in doubt. A peer that does not answer the
-        close has ``amqp_async._driver.CLOSE_TIMEOUT`` seconds (10) before the socket is closed without its
+        close has ``amqp_async.io.driver.CLOSE_TIMEOUT`` seconds (10) before the socket is closed without its
         answer; a cancelled ``close()`` closes the socket at once. Either way nothing of the connection is left
         running once ``close()`` returns (or raises the cancellation).
         """

@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 from anyio.streams.tls import TLSStream
 
-from .._websocket import client_handshake, require_wsproto
+from ..io.websocket import client_handshake, require_wsproto
 from ._config import ResolvedOptions
 from ._proxy import open_tunnel, proxy_for
 from ._url import DEFAULT_PORTS, Address
@@ -38,7 +38,7 @@ async def open_stream(
 
     Raises:
         OSError: the TCP connect failed, a proxy refused the tunnel (:class:`~._proxy.ProxyError`) or the
-            WebSocket handshake failed (:class:`~amqp_async._websocket.WebSocketError`).
+            WebSocket handshake failed (:class:`~amqp_async.io.websocket.WebSocketError`).
         ssl.SSLError: the TLS handshake failed.
     """
     context = (options.ssl_context or ssl.create_default_context()) if address.tls else None

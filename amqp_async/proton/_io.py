@@ -1,7 +1,7 @@
 """The container's I/O: one channel task per connection, one listener task per acceptor.
 
 A :class:`Channel` connects (trying the URLs with the reconnect delays), gives the connection a fresh engine
-(:meth:`Connection._bind`), and runs the shared :class:`~amqp_async._driver.EngineDriver` over the stream. The
+(:meth:`Connection._bind`), and runs the shared :class:`~amqp_async.io.driver.EngineDriver` over the stream. The
 driver hands each batch of engine events to :meth:`Channel.on_events`, which turns them into proton's events and has
 the container dispatch them at once, on the same task: a callback runs with no task switch after its frame arrived,
 and whatever it queued on the engine is written by the driver's writer in one go.
@@ -21,11 +21,11 @@ import anyio.abc
 from anyio.streams.tls import TLSAttribute
 
 from .. import protocol
-from .._driver import EngineDriver, describe_transport_error
 from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
 from ..client._transport import open_stream
 from ..client._url import Address
+from ..io.driver import EngineDriver, describe_transport_error
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.sasl import SaslClient, SaslServer

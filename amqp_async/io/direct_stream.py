@@ -38,7 +38,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from ._read_size import SMALL_READ, next_read_size
+from .read_size import SMALL_READ, next_read_size
 
 # anyio finds its backend through sniffio when sniffio is installed (it is optional): see _InputTap.data_received.
 sniffio: Any

@@ -22,7 +22,7 @@ called on the event loop with no ``await`` in between, so the engine is only eve
   thousand messages) calls :meth:`EngineDriver.write_now`, which hands the output to the socket at once when that
   takes no waiting, so that the peer works on it while the callback goes on.
 
-On asyncio TCP streams both go through a :class:`~amqp_async._direct_stream.DirectStream`: the whole output in one
+On asyncio TCP streams both go through a :class:`~amqp_async.io.direct_stream.DirectStream`: the whole output in one
 gathered write, frame heads and payloads together, where anyio's ``send`` would take one buffer at a time; and the
 input is handed to the engine by the transport's own callback, where anyio's ``receive`` would queue it for the
 reader task's next turn (the reader then only waits for the stream's end and keeps the idle deadline).
@@ -41,11 +41,11 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from ._direct_stream import DirectStream
-from ._read_size import SMALL_READ, next_read_size
-from .protocol import Connection as Engine
-from .protocol.endpoint import EndpointState
-from .protocol.events import Event
+from ..protocol import Connection as Engine
+from ..protocol.endpoint import EndpointState
+from ..protocol.events import Event
+from .direct_stream import DirectStream
+from .read_size import SMALL_READ, next_read_size
 
 __all__ = ["CLOSE_TIMEOUT", "EngineDriver", "describe_transport_error"]
 
