@@ -573,7 +573,7 @@ class Connection:
             options["desired_capabilities"] = _symbols(desired_capabilities, "desired_capabilities")
         if properties is not None:
             options["properties"] = _fields(properties, "properties")
-        return Opening(lambda: self._begin_session(options), "open_session()")
+        return Opening(self._begin_session(options))
 
     async def _begin_session(self, options: dict[str, Any]) -> Session:
         self._check()
@@ -683,7 +683,7 @@ class Connection:
         async def attach() -> Sender[Any]:
             return await (await self._session())._attach_sender(options)
 
-        return Opening(attach, f"open_sender({target!r})")
+        return Opening(attach())
 
     def open_receiver(
         self,
@@ -747,7 +747,7 @@ class Connection:
         async def attach() -> Receiver:
             return await (await self._session())._attach_receiver(options)
 
-        return Opening(attach, f"open_receiver({source!r})")
+        return Opening(attach())
 
     def transaction(self) -> Transaction:
         """A local transaction (§4) on this connection, declared when it is awaited or entered.

@@ -146,8 +146,10 @@ class SendManyError(AMQPError):
         results: one entry per message, in the order given: its outcome (as ``send()`` returns it) when it was
             accepted, else the error: a :class:`~amqp_async.DeliveryError` (``MessageRejected``,
             ``MessageReleased``, ``MessageModified``, or ``DeliveryInDoubt`` when the connection or link ended
-            before its outcome came), or, for a message never transferred because the link or connection failed
-            first, the error that stopped the batch (a ``LinkError`` or ``ConnectionError``: safe to send again).
+            before its outcome came), or, for a message never transferred, the error that kept it back: the
+            engine's refusal of that message (e.g. ``amqp:link:message-size-exceeded``; the batch goes on), or the
+            error of the link or connection that failed midway (a ``LinkError`` or ``ConnectionError``; the rest
+            are not sent). A message never transferred is safe to send again.
         errors: ``(index, error)`` for each message that failed, in order.
         outcomes: the outcomes of the messages that were accepted, by index.
     """
@@ -411,7 +413,8 @@ class Sender(_Link, Generic[_R]):
                 the outcome of each message that was accepted and the error of each that was not (rejected,
                 released, modified, in doubt, or never transferred). It is raised once every message sent has its
                 outcome.
-            TransactionError: ``transaction`` is not active when the first message is sent.
+            LinkError, ConnectionError, TransactionError: nothing could be sent (the link or connection is gone,
+                the transaction is not active).
 
         Cancellation: messages not transferred yet are not sent; the trackers of those sent stay in
         :attr:`unsettled`.
@@ -420,36 +423,40 @@ class Sender(_Link, Generic[_R]):
         for message in batch:
             if not isinstance(message, (Message, bytes, bytearray, memoryview)):
                 raise _not_a_message(message)
-        trackers: list[Tracker[_R]] = []
-        stopped: AMQPError | None = None
+        sent: list[Tracker[_R] | AMQPError] = []
         connection = self.connection
         for message in batch:
             try:
-                trackers.append(await self._transfer(message, transaction))
+                sent.append(await self._transfer(message, transaction))
             except AMQPError as exc:
-                if not trackers:
-                    raise  # nothing was sent: the error is the call's
-                stopped = exc  # the link or connection failed midway: the rest are not sent
+                if not (self.is_closed or connection.is_closed):
+                    sent.append(exc)  # refused for itself (e.g. larger than the peer's max-message-size): go on
+                    continue
+                if not sent:
+                    raise  # the link or connection is gone and nothing was sent: the error is the call's
+                sent.extend([exc] * (len(batch) - len(sent)))  # the rest are not sent
                 break
             connection._kick()
         results: list[Accepted | AMQPError | None] = []
         failed = False
-        for tracker in trackers:
-            if tracker._sender is None:
-                results.append(None)
-                continue
-            try:
-                results.append(await tracker)  # type: ignore[arg-type]  # _R is Accepted on a confirmed sender
-            except DeliveryError as exc:
-                results.append(exc)
+        unconfirmed = False
+        for tracker in sent:
+            if isinstance(tracker, AMQPError):
+                results.append(tracker)
                 failed = True
-        if stopped is not None:
-            results.extend([stopped] * (len(batch) - len(trackers)))
-            failed = True
+            elif tracker._sender is None:  # at-most-once: nothing to wait for
+                results.append(None)
+                unconfirmed = True
+            else:
+                try:
+                    results.append(await tracker)  # type: ignore[arg-type]  # _R is Accepted on a confirmed sender
+                except DeliveryError as exc:
+                    results.append(exc)
+                    failed = True
+        if unconfirmed:
+            await connection._wait_flushed()  # at-most-once: done once all are written
         if failed:
             raise SendManyError(results)
-        if trackers and trackers[-1]._sender is None:
-            await connection._wait_flushed()  # at-most-once: done once all are written
         return results  # type: ignore[return-value]  # no error among them: each is an outcome (_R)
 
     async def __aenter__(self) -> Sender[_R]:

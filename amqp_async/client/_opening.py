@@ -1,9 +1,11 @@
-"""What ``open_sender``, ``open_receiver`` and ``open_session`` return: awaitable, and an async context manager."""
+"""What ``open_sender``, ``open_receiver`` and ``open_session`` return: a coroutine that is also an async context
+manager."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Coroutine, Generator
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
 
 __all__ = ["Opening"]
 
@@ -15,46 +17,62 @@ class _Closable(Protocol):
 _T = TypeVar("_T", bound=_Closable)
 
 
-class Opening(Generic[_T]):
+class Opening(Coroutine[Any, Any, _T]):
     """An endpoint being opened (a link or a session): ``await`` it for the endpoint, or enter it with
-    ``async with`` to have the endpoint closed at the end of the block, as :func:`~amqp_async.connect` does for a
-    connection::
+    ``async with`` to have the endpoint closed at the end of the block, however the block ends, as
+    :func:`~amqp_async.connect` does for a connection::
 
         sender = await conn.open_sender("orders")  # closed by you (or with its connection)
-        async with conn.open_sender("orders") as sender:  # closed when the block ends, however it ends
+        async with conn.open_sender("orders") as sender:  # closed when the block ends
             ...
 
-    Nothing happens until it is awaited or entered, and it opens its endpoint once: awaiting or entering it a
-    second time raises RuntimeError. The arguments were checked when it was made (a wrong keyword or value raised
-    there).
+    It is a coroutine (a :class:`collections.abc.Coroutine`), so it goes wherever one does:
+    ``asyncio.create_task(conn.open_sender("q"))``, ``anyio.from_thread.run(conn.open_receiver, "q")``,
+    :meth:`Connection.run_threadsafe`. Like any coroutine it runs once: awaiting or entering it a second time raises
+    RuntimeError. The arguments were checked when it was made (a wrong keyword or value raised there).
     """
 
-    __slots__ = ("_endpoint", "_open", "_what")
+    __slots__ = ("_coroutine", "_endpoint")
 
-    def __init__(self, open: Callable[[], Awaitable[_T]], what: str) -> None:  # noqa: A002 - the verb
-        self._open: Callable[[], Awaitable[_T]] | None = open
-        self._what = what
+    def __init__(self, coroutine: Coroutine[Any, Any, _T]) -> None:
+        self._coroutine = coroutine
         self._endpoint: _T | None = None
 
-    def _start(self) -> Awaitable[_T]:
-        open_ = self._open
-        if open_ is None:
-            raise RuntimeError(f"{self._what} was already awaited or entered: it opens one endpoint, once")
-        self._open = None
-        return open_()
+    # --- the coroutine: everything goes to the one that opens the endpoint -------------------------------
+
+    def send(self, value: Any) -> Any:
+        return self._coroutine.send(value)
+
+    def throw(
+        self,
+        typ: type[BaseException] | BaseException,
+        val: object = None,
+        tb: TracebackType | None = None,
+        /,
+    ) -> Any:
+        if val is None and tb is None:
+            return self._coroutine.throw(typ)
+        return self._coroutine.throw(typ, val, tb)  # type: ignore[arg-type]  # the legacy three-argument form
+
+    def close(self) -> None:
+        self._coroutine.close()
 
     def __await__(self) -> Generator[Any, None, _T]:
-        return self._start().__await__()
+        return self._coroutine.__await__()
+
+    # --- the context manager -----------------------------------------------------------------------------
 
     async def __aenter__(self) -> _T:
-        self._endpoint = await self._start()
+        self._endpoint = await self._coroutine
         return self._endpoint
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         endpoint = self._endpoint
         if endpoint is not None:
             self._endpoint = None
             await endpoint.close()
 
     def __repr__(self) -> str:
-        return f"<amqp_async.Opening {self._what}>"
+        return f"<amqp_async.Opening {getattr(self._coroutine, '__qualname__', self._coroutine)!s}>"

@@ -223,7 +223,7 @@ class Session:
             max_message_size=max_message_size,
             initial_delivery_count=initial_delivery_count,
         )
-        return Opening(lambda: self._attach_sender(options), f"open_sender({target!r})")
+        return Opening(self._attach_sender(options))
 
     async def _attach_sender(self, options: SenderOptions) -> Sender[Any]:
         self._check()
@@ -323,7 +323,7 @@ class Session:
             max_message_size=max_message_size,
             target=target,
         )
-        return Opening(lambda: self._attach_receiver(options), f"open_receiver({source!r})")
+        return Opening(self._attach_receiver(options))
 
     async def _attach_receiver(self, options: ReceiverOptions) -> Receiver:
         self._check()

@@ -46,7 +46,13 @@ class LoopHandle:
         """Start ``awaitable`` on the loop and return a future of its result (see
         :meth:`Connection.run_threadsafe`)."""
         if self._loop is not None:
-            return asyncio.run_coroutine_threadsafe(_await(awaitable), self._loop)
+            coroutine = _await(awaitable)
+            try:
+                return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+            except RuntimeError:  # the loop is closed
+                coroutine.close()
+                _close(awaitable)
+                raise RuntimeError("the connection's event loop is closed: nothing runs on it any more") from None
         return self._run_on_trio(awaitable)
 
     def _run_on_trio(self, awaitable: Awaitable[_T]) -> Future[_T]:
