@@ -31,6 +31,7 @@ log = logging.getLogger("amqp_async.connection")
 _ACCEPTED = Accepted()
 _RELEASED = Released()
 _FAILED = Modified(delivery_failed=True)
+_MODIFIED = Modified.descriptor_name
 
 #: How long leaving ``async with delivery`` on an exception may wait for the sender's settlement (receiver settle
 #: mode second) before it lets the exception go on: the outcome is sent either way.
@@ -243,15 +244,27 @@ class Delivery:
 
     def _failure_outcome(self, exc: Exception) -> Modified | Released | Rejected:
         on_error = self.receiver._options.on_error
-        if on_error == "modify":
-            return _FAILED
         if on_error == "release":
             return _RELEASED
-        condition = exc.condition if isinstance(exc, AMQPError) else "amqp:internal-error"
-        description = f"{type(exc).__name__}: {exc}"
+        if on_error == "modify":
+            # §3.5.3: only an outcome the sender's source lists may be chosen (RabbitMQ 3.x lists no modified, and
+            # ends the session on one): released, then, which also has the message delivered again.
+            return _FAILED if self._source_supports(_MODIFIED) else _RELEASED
+        if isinstance(exc, AMQPError):
+            condition, text = exc.condition, exc.description
+        else:
+            condition, text = "amqp:internal-error", str(exc)
+        description = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         if len(description) > _MAX_DESCRIPTION:
             description = f"{description[: _MAX_DESCRIPTION - 3]}..."
         return Rejected(error=Error(condition=symbol(condition), description=description))
+
+    def _source_supports(self, outcome: str) -> bool:
+        """Whether the sender's source allows ``outcome`` (a descriptor name); a source that lists none allows
+        the standard ones."""
+        source = self.receiver._engine_link.remote_source
+        outcomes = getattr(source, "outcomes", None)
+        return not outcomes or outcome in outcomes
 
     def __repr__(self) -> str:
         return f"<amqp_async.Delivery tag={self.tag!r} settled={self.settled}>"
