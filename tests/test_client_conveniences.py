@@ -189,18 +189,20 @@ async def test_an_opening_is_a_coroutine_for_task_groups_and_portals() -> None:
 async def test_a_misspelt_option_is_a_type_error_naming_the_public_method() -> None:
     async with serving() as broker, connect(broker) as conn:
         session = await conn.open_session()
-        cases: list[tuple[Callable[[], Any], str]] = [
-            (lambda: conn.open_receiver("q", credits=10), "Connection.open_receiver() got an unexpected keyword argument 'credits'"),
-            (lambda: conn.open_sender("q", deliver="at-most-once"), "Connection.open_sender() got an unexpected keyword argument 'deliver'"),
-            (lambda: session.open_receiver("q", selecter="x = 1"), "Session.open_receiver() got an unexpected keyword argument 'selecter'"),
-            (lambda: session.open_sender("q", capability="queue"), "Session.open_sender() got an unexpected keyword argument 'capability'"),
-            (lambda: conn.open_session(incoming_widow=10), "Connection.open_session() got an unexpected keyword argument 'incoming_widow'"),
-        ]  # fmt: skip
-        for call, text in cases:
+        cases: list[tuple[Callable[[], Any], str, str]] = [
+            (lambda: conn.open_receiver("q", credits=10), "Connection.open_receiver", "credits"),
+            (lambda: conn.open_sender("q", deliver="at-most-once"), "Connection.open_sender", "deliver"),
+            (lambda: session.open_receiver("q", selecter="x = 1"), "Session.open_receiver", "selecter"),
+            (lambda: session.open_sender("q", capability="queue"), "Session.open_sender", "capability"),
+            (lambda: conn.open_session(incoming_widow=10), "Connection.open_session", "incoming_widow"),
+        ]
+        for call, method, keyword in cases:
             with pytest.raises(TypeError) as raised:
                 call()
             # Python 3.13 adds "Did you mean ...?"
-            assert str(raised.value).split(". Did you mean")[0] == text
+            assert str(raised.value).split(". Did you mean")[0] == (
+                f"{method}() got an unexpected keyword argument {keyword!r}"
+            )
         assert [link.name for link in session._links] == []  # nothing was attached
 
 

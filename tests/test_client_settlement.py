@@ -37,7 +37,7 @@ from amqp_async.broker import Broker
 
 try:
     from proton_broker import ProtonBroker
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401 - the fixture, used by name
+    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, found by name
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.proton_broker import ProtonBroker
     from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
