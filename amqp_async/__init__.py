@@ -14,6 +14,7 @@ from . import codec, types
 from .client import (
     Backoff,
     Connection,
+    ConnectOptions,
     Delivery,
     DeliveryMode,
     DistributionMode,
@@ -60,6 +61,7 @@ __all__ = [
     "Accepted",
     "AuthenticationError",
     "Backoff",
+    "ConnectOptions",
     "Connection",
     "ConnectionError",
     "DecodeError",

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Message", "MessageBodyError", "MessageFields", "MessageId"]
 
-#: A message-id or correlation-id as a message holds it (§3.2.11-3.2.15): a ulong, a UUID, bytes or a str.
 MessageId: TypeAlias = ulong | uuid.UUID | bytes | str
+"""A message-id or correlation-id as a message holds it (§3.2.11-3.2.15): a ulong, a UUID, bytes or a str."""
 
 _M = TypeVar("_M", bound="Message")
 

@@ -284,6 +284,19 @@ async def test_every_link_option_reaches_the_attach() -> None:
         assert unconfirmed.snd_settle_mode == "settled"
 
 
+def test_connect_options_are_typed_as_resolve_options_takes_them() -> None:
+    # connect(**options: Unpack[ConnectOptions]): the TypedDict the type checkers read names every option that
+    # resolve_options accepts at run time, and none more. An option added to one list is added to the other.
+    from amqp_async.client._config import OPTION_NAMES
+
+    assert set(amqp_async.ConnectOptions.__annotations__) == set(OPTION_NAMES)
+
+
+async def test_a_misspelt_connect_option_is_a_type_error_naming_connect() -> None:
+    with pytest.raises(TypeError, match=r"^connect\(\) got unexpected keyword argument\(s\): hearbeat$"):
+        await amqp_async.connect("amqp://localhost:1", hearbeat=30)  # type: ignore[call-arg]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # send() of something that is not a message
 

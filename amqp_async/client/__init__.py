@@ -7,6 +7,7 @@ installed) and on trio.
 from __future__ import annotations
 
 from ._backoff import Backoff
+from ._connect_options import ConnectOptions
 from ._connection import Connection, connect
 from ._delivery import Delivery
 from ._link_options import DeliveryMode, DistributionMode, ExpiryPolicy, OnError, Outcome
@@ -18,6 +19,7 @@ from ._transaction import Transaction, TransactionState
 
 __all__ = [
     "Backoff",
+    "ConnectOptions",
     "Connection",
     "Delivery",
     "DeliveryMode",

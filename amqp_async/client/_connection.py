@@ -24,7 +24,7 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import anyio
 import anyio.abc
@@ -38,6 +38,7 @@ from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
 from ._config import ResolvedOptions, resolve_options
+from ._connect_options import ConnectOptions
 from ._link_options import (
     DeliveryMode,
     DistributionMode,
@@ -58,6 +59,8 @@ from ._transport import open_stream
 from ._url import Address
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..codec.delivery_states import Accepted
     from ..codec.terminus import Source, Target
     from ._tracing import MessageTracing
@@ -556,7 +559,8 @@ class Connection:
             incoming_window: the session's incoming window, in transfer frames (§2.5.6); default: the engine's
                 (2048).
             handle_max: the highest link handle the session accepts (§2.7.2); default: 2**32 - 1.
-            offered_capabilities, desired_capabilities: the session's capabilities (symbols; a str is one).
+            offered_capabilities: the capabilities the session offers (symbols; a str is one).
+            desired_capabilities: the capabilities the session desires of the peer.
             properties: the session's properties (str keys are sent as symbols).
 
         Raises:
@@ -865,7 +869,7 @@ class _Connect:
             await self._connection.close()
 
 
-def connect(url: str | None = None, **options: Any) -> _Connect:
+def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> _Connect:
     """Connect to an AMQP 1.0 peer.
 
     ``await connect(url)`` gives an open :class:`Connection`; ``async with connect(url) as conn`` also closes it
@@ -882,4 +886,4 @@ def connect(url: str | None = None, **options: Any) -> _Connect:
         ConnectionError: no URL could be reached, or the peer refused or closed the connection.
         AuthenticationError: SASL authentication failed.
     """
-    return _Connect(url, options)
+    return _Connect(url, cast("dict[str, Any]", options))  # checked by resolve_options at run time

@@ -33,25 +33,25 @@ __all__ = [
     "sender_options",
 ]
 
-#: The delivery guarantee of a link (§3.4, §2.6.12): ``"at-most-once"`` (the sender settles first: nothing is
-#: confirmed), ``"at-least-once"`` (the receiver settles first; the default) or ``"exactly-once"`` (the receiver
-#: settles second, once the sender has settled).
 DeliveryMode: TypeAlias = Literal["at-most-once", "at-least-once", "exactly-once"]
+"""The delivery guarantee of a link (§3.4, §2.6.12): ``"at-most-once"`` (the sender settles first: nothing is
+confirmed), ``"at-least-once"`` (the receiver settles first; the default) or ``"exactly-once"`` (the receiver
+settles second, once the sender has settled)."""
 
-#: What ``async with delivery:`` does with a delivery when its block raises: ``"modify"`` (modified with
-#: delivery-failed, §3.4.5: the peer counts the failed attempt and delivers it again), ``"release"`` (released,
-#: §3.4.4: delivered again, the attempt not counted) or ``"reject"`` (rejected, §3.4.3, with the exception as the
-#: error: not delivered again).
 OnError: TypeAlias = Literal["modify", "release", "reject"]
+"""What ``async with delivery:`` does with a delivery when its block raises: ``"modify"`` (modified with
+delivery-failed, §3.4.5: the peer counts the failed attempt and delivers it again), ``"release"`` (released, §3.4.4:
+delivered again, the attempt not counted) or ``"reject"`` (rejected, §3.4.3, with the exception as the error: not
+delivered again)."""
 
-#: A terminus expiry policy (§3.5.6).
 ExpiryPolicy: TypeAlias = Literal["link-detach", "session-end", "connection-close", "never"]
+"""A terminus expiry policy (§3.5.6)."""
 
-#: A distribution mode (§3.5.7): ``"move"`` takes messages, ``"copy"`` browses them.
 DistributionMode: TypeAlias = Literal["move", "copy"]
+"""A distribution mode (§3.5.7): ``"move"`` takes messages, ``"copy"`` browses them."""
 
-#: A terminal outcome of a delivery (§3.4).
 Outcome: TypeAlias = Accepted | Rejected | Released | Modified
+"""A terminal outcome of a delivery (§3.4)."""
 
 # Delivery guarantees (§3.4 and §2.6.12) as settle modes.
 _GUARANTEES: dict[str, tuple[int, int]] = {

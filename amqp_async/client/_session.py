@@ -183,9 +183,9 @@ class Session:
             name: the link name (default: unique, from the container id).
             delivery: the guarantee (§2.6.12): ``"at-least-once"`` (default), ``"at-most-once"`` (messages sent
                 settled), ``"exactly-once"`` (the receiver settles second).
-            snd_settle_mode, rcv_settle_mode: the settle modes (§2.8.2, §2.8.3) as numbers, instead of what
-                ``delivery`` implies: 2 (mixed) for a confirmed sender; 1 (settled) only with
-                ``delivery="at-most-once"``.
+            snd_settle_mode: the sender settle mode (§2.8.2) as a number, instead of what ``delivery`` implies: 2
+                (mixed) for a confirmed sender; 1 (settled) only with ``delivery="at-most-once"``.
+            rcv_settle_mode: the receiver settle mode (§2.8.3) as a number: 0 (first) or 1 (second).
             source: our source address (or a :class:`~amqp_async.codec.terminus.Source`).
             durable: the target's durability (§3.5.5): 0 (none), 1 (configuration), 2 (unsettled state); True is 2.
             expiry_policy: the target's expiry policy (§3.5.6).
@@ -193,7 +193,8 @@ class Session:
             dynamic: ask the peer to create the target node (§3.5.4); ``dynamic_node_properties`` its properties.
             capabilities: the target's capabilities (symbols; a str is one).
             properties: the link's properties (§2.7.3; str keys are sent as symbols).
-            offered_capabilities, desired_capabilities: the link's capabilities (§2.7.3).
+            offered_capabilities: the capabilities the link offers (§2.7.3; symbols, a str is one).
+            desired_capabilities: the capabilities the link desires of the peer (§2.7.3).
             max_message_size: the largest message we send, in bytes (None: no limit).
             initial_delivery_count: the delivery-count the link starts at (§2.6.7).
 
@@ -271,8 +272,9 @@ class Session:
             name: the link name (default: unique, from the container id).
             delivery: the guarantee (§2.6.12): ``"at-least-once"`` (default), ``"at-most-once"`` (the sender
                 settles first), ``"exactly-once"`` (we settle second).
-            snd_settle_mode, rcv_settle_mode: the settle modes (§2.8.2, §2.8.3) as numbers, instead of what
-                ``delivery`` implies.
+            snd_settle_mode: the sender settle mode (§2.8.2) as a number (0, 1, 2), instead of what ``delivery``
+                implies.
+            rcv_settle_mode: the receiver settle mode (§2.8.3) as a number (0 first, 1 second), likewise.
             on_error: what ``async with delivery:`` does when its block raises: ``"modify"`` (default: modified
                 with delivery-failed, the attempt counted), ``"release"`` (released, not counted) or ``"reject"``
                 (rejected, with the exception as the error; an :class:`~amqp_async.AMQPError` gives its condition).
@@ -288,7 +290,8 @@ class Session:
             default_outcome: the source's default outcome (``Released()``...); outcomes: the outcomes it supports
                 (descriptor symbols).
             properties: the link's properties (§2.7.3; str keys are sent as symbols).
-            offered_capabilities, desired_capabilities: the link's capabilities (§2.7.3).
+            offered_capabilities: the capabilities the link offers (§2.7.3; symbols, a str is one).
+            desired_capabilities: the capabilities the link desires of the peer (§2.7.3).
             max_message_size: the largest message we take, in bytes (None: no limit).
             target: our target address (or a :class:`~amqp_async.codec.terminus.Target`).
 

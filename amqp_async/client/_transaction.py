@@ -46,10 +46,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Transaction"]
 
-#: The states of a :class:`Transaction`.
 TransactionState: TypeAlias = Literal[
     "new", "declaring", "active", "discharging", "committed", "rolled back", "failed", "in doubt"
 ]
+"""The states of a :class:`Transaction` (its ``state`` attribute)."""
 
 _R = TypeVar("_R")
 

@@ -4,6 +4,7 @@ being an error fails the typecheck session. Never run."""
 
 from __future__ import annotations
 
+import amqp_async
 from amqp_async import Accepted, Connection, Delivery, Message, Receiver, Sender
 
 
@@ -18,6 +19,8 @@ async def mistakes(conn: Connection, sender: Sender, receiver: Receiver, deliver
     await conn.open_sender("q", delivery="at-least-twice")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
     await conn.open_receiver("q", distribution_mode="share")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     await conn.open_session(incoming_widow=10)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    await amqp_async.connect("amqp://localhost", hearbeat=30)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    await amqp_async.connect("amqp://localhost", heartbeat="30s")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # A typo in a method name.
     await sender.sned(Message(body="x"))  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
     # Only Messages and encoded bytes are sent (a TypeError at run time too).

@@ -111,7 +111,7 @@ async def main() -> None:
         await send(conn)
         await receive(conn)
         await sessions(conn)
-    conn = await amqp_async.connect("amqp://localhost:5672")
+    conn = await amqp_async.connect("amqp://localhost:5672", heartbeat=30, reconnect=amqp_async.Backoff(max_tries=5))
     assert_type(conn, Connection)
     message = Message(id=uuid.uuid4(), durable=True, ttl=30.0, correlation_id=7)
     assert_type(message.correlation_id, MessageId | None)
