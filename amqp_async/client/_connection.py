@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 
     from ..codec.delivery_states import Accepted
     from ..codec.terminus import Source, Target
+    from ..codec.values import AMQPValue
+    from ..types import symbol
     from ._tracing import MessageTracing
     from ._transaction import Transaction
 
@@ -187,13 +189,13 @@ class Connection:
         return None if remote is None else remote.container_id
 
     @property
-    def remote_properties(self) -> dict[Any, Any] | None:
+    def remote_properties(self) -> dict[str, AMQPValue] | None:
         """The peer's connection properties, from its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return None if remote is None else remote.properties
 
     @property
-    def remote_offered_capabilities(self) -> tuple[Any, ...]:
+    def remote_offered_capabilities(self) -> tuple[symbol, ...]:
         """The capabilities the peer offered in its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return tuple(remote.offered_capabilities or ()) if remote is not None else ()

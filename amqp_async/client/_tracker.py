@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing_extensions import TypeVar
 
     from ..protocol.delivery import Delivery as EngineDelivery
+    from ._link_options import Outcome
     from ._links import Sender
     from ._tracing import MessageTracing
 
@@ -44,8 +45,8 @@ class Tracker(Generic[_R]):
     Attributes:
         delivery: the engine's delivery (for advanced use, on the connection's event loop only).
         done: True once the outcome is known (or the delivery is in doubt).
-        outcome: the delivery state the peer settled it with, as it came (None until then, and for a delivery
-            settled without one or sent settled).
+        outcome: the delivery state the peer settled it with, as it came: an outcome, or a received state (§3.4.1)
+            the peer settled with; None until then, and for a delivery settled without one or sent settled.
     """
 
     __slots__ = ("_error", "_sender", "_waiters", "delivery", "done", "outcome")
@@ -54,7 +55,7 @@ class Tracker(Generic[_R]):
         self._sender = sender
         self.delivery = delivery
         self.done = False
-        self.outcome: Any = None
+        self.outcome: Outcome | Received | None = None
         self._error: AMQPError | None = None
         # One wake-up per waiting task (a bare future on asyncio: a tenth of the cost of an event), made only
         # once someone waits.
@@ -133,7 +134,7 @@ class Tracker(Generic[_R]):
             # Confirmed, and settled by the peer without a terminal outcome (§3.4: the source's default outcome
             # applies; ours names none): not refused, so accepted, as python-qpid-proton's BlockingSender has it.
             outcome = _ACCEPTED
-        return outcome  # type: ignore[no-any-return]
+        return outcome  # type: ignore[return-value]  # Accepted on a confirmed sender, None at most once
 
     def __repr__(self) -> str:
         state = (
