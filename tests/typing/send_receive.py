@@ -108,6 +108,8 @@ async def main() -> None:
         assert_type(conn, Connection)
         assert_type(conn.container_id, str)
         assert_type(conn.is_closed, bool)
+        assert_type(conn.remote_properties, dict[str, AMQPValue] | None)
+        assert_type(conn.remote_offered_capabilities, tuple[symbol, ...])
         await send(conn)
         await receive(conn)
         await sessions(conn)
