@@ -73,8 +73,10 @@ class Delivery:
     confirmed deliveries runs unchanged; a second one raises as well.
 
     ``async with delivery:`` settles it when the block ends: accepted when it ends normally; when it raises, by the
-    receiver's ``on_error`` (modified with delivery-failed by default), and the exception goes on. A block that
-    settled the delivery itself is left as it settled it.
+    receiver's ``on_error`` (modified with delivery-failed by default; released when the sender's source lists no
+    modified outcome, §3.5.3, as RabbitMQ 3.x's does not), and the exception goes on; when it is cancelled (or ends
+    by KeyboardInterrupt or SystemExit), released. A block that settled the delivery itself is left as it settled
+    it.
 
     Attributes:
         receiver: the receiver it came on.
