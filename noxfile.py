@@ -9,6 +9,7 @@ any pip can install them (pip's own ``--group`` option needs pip >= 25.1).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nox
@@ -44,9 +45,14 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """Type-check the package with mypy in strict mode."""
+    """Type-check the package with mypy in strict mode, and the user programs of tests/typing (what the typed API
+    promises, with ``assert_type``; negative.py's deliberate errors must stay errors) with mypy --strict and with
+    pyright in strict mode."""
     session.install(".", *_group("typecheck"))
     session.run("mypy", "--strict", "amqp_async")
+    session.run("mypy", "--strict", "tests/typing")
+    python = Path(session.virtualenv.location) / ("Scripts" if sys.platform == "win32" else "bin") / "python"
+    session.run("pyright", "-p", "tests/typing", "--pythonpath", str(python))
 
 
 @nox.session(default=False)

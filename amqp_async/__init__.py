@@ -2,8 +2,10 @@
 
 The public surface: :func:`connect` and the awaitable API (:class:`Connection`, :class:`Session`,
 :class:`Sender`, :class:`Receiver`, :class:`Delivery`, :class:`Tracker`, :class:`Transaction`), :class:`Message`,
-:class:`AMQPError` and its subclasses, the AMQP types in :mod:`amqp_async.types`, the codec in
-:mod:`amqp_async.codec`, and the Sans-IO engine in :mod:`amqp_async.protocol`.
+the outcomes (:class:`Accepted`, :class:`Rejected`, :class:`Released`, :class:`Modified`), :class:`AMQPError` and
+its subclasses, the types of the typed API (:data:`AMQPValue`, :data:`Outcome`, :data:`DeliveryMode`...), the AMQP
+types in :mod:`amqp_async.types`, the codec in :mod:`amqp_async.codec`, and the Sans-IO engine in
+:mod:`amqp_async.protocol`.
 """
 
 from __future__ import annotations
@@ -12,20 +14,32 @@ from . import codec, types
 from .client import (
     Backoff,
     Connection,
+    ConnectOptions,
     Delivery,
+    DeliveryMode,
+    DistributionMode,
+    ExpiryPolicy,
+    OnError,
+    Opening,
+    Outcome,
     Receiver,
     Sender,
+    SendManyError,
     Session,
     Tracker,
     Transaction,
+    TransactionState,
     connect,
     selector,
 )
+from .codec.delivery_states import Accepted, Modified, Rejected, Released
+from .codec.values import AMQPValue
 from .errors import (
     AMQPError,
     AuthenticationError,
     ConnectionError,
     DecodeError,
+    DeliveryAlreadySettled,
     DeliveryError,
     DeliveryInDoubt,
     EncodeError,
@@ -39,26 +53,43 @@ from .errors import (
     TransactionInDoubt,
     TransactionRolledBack,
 )
-from .message import Message
+from .message import Message, MessageBodyError, MessageFields, MessageId
 
 __all__ = [
     "AMQPError",
+    "AMQPValue",
+    "Accepted",
     "AuthenticationError",
     "Backoff",
+    "ConnectOptions",
     "Connection",
     "ConnectionError",
     "DecodeError",
     "Delivery",
+    "DeliveryAlreadySettled",
     "DeliveryError",
     "DeliveryInDoubt",
+    "DeliveryMode",
+    "DistributionMode",
     "EncodeError",
+    "ExpiryPolicy",
     "LinkDetached",
     "LinkError",
     "Message",
+    "MessageBodyError",
+    "MessageFields",
+    "MessageId",
     "MessageModified",
     "MessageRejected",
     "MessageReleased",
+    "Modified",
+    "OnError",
+    "Opening",
+    "Outcome",
     "Receiver",
+    "Rejected",
+    "Released",
+    "SendManyError",
     "Sender",
     "Session",
     "SessionError",
@@ -67,6 +98,7 @@ __all__ = [
     "TransactionError",
     "TransactionInDoubt",
     "TransactionRolledBack",
+    "TransactionState",
     "codec",
     "connect",
     "selector",

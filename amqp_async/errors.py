@@ -15,6 +15,7 @@ __all__ = [
     "AuthenticationError",
     "ConnectionError",
     "DecodeError",
+    "DeliveryAlreadySettled",
     "DeliveryError",
     "DeliveryInDoubt",
     "EncodeError",
@@ -173,3 +174,18 @@ class TransactionInDoubt(TransactionError):
     have committed or rolled back."""
 
     default_condition = "amqp:connection:forced"
+
+
+class DeliveryAlreadySettled(AMQPError):
+    """A received delivery was settled a second time (``accept()``, ``reject()``, ``release()`` or ``modify()``
+    after one of them already ran): a delivery has one outcome (§3.4), and the first one stands.
+
+    Attributes:
+        outcome: the outcome the delivery was settled with first (None when it was settled without one).
+    """
+
+    default_condition = "amqp:illegal-state"
+
+    def __init__(self, description: str = "", *, outcome: Any = None) -> None:
+        super().__init__(description)
+        self.outcome = outcome

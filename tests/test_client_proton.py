@@ -77,7 +77,7 @@ TRIO = pytest.param(("trio", {}), id="trio")
 ALL_BACKENDS = pytest.mark.parametrize("anyio_backend", [ASYNCIO, UVLOOP, TRIO], indirect=True)
 #: The heavy tests: plain asyncio only.
 ASYNCIO_ONLY = pytest.mark.parametrize("anyio_backend", [ASYNCIO], indirect=True)
-#: Tests of asyncio-only API (``Connection.run_threadsafe``).
+#: Tests of what only asyncio does (the writer-wake-up accounting).
 ASYNCIO_FAMILY = pytest.mark.parametrize("anyio_backend", [ASYNCIO, UVLOOP], indirect=True)
 
 
@@ -1414,7 +1414,7 @@ async def test_misuse_after_close(broker: ProtonBroker) -> None:
 # threads
 
 
-@ASYNCIO_FAMILY
+@ALL_BACKENDS
 async def test_run_threadsafe_from_another_thread(broker: ProtonBroker) -> None:
     with anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(broker.url) as conn:

@@ -7,21 +7,34 @@ installed) and on trio.
 from __future__ import annotations
 
 from ._backoff import Backoff
+from ._connect_options import ConnectOptions
 from ._connection import Connection, connect
 from ._delivery import Delivery
-from ._links import Receiver, Sender, Tracker, selector
+from ._link_options import DeliveryMode, DistributionMode, ExpiryPolicy, OnError, Outcome
+from ._links import Receiver, Sender, SendManyError, selector
+from ._opening import Opening
 from ._session import Session
-from ._transaction import Transaction
+from ._tracker import Tracker
+from ._transaction import Transaction, TransactionState
 
 __all__ = [
     "Backoff",
+    "ConnectOptions",
     "Connection",
     "Delivery",
+    "DeliveryMode",
+    "DistributionMode",
+    "ExpiryPolicy",
+    "OnError",
+    "Opening",
+    "Outcome",
     "Receiver",
+    "SendManyError",
     "Sender",
     "Session",
     "Tracker",
     "Transaction",
+    "TransactionState",
     "connect",
     "selector",
 ]

@@ -22,8 +22,9 @@ from __future__ import annotations
 import importlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import anyio
 import anyio.abc
@@ -37,15 +38,39 @@ from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
 from ._config import ResolvedOptions, resolve_options
+from ._connect_options import ConnectOptions
+from ._link_options import (
+    DeliveryMode,
+    DistributionMode,
+    ExpiryPolicy,
+    OnError,
+    Outcome,
+    _fields,
+    _symbols,
+    receiver_options,
+    sender_options,
+)
+from ._links import Receiver, Sender
+from ._opening import Opening
+from ._session import Session
+from ._threadsafe import LoopHandle
 from ._trace import FrameTracer
 from ._transport import open_stream
 from ._url import Address
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..codec.delivery_states import Accepted
+    from ..codec.terminus import Source, Target
+    from ..codec.values import AMQPValue
+    from ..types import symbol
     from ._tracing import MessageTracing
     from ._transaction import Transaction
 
 __all__ = ["HIGH_WATER", "Connection", "connect"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("amqp_async.connection")
 
@@ -112,8 +137,8 @@ class Connection:
         self._opened = False
         self._closing = False
         self._error: AMQPError | None = None
-        self._sessions: list[Any] = []
-        self._default_session: Any = None
+        self._sessions: list[Session] = []
+        self._default_session: Session | None = None
         self._controller: Any = None  # the link to the peer's transaction coordinator, made on first use
         self._controller_lock: anyio.Lock | None = None
         self._tracer = FrameTracer.from_environment()
@@ -136,6 +161,7 @@ class Connection:
         # The background task's scope: cancelled to abort the connection (a cancelled connect or close).
         self._run_scope = anyio.CancelScope()
         self._loop: Any = None
+        self._loop_handle = LoopHandle.current()  # for run_threadsafe, from other threads
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -163,13 +189,13 @@ class Connection:
         return None if remote is None else remote.container_id
 
     @property
-    def remote_properties(self) -> dict[Any, Any] | None:
+    def remote_properties(self) -> dict[str, AMQPValue] | None:
         """The peer's connection properties, from its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return None if remote is None else remote.properties
 
     @property
-    def remote_offered_capabilities(self) -> tuple[Any, ...]:
+    def remote_offered_capabilities(self) -> tuple[symbol, ...]:
         """The capabilities the peer offered in its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return tuple(remote.offered_capabilities or ()) if remote is not None else ()
@@ -519,32 +545,215 @@ class Connection:
 
     # --- public API --------------------------------------------------------------------------------------
 
-    async def open_session(self, **options: Any) -> Any:
-        """Begin a session; use it as an async context manager to end it.
+    def open_session(
+        self,
+        *,
+        incoming_window: int | None = None,
+        handle_max: int | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+    ) -> Opening[Session]:
+        """Begin a session (§2.5): ``await`` it for the :class:`Session`, or ``async with`` it to end the session
+        (and its links) at the end of the block.
 
         Args:
-            **options: ``incoming_window``, the session's incoming window in frames (default 2048).
-        """
-        from ._session import Session
+            incoming_window: the session's incoming window, in transfer frames (§2.5.6); default: the engine's
+                (2048).
+            handle_max: the highest link handle the session accepts (§2.7.2); default: 2**32 - 1.
+            offered_capabilities: the capabilities the session offers (symbols; a str is one).
+            desired_capabilities: the capabilities the session desires of the peer.
+            properties: the session's properties (str keys are sent as symbols).
 
+        Raises:
+            ConnectionError: (when awaited) the connection has ended.
+        """
+        options: dict[str, Any] = {}
+        if incoming_window is not None:
+            options["incoming_window"] = incoming_window
+        if handle_max is not None:
+            options["handle_max"] = handle_max
+        if offered_capabilities is not None:
+            options["offered_capabilities"] = _symbols(offered_capabilities, "offered_capabilities")
+        if desired_capabilities is not None:
+            options["desired_capabilities"] = _symbols(desired_capabilities, "desired_capabilities")
+        if properties is not None:
+            options["properties"] = _fields(properties, "properties")
+        return Opening(self._begin_session(options))
+
+    async def _begin_session(self, options: dict[str, Any]) -> Session:
         self._check()
         session = Session(self, options)
         self._sessions.append(session)
         await session._begin()
         return session
 
-    async def _session(self) -> Any:
+    async def _session(self) -> Session:
         if self._default_session is None or self._default_session.is_closed:
-            self._default_session = await self.open_session()
+            self._default_session = await self._begin_session({})
         return self._default_session
 
-    async def open_sender(self, target: str | None, **options: Any) -> Any:
-        """Attach a sender on the connection's default session: see :meth:`Session.open_sender`."""
-        return await (await self._session()).open_sender(target, **options)
+    @overload
+    def open_sender(
+        self,
+        target: str | None,
+        *,
+        name: str | None = None,
+        delivery: Literal["at-most-once"],
+        snd_settle_mode: Literal[1] | None = None,
+        rcv_settle_mode: Literal[0, 1] | None = None,
+        source: str | Source | None = None,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        dynamic: bool = False,
+        dynamic_node_properties: Mapping[str, object] | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+        initial_delivery_count: int = 0,
+    ) -> Opening[Sender[None]]: ...
 
-    async def open_receiver(self, source: str | None, **options: Any) -> Any:
-        """Attach a receiver on the connection's default session: see :meth:`Session.open_receiver`."""
-        return await (await self._session()).open_receiver(source, **options)
+    @overload
+    def open_sender(
+        self,
+        target: str | None,
+        *,
+        name: str | None = None,
+        delivery: Literal["at-least-once", "exactly-once"] = "at-least-once",
+        snd_settle_mode: Literal[0, 2] | None = None,
+        rcv_settle_mode: Literal[0, 1] | None = None,
+        source: str | Source | None = None,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        dynamic: bool = False,
+        dynamic_node_properties: Mapping[str, object] | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+        initial_delivery_count: int = 0,
+    ) -> Opening[Sender[Accepted]]: ...
+
+    def open_sender(
+        self,
+        target: str | None,
+        *,
+        name: str | None = None,
+        delivery: DeliveryMode = "at-least-once",
+        snd_settle_mode: Literal[0, 1, 2] | None = None,
+        rcv_settle_mode: Literal[0, 1] | None = None,
+        source: str | Source | None = None,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        dynamic: bool = False,
+        dynamic_node_properties: Mapping[str, object] | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+        initial_delivery_count: int = 0,
+    ) -> Opening[Sender[Any]]:
+        """Attach a sender on the connection's default session (begun with the first link): the options are those
+        of :meth:`Session.open_sender`.
+
+        ``await conn.open_sender(target)`` gives the attached :class:`Sender`; ``async with
+        conn.open_sender(target) as sender:`` also closes it at the end of the block.
+        """
+        options = sender_options(
+            target,
+            name=name,
+            delivery=delivery,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            source=source,
+            durable=durable,
+            expiry_policy=expiry_policy,
+            timeout=timeout,
+            dynamic=dynamic,
+            dynamic_node_properties=dynamic_node_properties,
+            capabilities=capabilities,
+            properties=properties,
+            offered_capabilities=offered_capabilities,
+            desired_capabilities=desired_capabilities,
+            max_message_size=max_message_size,
+            initial_delivery_count=initial_delivery_count,
+        )
+
+        async def attach() -> Sender[Any]:
+            return await (await self._session())._attach_sender(options)
+
+        return Opening(attach())
+
+    def open_receiver(
+        self,
+        source: str | None,
+        *,
+        credit: int = 100,
+        name: str | None = None,
+        delivery: DeliveryMode = "at-least-once",
+        snd_settle_mode: Literal[0, 1, 2] | None = None,
+        rcv_settle_mode: Literal[0, 1] | None = None,
+        on_error: OnError = "modify",
+        dynamic: bool = False,
+        dynamic_node_properties: Mapping[str, object] | None = None,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        distribution_mode: DistributionMode | None = None,
+        filter: Mapping[str, object] | None = None,  # noqa: A002 - the source's field (§3.5.3)
+        selector: str | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        default_outcome: Outcome | None = None,
+        outcomes: Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+        target: str | Target | None = None,
+    ) -> Opening[Receiver]:
+        """Attach a receiver on the connection's default session (begun with the first link): the options are
+        those of :meth:`Session.open_receiver`.
+
+        ``await conn.open_receiver(source)`` gives the attached :class:`Receiver`; ``async with
+        conn.open_receiver(source) as receiver:`` also closes it at the end of the block.
+        """
+        options = receiver_options(
+            source,
+            credit=credit,
+            name=name,
+            delivery=delivery,
+            snd_settle_mode=snd_settle_mode,
+            rcv_settle_mode=rcv_settle_mode,
+            on_error=on_error,
+            dynamic=dynamic,
+            dynamic_node_properties=dynamic_node_properties,
+            durable=durable,
+            expiry_policy=expiry_policy,
+            timeout=timeout,
+            distribution_mode=distribution_mode,
+            filter=filter,
+            selector=selector,
+            capabilities=capabilities,
+            default_outcome=default_outcome,
+            outcomes=outcomes,
+            properties=properties,
+            offered_capabilities=offered_capabilities,
+            desired_capabilities=desired_capabilities,
+            max_message_size=max_message_size,
+            target=target,
+        )
+
+        async def attach() -> Receiver:
+            return await (await self._session())._attach_receiver(options)
+
+        return Opening(attach())
 
     def transaction(self) -> Transaction:
         """A local transaction (§4) on this connection, declared when it is awaited or entered.
@@ -590,12 +799,21 @@ class Connection:
             if not self._finished:  # cancelled, or the driver overran its bounds: end it now
                 await self._abort()
 
-    def run_threadsafe(self, coroutine: Awaitable[Any]) -> Any:
-        """Run a coroutine of this connection from another thread (asyncio): returns a concurrent Future."""
-        import asyncio
+    def run_threadsafe(self, coroutine: Awaitable[_T]) -> Future[_T]:
+        """Run an awaitable of this connection (``sender.send(...)``, ``receiver.receive()``...) on the
+        connection's event loop, from another thread: asyncio or trio alike.
 
-        loop = self._loop
-        return asyncio.run_coroutine_threadsafe(coroutine, loop)  # type: ignore[arg-type]  # an awaitable works
+        Returns at once a :class:`concurrent.futures.Future` of its result: ``.result(timeout)`` waits for it in the
+        calling thread (never call that on the loop's own thread: it would wait for itself); ``.cancel()`` cancels
+        the awaitable.
+
+        Raises:
+            RuntimeError: the connection's event loop has ended (or it was not made on one).
+        """
+        handle = self._loop_handle
+        if handle is None:
+            raise RuntimeError("the connection was not made on a running event loop: nothing runs its work")
+        return handle.run(coroutine)
 
     async def __aenter__(self) -> Connection:
         return self
@@ -653,7 +871,7 @@ class _Connect:
             await self._connection.close()
 
 
-def connect(url: str | None = None, **options: Any) -> _Connect:
+def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> _Connect:
     """Connect to an AMQP 1.0 peer.
 
     ``await connect(url)`` gives an open :class:`Connection`; ``async with connect(url) as conn`` also closes it
@@ -670,4 +888,4 @@ def connect(url: str | None = None, **options: Any) -> _Connect:
         ConnectionError: no URL could be reached, or the peer refused or closed the connection.
         AuthenticationError: SASL authentication failed.
     """
-    return _Connect(url, options)
+    return _Connect(url, cast("dict[str, Any]", options))  # checked by resolve_options at run time
