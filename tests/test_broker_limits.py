@@ -27,7 +27,8 @@ import pytest
 import amqp_async
 from amqp_async import Message
 from amqp_async.broker import Broker
-from amqp_async.broker._server import OUTPUT_LIMIT
+from amqp_async.broker._connection import OUTPUT_LIMIT
+from amqp_async.broker._nodes import ENTRY_OVERHEAD
 from amqp_async.codec.delivery_states import Accepted
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,7 +131,7 @@ async def test_max_memory_bounds_the_bytes_held_across_queues_and_producers_resu
             async with anyio.create_task_group() as group:
                 for address in ("a", "b", "c"):
                     group.start_soon(flood, broker.url, address, 200, body, accepted)
-                size = len(Message(body=body).encode())
+                size = len(Message(body=body).encode()) + ENTRY_OVERHEAD  # what the broker counts per message
                 await settled_at(lambda: flow.held_bytes, lambda: flow.held_count == limit // size)
                 assert sum(len(broker.queues[address]) for address in "abc") == limit // size
                 # consumers of all three (one alone could wait forever: the others' messages fill the memory)
