@@ -500,3 +500,36 @@ def test_a_bad_argument_is_one_line_and_exit_code_2(arguments: list[str], expect
     message = one_error_line(result)
     assert message.startswith(expected), message
     assert message.endswith("(--help lists the options)")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# amqp-async broker: the same command line under its own name
+
+AMQP_ASYNC = Path(sys.executable).parent / "amqp-async"
+
+
+def run_amqp_async(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """``amqp-async ARGUMENTS...``: the installed console script, else ``python -m amqp_async`` (a checkout)."""
+    pytest.importorskip("click", reason="the cli extra (click, rich) is in the test dependency group")
+    command = [str(AMQP_ASYNC)] if AMQP_ASYNC.exists() else [sys.executable, "-m", "amqp_async"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([*command, *arguments], capture_output=True, text=True, env=env, timeout=TIMEOUT)
+
+
+def test_amqp_async_broker_names_itself_in_its_usage_and_errors() -> None:
+    result = run_amqp_async("broker", "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith("usage: amqp-async broker ")
+    assert "python -m amqp_async.broker" not in result.stdout
+    with taken_port() as port:
+        busy = run_amqp_async("broker", "--port", str(port))
+        debug = run_amqp_async("--debug", "broker", "--port", str(port))  # the group's --debug is the broker's
+    assert busy.returncode == 1
+    assert one_error_line(busy, prog="amqp-async broker").startswith(f"cannot listen on 127.0.0.1:{port}: address")
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    bad = run_amqp_async("broker", "--max-memory", "lots")
+    assert bad.returncode == 2
+    assert one_error_line(bad, prog="amqp-async broker").startswith("argument --max-memory: 'lots' is not a size")
+    version = run_amqp_async("broker", "--version")
+    assert version.stdout.strip() == f"amqp-async broker (amqp_async {amqp_async.__version__})"

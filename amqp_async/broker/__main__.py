@@ -24,6 +24,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import re
 import signal
 import socket
@@ -38,7 +39,17 @@ import anyio
 
 from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "build_parser", "main", "parse_arguments", "parse_size"]
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "make_broker",
+    "message_budget",
+    "parse_arguments",
+    "parse_size",
+    "process_memory",
+]
 
 #: The exit code when the broker cannot serve (a port in use, a host that does not resolve...).
 EXIT_FAILURE = 1
@@ -46,6 +57,10 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 #: The exit code after Ctrl-C before the broker listened (as shells report it: 128 + SIGINT).
 EXIT_INTERRUPTED = 130
+#: Memory ``--max-memory`` keeps aside for what is in flight rather than held: the messages a connection received
+#: and has not routed yet (up to a credit window per producer), output waiting for slow sockets (up to 1 MiB per
+#: connection), the store's batch being written.
+IN_FLIGHT_RESERVE = 16 << 20
 
 DEFAULT_PROG = "python -m amqp_async.broker"
 
@@ -169,8 +184,8 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         type=parse_size,
         default=DEFAULT_MAX_MEMORY,
         metavar="SIZE",
-        help=f"the most memory messages may take, all queues together; producers then wait for credit (default: "
-        f"{DEFAULT_MAX_MEMORY >> 20}MiB; 0 or 'unlimited': no limit)",
+        help=f"the most memory the broker takes: its messages get what its own memory (~35MB) leaves; producers "
+        f"then wait for credit (default: {DEFAULT_MAX_MEMORY >> 20}MiB; 0 or 'unlimited': no limit)",
     )
     limits.add_argument(
         "--max-queue-depth", type=_positive_int, metavar="N", help="the most messages waiting in one queue"
@@ -285,6 +300,30 @@ def _tls_context(arguments: argparse.Namespace) -> ssl.SSLContext | None:
     return context
 
 
+def process_memory() -> int:
+    """The memory this process holds now (its resident set, in bytes; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm") as statm:  # Linux: pages resident, the second field
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import resource
+    except ImportError:  # Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # at start, the peak is the current size
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def message_budget(limit: int | None, own: int) -> int | None:
+    """What ``--max-memory`` leaves the messages: it bounds the whole process, whose own memory at start (``own``
+    bytes: the interpreter, the library) and a reserve for what is in flight (:data:`IN_FLIGHT_RESERVE`) come
+    first; a limit that leaves less than a quarter of itself gives the messages that quarter."""
+    if limit is None:
+        return None
+    return max(limit - own - IN_FLIGHT_RESERVE, limit // 4)
+
+
 def make_broker(arguments: argparse.Namespace) -> Broker:
     """The broker the command line describes (files read and checked now).
 
@@ -307,7 +346,7 @@ def make_broker(arguments: argparse.Namespace) -> Broker:
         transaction_timeout=arguments.transaction_timeout,
         ws_port=arguments.ws_port,
         ws_path=arguments.ws_path,
-        max_memory=arguments.max_memory,
+        max_memory=message_budget(arguments.max_memory, process_memory()),
         when_full=arguments.when_full,
         data_dir=arguments.data_dir,
     )
