@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError
 from ..message import Message
-from ._sections import delivery_failed, expiry, merge_annotations, with_ttl
+from ._sections import cannot_expire, delivery_failed, expiry, merge_annotations, with_ttl
 from ._store import is_durable
 
 if TYPE_CHECKING:
@@ -90,11 +90,18 @@ class Entry:
         self.stored = 0
         #: the payload changed since it was counted and stored.
         self.dirty = False
-        #: when it expires (seconds since the epoch, §3.2.1 ttl and §3.2.4 absolute-expiry-time), or None.
-        self.expires: float | None = None
-        #: its header has a ttl, which a delivery rewrites to the time left (§3.2.1).
-        self.has_ttl = False
-        if payload[:2] != b"\x00\x53" or payload[2:3] <= b"\x73":  # a header or properties: maybe an expiry
+        try:
+            # Sections are in order (§3.2): a first section past the properties means neither a header nor
+            # properties, so no expiry (one byte read: the usual message is decided here).
+            plain = payload[2] > 0x73
+        except IndexError:
+            plain = True
+        if plain or cannot_expire(payload):
+            #: when it expires (seconds since the epoch, §3.2.1 ttl and §3.2.4 absolute-expiry-time), or None.
+            self.expires: float | None = None
+            #: its header has a ttl, which a delivery rewrites to the time left (§3.2.1).
+            self.has_ttl = False
+        else:
             self.expires, self.has_ttl = expiry(payload, time.time() if arrived is None else arrived)
 
     def copy(self) -> Entry:

@@ -21,6 +21,7 @@ from ..types import symbol, uint
 __all__ = [
     "HEADER_TTL",
     "annotations_of",
+    "cannot_expire",
     "delivery_failed",
     "expiry",
     "merge_annotations",
@@ -137,6 +138,56 @@ def _uint_at(data: bytes, offset: int) -> int | None:
     raise DecodeError(f"expected a uint, found format code {code:#04x}", offset=offset)
 
 
+def cannot_expire(data: bytes) -> bool:
+    """True when the usual encodings (smallulong descriptors, list8 and map8/map32 sections) show neither a ttl nor
+    an absolute-expiry-time, read byte by byte without a call: most messages have no header, or one without a
+    ttl (durable, priority), and properties of at most eight fields. False: :func:`expiry` looks closer."""
+    try:
+        if data[0] != 0 or data[1] != 0x53:
+            return False
+        code = data[2]
+        position = 3
+        end = len(data)
+        if code == _HEADER:
+            form = data[3]
+            if form == 0xC0 and data[5] <= HEADER_TTL:  # list8: size, count; durable and priority at most
+                position = 5 + data[4]
+            elif form == 0x45:  # list0
+                position = 4
+            else:
+                return False
+            if position >= end:
+                return True
+            if data[position] != 0 or data[position + 1] != 0x53:
+                return False
+            code = data[position + 2]
+            position += 3
+        while code in (_DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
+            form = data[position]
+            if form == 0xC1:  # map8
+                position += 2 + data[position + 1]
+            elif form == 0xD1:  # map32
+                position += 5 + int.from_bytes(data[position + 1 : position + 5], "big")
+            else:
+                return False
+            if position >= end:
+                return True
+            if data[position] != 0 or data[position + 1] != 0x53:
+                return False
+            code = data[position + 2]
+            position += 3
+        if code != _PROPERTIES:
+            return code > _PROPERTIES  # no properties (they would come here, §3.2)
+        form = data[position]
+        if form == 0xC0:
+            return data[position + 2] <= _ABSOLUTE_EXPIRY_TIME
+        if form == 0xD0:
+            return int.from_bytes(data[position + 5 : position + 9], "big") <= _ABSOLUTE_EXPIRY_TIME
+        return form == 0x45
+    except IndexError:
+        return False
+
+
 def expiry(data: bytes, now: float) -> tuple[float | None, bool]:
     """When a message arriving at ``now`` (seconds since the epoch) expires, and whether its header has a ttl.
 
@@ -149,8 +200,7 @@ def expiry(data: bytes, now: float) -> tuple[float | None, bool]:
         (the expiry time in seconds since the epoch, or None; whether the header carries a ttl). A payload that
         does not parse has no expiry.
     """
-    # The usual message has neither a header nor properties with nine fields: two byte reads say so.
-    if data[:2] == b"\x00\x53" and data[2:3] > b"\x73":
+    if cannot_expire(data):
         return None, False
     expires: float | None = None
     has_ttl = False
