@@ -33,6 +33,7 @@ _HEADER = 0x70
 _DELIVERY_ANNOTATIONS = 0x71
 _MESSAGE_ANNOTATIONS = 0x72
 _PROPERTIES = 0x73
+_FOOTER = 0x78
 _SECTION_NAMES = {
     "amqp:header:list": _HEADER,
     "amqp:delivery-annotations:map": _DELIVERY_ANNOTATIONS,
@@ -96,6 +97,8 @@ class _Layout:
             while position < end:
                 code, value = _section_at(data, position)
                 if code not in (_HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
+                    if not _PROPERTIES <= code <= _FOOTER:
+                        raise DecodeError(f"unknown message section {code:#x}", offset=position)
                     break
                 after = _value_end(data, value)
                 if code == _HEADER:
@@ -306,6 +309,8 @@ def merge_annotations(data: bytes, annotations: dict[Any, Any]) -> bytes:
         DecodeError: the payload is not a message.
     """
     layout = _Layout(data)
+    if not annotations:
+        return data
     merged: dict[Any, Any] = {}
     if layout.annotations is not None:
         start, value, end = layout.annotations
