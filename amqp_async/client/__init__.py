@@ -7,6 +7,7 @@ installed) and on trio.
 from __future__ import annotations
 
 from ._backoff import Backoff
+from ._capabilities import PeerCapabilities
 from ._connection import Connection, connect
 from ._delivery import Delivery
 from ._links import Receiver, Sender, Tracker, selector
@@ -17,6 +18,7 @@ __all__ = [
     "Backoff",
     "Connection",
     "Delivery",
+    "PeerCapabilities",
     "Receiver",
     "Sender",
     "Session",
