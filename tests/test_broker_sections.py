@@ -19,12 +19,14 @@ from hypothesis import strategies as st
 
 from amqp_async import DecodeError, Message
 from amqp_async.broker._sections import (
+    NO_TTL,
     annotations_of,
     cannot_expire,
     delivery_failed,
     expiry,
     merge_annotations,
     with_ttl,
+    with_ttl_at,
 )
 from amqp_async.types import symbol
 
@@ -78,9 +80,11 @@ def expected_expiry(message: Message, now: float) -> tuple[float | None, bool]:
 @given(messages())
 def test_expiry_is_what_the_decoded_message_says(message: Message) -> None:
     payload = message.encode()
-    expires, has_ttl = expiry(payload, NOW)
+    expires, ttl_at = expiry(payload, NOW)
     expected, expected_ttl = expected_expiry(message, NOW)
-    assert has_ttl == expected_ttl
+    assert (ttl_at != NO_TTL) == expected_ttl
+    if ttl_at > 0:  # a four-octet uint, overwritten in place: the same as a rewrite of the header
+        assert with_ttl_at(payload, ttl_at, 1234) == with_ttl(payload, 1234)
     assert expires == pytest.approx(expected) if expected is not None else expires is None
     if cannot_expire(payload):
         assert expected is None
@@ -135,8 +139,8 @@ def test_python_qpid_protons_encodings() -> None:
     ]
     for message, expected, has_ttl in cases:
         payload = message.encode()
-        expires, ttl = expiry(payload, NOW)
-        assert ttl == has_ttl, message.body
+        expires, ttl_at = expiry(payload, NOW)
+        assert (ttl_at != NO_TTL) == has_ttl, message.body
         assert expires == pytest.approx(expected) if expected is not None else expires is None, message.body
         merged = merge_annotations(payload, {"x-opt-dead-letter-reason": symbol("expired")})
         back = proton.Message()

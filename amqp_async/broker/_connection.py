@@ -401,7 +401,7 @@ class ServerConnection:
         def send(entry: Entry) -> Any:
             # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
             try:
-                delivery = link.send(entry.outgoing() if entry.has_ttl else entry.payload, settled=settled)
+                delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)
             except Exception as exc:
                 self.fail(exc)
                 raise ConsumerFailed from exc

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from ..errors import DecodeError
 from ..types import symbol, timestamp, uint
 from ._nodes import ENTRY_OVERHEAD
-from ._sections import annotations_of
+from ._sections import NO_TTL, annotations_of
 
 if TYPE_CHECKING:
     from ._nodes import Entry, Queue
@@ -106,7 +106,7 @@ class DeadLetters:
         entry.dirty = False
         entry.size = len(entry.payload) + ENTRY_OVERHEAD
         entry.expires = None
-        entry.has_ttl = False
+        entry.ttl_at = NO_TTL
         entry.excluded = None
         self.counts[reason] = self.counts.get(reason, 0) + 1
         log.debug("message from %s dead-lettered to %s (%s: %s)", origin, address, reason, description)

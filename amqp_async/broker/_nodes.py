@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError
 from ..message import Message
-from ._sections import cannot_expire, delivery_failed, expiry, merge_annotations, with_ttl
+from ._sections import NO_TTL, cannot_expire, delivery_failed, expiry, merge_annotations, with_ttl, with_ttl_at
 from ._store import is_durable
 
 if TYPE_CHECKING:
@@ -70,11 +70,11 @@ class Entry:
         "dirty",
         "excluded",
         "expires",
-        "has_ttl",
         "payload",
         "sequence",
         "size",
         "stored",
+        "ttl_at",
     )
 
     def __init__(self, payload: bytes, message: Message | None = None, *, arrived: float | None = None) -> None:
@@ -99,10 +99,11 @@ class Entry:
         if plain or cannot_expire(payload):
             #: when it expires (seconds since the epoch, §3.2.1 ttl and §3.2.4 absolute-expiry-time), or None.
             self.expires: float | None = None
-            #: its header has a ttl, which a delivery rewrites to the time left (§3.2.1).
-            self.has_ttl = False
+            #: where its header's ttl is (see :func:`._sections.expiry`; 0: none): a delivery rewrites it to the time
+            #: left (§3.2.1).
+            self.ttl_at = NO_TTL
         else:
-            self.expires, self.has_ttl = expiry(payload, time.time() if arrived is None else arrived)
+            self.expires, self.ttl_at = expiry(payload, time.time() if arrived is None else arrived)
 
     def copy(self) -> Entry:
         """A copy for another queue (a topic's subscriptions): the same bytes and expiry, a place of its own."""
@@ -116,7 +117,7 @@ class Entry:
         entry.stored = 0
         entry.dirty = False
         entry.expires = self.expires
-        entry.has_ttl = self.has_ttl
+        entry.ttl_at = self.ttl_at
         return entry
 
     @property
@@ -151,11 +152,14 @@ class Entry:
         the formerly computed message expiration time, i.e., the reduced ttl, so that messages will eventually
         die if they end up in a delivery loop."
         """
-        if not self.has_ttl or self.expires is None:
+        at = self.ttl_at
+        if at == NO_TTL or self.expires is None:
             return self.payload
-        left = int((self.expires - time.time()) * 1000)
+        left = max(int((self.expires - time.time()) * 1000), 1)
+        if at > 0:
+            return with_ttl_at(self.payload, at, left)  # the usual encoding: four octets overwritten
         try:
-            return with_ttl(self.payload, max(left, 1))
+            return with_ttl(self.payload, left)
         except DecodeError:
             return self.payload
 
@@ -163,6 +167,8 @@ class Entry:
         self.payload = payload
         self._message = None  # decoded again when needed
         self.dirty = True
+        if self.ttl_at != NO_TTL:
+            self.ttl_at = expiry(payload, 0.0)[1]  # the ttl may have moved
 
     def annotate(self, annotations: dict[Any, Any]) -> None:
         """Combine ``annotations`` into the message annotations (a modified outcome's, §3.4.5; dead-lettering's),

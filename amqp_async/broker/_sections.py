@@ -20,6 +20,8 @@ from ..types import symbol, uint
 
 __all__ = [
     "HEADER_TTL",
+    "NO_TTL",
+    "TTL_ELSEWHERE",
     "annotations_of",
     "cannot_expire",
     "delivery_failed",
@@ -27,6 +29,7 @@ __all__ = [
     "merge_annotations",
     "rewrite_header",
     "with_ttl",
+    "with_ttl_at",
 ]
 
 _HEADER = 0x70
@@ -42,6 +45,10 @@ _SECTION_NAMES = {
 }
 #: The index of ttl in the header's fields (§3.2.1: durable, priority, ttl, first-acquirer, delivery-count).
 HEADER_TTL = 2
+#: :func:`expiry`'s answer for a header without a ttl.
+NO_TTL = 0
+#: :func:`expiry`'s answer for a ttl encoded other than as a four-octet uint (rewritten by :func:`with_ttl`).
+TTL_ELSEWHERE = -1
 _HEADER_DELIVERY_COUNT = 4
 _HEADER_FIRST_ACQUIRER = 3
 #: The index of absolute-expiry-time in the properties' fields (§3.2.4).
@@ -191,8 +198,8 @@ def cannot_expire(data: bytes) -> bool:
         return False
 
 
-def expiry(data: bytes, now: float) -> tuple[float | None, bool]:
-    """When a message arriving at ``now`` (seconds since the epoch) expires, and whether its header has a ttl.
+def expiry(data: bytes, now: float) -> tuple[float | None, int]:
+    """When a message arriving at ``now`` (seconds since the epoch) expires, and where its header's ttl is.
 
     §3.2.1 ttl: "Duration in milliseconds for which the message is to be considered 'live'. If this is set then a
     message expiration time will be computed based on the time of arrival at an intermediary." §3.2.4
@@ -200,13 +207,14 @@ def expiry(data: bytes, now: float) -> tuple[float | None, bool]:
     earlier one. A ttl of 0 and an absolute-expiry-time of 0 mean none (as proton and our Message read them).
 
     Returns:
-        (the expiry time in seconds since the epoch, or None; whether the header carries a ttl). A payload that
-        does not parse has no expiry.
+        (the expiry time in seconds since the epoch, or None; where the header's ttl is: :data:`NO_TTL`, the
+        offset of its format code when it is a four-octet uint that :func:`with_ttl_at` can overwrite in place, or
+        :data:`TTL_ELSEWHERE` for another encoding). A payload that does not parse has no expiry.
     """
     if cannot_expire(data):
-        return None, False
+        return None, NO_TTL
     expires: float | None = None
-    has_ttl = False
+    ttl_at = NO_TTL
     try:
         position = 0
         end = len(data)
@@ -219,7 +227,7 @@ def expiry(data: bytes, now: float) -> tuple[float | None, bool]:
                     ttl = _uint_at(data, field)
                     if ttl:
                         expires = now + ttl / 1000.0
-                        has_ttl = True
+                        ttl_at = field if data[field] == 0x70 else TTL_ELSEWHERE
             elif code == _PROPERTIES:
                 count, field = _fields_start(data, value)
                 if count > _ABSOLUTE_EXPIRY_TIME:
@@ -234,8 +242,8 @@ def expiry(data: bytes, now: float) -> tuple[float | None, bool]:
                 break  # the properties come before anything else (§3.2): there are none
             position = _value_end(data, value)
     except (DecodeError, IndexError, ValueError):
-        return None, False  # not a message: the broker carries it, and cannot say when it expires
-    return expires, has_ttl
+        return None, NO_TTL  # not a message: the broker carries it, and cannot say when it expires
+    return expires, ttl_at
 
 
 def rewrite_header(data: bytes, changes: dict[int, Any]) -> bytes:
@@ -267,6 +275,11 @@ def rewrite_header(data: bytes, changes: dict[int, Any]) -> bytes:
 def with_ttl(data: bytes, milliseconds: int) -> bytes:
     """The message with its header's ttl set to ``milliseconds`` (the rest unchanged)."""
     return rewrite_header(data, {HEADER_TTL: uint(milliseconds)})
+
+
+def with_ttl_at(data: bytes, offset: int, milliseconds: int) -> bytes:
+    """The message with the four-octet uint ttl at ``offset`` (from :func:`expiry`) overwritten in place."""
+    return b"".join((data[: offset + 1], milliseconds.to_bytes(4, "big"), data[offset + 5 :]))
 
 
 def delivery_failed(data: bytes) -> tuple[bytes, int]:
