@@ -492,7 +492,8 @@ class Topic:
 
     Args:
         name: the address.
-        delivery_limit, dead_letter: those of its subscriptions' queues (see :class:`Queue`).
+        delivery_limit: that of its subscriptions' queues (see :class:`Queue`).
+        dead_letter: that of its subscriptions' queues (see :class:`Queue`).
     """
 
     def __init__(self, name: str, *, delivery_limit: int | None = None, dead_letter: DeadLetter | None = None) -> None:
