@@ -1,10 +1,13 @@
 """``python -m amqp_async.broker``: the embedded broker's command line, run as a subprocess.
 
-Checked: it prints ``listening on amqp://127.0.0.1:PORT`` (with ``--port 0`` the real port), serves our client and
-proton's, logs a line per connection and link opened and closed on stderr, and exits with code 0 on SIGTERM and
-on SIGINT within a few seconds (also with a client connected); ``--user``, ``--users-file`` (lines or JSON),
-``--max-queue-depth``, ``--dead-letter-queue`` and ``--tls-cert/--tls-key`` do what they say; bad arguments
-fail with a usage message. Every wait is bounded.
+Checked: it prints ``listening on amqp://127.0.0.1:PORT`` once, on stdout only (with ``--port 0`` the real port),
+serves our client and proton's, logs a line per connection and link opened and closed on stderr, and exits with
+code 0 on SIGTERM and on SIGINT within a few seconds (also with a client connected); ``--user``, ``--users-file``
+(lines or JSON), ``--max-queue-depth``, ``--dead-letter-queue`` and ``--tls-cert/--tls-key`` do what they say.
+What cannot start (a port in use, a host that does not resolve, a missing or bad certificate, key or users file, a
+data directory that cannot be made, a bad option) ends with exactly one line on stderr and exit code 1 or 2, no
+traceback (one with ``--debug``); every option has help; ``--version``; sizes with units; ``amqp-async broker``
+says its own name. Every wait is bounded.
 """
 
 from __future__ import annotations
