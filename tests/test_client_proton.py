@@ -632,7 +632,7 @@ async def test_refused_link_raises_link_error_at_open(broker: ProtonBroker) -> N
                 await conn.open_sender("forbidden")
             assert not isinstance(caught.value, amqp_async.LinkDetached)
             assert caught.value.condition == "amqp:unauthorized-access"
-            assert caught.value.description == "not for you"
+            assert caught.value.description == "the peer refused the sender to 'forbidden': not for you"
             with pytest.raises(amqp_async.LinkError) as caught:
                 await conn.open_receiver("forbidden")
             assert caught.value.condition == "amqp:unauthorized-access"

@@ -7,6 +7,7 @@ installed) and on trio.
 from __future__ import annotations
 
 from ._backoff import Backoff
+from ._capabilities import PeerCapabilities
 from ._connect_options import ConnectOptions
 from ._connection import Connection, connect
 from ._delivery import Delivery
@@ -28,6 +29,7 @@ __all__ = [
     "OnError",
     "Opening",
     "Outcome",
+    "PeerCapabilities",
     "Receiver",
     "SendManyError",
     "Sender",

@@ -37,6 +37,7 @@ from ..io import driver as _driver
 from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
+from ._capabilities import PeerCapabilities
 from ._config import ResolvedOptions, resolve_options
 from ._connect_options import ConnectOptions
 from ._link_options import (
@@ -199,6 +200,12 @@ class Connection:
         """The capabilities the peer offered in its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return tuple(remote.offered_capabilities or ()) if remote is not None else ()
+
+    @property
+    def peer_capabilities(self) -> PeerCapabilities:
+        """What the peer can do, from its open frame, in typed form (anonymous relay, transactions, dynamic
+        nodes...: see :class:`~amqp_async.PeerCapabilities` for what is known when)."""
+        return PeerCapabilities.from_open(self._engine.remote_open if self._engine is not None else None)
 
     def _check(self) -> None:
         """Raise the connection's error if it has one (or if it is closed)."""

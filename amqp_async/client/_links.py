@@ -10,7 +10,7 @@ import anyio
 
 from ..codec.delivery_states import Accepted
 from ..codec.performatives import Error
-from ..errors import AMQPError, DeliveryError, LinkDetached, LinkError
+from ..errors import AMQPError, DeliveryError, LinkDetached, LinkError, SessionError
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
@@ -85,16 +85,27 @@ class _Link:
     async def _wait_attached(self) -> None:
         link = self._engine_link
         self.connection._kick()
-        while link.remote_state is EndpointState.UNINIT:
+        try:
+            while link.remote_state is EndpointState.UNINIT:
+                self._check()
+                await self.connection._wait_state()
+            # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
+            refused = (self._engine_link.role and link.remote_source is None) or (
+                not self._engine_link.role and link.remote_target is None and self._target_address_expected()
+            )
+            while refused and link.remote_state is EndpointState.ACTIVE and self._error is None:
+                await self.connection._wait_state()
             self._check()
-            await self.connection._wait_state()
-        # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
-        refused = (self._engine_link.role and link.remote_source is None) or (
-            not self._engine_link.role and link.remote_target is None and self._target_address_expected()
-        )
-        while refused and link.remote_state is EndpointState.ACTIVE and self._error is None:
-            await self.connection._wait_state()
-        self._check()
+        except (LinkError, SessionError) as exc:
+            # The peer refused the link (detached it, or ended its session): say which link, with its words.
+            what = self._describe()
+            raise type(exc)(
+                f"the peer refused the {what}: {exc.description}", condition=exc.condition, info=exc.info
+            ) from exc
+
+    def _describe(self) -> str:
+        """The link in words, for errors: its kind and address."""
+        return f"link {self.name!r}"
 
     def _target_address_expected(self) -> bool:
         return True
@@ -209,6 +220,9 @@ class Sender(_Link, Generic[_R]):
 
     def _target_address_expected(self) -> bool:
         return True
+
+    def _describe(self) -> str:
+        return f"sender to {self.target!r}" if self.target else "sender with no target (the anonymous relay)"
 
     def _attach_arguments(self) -> dict[str, Any]:
         return self._options.attach_arguments()
@@ -500,6 +514,11 @@ class Receiver(_Link):
     def credit(self) -> int:
         """The credit the sender has on this link."""
         return self._engine_link.credit
+
+    def _describe(self) -> str:
+        if self._options.source.dynamic:
+            return "dynamic receiver (a node the peer makes)"
+        return f"receiver from {self.source!r}"
 
     @property
     def queued(self) -> int:
