@@ -11,15 +11,18 @@ from ._connection import Connection, connect
 from ._delivery import Delivery
 from ._links import Receiver, Sender, Tracker, selector
 from ._session import Session
+from ._state import ConnectionState, StateChange
 from ._transaction import Transaction
 
 __all__ = [
     "Backoff",
     "Connection",
+    "ConnectionState",
     "Delivery",
     "Receiver",
     "Sender",
     "Session",
+    "StateChange",
     "Tracker",
     "Transaction",
     "connect",

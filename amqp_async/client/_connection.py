@@ -14,31 +14,47 @@ a timer for heartbeats and idle timeouts.
 
 Reconnect: when the transport fails and reconnect is on, the task connects again (the next URL of the failover
 list, after the Backoff's delay), re-begins the sessions and re-attaches the links; deliveries that were sent but
-not settled are reported to their trackers as :class:`DeliveryInDoubt` — never resent silently.
+not settled are reported to their trackers as :class:`DeliveryInDoubt` — never resent silently. It gives up after
+the Backoff's ``max_time`` (60 s by default) or ``max_tries``: every waiter then raises a :class:`ConnectionLost`
+whose ``__cause__`` is the last attempt's error.
+
+Errors and state: each way a connection fails has its own error class (``amqp_async.errors``; the transport's in
+``_transport``), and each change of :attr:`Connection.state` is published to ``conn.state_changes()``
+(``_state``) and logged on ``amqp_async.connection``.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import ssl
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .. import protocol
 from ..codec import conditions
 from ..codec.performatives import Error
-from ..errors import AMQPError, AuthenticationError, ConnectionError
+from ..errors import (
+    AMQPError,
+    AuthenticationError,
+    ClosedByApplication,
+    ConnectError,
+    ConnectionClosed,
+    ConnectionError,
+    ConnectionLost,
+    ConnectTimeout,
+)
 from ..io import driver as _driver
 from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
 from ._config import ResolvedOptions, resolve_options
+from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher
 from ._trace import FrameTracer
-from ._transport import open_stream
+from ._transport import ATTEMPT_ERRORS, attempt_failure, open_stream, transport_loss, where
 from ._url import Address
 
 if TYPE_CHECKING:
@@ -62,6 +78,22 @@ def _error_text(error: Error | None) -> tuple[str, str]:
     if error is None:
         return "amqp:connection:forced", ""
     return str(error.condition), error.description or ""
+
+
+def _first_connect_failure(failures: list[ConnectError]) -> ConnectError:
+    """What a first ``connect()`` raises when no URL answered: the last attempt's error (its type, cause and
+    errno), its message naming every URL tried and why each failed."""
+    if not failures:
+        return ConnectError("cannot connect: no URL was tried")
+    last = failures[-1]
+    if len(failures) > 1:
+        reasons = "; ".join(
+            f"{failure.url}: {failure.description.removeprefix(f'cannot connect to {failure.url}: ')}"
+            for failure in failures
+        )
+        last.description = f"cannot connect to any of the {len(failures)} URLs: {reasons}"
+        last.args = (last.description,)
+    return last
 
 
 def _spawn_system_task(function: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -128,10 +160,18 @@ class Connection:
         self._transport_failed = False
         self._reconnecting = False
         self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
+        self._reconnect_started = 0.0  # when the current outage's reconnecting began
+        self._reconnect_deadline: float | None = None  # when it gives up (the Backoff's max_time)
+        self._attempt = 0  # reconnect attempts in the current outage
+        self._loss: ConnectionLost | None = None  # how the connection was last lost
+        self._last_attempt_error: ConnectError | None = None  # why the last reconnect attempt failed
         self._opened_at: float | None = None  # when the current connection opened (for the Backoff's restart)
         self._close_seen = False  # the engine reported the end of the current connection
-        self._attempt_started = 0.0  # when the current connection attempt began (for connect_timeout)
+        self._attempt_deadline: float | None = None  # when the current attempt must have opened (connect_timeout)
+        self._attempt_timeout: float | None = None  # the current attempt's time limit, in seconds
         self._open_timed_out = False  # the peer did not open the current connection within connect_timeout
+        self._state = ConnectionState.DISCONNECTED  # OPEN once the first connection opened (connect() returns)
+        self._publisher = StatePublisher()
         self._open_watch: anyio.CancelScope | None = None
         # The background task's scope: cancelled to abort the connection (a cancelled connect or close).
         self._run_scope = anyio.CancelScope()
@@ -157,6 +197,77 @@ class Connection:
         return self._finished or self._closing or self._error is not None
 
     @property
+    def state(self) -> ConnectionState:
+        """Where the connection stands: OPEN, DISCONNECTED or RECONNECTING (an outage, while reconnect goes on),
+        FAILED or CLOSED. See :meth:`state_changes`."""
+        return self._state
+
+    @property
+    def error(self) -> AMQPError | None:
+        """The error the connection failed with (what every waiter raises), or None while it has not failed."""
+        return self._error
+
+    def state_changes(self, max_buffer: float = DEFAULT_STATE_BUFFER) -> MemoryObjectReceiveStream[StateChange]:
+        """A stream of this connection's state changes from now on, one :class:`StateChange` each, ending after
+        the final one (FAILED or CLOSED; at once if the connection is already there)::
+
+            async with conn.state_changes() as changes:
+                async for change in changes:
+                    if change.state is ConnectionState.DISCONNECTED:
+                        ...  # change.error says why
+
+        An anyio memory object stream: close it (or leave its ``with``) when done with it. It holds up to
+        ``max_buffer`` changes not yet taken; changes beyond that are dropped for it (and a warning logged),
+        never waited for. Each call gives an independent stream.
+
+        Raises:
+            ValueError: ``max_buffer`` below 1.
+        """
+        return self._publisher.subscribe(max_buffer, ended=self._state.final)
+
+    def _set_state(
+        self, state: ConnectionState, *, error: AMQPError | None = None, address: Address | None = None
+    ) -> None:
+        """Enter ``state``: log it and publish the change (a final state is never left)."""
+        previous = self._state
+        if previous.final or (state is previous and state is not ConnectionState.DISCONNECTED):
+            return
+        self._state = state
+        url = str(address) if address is not None else None
+        attempt = self._attempt if state in (ConnectionState.RECONNECTING, ConnectionState.DISCONNECTED) else 0
+        if state is ConnectionState.DISCONNECTED:
+            if previous is ConnectionState.OPEN:
+                limit = self._reconnect_limit()
+                log.warning("%s; reconnecting%s", error, f" for up to {limit}" if limit else "")
+            else:
+                log.info("reconnect attempt %d failed: %s", attempt, error)
+        elif state is ConnectionState.RECONNECTING:
+            log.info("reconnecting to %s (attempt %d)", url, attempt)
+        elif state is ConnectionState.OPEN:
+            elapsed = anyio.current_time() - self._reconnect_started
+            log.info("reconnected to %s (attempt %d, %.1f s after the loss)", url, self._attempt, elapsed)
+        elif state is ConnectionState.FAILED:
+            log.warning("connection failed: %s", error)
+        else:
+            log.debug("connection to %s closed by the application", url)
+        change = StateChange(state, previous, error, url, attempt, anyio.current_time())
+        self._publisher.publish(change)
+        if state.final:
+            self._publisher.close()
+
+    def _reconnect_limit(self) -> str:
+        """How long (or how many times) reconnecting goes on, for the log."""
+        reconnect = self._options.reconnect
+        if reconnect is False:
+            return ""
+        if reconnect.max_time is not None:
+            return f"{reconnect.max_time:g} s"
+        return f"{reconnect.max_tries} attempts" if reconnect.max_tries is not None else ""
+
+    def _closed_error(self) -> ClosedByApplication:
+        return ClosedByApplication(f"the connection to {self._address} was closed by the application")
+
+    @property
     def remote_container_id(self) -> str | None:
         """The peer's container id, from its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
@@ -175,11 +286,12 @@ class Connection:
         return tuple(remote.offered_capabilities or ()) if remote is not None else ()
 
     def _check(self) -> None:
-        """Raise the connection's error if it has one (or if it is closed)."""
+        """Raise the connection's error if it has one (or :class:`ClosedByApplication` if the application closed
+        it)."""
         if self._error is not None:
             raise self._error
         if self._closing or self._finished:
-            raise ConnectionError("the connection is closed")
+            raise self._closed_error()
 
     # --- opening -----------------------------------------------------------------------------------------
 
@@ -236,6 +348,8 @@ class Connection:
             hostname=hostname,
             max_frame_size=options.max_frame_size or 65536,
             idle_timeout=options.heartbeat,
+            # §2.4.5: "the value in idle-time-out SHOULD be half the peer's actual timeout threshold"
+            advertised_idle_timeout=options.heartbeat / 2 if options.heartbeat else None,
             properties=options.properties,
             offered_capabilities=options.offered_capabilities,
             desired_capabilities=options.desired_capabilities,
@@ -248,39 +362,86 @@ class Connection:
         """Open a TCP, TLS or WebSocket stream (``_transport``) to the first address that answers.
 
         The first connection tries each URL once and fails fast (the caller owns retries of ``connect``); a
-        reconnect follows the Backoff policy across the failover list, as proton's reconnect does.
+        reconnect follows the Backoff policy across the failover list, as proton's reconnect does, until its
+        ``max_tries`` or ``max_time``.
+
+        Raises:
+            ConnectError: (first connection) no URL answered: the last one's error, naming every URL tried.
+            ConnectionLost: (reconnect) reconnecting gave up; its cause is the last attempt's error.
         """
         options = self._options
-        last_error: BaseException | None = None
+        failures: list[ConnectError] = []
+        deadline: float | None = None
         if first:
             attempts: Iterator[tuple[float, Address]] = iter([(0.0, address) for address in options.urls])
         else:
-            # One Backoff sequence across reconnect cycles, restarted only once a connection opens (_on_opened):
-            # a peer that accepts TCP and then drops us is retried with growing delays, not in a tight loop.
+            # One Backoff sequence (and one max_time) across reconnect cycles, restarted only once a connection
+            # stayed open (_reconnect): a peer that accepts TCP and then drops us is retried with growing delays,
+            # not in a tight loop, and not for longer than max_time.
             if self._reconnect_attempts is None:
                 self._reconnect_attempts = options.attempts()
+                self._reconnect_started = anyio.current_time()
+                max_time = options.reconnect.max_time if options.reconnect is not False else None
+                self._reconnect_deadline = None if max_time is None else self._reconnect_started + max_time
+                self._attempt = 0
+                self._last_attempt_error = None
             attempts = self._reconnect_attempts
+            deadline = self._reconnect_deadline
+        out_of_time = False
         for delay, address in attempts:
+            if deadline is not None and anyio.current_time() + delay >= deadline:
+                out_of_time = True  # no attempt could start in time
+                break
             if delay:
                 await anyio.sleep(delay)
             if self._closing:
-                break
-            self._attempt_started = anyio.current_time()
+                return
+            now = anyio.current_time()
+            timeout = options.connect_timeout
+            if deadline is not None:
+                timeout = deadline - now if timeout is None else min(timeout, deadline - now)
+            self._attempt_timeout = timeout
+            self._attempt_deadline = None if timeout is None else now + timeout
+            if not first:
+                self._attempt += 1
+                self._set_state(ConnectionState.RECONNECTING, address=address)
             try:
-                with anyio.fail_after(options.connect_timeout):  # TimeoutError is an OSError
+                with anyio.fail_after(timeout):  # TimeoutError is an OSError
                     stream = await self._open_stream(address)
-            except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
-                last_error = exc
-                log.debug("connecting to %s failed: %r", address, exc)
+            except ATTEMPT_ERRORS as exc:
+                failure = attempt_failure(exc, address, timeout)
+                failures.append(failure)
+                if first:
+                    log.debug("%s", failure)
+                else:
+                    self._last_attempt_error = failure
+                    self._set_state(ConnectionState.DISCONNECTED, error=failure, address=address)
                 continue
             self._stream = stream
             self._address = address
             self._engine = self._new_engine(address)
             log.info("connected to %s", address)
             return
-        targets = ", ".join(str(address) for address in options.urls)
-        reason = last_error if last_error is not None else "no attempt left"
-        raise ConnectionError(f"cannot connect to {targets}: {reason}") from last_error
+        if first:
+            raise _first_connect_failure(failures)
+        raise self._gave_up(out_of_time=out_of_time)
+
+    def _gave_up(self, *, out_of_time: bool) -> ConnectionLost:
+        """The error every waiter raises once reconnecting gave up: the loss, what was tried, and why the last
+        attempt failed (its ``__cause__``)."""
+        loss = self._loss
+        last = self._last_attempt_error
+        reconnect = self._options.reconnect
+        assert reconnect is not False
+        elapsed = anyio.current_time() - self._reconnect_started
+        limit = f"max_time {reconnect.max_time:g} s" if out_of_time else f"max_tries {reconnect.max_tries}"
+        text = loss.description if loss is not None else f"connection to {self._address} lost"
+        text += f"; reconnecting gave up after {self._attempt} attempt(s) in {elapsed:.1f} s ({limit})"
+        if last is not None:
+            text += f"; the last attempt: {last.description}"
+        cause = last if last is not None else (loss.__cause__ if loss is not None else None)
+        condition = loss.condition if loss is not None else None
+        return ConnectionLost(text, condition=condition, cause=cause, **where(self._address))
 
     async def _open_stream(self, address: Address) -> anyio.abc.ByteStream:
         return await open_stream(address, self._options)
@@ -296,15 +457,20 @@ class Connection:
                         break
                     await self._reconnect()
         except AMQPError as exc:
-            self._error = exc  # e.g. reconnecting gave up: the waiters learn why
+            if not self._closing:
+                self._error = exc  # e.g. reconnecting gave up: the waiters learn why
         except Exception as exc:  # the driver must never die silently: its waiters learn why
             if self._error is None:
-                self._error = ConnectionError(f"connection driver failed: {exc!r}")
+                self._error = ConnectionError(
+                    f"the driver of the connection to {self._address} failed: {exc!r}", **where(self._address)
+                )
             log.exception("connection driver failed")
         finally:
             await self._close_stream()
             if self._error is None and not self._closing:
-                self._error = ConnectionError("the connection ended")
+                self._error = ConnectionLost(f"connection to {self._address} ended", **where(self._address))
+            if self._error is not None:
+                self._set_state(ConnectionState.FAILED, error=self._error, address=self._address)
             self._fail_all()
             self._finished = True
             if self._done is not None:
@@ -324,20 +490,21 @@ class Connection:
         self._open_timed_out = False
         driver = self._driver = EngineDriver(engine, self._stream, self._dispatch, tracer=self._tracer)
         driver.closing = self._closing
-        timeout = self._options.connect_timeout
-        if timeout is None or engine.remote_open is not None:
+        deadline = self._attempt_deadline
+        if deadline is None or engine.remote_open is not None:
             await driver.run()
         else:
             async with anyio.create_task_group() as group:
-                group.start_soon(self._watch_open, driver, self._attempt_started + timeout)
+                group.start_soon(self._watch_open, driver, deadline)
                 await driver.run()
                 group.cancel_scope.cancel()
         if not self._close_seen:
             self._transport_failed = driver.transport_failed and not self._closing
 
     async def _watch_open(self, driver: EngineDriver, deadline: float) -> None:
-        """Abort the transport when the peer has not opened the connection by ``deadline`` (connect_timeout: TLS,
-        SASL and the open exchange of one attempt). Ends as soon as the peer's open arrives."""
+        """Abort the transport when the peer has not opened the connection by ``deadline`` (connect_timeout, or the
+        end of the reconnect's max_time: TLS, SASL and the open exchange of one attempt). Ends as soon as the
+        peer's open arrives."""
         with anyio.CancelScope() as scope:
             self._open_watch = scope
             await anyio.sleep_until(deadline)
@@ -360,7 +527,6 @@ class Connection:
     async def _reconnect(self) -> None:
         """Connect again and restore sessions and links (the links report in-doubt deliveries first)."""
         self._reconnects += 1
-        log.warning("connection to %s lost; reconnecting", self._address)
         opened_at = self._opened_at
         self._opened_at = None
         if opened_at is not None and anyio.current_time() - opened_at >= self._stable_after():
@@ -432,6 +598,10 @@ class Connection:
             self._driver.wake_timer()  # the peer's idle timeout may need our first heartbeat soon
         if self._open_watch is not None:
             self._open_watch.cancel()
+        if self._opened:
+            self._set_state(ConnectionState.OPEN, address=self._address)  # reconnected
+        else:
+            self._state = ConnectionState.OPEN  # connect() returns it: nobody can have subscribed before
         self._opened = True
         self._opened_at = anyio.current_time()
         self._reconnecting = False
@@ -449,41 +619,90 @@ class Connection:
             and event.error.condition == conditions.RESOURCE_LIMIT_EXCEEDED
             and event.sasl_code is None
         )
+        # This connection had opened (else: an attempt that failed before the peer's open).
+        opened = self._engine is not None and self._engine.remote_open is not None
         # Network faults: the transport broke or ended without a close frame (this includes an attempt aborted by
         # connect_timeout), or the peer fell silent past our idle timeout. Everything else is final: a close
         # frame from the peer (its deliberate decision), a failed authentication, and the close we sent because
         # the peer broke the protocol (decode or framing error, a frame out of place): a peer that did so once
         # will do so again.
-        if (event.transport_ended or idle_expired) and self._options.reconnect and self._opened and not self._closing:
+        network_fault = event.transport_ended or idle_expired
+        if network_fault and self._options.reconnect and self._opened and not self._closing:
             # The network failed: the driver reconnects, and callers keep waiting rather than fail.
             self._transport_failed = True
             self._reconnecting = True
+            if opened:
+                self._loss = self._lost(idle_expired)
+                self._set_state(ConnectionState.DISCONNECTED, error=self._loss, address=self._address)
+            else:
+                failure = self._last_attempt_error = self._attempt_failed()
+                self._set_state(ConnectionState.DISCONNECTED, error=failure, address=self._address)
             return
         self._transport_failed = False
-        if self._open_timed_out:
-            timeout = self._options.connect_timeout
-            self._error = ConnectionError(
-                f"the peer did not open the connection within connect_timeout ({timeout} s)",
-                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
-            )
+        located = where(self._address)
+        if network_fault:
+            self._error = self._lost(idle_expired) if opened else self._attempt_failed()
             return
         if event.sasl_code is not None or (
             event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote
         ):
             # A failed SASL outcome, or no mechanism both sides accept: an authentication error either way.
             condition, description = _error_text(event.error)
-            self._error = AuthenticationError(description, sasl_code=event.sasl_code, condition=condition)
+            self._error = AuthenticationError(
+                f"cannot connect to {self._address}: {description}",
+                sasl_code=event.sasl_code,
+                condition=condition,
+                **located,
+            )
             return
         if event.error is not None and not (self._closing and not event.remote):
             condition, description = _error_text(event.error)
-            transport_error = self._driver.transport_error if self._driver is not None else None
-            if event.transport_ended and transport_error:
-                description = f"{description}: {transport_error}"
-            self._error = ConnectionError(description, condition=condition, info=event.error.info)
+            if event.remote:
+                self._error = ConnectionClosed(description, condition=condition, info=event.error.info, **located)
+            else:  # we closed it: the peer broke the protocol (the condition names the breach)
+                self._error = ConnectionError(
+                    f"closed the connection to {self._address}: {description}",
+                    condition=condition,
+                    info=event.error.info,
+                    **located,
+                )
+
+    def _lost(self, idle_expired: bool) -> ConnectionLost:
+        """The error for the loss of the open connection: the peer fell silent, or the transport broke (its OS
+        error chained) or ended."""
+        if idle_expired:
+            return ConnectionLost(
+                f"connection to {self._address} lost: the peer sent nothing for {self._options.heartbeat:g} s "
+                "(the idle timeout, heartbeat)",
+                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
+                **where(self._address),
+            )
+        driver = self._driver
+        return transport_loss(self._address, driver.transport_exception if driver is not None else None)
+
+    def _attempt_failed(self) -> ConnectError:
+        """The error for an attempt whose stream connected but which ended before the peer's open: out of time
+        (connect_timeout), or the stream broke or ended."""
+        located = where(self._address)
+        if self._open_timed_out:
+            return ConnectTimeout(
+                f"cannot connect to {self._address}: the peer did not open the connection within "
+                f"{self._attempt_timeout:g} s (connect_timeout)",
+                **located,
+            )
+        driver = self._driver
+        exc = driver.transport_exception if driver is not None else None
+        if driver is None or exc is None:
+            return ConnectError(
+                f"cannot connect to {self._address}: the peer closed the socket before it opened the connection",
+                **located,
+            )
+        return ConnectError(f"cannot connect to {self._address}: {driver.transport_error}", cause=exc, **located)
 
     def _fail_all(self) -> None:
+        error = self._error if self._error is not None else self._closed_error()
         for session in self._sessions:
-            session._on_connection_failed(self._error)
+            session._on_connection_failed(error)
 
     def _on_session_event(self, event: Any) -> None:
         owner = event.session.user_data
@@ -574,6 +793,7 @@ class Connection:
             return
         if not self._closing:
             self._closing = True
+            self._set_state(ConnectionState.CLOSED, address=self._address)
             driver = self._driver
             engine = self._engine
             if driver is not None and driver.engine is engine and engine is not None and not engine.closed:

@@ -144,9 +144,13 @@ class Delivery:
             state = transaction._outcome_state(state)
         link = delivery.link
         if link is not receiver._engine_link or link.local_state is not EndpointState.ACTIVE:
-            raise LinkDetached(
+            receiver._check()  # closed by the application (ClosedByApplication), or failed: that error
+            gone = LinkDetached(
                 "the link this delivery came on is gone (detached or reconnected): the peer will deliver it again"
             )
+            if link is not receiver._engine_link:
+                gone.__cause__ = receiver.connection._loss  # reconnected: the loss that took the old link
+            raise gone
         connection = receiver.connection
         if delivery.remote_settled:
             delivery.settled = True  # the sender settled first (at-most-once): nothing to say

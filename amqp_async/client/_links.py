@@ -15,6 +15,7 @@ from ..codec.terminus import Source, Target
 from ..codec.transactions import TransactionalState
 from ..errors import (
     AMQPError,
+    ClosedByApplication,
     DeliveryInDoubt,
     LinkDetached,
     LinkError,
@@ -104,7 +105,14 @@ class _Link:
         if self._error is not None:
             raise self._error
         if self._closed:
+            if self._detaching:
+                raise ClosedByApplication(f"link {self.name!r} was closed by the application")
             raise LinkDetached(f"link {self.name!r} is detached")
+
+    @property
+    def _closed_by_application(self) -> bool:
+        """The application closed the link, its session or its connection: nothing more is handed out."""
+        return self._detaching or self.session._closing or self.connection._closing
 
     async def _wait_attached(self) -> None:
         link = self._engine_link
@@ -220,8 +228,10 @@ class Tracker:
                 elif not waiter.done():
                     waiter.set_result(None)
 
-    def _in_doubt(self, reason: str) -> None:
-        self._finish(None, DeliveryInDoubt(reason))
+    def _in_doubt(self, reason: str, cause: BaseException | None = None) -> None:
+        error = DeliveryInDoubt(reason)
+        error.__cause__ = cause  # the connection's error, when it ended or was lost
+        self._finish(None, error)
 
     async def wait(self) -> Any:
         """Wait for the outcome: return it, or raise the error it stands for."""
@@ -350,21 +360,23 @@ class Sender(_Link):
                 self.connection._kick()
 
     def _on_transport_lost(self) -> None:
-        self._doubt_pending("the connection was lost before the outcome was known; the message may be resent")
+        self._doubt_pending(
+            "the connection was lost before the outcome was known; the message may be resent", self.connection._loss
+        )
 
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         super()._on_connection_failed(error)
-        self._doubt_pending(f"the connection ended before the outcome was known: {error}")
+        self._doubt_pending(f"the connection ended before the outcome was known: {error}", error)
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
         self._doubt_pending("the session ended before the outcome was known")
 
-    def _doubt_pending(self, reason: str) -> None:
+    def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending
         self._pending = set()
         for tracker in pending:
-            tracker._in_doubt(reason)
+            tracker._in_doubt(reason, cause)
 
     _waiting = 0
 
@@ -649,6 +661,8 @@ class Receiver(_Link):
         while True:
             incoming = self._engine_link.incoming
             if incoming:
+                if self._closed_by_application:
+                    self._check()  # ClosedByApplication: what is queued is not handed out after a close
                 tracing = self._tracing
                 if tracing is None:
                     delivery = Delivery(self, incoming.popleft())
@@ -663,9 +677,11 @@ class Receiver(_Link):
         return self
 
     async def __anext__(self) -> Delivery:
+        # Ends quietly once the application closed the receiver, its session or its connection, or the peer
+        # closed the link without an error; raises when the peer detached it with one, or the connection failed.
         try:
             return await self.receive()
-        except LinkDetached:
+        except (LinkDetached, ClosedByApplication):
             raise StopAsyncIteration from None
 
     async def __aenter__(self) -> Receiver:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..codec.performatives import Error
-from ..errors import AMQPError, ConnectionError, SessionError
+from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 
@@ -44,6 +44,8 @@ class Session:
         if self._error is not None:
             raise self._error
         if self._ended:
+            if self._closing:
+                raise ClosedByApplication("the session was closed by the application")
             raise SessionError("the session has ended")
 
     async def _begin(self) -> None:
