@@ -118,6 +118,10 @@ def _spawn_system_task(function: Callable[[], Coroutine[Any, Any, None]]) -> Non
 _BACKGROUND: set[Any] = set()
 
 
+class _DriverEnded(Exception):
+    """The driver a caller waited on has ended (the connection was lost): stop waiting on it."""
+
+
 class Connection:
     """An open AMQP connection. Get one with :func:`connect`.
 
@@ -247,7 +251,8 @@ class Connection:
             elapsed = anyio.current_time() - self._reconnect_started
             log.info("reconnected to %s (attempt %d, %.1f s after the loss)", url, self._attempt, elapsed)
         elif state is ConnectionState.FAILED:
-            log.warning("connection failed: %s", error)
+            # A connect() that fails raises to its caller: only the end of a connection it returned is news.
+            log.log(logging.WARNING if self._opened else logging.DEBUG, "connection failed: %s", error)
         else:
             log.debug("connection to %s closed by the application", url)
         change = StateChange(state, previous, error, url, attempt, anyio.current_time())
@@ -458,19 +463,19 @@ class Connection:
                     await self._reconnect()
         except AMQPError as exc:
             if not self._closing:
-                self._error = exc  # e.g. reconnecting gave up: the waiters learn why
+                self._fail(exc)  # e.g. reconnecting gave up: the waiters learn why
         except Exception as exc:  # the driver must never die silently: its waiters learn why
             if self._error is None:
-                self._error = ConnectionError(
-                    f"the driver of the connection to {self._address} failed: {exc!r}", **where(self._address)
+                self._fail(
+                    ConnectionError(
+                        f"the driver of the connection to {self._address} failed: {exc!r}", **where(self._address)
+                    )
                 )
             log.exception("connection driver failed")
         finally:
             await self._close_stream()
             if self._error is None and not self._closing:
-                self._error = ConnectionLost(f"connection to {self._address} ended", **where(self._address))
-            if self._error is not None:
-                self._set_state(ConnectionState.FAILED, error=self._error, address=self._address)
+                self._fail(ConnectionLost(f"connection to {self._address} ended", **where(self._address)))
             self._fail_all()
             self._finished = True
             if self._done is not None:
@@ -575,12 +580,25 @@ class Connection:
         await changed.wait()
 
     async def _wait_writable(self) -> None:
-        """Wait while the queued output is above :data:`HIGH_WATER`."""
-        if self._driver is not None:
-            await self._driver.wait_output_below(HIGH_WATER, self._check)
+        """Wait while the queued output is above :data:`HIGH_WATER`, or until the connection is lost (the caller
+        then finds out what to wait for next)."""
+        driver = self._driver
+        if driver is None:
+            return
+
+        def check() -> None:
+            self._check()
+            if driver.ended:
+                raise _DriverEnded
+
+        try:
+            await driver.wait_output_below(HIGH_WATER, check)
+        except _DriverEnded:
+            pass
 
     async def _wait_flushed(self) -> None:
-        """Wait until everything queued before this call has been written to the socket."""
+        """Wait until everything queued before this call has been written to the socket, or until the connection
+        is lost (what it had not written is lost with it: at-most-once)."""
         driver = self._driver
         if driver is not None:
             await driver.wait_flushed(driver.flush_epoch, self._check)
@@ -641,30 +659,34 @@ class Connection:
         self._transport_failed = False
         located = where(self._address)
         if network_fault:
-            self._error = self._lost(idle_expired) if opened else self._attempt_failed()
+            self._fail(self._lost(idle_expired) if opened else self._attempt_failed())
             return
         if event.sasl_code is not None or (
             event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote
         ):
             # A failed SASL outcome, or no mechanism both sides accept: an authentication error either way.
             condition, description = _error_text(event.error)
-            self._error = AuthenticationError(
-                f"cannot connect to {self._address}: {description}",
-                sasl_code=event.sasl_code,
-                condition=condition,
-                **located,
+            self._fail(
+                AuthenticationError(
+                    f"cannot connect to {self._address}: {description}",
+                    sasl_code=event.sasl_code,
+                    condition=condition,
+                    **located,
+                )
             )
             return
         if event.error is not None and not (self._closing and not event.remote):
             condition, description = _error_text(event.error)
             if event.remote:
-                self._error = ConnectionClosed(description, condition=condition, info=event.error.info, **located)
+                self._fail(ConnectionClosed(description, condition=condition, info=event.error.info, **located))
             else:  # we closed it: the peer broke the protocol (the condition names the breach)
-                self._error = ConnectionError(
-                    f"closed the connection to {self._address}: {description}",
-                    condition=condition,
-                    info=event.error.info,
-                    **located,
+                self._fail(
+                    ConnectionError(
+                        f"closed the connection to {self._address}: {description}",
+                        condition=condition,
+                        info=event.error.info,
+                        **located,
+                    )
                 )
 
     def _lost(self, idle_expired: bool) -> ConnectionLost:
@@ -698,6 +720,11 @@ class Connection:
                 **located,
             )
         return ConnectError(f"cannot connect to {self._address}: {driver.transport_error}", cause=exc, **located)
+
+    def _fail(self, error: AMQPError) -> None:
+        """The connection failed for good with ``error``: what every waiter raises from now on."""
+        self._error = error
+        self._set_state(ConnectionState.FAILED, error=error, address=self._address)
 
     def _fail_all(self) -> None:
         error = self._error if self._error is not None else self._closed_error()

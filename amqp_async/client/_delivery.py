@@ -163,6 +163,13 @@ class Delivery:
             # §2.6.12: mode second: wait for the sender's settlement, then settle (nothing more is sent).
             while not delivery.remote_settled:
                 receiver._check()
+                if link is not receiver._engine_link:  # reconnected: the sender's settlement will never come
+                    lost = LinkDetached(
+                        "the connection was lost before the sender settled the delivery: whether the outcome took "
+                        "effect is unknown; the peer may deliver the message again"
+                    )
+                    lost.__cause__ = connection._loss
+                    raise lost
                 await connection._wait_state()
             delivery.settled = True
 

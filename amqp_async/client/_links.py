@@ -115,16 +115,20 @@ class _Link:
         return self._detaching or self.session._closing or self.connection._closing
 
     async def _wait_attached(self) -> None:
-        link = self._engine_link
         self.connection._kick()
-        while link.remote_state is EndpointState.UNINIT:
+        # The engine link is read again on each wake-up: a reconnect meanwhile attaches a new one (_restore), and
+        # the old one never hears from the peer again.
+        while self._engine_link.remote_state is EndpointState.UNINIT:
             self._check()
             await self.connection._wait_state()
+        link = self._engine_link
         # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
-        refused = (self._engine_link.role and link.remote_source is None) or (
-            not self._engine_link.role and link.remote_target is None and self._target_address_expected()
+        refused = (link.role and link.remote_source is None) or (
+            not link.role and link.remote_target is None and self._target_address_expected()
         )
         while refused and link.remote_state is EndpointState.ACTIVE and self._error is None:
+            if link is not self._engine_link:
+                break  # reconnected meanwhile: the new link's attach is what counts
             await self.connection._wait_state()
         self._check()
 
@@ -471,9 +475,9 @@ class Sender(_Link):
                 ready = link.remote_state is EndpointState.ACTIVE and not connection._reconnecting
                 if link.link_credit > 0 and ready:
                     await connection._wait_writable()
-                    if link.link_credit > 0:
+                    if link.link_credit > 0 and link is self._engine_link and not connection._reconnecting:
                         return
-                    continue
+                    continue  # no credit left, or the connection was lost meanwhile: wait again
                 await connection._wait_state()
         finally:
             self._waiting -= 1
@@ -630,7 +634,8 @@ class Receiver(_Link):
         link = self._engine_link
         link.grant_credit(link.link_credit, drain=True)
         self.connection._kick()
-        while link.drain and link.local_state is EndpointState.ACTIVE:
+        # A reconnect meanwhile ends the drain: the old link's credit went with it.
+        while link.drain and link.local_state is EndpointState.ACTIVE and link is self._engine_link:
             self._check()
             await self.connection._wait_state()
         self._check()  # the link (or its session) may have ended instead of draining

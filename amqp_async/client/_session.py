@@ -54,7 +54,8 @@ class Session:
         engine_session.user_data = self
         self._engine_session = engine_session
         connection._kick()
-        while engine_session.remote_state is EndpointState.UNINIT:
+        # Read again on each wake-up: a reconnect meanwhile begins a new engine session (_restore).
+        while self._engine_session.remote_state is EndpointState.UNINIT:
             self._check()
             await connection._wait_state()
         self._check()

@@ -137,6 +137,7 @@ class EngineDriver:
         transport_exception: the error behind it (:func:`underlying_error`), None for a plain end of stream.
         failed: ``on_error`` was called (or :meth:`give_up`): the driver stops reading and writes what is left.
         closing: set by the owner once it closes on purpose (the stream ending then is no failure).
+        ended: :meth:`run` has returned: nothing more is written (waiters on this driver's output stop waiting).
         flush_epoch, flushed_epoch: output requested and output written, counted in wake-ups; an owner waits for
             ``flushed_epoch >= epoch`` to know that what it queued was written.
     """
@@ -161,6 +162,7 @@ class EngineDriver:
         "_write_scope",
         "_writing",
         "closing",
+        "ended",
         "engine",
         "failed",
         "flush_epoch",
@@ -208,6 +210,7 @@ class EngineDriver:
         self.transport_error: str | None = None
         self.transport_exception: BaseException | None = None
         self.closing = False
+        self.ended = False
 
     # --- coordination ------------------------------------------------------------------------------------
 
@@ -341,14 +344,19 @@ class EngineDriver:
             flushed = self._flushed = anyio.Event()
         await flushed.wait()
 
-    async def wait_flushed(self, epoch: int, check: Callable[[], None]) -> None:
-        """Wait until the output requested by ``epoch`` is written (``check`` raises if waiting is pointless)."""
+    async def wait_flushed(self, epoch: int, check: Callable[[], None]) -> bool:
+        """Wait until the output requested by ``epoch`` is written (``check`` raises if waiting is pointless);
+        False when the driver ended first (what was not written is lost with its stream)."""
         while self.flushed_epoch < epoch:
+            if self.ended:
+                return False
             check()
             await self._wait_written()
+        return True
 
     async def wait_output_below(self, limit: int, check: Callable[[], None]) -> None:
-        """Wait while more than ``limit`` bytes of output are queued."""
+        """Wait while more than ``limit`` bytes of output are queued (``check`` raises if waiting is pointless:
+        it is called on each wake-up, the last one when :meth:`run` ends)."""
         while self.engine.output_buffered > limit:
             check()
             await self._wait_written()
@@ -369,6 +377,7 @@ class EngineDriver:
                 # The writer stops once it wrote what is left; a writer stuck on a peer that reads nothing is cancelled.
                 group.cancel_scope.deadline = anyio.current_time() + _STOP_GRACE
         finally:
+            self.ended = True
             self._wake_flush_waiters()
             with anyio.CancelScope(shield=True):
                 try:
