@@ -173,6 +173,7 @@ class Connection:
         self._close_seen = False  # the engine reported the end of the current connection
         self._attempt_deadline: float | None = None  # when the current attempt must have opened (connect_timeout)
         self._attempt_timeout: float | None = None  # the current attempt's time limit, in seconds
+        self._attempt_limit = "connect_timeout"  # what set it (or the reconnect's max_time)
         self._open_timed_out = False  # the peer did not open the current connection within connect_timeout
         self._state = ConnectionState.DISCONNECTED  # OPEN once the first connection opened (connect() returns)
         self._publisher = StatePublisher()
@@ -407,6 +408,8 @@ class Connection:
                 timeout = deadline - now if timeout is None else min(timeout, deadline - now)
             self._attempt_timeout = timeout
             self._attempt_deadline = None if timeout is None else now + timeout
+            capped = timeout is not None and timeout != options.connect_timeout
+            self._attempt_limit = "the reconnect's max_time" if capped else "connect_timeout"
             if not first:
                 self._attempt += 1
                 self._set_state(ConnectionState.RECONNECTING, address=address)
@@ -414,7 +417,7 @@ class Connection:
                 with anyio.fail_after(timeout):  # TimeoutError is an OSError
                     stream = await self._open_stream(address)
             except ATTEMPT_ERRORS as exc:
-                failure = attempt_failure(exc, address, timeout)
+                failure = attempt_failure(exc, address, timeout, self._attempt_limit)
                 failures.append(failure)
                 if first:
                     log.debug("%s", failure)
@@ -545,6 +548,7 @@ class Connection:
         for session in list(self._sessions):
             session._restore()
         self._kick()
+        self._notify()  # waiters on the old links and sessions find them replaced
 
     async def _close_stream(self) -> None:
         if self._stream is not None:
@@ -709,7 +713,7 @@ class Connection:
         if self._open_timed_out:
             return ConnectTimeout(
                 f"cannot connect to {self._address}: the peer did not open the connection within "
-                f"{self._attempt_timeout:g} s (connect_timeout)",
+                f"{self._attempt_timeout:.3g} s ({self._attempt_limit})",
                 **located,
             )
         driver = self._driver

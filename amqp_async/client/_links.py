@@ -233,8 +233,9 @@ class Tracker:
                     waiter.set_result(None)
 
     def _in_doubt(self, reason: str, cause: BaseException | None = None) -> None:
-        error = DeliveryInDoubt(reason)
-        error.__cause__ = cause  # the connection's error, when it ended or was lost
+        # The connection's error, when it ended or was lost: chained, and its condition kept.
+        error = DeliveryInDoubt(reason, condition=cause.condition if isinstance(cause, AMQPError) else None)
+        error.__cause__ = cause
         self._finish(None, error)
 
     async def wait(self) -> Any:
@@ -365,12 +366,16 @@ class Sender(_Link):
 
     def _on_transport_lost(self) -> None:
         self._doubt_pending(
-            "the connection was lost before the outcome was known; the message may be resent", self.connection._loss
+            f"the connection to {self.connection.address} was lost before the outcome was known; the message may "
+            "have arrived or not",
+            self.connection._loss,
         )
 
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         super()._on_connection_failed(error)
-        self._doubt_pending(f"the connection ended before the outcome was known: {error}", error)
+        self._doubt_pending(
+            f"the connection to {self.connection.address} ended before the outcome was known: {error}", error
+        )
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
@@ -633,12 +638,15 @@ class Receiver(_Link):
         self._check()
         link = self._engine_link
         link.grant_credit(link.link_credit, drain=True)
-        self.connection._kick()
-        # A reconnect meanwhile ends the drain: the old link's credit went with it.
-        while link.drain and link.local_state is EndpointState.ACTIVE and link is self._engine_link:
-            self._check()
-            await self.connection._wait_state()
-        self._check()  # the link (or its session) may have ended instead of draining
+        connection = self.connection
+        connection._kick()
+        while True:
+            self._check()  # the link, its session or the connection may have ended instead of draining
+            if link is not self._engine_link:
+                return  # reconnected meanwhile: the old link's credit went with it
+            if not (link.drain and link.local_state is EndpointState.ACTIVE) and not connection._reconnecting:
+                return
+            await connection._wait_state()
 
     def receive_nowait(self) -> Delivery | None:
         """Take the next delivery if one is queued, else None (never waits)."""

@@ -149,10 +149,12 @@ def _text(error: OSError) -> str:
     return f"{error.strerror or error} ({error_name(error)})" if error.errno is not None else str(error)
 
 
-def attempt_failure(exc: BaseException, address: Address, timeout: float | None) -> ConnectError:
+def attempt_failure(
+    exc: BaseException, address: Address, timeout: float | None, limit: str = "connect_timeout"
+) -> ConnectError:
     """The error for an attempt to reach ``address`` that failed with ``exc`` (from :func:`open_stream`, or the
-    attempt's deadline of ``timeout`` seconds): its type names what failed, its message the address and why, and
-    the OS error behind it is its ``__cause__`` (``errno`` kept)."""
+    attempt's deadline of ``timeout`` seconds, set by ``limit``): its type names what failed, its message the
+    address and why, and the OS error behind it is its ``__cause__`` (``errno`` kept)."""
     located = where(address)
     prefix = f"cannot connect to {address}"
     if isinstance(exc, ssl.SSLCertVerificationError):
@@ -184,7 +186,7 @@ def attempt_failure(exc: BaseException, address: Address, timeout: float | None)
     timed_out = [error for error in errors if isinstance(error, TimeoutError)]
     if timed_out:
         if timed_out[0].errno is None:  # our deadline, not the kernel's
-            reason = f"no connection within connect_timeout ({timeout:g} s)" if timeout is not None else "timed out"
+            reason = f"no connection within {timeout:.3g} s ({limit})" if timeout is not None else "timed out"
         else:
             reason = f"connection timed out ({error_name(timed_out[0])})"
         return ConnectTimeout(f"{prefix}: {reason}", cause=timed_out[0], **located)
