@@ -234,8 +234,8 @@ async def test_a_tcp_connect_that_takes_longer_than_connect_timeout() -> None:
     assert isinstance(error, amqp_async.ConnectTimeout)
     assert 0.5 <= elapsed < 3.0
     assert one_line(error) == (
-        f"amqp:resource-limit-exceeded: cannot connect to amqp://127.0.0.1:{port}: no connection within "
-        "connect_timeout (0.5 s)"
+        f"amqp:resource-limit-exceeded: cannot connect to amqp://127.0.0.1:{port}: no connection within 0.5 s "
+        "(connect_timeout)"
     )
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -45,16 +45,16 @@ from ..errors import (
     ConnectionClosed,
     ConnectionError,
     ConnectionLost,
-    ConnectTimeout,
 )
 from ..io import driver as _driver
 from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
+from ._attempts import Attempts, failed_before_open, first_connect_failure, lost
 from ._config import ResolvedOptions, resolve_options
-from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher
+from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher, log_change
 from ._trace import FrameTracer
-from ._transport import ATTEMPT_ERRORS, attempt_failure, open_stream, transport_loss, where
+from ._transport import ATTEMPT_ERRORS, attempt_failure, open_stream, where
 from ._url import Address
 
 if TYPE_CHECKING:
@@ -78,22 +78,6 @@ def _error_text(error: Error | None) -> tuple[str, str]:
     if error is None:
         return "amqp:connection:forced", ""
     return str(error.condition), error.description or ""
-
-
-def _first_connect_failure(failures: list[ConnectError]) -> ConnectError:
-    """What a first ``connect()`` raises when no URL answered: the last attempt's error (its type, cause and
-    errno), its message naming every URL tried and why each failed."""
-    if not failures:
-        return ConnectError("cannot connect: no URL was tried")
-    last = failures[-1]
-    if len(failures) > 1:
-        reasons = "; ".join(
-            f"{failure.url}: {failure.description.removeprefix(f'cannot connect to {failure.url}: ')}"
-            for failure in failures
-        )
-        last.description = f"cannot connect to any of the {len(failures)} URLs: {reasons}"
-        last.args = (last.description,)
-    return last
 
 
 def _spawn_system_task(function: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -163,17 +147,10 @@ class Connection:
         self._reconnects = 0
         self._transport_failed = False
         self._reconnecting = False
-        self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
-        self._reconnect_started = 0.0  # when the current outage's reconnecting began
-        self._reconnect_deadline: float | None = None  # when it gives up (the Backoff's max_time)
-        self._attempt = 0  # reconnect attempts in the current outage
+        self._attempts = Attempts(options)
         self._loss: ConnectionLost | None = None  # how the connection was last lost
-        self._last_attempt_error: ConnectError | None = None  # why the last reconnect attempt failed
         self._opened_at: float | None = None  # when the current connection opened (for the Backoff's restart)
         self._close_seen = False  # the engine reported the end of the current connection
-        self._attempt_deadline: float | None = None  # when the current attempt must have opened (connect_timeout)
-        self._attempt_timeout: float | None = None  # the current attempt's time limit, in seconds
-        self._attempt_limit = "connect_timeout"  # what set it (or the reconnect's max_time)
         self._open_timed_out = False  # the peer did not open the current connection within connect_timeout
         self._state = ConnectionState.DISCONNECTED  # OPEN once the first connection opened (connect() returns)
         self._publisher = StatePublisher()
@@ -238,37 +215,14 @@ class Connection:
         if previous.final or (state is previous and state is not ConnectionState.DISCONNECTED):
             return
         self._state = state
+        reconnecting = state in (ConnectionState.RECONNECTING, ConnectionState.DISCONNECTED)
+        attempt = self._attempts.count if reconnecting else 0
         url = str(address) if address is not None else None
-        attempt = self._attempt if state in (ConnectionState.RECONNECTING, ConnectionState.DISCONNECTED) else 0
-        if state is ConnectionState.DISCONNECTED:
-            if previous is ConnectionState.OPEN:
-                limit = self._reconnect_limit()
-                log.warning("%s; reconnecting%s", error, f" for up to {limit}" if limit else "")
-            else:
-                log.info("reconnect attempt %d failed: %s", attempt, error)
-        elif state is ConnectionState.RECONNECTING:
-            log.info("reconnecting to %s (attempt %d)", url, attempt)
-        elif state is ConnectionState.OPEN:
-            elapsed = anyio.current_time() - self._reconnect_started
-            log.info("reconnected to %s (attempt %d, %.1f s after the loss)", url, self._attempt, elapsed)
-        elif state is ConnectionState.FAILED:
-            # A connect() that fails raises to its caller: only the end of a connection it returned is news.
-            log.log(logging.WARNING if self._opened else logging.DEBUG, "connection failed: %s", error)
-        else:
-            log.debug("connection to %s closed by the application", url)
         change = StateChange(state, previous, error, url, attempt, anyio.current_time())
+        log_change(change, self._attempts, opened=self._opened)
         self._publisher.publish(change)
         if state.final:
             self._publisher.close()
-
-    def _reconnect_limit(self) -> str:
-        """How long (or how many times) reconnecting goes on, for the log."""
-        reconnect = self._options.reconnect
-        if reconnect is False:
-            return ""
-        if reconnect.max_time is not None:
-            return f"{reconnect.max_time:g} s"
-        return f"{reconnect.max_tries} attempts" if reconnect.max_tries is not None else ""
 
     def _closed_error(self) -> ClosedByApplication:
         return ClosedByApplication(f"the connection to {self._address} was closed by the application")
@@ -375,54 +329,30 @@ class Connection:
             ConnectError: (first connection) no URL answered: the last one's error, naming every URL tried.
             ConnectionLost: (reconnect) reconnecting gave up; its cause is the last attempt's error.
         """
-        options = self._options
+        attempts = self._attempts
         failures: list[ConnectError] = []
-        deadline: float | None = None
-        if first:
-            attempts: Iterator[tuple[float, Address]] = iter([(0.0, address) for address in options.urls])
-        else:
-            # One Backoff sequence (and one max_time) across reconnect cycles, restarted only once a connection
-            # stayed open (_reconnect): a peer that accepts TCP and then drops us is retried with growing delays,
-            # not in a tight loop, and not for longer than max_time.
-            if self._reconnect_attempts is None:
-                self._reconnect_attempts = options.attempts()
-                self._reconnect_started = anyio.current_time()
-                max_time = options.reconnect.max_time if options.reconnect is not False else None
-                self._reconnect_deadline = None if max_time is None else self._reconnect_started + max_time
-                self._attempt = 0
-                self._last_attempt_error = None
-            attempts = self._reconnect_attempts
-            deadline = self._reconnect_deadline
         out_of_time = False
-        for delay, address in attempts:
-            if deadline is not None and anyio.current_time() + delay >= deadline:
+        for delay, address in attempts.first() if first else attempts.reconnecting():
+            if not first and attempts.out_of_time(delay):
                 out_of_time = True  # no attempt could start in time
                 break
             if delay:
                 await anyio.sleep(delay)
             if self._closing:
                 return
-            now = anyio.current_time()
-            timeout = options.connect_timeout
-            if deadline is not None:
-                timeout = deadline - now if timeout is None else min(timeout, deadline - now)
-            self._attempt_timeout = timeout
-            self._attempt_deadline = None if timeout is None else now + timeout
-            capped = timeout is not None and timeout != options.connect_timeout
-            self._attempt_limit = "the reconnect's max_time" if capped else "connect_timeout"
+            attempt = attempts.start(address, reconnecting=not first)
             if not first:
-                self._attempt += 1
                 self._set_state(ConnectionState.RECONNECTING, address=address)
             try:
-                with anyio.fail_after(timeout):  # TimeoutError is an OSError
+                with anyio.fail_after(attempt.timeout):  # TimeoutError is an OSError
                     stream = await self._open_stream(address)
             except ATTEMPT_ERRORS as exc:
-                failure = attempt_failure(exc, address, timeout, self._attempt_limit)
+                failure = attempt_failure(exc, address, attempt.timeout, attempt.limit)
                 failures.append(failure)
                 if first:
                     log.debug("%s", failure)
                 else:
-                    self._last_attempt_error = failure
+                    attempts.last_error = failure
                     self._set_state(ConnectionState.DISCONNECTED, error=failure, address=address)
                 continue
             self._stream = stream
@@ -431,25 +361,8 @@ class Connection:
             log.info("connected to %s", address)
             return
         if first:
-            raise _first_connect_failure(failures)
-        raise self._gave_up(out_of_time=out_of_time)
-
-    def _gave_up(self, *, out_of_time: bool) -> ConnectionLost:
-        """The error every waiter raises once reconnecting gave up: the loss, what was tried, and why the last
-        attempt failed (its ``__cause__``)."""
-        loss = self._loss
-        last = self._last_attempt_error
-        reconnect = self._options.reconnect
-        assert reconnect is not False
-        elapsed = anyio.current_time() - self._reconnect_started
-        limit = f"max_time {reconnect.max_time:g} s" if out_of_time else f"max_tries {reconnect.max_tries}"
-        text = loss.description if loss is not None else f"connection to {self._address} lost"
-        text += f"; reconnecting gave up after {self._attempt} attempt(s) in {elapsed:.1f} s ({limit})"
-        if last is not None:
-            text += f"; the last attempt: {last.description}"
-        cause = last if last is not None else (loss.__cause__ if loss is not None else None)
-        condition = loss.condition if loss is not None else None
-        return ConnectionLost(text, condition=condition, cause=cause, **where(self._address))
+            raise first_connect_failure(failures)
+        raise attempts.gave_up(self._loss, self._address, out_of_time=out_of_time)
 
     async def _open_stream(self, address: Address) -> anyio.abc.ByteStream:
         return await open_stream(address, self._options)
@@ -498,7 +411,8 @@ class Connection:
         self._open_timed_out = False
         driver = self._driver = EngineDriver(engine, self._stream, self._dispatch, tracer=self._tracer)
         driver.closing = self._closing
-        deadline = self._attempt_deadline
+        attempt = self._attempts.current
+        deadline = attempt.deadline if attempt is not None else None
         if deadline is None or engine.remote_open is not None:
             await driver.run()
         else:
@@ -524,21 +438,11 @@ class Connection:
     def _should_reconnect(self) -> bool:
         return bool(self._options.reconnect) and self._opened and self._transport_failed and not self._closing
 
-    def _stable_after(self) -> float:
-        """How long a connection must have stayed open for the Backoff to start again from its first, immediate
-        attempt: its longest delay, and at least a second. A peer that drops each connection sooner (accepts,
-        opens, and goes) is no better than one that refuses it: the delays go on growing, and ``max_tries``
-        bounds the attempts."""
-        reconnect = self._options.reconnect
-        return max(1.0, reconnect.maximum) if reconnect is not False else 1.0
-
     async def _reconnect(self) -> None:
         """Connect again and restore sessions and links (the links report in-doubt deliveries first)."""
         self._reconnects += 1
-        opened_at = self._opened_at
+        self._attempts.restart_if_stable(self._opened_at)
         self._opened_at = None
-        if opened_at is not None and anyio.current_time() - opened_at >= self._stable_after():
-            self._reconnect_attempts = None  # the lost connection had worked: the delays start again
         self._reconnecting = True
         for session in self._sessions:
             session._on_transport_lost()
@@ -657,13 +561,13 @@ class Connection:
                 self._loss = self._lost(idle_expired)
                 self._set_state(ConnectionState.DISCONNECTED, error=self._loss, address=self._address)
             else:
-                failure = self._last_attempt_error = self._attempt_failed()
+                failure = self._attempts.last_error = self._failed_before_open()
                 self._set_state(ConnectionState.DISCONNECTED, error=failure, address=self._address)
             return
         self._transport_failed = False
         located = where(self._address)
         if network_fault:
-            self._fail(self._lost(idle_expired) if opened else self._attempt_failed())
+            self._fail(self._lost(idle_expired) if opened else self._failed_before_open())
             return
         if event.sasl_code is not None or (
             event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote
@@ -694,36 +598,10 @@ class Connection:
                 )
 
     def _lost(self, idle_expired: bool) -> ConnectionLost:
-        """The error for the loss of the open connection: the peer fell silent, or the transport broke (its OS
-        error chained) or ended."""
-        if idle_expired:
-            return ConnectionLost(
-                f"connection to {self._address} lost: the peer sent nothing for {self._options.heartbeat:g} s "
-                "(the idle timeout, heartbeat)",
-                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
-                **where(self._address),
-            )
-        driver = self._driver
-        return transport_loss(self._address, driver.transport_exception if driver is not None else None)
+        return lost(self._address, self._options.heartbeat if idle_expired else None, self._driver)
 
-    def _attempt_failed(self) -> ConnectError:
-        """The error for an attempt whose stream connected but which ended before the peer's open: out of time
-        (connect_timeout), or the stream broke or ended."""
-        located = where(self._address)
-        if self._open_timed_out:
-            return ConnectTimeout(
-                f"cannot connect to {self._address}: the peer did not open the connection within "
-                f"{self._attempt_timeout:.3g} s ({self._attempt_limit})",
-                **located,
-            )
-        driver = self._driver
-        exc = driver.transport_exception if driver is not None else None
-        if driver is None or exc is None:
-            return ConnectError(
-                f"cannot connect to {self._address}: the peer closed the socket before it opened the connection",
-                **located,
-            )
-        return ConnectError(f"cannot connect to {self._address}: {driver.transport_error}", cause=exc, **located)
+    def _failed_before_open(self) -> ConnectError:
+        return failed_before_open(self._address, self._attempts.current, self._driver, timed_out=self._open_timed_out)
 
     def _fail(self, error: AMQPError) -> None:
         """The connection failed for good with ``error``: what every waiter raises from now on."""

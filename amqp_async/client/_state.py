@@ -23,6 +23,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+from typing import TYPE_CHECKING
 
 import anyio
 import attrs
@@ -30,7 +31,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from ..errors import AMQPError
 
-__all__ = ["DEFAULT_STATE_BUFFER", "ConnectionState", "StateChange", "StatePublisher"]
+if TYPE_CHECKING:
+    from ._attempts import Attempts
+
+__all__ = ["DEFAULT_STATE_BUFFER", "ConnectionState", "StateChange", "StatePublisher", "log_change"]
 
 log = logging.getLogger("amqp_async.connection")
 
@@ -136,3 +140,25 @@ class StatePublisher:
         self._subscribers = []
         for send in subscribers:
             send.close()
+
+
+def log_change(change: StateChange, attempts: Attempts, *, opened: bool) -> None:
+    """Log ``change`` on ``amqp_async.connection`` (docs/client.md, "Logging"): a loss and a connection that failed
+    for good are warnings, the reconnect attempts and their outcome information."""
+    state, error = change.state, change.error
+    if state is ConnectionState.DISCONNECTED:
+        if change.previous is ConnectionState.OPEN:
+            limit = attempts.limit_text()
+            log.warning("%s; reconnecting%s", error, f" for up to {limit}" if limit else "")
+        else:
+            log.info("reconnect attempt %d failed: %s", change.attempt, error)
+    elif state is ConnectionState.RECONNECTING:
+        log.info("reconnecting to %s (attempt %d)", change.url, change.attempt)
+    elif state is ConnectionState.OPEN:
+        elapsed = change.time - attempts.started
+        log.info("reconnected to %s (attempt %d, %.1f s after the loss)", change.url, attempts.count, elapsed)
+    elif state is ConnectionState.FAILED:
+        # A connect() that fails raises to its caller: only the end of a connection it returned is news.
+        log.log(logging.WARNING if opened else logging.DEBUG, "connection failed: %s", error)
+    else:
+        log.debug("connection to %s closed by the application", change.url)
