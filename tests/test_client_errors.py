@@ -20,6 +20,7 @@ import socket
 import ssl
 import struct
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -349,8 +350,13 @@ async def test_a_peer_that_closes_with_a_condition() -> None:
                 f"amqp:connection:forced: amqp://127.0.0.1:{broker.port} closed the connection: the operator closed it"
             )
             assert (conn.state, conn.error) == (ConnectionState.FAILED, error)
-            with pytest.raises(amqp_async.ConnectionClosed):
-                await conn.open_sender("q")  # the same error, not a claim that the application closed it
+            depths = []
+            for _ in range(3):
+                with pytest.raises(amqp_async.ConnectionClosed) as again:
+                    await conn.open_sender("q")  # the same error, not a claim that the application closed it
+                assert again.value is error
+                depths.append(len(traceback.extract_tb(again.value.__traceback__)))
+            assert depths[0] == depths[1] == depths[2]  # raised again, its traceback does not grow
             await conn.close()
 
 

@@ -248,8 +248,11 @@ class Connection:
     def _check(self) -> None:
         """Raise the connection's error if it has one (or :class:`ClosedByApplication` if the application closed
         it)."""
-        if self._error is not None:
-            raise self._error
+        error = self._error
+        if error is not None:
+            # One error object for every waiter, raised again and again: each raise starts a fresh traceback, else
+            # it would grow by the frames of every call that raised it (and keep those frames alive).
+            raise error.with_traceback(None)
         if self._closing or self._finished:
             raise self._closed_error()
 
@@ -795,8 +798,19 @@ def connect(url: str | None = None, **options: Any) -> _Connect:
     honours it. ``url`` is ``amqp://``, ``amqps://``, ``ws://`` or ``wss://`` (AMQP over WebSocket, the URL
     naming the WebSocket endpoint).
 
+    Defaults bound every wait (docs/client.md, "Defaults and their bounds"): ``connect_timeout`` 30 s per attempt,
+    ``heartbeat`` 30 s (our idle timeout), and reconnecting after a network failure gives up after 60 s
+    (``reconnect=Backoff(max_time=None)`` reconnects for ever).
+
     Raises:
-        ConnectionError: no URL could be reached, or the peer refused or closed the connection.
+        NameResolutionError: the host name does not resolve.
+        ConnectionRefused: nothing listens there (also the builtin ConnectionRefusedError).
+        ConnectTimeout: the attempt took longer than ``connect_timeout`` (also the builtin TimeoutError).
+        TLSError: the TLS handshake failed (CertificateVerifyFailed: the peer's certificate was refused).
         AuthenticationError: SASL authentication failed.
+        ConnectError: the peer could not be reached otherwise (all of the above are ConnectErrors; with several
+            URLs, the last one's error, naming every URL tried).
+        ConnectionClosed: the peer refused the connection with a close frame.
+        TypeError, ValueError: an unknown option or a bad value (InvalidURL for a bad URL).
     """
     return _Connect(url, options)

@@ -530,8 +530,9 @@ class Sender(_Link):
 class Receiver(_Link):
     """Receives messages on one link. Get one with :meth:`Connection.open_receiver` or :meth:`Session.open_receiver`.
 
-    ``async for delivery in receiver`` yields :class:`Delivery` objects until the peer detaches the link without
-    an error (with one, the loop raises :class:`LinkError`). With ``credit=N`` (default 100) the receiver keeps N
+    ``async for delivery in receiver`` yields :class:`Delivery` objects until the application closes the receiver,
+    its session or its connection, or the peer closes the link without an error; it raises :class:`LinkError`
+    when the peer detaches it with one, and the connection's error when the connection fails. With ``credit=N`` (default 100) the receiver keeps N
     messages' credit granted, topped up as deliveries are taken: at most N messages are ever buffered.
     """
 
