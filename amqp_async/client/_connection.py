@@ -736,8 +736,7 @@ class Connection:
         await self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.is_closed else "open"
-        return f"<amqp_async.Connection {self._address} {state}>"
+        return f"<amqp_async.Connection {self._address} {self._state.value}>"
 
 
 _EVENT_HANDLERS: dict[type, Callable[[Connection, Any], None]] = {

@@ -532,8 +532,9 @@ class Receiver(_Link):
 
     ``async for delivery in receiver`` yields :class:`Delivery` objects until the application closes the receiver,
     its session or its connection, or the peer closes the link without an error; it raises :class:`LinkError`
-    when the peer detaches it with one, and the connection's error when the connection fails. With ``credit=N`` (default 100) the receiver keeps N
-    messages' credit granted, topped up as deliveries are taken: at most N messages are ever buffered.
+    when the peer detaches it with one, and the connection's error when the connection fails. With ``credit=N``
+    (default 100) the receiver keeps N messages' credit granted, topped up as deliveries are taken: at most N
+    messages are ever buffered.
     """
 
     _engine_link: ReceiverLink

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 from typing import TYPE_CHECKING
 
 import anyio
@@ -105,7 +104,7 @@ class StatePublisher:
     ) -> MemoryObjectReceiveStream[StateChange]:
         """A new stream of the changes from now on (already ended when ``ended``: the connection's state is
         final)."""
-        if not (max_buffer >= 1 or max_buffer == math.inf):
+        if not max_buffer >= 1:  # math.inf is allowed (unbounded), NaN is not
             raise ValueError(f"max_buffer must be >= 1, not {max_buffer!r}")
         send, receive = anyio.create_memory_object_stream[StateChange](max_buffer)
         if ended:
