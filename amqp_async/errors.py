@@ -174,6 +174,10 @@ class ConnectionError(AMQPError, builtins.ConnectionError):  # noqa: A001 - deli
                 self.errno = underlying.errno
                 self.strerror = underlying.strerror
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError keeps errno and strerror outside __dict__: carry them over a pickle too.
+        return (type(self), self.args, {**self.__dict__, "errno": self.errno, "strerror": self.strerror})
+
 
 def _os_error_in(error: BaseException) -> OSError | None:
     """The first OS error with an errno along ``error``'s chain of causes (``error`` itself included)."""

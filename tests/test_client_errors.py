@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import errno
 import logging
+import pickle
 import socket
 import ssl
 import struct
@@ -140,6 +141,26 @@ def test_amqp_async_connection_error_is_also_the_builtin() -> None:
     cause = ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
     error = amqp_async.ConnectionLost("lost", cause=cause)
     assert (error.errno, error.strerror, error.__cause__) == (errno.ECONNRESET, "Connection reset by peer", cause)
+
+
+def test_connection_errors_survive_a_pickle() -> None:
+    """As they cross process boundaries (Spark's workers, multiprocessing): type, message, place and errno."""
+    cause = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+    error = amqp_async.ConnectionRefused(
+        "cannot connect to amqp://h:1", url="amqp://h:1", host="h", port=1, cause=cause
+    )
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is amqp_async.ConnectionRefused
+    assert (str(copy), copy.errno, copy.strerror, copy.url, copy.host, copy.port) == (
+        "amqp-async:io: cannot connect to amqp://h:1",
+        errno.ECONNREFUSED,
+        "Connection refused",
+        "amqp://h:1",
+        "h",
+        1,
+    )
+    closed = pickle.loads(pickle.dumps(amqp_async.ConnectionClosed("bye", condition="amqp:connection:forced")))
+    assert str(closed) == "amqp:connection:forced: the peer closed the connection: bye"
 
 
 def test_invalid_url_is_public() -> None:
