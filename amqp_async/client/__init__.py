@@ -15,6 +15,7 @@ from ._link_options import DeliveryMode, DistributionMode, ExpiryPolicy, OnError
 from ._links import Receiver, Sender, SendManyError, selector
 from ._opening import Opening
 from ._session import Session
+from ._state import ConnectionState, StateChange
 from ._tracker import Tracker
 from ._transaction import Transaction, TransactionState
 
@@ -22,6 +23,7 @@ __all__ = [
     "Backoff",
     "ConnectOptions",
     "Connection",
+    "ConnectionState",
     "Delivery",
     "DeliveryMode",
     "DistributionMode",
@@ -34,6 +36,7 @@ __all__ = [
     "SendManyError",
     "Sender",
     "Session",
+    "StateChange",
     "Tracker",
     "Transaction",
     "TransactionState",

@@ -201,9 +201,13 @@ class Delivery:
             state = transaction._outcome_state(state)
         link = delivery.link
         if link is not receiver._engine_link or link.local_state is not EndpointState.ACTIVE:
-            raise LinkDetached(
+            receiver._check()  # closed by the application (ClosedByApplication), or failed: that error
+            gone = LinkDetached(
                 "the link this delivery came on is gone (detached or reconnected): the peer will deliver it again"
             )
+            if link is not receiver._engine_link:
+                gone.__cause__ = receiver.connection._loss  # reconnected: the loss that took the old link
+            raise gone
         self._outcome = state
         if delivery.settled:
             return  # settled without us (nothing is left to say)
@@ -219,6 +223,13 @@ class Delivery:
             # §2.6.12: mode second: wait for the sender's settlement, then settle (nothing more is sent).
             while not delivery.remote_settled:
                 receiver._check()
+                if link is not receiver._engine_link:  # reconnected: the sender's settlement will never come
+                    lost = LinkDetached(
+                        "the connection was lost before the sender settled the delivery: whether the outcome took "
+                        "effect is unknown; the peer may deliver the message again"
+                    )
+                    lost.__cause__ = connection._loss
+                    raise lost
                 await connection._wait_state()
             delivery.settled = True
 

@@ -10,7 +10,7 @@ import anyio
 
 from ..codec.delivery_states import Accepted
 from ..codec.performatives import Error
-from ..errors import AMQPError, DeliveryError, LinkDetached, LinkError, SessionError
+from ..errors import AMQPError, ClosedByApplication, DeliveryError, LinkDetached, LinkError, SessionError
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
@@ -80,20 +80,31 @@ class _Link:
         if self._error is not None:
             raise self._error
         if self._closed:
+            if self._detaching:
+                raise ClosedByApplication(f"link {self.name!r} was closed by the application")
             raise LinkDetached(f"link {self.name!r} is detached")
 
+    @property
+    def _closed_by_application(self) -> bool:
+        """The application closed the link, its session or its connection: nothing more is handed out."""
+        return self._detaching or self.session._closing or self.connection._closing
+
     async def _wait_attached(self) -> None:
-        link = self._engine_link
         self.connection._kick()
         try:
-            while link.remote_state is EndpointState.UNINIT:
+            # The engine link is read again on each wake-up: a reconnect meanwhile attaches a new one (_restore),
+            # and the old one never hears from the peer again.
+            while self._engine_link.remote_state is EndpointState.UNINIT:
                 self._check()
                 await self.connection._wait_state()
+            link = self._engine_link
             # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
-            refused = (self._engine_link.role and link.remote_source is None) or (
-                not self._engine_link.role and link.remote_target is None and self._target_address_expected()
+            refused = (link.role and link.remote_source is None) or (
+                not link.role and link.remote_target is None and self._target_address_expected()
             )
             while refused and link.remote_state is EndpointState.ACTIVE and self._error is None:
+                if link is not self._engine_link:
+                    break  # reconnected meanwhile: the new link's attach is what counts
                 await self.connection._wait_state()
             self._check()
         except (LinkError, SessionError) as exc:
@@ -249,21 +260,27 @@ class Sender(_Link, Generic[_R]):
                 self.connection._kick()
 
     def _on_transport_lost(self) -> None:
-        self._doubt_pending("the connection was lost before the outcome was known; the message may be resent")
+        self._doubt_pending(
+            f"the connection to {self.connection.address} was lost before the outcome was known; the message may "
+            "have arrived or not",
+            self.connection._loss,
+        )
 
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         super()._on_connection_failed(error)
-        self._doubt_pending(f"the connection ended before the outcome was known: {error}")
+        self._doubt_pending(
+            f"the connection to {self.connection.address} ended before the outcome was known: {error}", error
+        )
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
         self._doubt_pending("the session ended before the outcome was known")
 
-    def _doubt_pending(self, reason: str) -> None:
+    def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending
         self._pending = set()
         for tracker in pending:
-            tracker._in_doubt(reason)
+            tracker._in_doubt(reason, cause)
 
     _waiting = 0
 
@@ -368,9 +385,9 @@ class Sender(_Link, Generic[_R]):
                 ready = link.remote_state is EndpointState.ACTIVE and not connection._reconnecting
                 if link.link_credit > 0 and ready:
                     await connection._wait_writable()
-                    if link.link_credit > 0:
+                    if link.link_credit > 0 and link is self._engine_link and not connection._reconnecting:
                         return
-                    continue
+                    continue  # no credit left, or the connection was lost meanwhile: wait again
                 await connection._wait_state()
         finally:
             self._waiting -= 1
@@ -483,9 +500,11 @@ class Sender(_Link, Generic[_R]):
 class Receiver(_Link):
     """Receives messages on one link. Get one with :meth:`Connection.open_receiver` or :meth:`Session.open_receiver`.
 
-    ``async for delivery in receiver`` yields :class:`Delivery` objects until the peer detaches the link without
-    an error (with one, the loop raises :class:`LinkError`). With ``credit=N`` (default 100) the receiver keeps N
-    messages' credit granted, topped up as deliveries are taken: at most N messages are ever buffered.
+    ``async for delivery in receiver`` yields :class:`Delivery` objects until the application closes the receiver,
+    its session or its connection, or the peer closes the link without an error; it raises :class:`LinkError`
+    when the peer detaches it with one, and the connection's error when the connection fails. With ``credit=N``
+    (default 100) the receiver keeps N messages' credit granted, topped up as deliveries are taken: at most N
+    messages are ever buffered.
 
     Attributes:
         name: the link's name.
@@ -582,11 +601,15 @@ class Receiver(_Link):
         self._check()
         link = self._engine_link
         link.grant_credit(link.link_credit, drain=True)
-        self.connection._kick()
-        while link.drain and link.local_state is EndpointState.ACTIVE:
-            self._check()
-            await self.connection._wait_state()
-        self._check()  # the link (or its session) may have ended instead of draining
+        connection = self.connection
+        connection._kick()
+        while True:
+            self._check()  # the link, its session or the connection may have ended instead of draining
+            if link is not self._engine_link:
+                return  # reconnected meanwhile: the old link's credit went with it
+            if not (link.drain and link.local_state is EndpointState.ACTIVE) and not connection._reconnecting:
+                return
+            await connection._wait_state()
 
     def receive_nowait(self) -> Delivery | None:
         """Take the next delivery if one is queued, else None (never waits)."""
@@ -614,6 +637,8 @@ class Receiver(_Link):
         while True:
             incoming = self._engine_link.incoming
             if incoming:
+                if self._closed_by_application:
+                    self._check()  # ClosedByApplication: what is queued is not handed out after a close
                 tracing = self._tracing
                 if tracing is None:
                     delivery = Delivery(self, incoming.popleft())
@@ -678,9 +703,11 @@ class Receiver(_Link):
         return self
 
     async def __anext__(self) -> Delivery:
+        # Ends quietly once the application closed the receiver, its session or its connection, or the peer
+        # closed the link without an error; raises when the peer detached it with one, or the connection failed.
         try:
             return await self.receive()
-        except LinkDetached:
+        except (LinkDetached, ClosedByApplication):
             raise StopAsyncIteration from None
 
     async def __aenter__(self) -> Receiver:

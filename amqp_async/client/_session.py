@@ -10,7 +10,7 @@ import anyio
 from ..codec.delivery_states import Accepted
 from ..codec.performatives import Error
 from ..codec.terminus import Source, Target
-from ..errors import AMQPError, ConnectionError, SessionError
+from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ._link_options import (
@@ -60,6 +60,8 @@ class Session:
         if self._error is not None:
             raise self._error
         if self._ended:
+            if self._closing:
+                raise ClosedByApplication("the session was closed by the application")
             raise SessionError("the session has ended")
 
     async def _begin(self) -> None:
@@ -68,7 +70,8 @@ class Session:
         engine_session.user_data = self
         self._engine_session = engine_session
         connection._kick()
-        while engine_session.remote_state is EndpointState.UNINIT:
+        # Read again on each wake-up: a reconnect meanwhile begins a new engine session (_restore).
+        while self._engine_session.remote_state is EndpointState.UNINIT:
             self._check()
             await connection._wait_state()
         self._check()

@@ -101,8 +101,11 @@ class Tracker(Generic[_R]):
                 elif not waiter.done():
                     waiter.set_result(None)
 
-    def _in_doubt(self, reason: str) -> None:
-        self._finish(None, DeliveryInDoubt(reason))
+    def _in_doubt(self, reason: str, cause: BaseException | None = None) -> None:
+        # The connection's error, when it ended or was lost: chained, and its condition kept.
+        error = DeliveryInDoubt(reason, condition=cause.condition if isinstance(cause, AMQPError) else None)
+        error.__cause__ = cause
+        self._finish(None, error)
 
     async def wait(self) -> _R:
         """Wait for the outcome: return it, or raise the error it stands for."""

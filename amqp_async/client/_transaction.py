@@ -282,7 +282,7 @@ class Transaction:
                 self.state = "rolled back"  # rolled back either way
                 return
             self.state = "in doubt"
-            raise TransactionInDoubt(f"the connection ended during the commit: {exc}") from exc
+            raise TransactionInDoubt(f"the connection ended during the commit: {exc}", condition=exc.condition) from exc
         except DeliveryError as exc:
             self.state = "failed"
             if not fail and exc.condition in _ROLLED_BACK:
