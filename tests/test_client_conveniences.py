@@ -392,8 +392,8 @@ async def test_send_many_goes_on_past_a_message_the_engine_refuses() -> None:
 
 
 async def test_send_many_keeps_track_when_the_link_goes_midway() -> None:
-    # The proton broker grants 2 credits and no more: two messages go out and are accepted, then the link is
-    # detached while the third waits for credit. The rest were never sent: the error says so, per message.
+    # The proton broker grants 2 credits and no more: two messages go out and are accepted, then the broker
+    # detaches the link while the third waits for credit. The rest were never sent: the error says so, per message.
     with ProtonBroker(timeout=TIMEOUT) as broker:
         broker.credit_for["q"] = 0
         with anyio.fail_after(TIMEOUT):
@@ -412,7 +412,7 @@ async def test_send_many_keeps_track_when_the_link_goes_midway() -> None:
                     await in_broker(broker, lambda: [link.flow(2) for link in broker_links(broker, "batch")])
                     await anyio.to_thread.run_sync(functools.partial(broker.wait_messages, 2, address="q"))
                     await eventually(lambda: sender.unsettled == [] and sender.credit == 0)
-                    await sender.close()
+                    await in_broker(broker, lambda: [link.close() for link in broker_links(broker, "batch")])
                 [failed] = outcome
                 assert isinstance(failed, SendManyError)
                 assert failed.results[:2] == [Accepted(), Accepted()]
