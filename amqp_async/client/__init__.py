@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from ._backoff import Backoff
 from ._capabilities import PeerCapabilities
+from ._connect import connect
 from ._connect_options import ConnectOptions
-from ._connection import Connection, connect
+from ._connection import Connection
 from ._delivery import Delivery
 from ._link_options import DeliveryMode, DistributionMode, ExpiryPolicy, OnError, Outcome
 from ._links import Receiver, Sender, SendManyError, selector

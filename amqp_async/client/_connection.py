@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -53,20 +53,10 @@ from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
 from ._attempts import Attempts, failed_before_open, first_connect_failure, lost
 from ._capabilities import PeerCapabilities
-from ._config import ResolvedOptions, resolve_options
-from ._connect_options import ConnectOptions
-from ._link_options import (
-    DeliveryMode,
-    DistributionMode,
-    ExpiryPolicy,
-    OnError,
-    Outcome,
-    _fields,
-    _symbols,
-    receiver_options,
-    sender_options,
-)
+from ._config import ResolvedOptions
+from ._link_options import ReceiverOptions, SenderOptions, _fields, _symbols
 from ._links import Receiver, Sender
+from ._opener import LinkOpener
 from ._opening import Opening
 from ._session import Session
 from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher, log_change
@@ -76,16 +66,12 @@ from ._transport import ATTEMPT_ERRORS, attempt_failure, open_stream, where
 from ._url import Address
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..codec.delivery_states import Accepted
-    from ..codec.terminus import Source, Target
     from ..codec.values import AMQPValue
     from ..types import symbol
     from ._tracing import MessageTracing
     from ._transaction import Transaction
 
-__all__ = ["HIGH_WATER", "Connection", "connect"]
+__all__ = ["HIGH_WATER", "Connection"]
 
 _T = TypeVar("_T")
 
@@ -132,7 +118,7 @@ class _DriverEnded(Exception):
     """The driver a caller waited on has ended (the connection was lost): stop waiting on it."""
 
 
-class Connection:
+class Connection(LinkOpener):
     """An open AMQP connection. Get one with :func:`connect`.
 
     Use :meth:`open_sender`, :meth:`open_receiver` (on the connection's default session) or :meth:`open_session`.
@@ -731,167 +717,12 @@ class Connection:
             self._default_session = await self._begin_session({})
         return self._default_session
 
-    @overload
-    def open_sender(
-        self,
-        target: str | None,
-        *,
-        name: str | None = None,
-        delivery: Literal["at-most-once"],
-        snd_settle_mode: Literal[1] | None = None,
-        rcv_settle_mode: Literal[0, 1] | None = None,
-        source: str | Source | None = None,
-        durable: bool | Literal[0, 1, 2] | None = None,
-        expiry_policy: ExpiryPolicy | None = None,
-        timeout: int | None = None,
-        dynamic: bool = False,
-        dynamic_node_properties: Mapping[str, object] | None = None,
-        capabilities: str | Sequence[str] | None = None,
-        properties: Mapping[str, object] | None = None,
-        offered_capabilities: str | Sequence[str] | None = None,
-        desired_capabilities: str | Sequence[str] | None = None,
-        max_message_size: int | None = None,
-        initial_delivery_count: int = 0,
-    ) -> Opening[Sender[None]]: ...
+    async def _attach_sender(self, options: SenderOptions) -> Sender[Any]:
+        # Links opened on the connection go on its default session, begun with the first of them.
+        return await (await self._session())._attach_sender(options)
 
-    @overload
-    def open_sender(
-        self,
-        target: str | None,
-        *,
-        name: str | None = None,
-        delivery: Literal["at-least-once", "exactly-once"] = "at-least-once",
-        snd_settle_mode: Literal[0, 2] | None = None,
-        rcv_settle_mode: Literal[0, 1] | None = None,
-        source: str | Source | None = None,
-        durable: bool | Literal[0, 1, 2] | None = None,
-        expiry_policy: ExpiryPolicy | None = None,
-        timeout: int | None = None,
-        dynamic: bool = False,
-        dynamic_node_properties: Mapping[str, object] | None = None,
-        capabilities: str | Sequence[str] | None = None,
-        properties: Mapping[str, object] | None = None,
-        offered_capabilities: str | Sequence[str] | None = None,
-        desired_capabilities: str | Sequence[str] | None = None,
-        max_message_size: int | None = None,
-        initial_delivery_count: int = 0,
-    ) -> Opening[Sender[Accepted]]: ...
-
-    def open_sender(
-        self,
-        target: str | None,
-        *,
-        name: str | None = None,
-        delivery: DeliveryMode = "at-least-once",
-        snd_settle_mode: Literal[0, 1, 2] | None = None,
-        rcv_settle_mode: Literal[0, 1] | None = None,
-        source: str | Source | None = None,
-        durable: bool | Literal[0, 1, 2] | None = None,
-        expiry_policy: ExpiryPolicy | None = None,
-        timeout: int | None = None,
-        dynamic: bool = False,
-        dynamic_node_properties: Mapping[str, object] | None = None,
-        capabilities: str | Sequence[str] | None = None,
-        properties: Mapping[str, object] | None = None,
-        offered_capabilities: str | Sequence[str] | None = None,
-        desired_capabilities: str | Sequence[str] | None = None,
-        max_message_size: int | None = None,
-        initial_delivery_count: int = 0,
-    ) -> Opening[Sender[Any]]:
-        """Attach a sender on the connection's default session (begun with the first link): the options are those
-        of :meth:`Session.open_sender`.
-
-        ``await conn.open_sender(target)`` gives the attached :class:`Sender`; ``async with
-        conn.open_sender(target) as sender:`` also closes it at the end of the block.
-        """
-        options = sender_options(
-            target,
-            name=name,
-            delivery=delivery,
-            snd_settle_mode=snd_settle_mode,
-            rcv_settle_mode=rcv_settle_mode,
-            source=source,
-            durable=durable,
-            expiry_policy=expiry_policy,
-            timeout=timeout,
-            dynamic=dynamic,
-            dynamic_node_properties=dynamic_node_properties,
-            capabilities=capabilities,
-            properties=properties,
-            offered_capabilities=offered_capabilities,
-            desired_capabilities=desired_capabilities,
-            max_message_size=max_message_size,
-            initial_delivery_count=initial_delivery_count,
-        )
-
-        async def attach() -> Sender[Any]:
-            return await (await self._session())._attach_sender(options)
-
-        return Opening(attach())
-
-    def open_receiver(
-        self,
-        source: str | None,
-        *,
-        credit: int = 100,
-        name: str | None = None,
-        delivery: DeliveryMode = "at-least-once",
-        snd_settle_mode: Literal[0, 1, 2] | None = None,
-        rcv_settle_mode: Literal[0, 1] | None = None,
-        on_error: OnError = "modify",
-        dynamic: bool = False,
-        dynamic_node_properties: Mapping[str, object] | None = None,
-        durable: bool | Literal[0, 1, 2] | None = None,
-        expiry_policy: ExpiryPolicy | None = None,
-        timeout: int | None = None,
-        distribution_mode: DistributionMode | None = None,
-        filter: Mapping[str, object] | None = None,  # noqa: A002 - the source's field (§3.5.3)
-        selector: str | None = None,
-        capabilities: str | Sequence[str] | None = None,
-        default_outcome: Outcome | None = None,
-        outcomes: Sequence[str] | None = None,
-        properties: Mapping[str, object] | None = None,
-        offered_capabilities: str | Sequence[str] | None = None,
-        desired_capabilities: str | Sequence[str] | None = None,
-        max_message_size: int | None = None,
-        target: str | Target | None = None,
-    ) -> Opening[Receiver]:
-        """Attach a receiver on the connection's default session (begun with the first link): the options are
-        those of :meth:`Session.open_receiver`.
-
-        ``await conn.open_receiver(source)`` gives the attached :class:`Receiver`; ``async with
-        conn.open_receiver(source) as receiver:`` also closes it at the end of the block.
-        """
-        options = receiver_options(
-            source,
-            credit=credit,
-            name=name,
-            delivery=delivery,
-            snd_settle_mode=snd_settle_mode,
-            rcv_settle_mode=rcv_settle_mode,
-            on_error=on_error,
-            dynamic=dynamic,
-            dynamic_node_properties=dynamic_node_properties,
-            durable=durable,
-            expiry_policy=expiry_policy,
-            timeout=timeout,
-            distribution_mode=distribution_mode,
-            filter=filter,
-            selector=selector,
-            capabilities=capabilities,
-            default_outcome=default_outcome,
-            outcomes=outcomes,
-            properties=properties,
-            offered_capabilities=offered_capabilities,
-            desired_capabilities=desired_capabilities,
-            max_message_size=max_message_size,
-            target=target,
-        )
-
-        async def attach() -> Receiver:
-            return await (await self._session())._attach_receiver(options)
-
-        return Opening(attach())
+    async def _attach_receiver(self, options: ReceiverOptions) -> Receiver:
+        return await (await self._session())._attach_receiver(options)
 
     def transaction(self) -> Transaction:
         """A local transaction (§4) on this connection, declared when it is awaited or entered.
@@ -975,66 +806,3 @@ _EVENT_HANDLERS: dict[type, Callable[[Connection, Any], None]] = {
     ev.DeliveriesReceived: Connection._on_link_event,
     ev.DeliveriesUpdated: Connection._on_updated,
 }
-
-
-class _Connect:
-    """What :func:`connect` returns: awaitable (gives the :class:`Connection`) and an async context manager."""
-
-    def __init__(self, url: str | None, options: dict[str, Any]) -> None:
-        self._url = url
-        self._options = options
-        self._connection: Connection | None = None
-
-    async def _connect(self) -> Connection:
-        resolved = resolve_options(self._url, self._options)
-        connection = Connection(resolved)
-        try:
-            import asyncio
-
-            connection._loop = asyncio.get_running_loop()
-        except RuntimeError:  # trio
-            pass
-        await connection._establish()
-        return connection
-
-    def __await__(self) -> Generator[Any, None, Connection]:
-        return self._connect().__await__()
-
-    async def __aenter__(self) -> Connection:
-        self._connection = await self._connect()
-        return self._connection
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._connection is not None:
-            await self._connection.close()
-
-
-def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> _Connect:
-    """Connect to an AMQP 1.0 peer.
-
-    ``await connect(url)`` gives an open :class:`Connection`; ``async with connect(url) as conn`` also closes it
-    at the end. Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
-    ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
-    ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``) plus
-    ``ssl_context``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or False for none;
-    default: the https_proxy/http_proxy/no_proxy environment variables) and ``tracing`` (OpenTelemetry: True for
-    the global tracer provider, or a TracerProvider; off by default); a ``connect.json`` is honoured as proton
-    honours it. ``url`` is ``amqp://``, ``amqps://``, ``ws://`` or ``wss://`` (AMQP over WebSocket, the URL
-    naming the WebSocket endpoint).
-
-    Defaults bound every wait (docs/client.md, "Defaults and their bounds"): ``connect_timeout`` 30 s per attempt,
-    ``heartbeat`` 30 s (our idle timeout), and reconnecting after a network failure gives up after 60 s
-    (``reconnect=Backoff(max_time=None)`` reconnects for ever).
-
-    Raises:
-        NameResolutionError: the host name does not resolve.
-        ConnectionRefused: nothing listens there (also the builtin ConnectionRefusedError).
-        ConnectTimeout: the attempt took longer than ``connect_timeout`` (also the builtin TimeoutError).
-        TLSError: the TLS handshake failed (CertificateVerifyFailed: the peer's certificate was refused).
-        AuthenticationError: SASL authentication failed.
-        ConnectError: the peer could not be reached otherwise (all of the above are ConnectErrors; with several
-            URLs, the last one's error, naming every URL tried).
-        ConnectionClosed: the peer refused the connection with a close frame.
-        TypeError, ValueError: an unknown option or a bad value (InvalidURL for a bad URL).
-    """
-    return _Connect(url, cast("dict[str, Any]", options))  # checked by resolve_options at run time
