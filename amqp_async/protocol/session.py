@@ -13,7 +13,10 @@ Replenish policy: our incoming window starts at ``incoming_window`` frames and i
 frame, whenever it falls to half of it or below (so that a window of 1 reopens after each frame). The peer may send
 up to the limit we last wrote in a begin or flow (next-incoming-id + incoming-window); a frame beyond it is a
 violation. The memory the window admits is bounded by link credit (complete deliveries) and max-message-size (a
-partial one), not by the window.
+partial one), not by the window; except on streaming links (:mod:`.streaming`), whose frames are handed over as
+they come: the frames the layer above holds unread (``held_frames``) are taken out of the window, which reopens
+only as far as they leave room (``incoming_window - held_frames``, again when that gains half a window), so that
+unread frames never pass the window (plus the frame being read).
 
 Dispositions (§2.7.6) and flows (§2.7.4) are queued and written when the connection's output is taken: runs of
 consecutive delivery ids with the same role, settlement and state share one disposition frame.
@@ -101,6 +104,9 @@ class Session(Endpoint):
         self.outgoing_window = _OUTGOING_WINDOW
         self.next_incoming_id = 0
         self._advertised_limit = incoming_window
+        #: transfer frames of streaming deliveries received and not yet read by the layer above (§2.5.6: they
+        #: keep their place in the incoming window until read; see :mod:`.streaming`).
+        self.held_frames = 0
         self.remote_incoming_window = 0
         self.remote_outgoing_window = 0
         self.handle_max = handle_max
@@ -121,7 +127,8 @@ class Session(Endpoint):
         self._pending_dispositions: list[tuple[bool, int, bool, Any]] = []
         self._flow_links: dict[Link, None] = {}
         self._session_flow_pending = False
-        # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset, aborted].
+        # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset, aborted, more]
+        # (``more``: the delivery goes on after this payload, in a later item: a streamed one, :mod:`.streaming`).
         self._outgoing_queue: deque[list[Any]] = deque()
         # Sender links' flows held back until a queued item (by id) is written: see _defer_flow.
         self._flows_after: dict[int, tuple[Link, bool]] = {}
@@ -317,7 +324,14 @@ class Session(Endpoint):
         return encode_handle(handle)
 
     def _send_transfer(
-        self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int, state: Any = None
+        self,
+        link: SenderLink,
+        payload: Any,
+        tag: bytes,
+        settled: bool,
+        message_format: int,
+        state: Any = None,
+        more: bool = False,
     ) -> Delivery:
         delivery_id = self._next_delivery_id
         self._next_delivery_id = (delivery_id + 1) & MASK
@@ -339,11 +353,24 @@ class Session(Endpoint):
             and len(payload) + len(delivery.transfer_state) <= connection._max_transfer_payload
         ):
             # The common case: one frame, written at once from the link's template.
-            self._write_transfer(link, delivery, payload, False)
+            self._write_transfer(link, delivery, payload, more)
         else:
-            self._outgoing_queue.append([link, delivery, payload, 0, False])
+            self._outgoing_queue.append([link, delivery, payload, 0, False, more])
             self._pump_outgoing()
         return delivery
+
+    def _send_more(self, link: SenderLink, delivery: Delivery, payload: Any, more: bool) -> None:
+        """Transfer the next part of a streamed delivery (§2.6.14: ``more`` until its last part), in frames that
+        fit the peer's max-frame-size, within its incoming window (the rest waits in the queue, as for send)."""
+        if (
+            not self._outgoing_queue
+            and self.remote_incoming_window > 0
+            and len(payload) + len(delivery.transfer_state) <= self.connection._max_transfer_payload
+        ):
+            self._write_transfer(link, delivery, payload, more)
+        else:
+            self._outgoing_queue.append([link, delivery, payload, 0, False, more])
+            self._pump_outgoing()
 
     def _write_transfer(
         self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False
@@ -376,7 +403,7 @@ class Session(Endpoint):
         chunk = self.connection._max_transfer_payload
         while queue and self.remote_incoming_window > 0:
             item = queue[0]
-            link, delivery, payload, offset, aborted = item
+            link, delivery, payload, offset, aborted, more = item
             if aborted:
                 queue.popleft()
                 self._write_transfer(link, delivery, b"", False, aborted=True)
@@ -386,7 +413,7 @@ class Session(Endpoint):
             end = offset + chunk - len(delivery.transfer_state)
             if end >= len(payload):
                 queue.popleft()
-                self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, False)
+                self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, more)
                 if self._flows_after:
                     self._release_flow(item)
             else:
@@ -418,22 +445,48 @@ class Session(Endpoint):
             if link._usable():
                 link._write_flow(echo)
 
-    def abort(self, delivery: Delivery) -> None:
-        """Abort a delivery whose frames are not all written yet (§2.6.14); a written one cannot be aborted."""
-        for item in self._outgoing_queue:
-            if item[1] is delivery:
-                # The rest of the payload is dropped; one aborted transfer frame takes its place, in turn and within
-                # the peer's window like any frame. It is written even if no frame went out yet: the delivery used
-                # a credit and a delivery-count, which the receiver must see used too (§2.6.7).
-                item[2] = b""
-                item[3] = 0
-                item[4] = True
-                self._outgoing_unsettled.pop(delivery.delivery_id, None)
-                delivery.aborted = True
-                delivery.settled = True
-                self._pump_outgoing()
-                return
-        raise LocalProtocolError("the delivery is fully written and cannot be aborted")
+    def abort(self, delivery: Delivery, *, streaming: bool = False) -> None:
+        """Abort a delivery whose frames are not all written yet (§2.6.14); a written one cannot be aborted.
+
+        ``streaming``: the delivery is a streamed one whose last part was not given yet (its frames so far may all
+        be written): the aborted frame then follows them.
+        """
+        queue = self._outgoing_queue
+        items = [item for item in queue if item[1] is delivery]
+        if not items and not streaming:
+            raise LocalProtocolError("the delivery is fully written and cannot be aborted")
+        # The rest of the payload is dropped; one aborted transfer frame takes its place, in turn and within the
+        # peer's window like any frame. It is written even if no frame went out yet: the delivery used a credit and
+        # a delivery-count, which the receiver must see used too (§2.6.7).
+        if items:
+            kept = items[0]
+            for item in items[1:]:
+                queue.remove(item)
+                held = self._flows_after.pop(id(item), None)
+                if held is not None:  # a flow waiting for this item waits for the aborted frame instead
+                    self._flows_after[id(kept)] = held
+            kept[2] = b""
+            kept[3] = 0
+            kept[4] = True
+            kept[5] = False
+        else:
+            queue.append([delivery.link, delivery, b"", 0, True, False])
+        self._outgoing_unsettled.pop(delivery.delivery_id, None)
+        delivery.aborted = True
+        delivery.settled = True
+        self._pump_outgoing()
+
+    def release_frames(self, count: int) -> None:
+        """``count`` held frames of streaming deliveries were read (or dropped) by the layer above: they leave the
+        incoming window's reckoning, which reopens, with a flow frame, once that gains half a window (§2.5.6)."""
+        held = self.held_frames - count
+        self.held_frames = held
+        if (
+            self.incoming_window <= (self.initial_incoming_window >> 1) - held
+            and self.local_state is EndpointState.ACTIVE
+        ):
+            self.incoming_window = self.initial_incoming_window - held
+            self._queue_session_flow()
 
     def _queue_link_flow(self, link: Link) -> None:
         self._flow_links[link] = None
@@ -609,8 +662,7 @@ class Session(Endpoint):
         link.remote_state = EndpointState.CLOSED
         link.remote_error = detach.error
         if isinstance(link, ReceiverLink) and link._current is not None:
-            link._current = None  # an incomplete delivery dies with the link
-            link._current_parts = []
+            link._drop_current()  # an incomplete delivery dies with the link
         peer_initiated = link.local_state is not EndpointState.CLOSED
         if not link.detach_reported:
             link.detach_reported = True
@@ -683,8 +735,8 @@ class Session(Endpoint):
         self.next_incoming_id = (self.next_incoming_id + 1) & MASK
         self.incoming_window -= 1
         self.remote_outgoing_window -= 1
-        if self.incoming_window <= self.initial_incoming_window >> 1:
-            self.incoming_window = self.initial_incoming_window
+        if self.incoming_window <= (self.initial_incoming_window >> 1) - self.held_frames:
+            self.incoming_window = self.initial_incoming_window - self.held_frames
             self._queue_session_flow()
         link = self._links_by_remote_handle.get(fields[0])
         if link is None:
