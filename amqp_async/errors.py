@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "CLOSED_BY_APPLICATION",
+    "DELIVERY_ABORTED",
     "IO_ERROR",
     "TLS_ERROR",
     "AMQPError",
@@ -42,7 +43,6 @@ __all__ = [
     "ConnectionLost",
     "ConnectionRefused",
     "DecodeError",
-    "DELIVERY_ABORTED",
     "DeliveryAborted",
     "DeliveryAlreadySettled",
     "DeliveryError",

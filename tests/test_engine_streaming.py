@@ -35,7 +35,7 @@ def streaming_setup(window: int, credit: int = 10, **server: int) -> tuple[Peer,
 
 
 def test_a_delivery_sent_in_parts_arrives_whole_on_an_ordinary_link() -> None:
-    c, s, sender, receiver = link_setup(server={"max_frame_size": FRAME})
+    c, s, sender, _receiver = link_setup(server={"max_frame_size": FRAME})
     parts = [b"h" * 10, b"a" * 1000, b"b" * 5, b"c" * PAYLOAD]
     delivery = sender.send(parts[0], more=True)
     assert sender.streaming is delivery
@@ -65,7 +65,7 @@ def test_nothing_else_goes_out_on_the_link_while_a_delivery_is_open() -> None:
 
 
 def test_send_more_refuses_a_delivery_that_is_not_open() -> None:
-    c, s, sender, _ = link_setup()
+    _c, _s, sender, _ = link_setup()
     done = sender.send(b"whole")
     with pytest.raises(LocalProtocolError, match="not the one"):
         sender.send_more(done, b"more", more=False)
@@ -74,7 +74,7 @@ def test_send_more_refuses_a_delivery_that_is_not_open() -> None:
 def test_parts_beyond_the_peers_max_message_size_are_refused_with_the_limit() -> None:
     c, s = connected(credit=5)
     session, _ = begun(c, s)
-    sender, receiver = sender_pair(c, s, session)
+    sender, _receiver = sender_pair(c, s, session)
     # as if the server's attach had said 1000 (the auto-accepting test peer announces no limit of its own)
     sender.remote_attach.max_message_size = 1000
     delivery = sender.send(b"a" * 600, more=True)
@@ -89,7 +89,7 @@ def test_parts_beyond_the_peers_max_message_size_are_refused_with_the_limit() ->
 
 
 def test_aborting_a_delivery_whose_parts_are_all_written() -> None:
-    c, s, sender, receiver = link_setup(server={"max_frame_size": FRAME})
+    c, s, sender, _receiver = link_setup(server={"max_frame_size": FRAME})
     delivery = sender.send(b"x" * 100, more=True)
     sender.send_more(delivery, b"y" * 1000, more=True)
     pump(c, s)
@@ -109,7 +109,7 @@ def test_aborting_a_delivery_whose_parts_are_all_written() -> None:
 
 
 def test_aborting_a_streamed_delivery_whose_frames_wait_for_the_window() -> None:
-    c, s, sender, receiver = link_setup(server={"max_frame_size": FRAME, "incoming_window": 2})
+    c, s, sender, _receiver = link_setup(server={"max_frame_size": FRAME, "incoming_window": 2})
     session = sender.session
     delivery = sender.send(b"x" * 100, more=True)
     sender.send_more(delivery, b"y" * 5000, more=True)
@@ -144,7 +144,7 @@ def test_a_streaming_link_hands_the_delivery_over_at_its_first_frame() -> None:
 
 
 def test_a_one_frame_delivery_arrives_complete_on_a_streaming_link() -> None:
-    c, s, sender, receiver = streaming_setup(window=100)
+    c, s, sender, _receiver = streaming_setup(window=100)
     sender.send(b"small")
     pump(c, s)
     assert [type(d).__name__ for d in s.received] == ["Delivery"] and s.received[0].payload == b"small"

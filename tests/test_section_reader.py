@@ -127,7 +127,7 @@ def test_a_large_data_section_passes_through_uncopied() -> None:
     data = Message(body=body, subject="big").encode()
     reader = SectionReader()
     head_size = len(data) - len(body)
-    first = reader.feed(data[:head_size + 100])
+    first = reader.feed(data[: head_size + 100])
     middle_piece = data[head_size + 100 : head_size + 70000]
     middle = reader.feed(middle_piece)
     assert middle == [middle_piece] and middle[0] is middle_piece  # the piece itself, no copy
@@ -141,9 +141,7 @@ def test_a_large_data_section_passes_through_uncopied() -> None:
 
 def test_proton_encoded_messages_are_read_alike() -> None:
     proton = pytest.importorskip("proton")
-    message = proton.Message(
-        body=b"\x00\x01" * 5000, subject="s", properties={"k": 1}, durable=True, inferred=True
-    )
+    message = proton.Message(body=b"\x00\x01" * 5000, subject="s", properties={"k": 1}, durable=True, inferred=True)
     message.annotations = {symbol("x-opt-a"): "b"}
     data = message.encode()
     reader, passed = read(data, list(range(1, len(data), 997)))

@@ -54,7 +54,9 @@ class Assembly:
         size: the bytes received so far.
     """
 
-    def __init__(self, delivery: StreamingDelivery, flow: Flow, spool: BodySpool | None, large_message_size: int) -> None:
+    def __init__(
+        self, delivery: StreamingDelivery, flow: Flow, spool: BodySpool | None, large_message_size: int
+    ) -> None:
         self.delivery = delivery
         self._flow = flow
         self._spool = spool
@@ -170,7 +172,7 @@ class Assembly:
             self._flow.assembling -= self._counted
             self._counted = 0
 
-    def _failure(self, exc: Exception) -> Error:
+    def _failure(self, exc: OSError | DecodeError) -> Error:
         if isinstance(exc, DecodeError):
             return Error(
                 condition=symbol(conditions.DECODE_ERROR),

@@ -20,7 +20,7 @@ import os
 import uuid
 import weakref
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 __all__ = ["BODIES", "BodyFile", "BodySpool", "remove_file"]
 
@@ -56,7 +56,7 @@ class BodyFile:
         self.path = str(path)
         self.size = size
         self.body_offset = body_offset
-        self._finalizer: weakref.finalize[[str], None] | None = None
+        self._finalizer: weakref.finalize[[str], Any] | None = None
         if not kept:
             finalizer = weakref.finalize(self, remove_file, self.path)
             finalizer.atexit = False  # a broker that stops leaves them: the next start removes them
@@ -101,7 +101,7 @@ class BodySpool:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._made = True
         path = str(self.directory / f"{uuid.uuid4().hex}.amqp")
-        return path, open(path, "xb")  # noqa: SIM115 - the assembly closes it
+        return path, open(path, "xb")
 
     def remove_unknown(self, known: set[str]) -> int:
         """Remove the files no stored message names (left by messages that were not stored, or by a crash between

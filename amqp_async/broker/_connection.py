@@ -39,13 +39,13 @@ from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslServer
-from ..types import symbol
 from ..protocol.streaming import StreamingDelivery
+from ..types import symbol
 from ._assembly import Assembly
 from ._bodies import BodyFile
 from ._flow import WINDOW, Producer
-from ._outbound import stream_body
 from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
+from ._outbound import stream_body
 from ._store import is_durable
 from ._transactions import Coordinator as TransactionCoordinator
 from .selector import SelectorError, compile_selector
@@ -64,6 +64,8 @@ OUTPUT_LIMIT = 1 << 20
 
 class _DriverEnded(Exception):
     """The connection's driver has ended: its output will never drain."""
+
+
 _SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
 _ACCEPTED = Accepted()
 
@@ -516,6 +518,7 @@ class ServerConnection:
             return
         broker = self.broker
         second = link.rcv_settle_mode == RCV_SECOND
+        delivery: Any  # a whole one, or a StreamingDelivery once all its parts came
         while True:
             assembly = inbound.assembly
             if assembly is not None:
@@ -542,12 +545,7 @@ class ServerConnection:
             elif link.incoming:
                 delivery = link.incoming.popleft()
                 if delivery.__class__ is StreamingDelivery:
-                    inbound.assembly = Assembly(
-                        delivery,  # type: ignore[arg-type]  # checked: a StreamingDelivery
-                        broker.flow,
-                        broker.spool,
-                        broker.large_message_size,
-                    )
+                    inbound.assembly = Assembly(delivery, broker.flow, broker.spool, broker.large_message_size)
                     continue
                 if delivery.aborted:
                     continue

@@ -9,10 +9,11 @@ up when it falls below half. With limits, a window is never larger than the room
   that come back, released or from a consumer gone, return to their queue even above it: the credit then waits.)
 - ``max_memory``: all producers together get at most the room left in bytes, counted in messages of the larger of
   the average size held and the last size seen (the limit, less the bytes of the messages held and of those arriving
-  in parts, less the credit every producer holds); before the first message, a size of :data:`UNSEEN_SIZE` is assumed (a full window under
-  a roomy limit, one credit under a tight one). With messages of one size the bytes held never pass the limit; with
-  mixed sizes, by at most the difference the estimate made. A message counts its bytes and a fixed bookkeeping
-  estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a few large ones.
+  in parts, less the credit every producer holds); before the first message, a size of :data:`UNSEEN_SIZE` is assumed
+  (a full window under a roomy limit, one credit under a tight one). With messages of one size the bytes held never
+  pass the limit; with mixed sizes, by at most the difference the estimate made. A message counts its bytes and a
+  fixed bookkeeping estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a
+  few large ones.
 
 A producer refused a full window is *starved*: once consumers take messages or settle them (:meth:`Flow.freed`)
 it gets credit again, as soon as the room is worth a window (half of one, or half of the limit when that is

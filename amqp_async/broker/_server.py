@@ -246,7 +246,7 @@ class Broker:
                     try:
                         size = path.stat().st_size
                     except OSError as exc:
-                        log.warning("store: message %d's body file %s is missing (%s): not loaded", identifier, path, exc)
+                        log.warning("store: message %d's file %s is missing (%s): not loaded", identifier, path, exc)
                         continue
                     body = BodyFile(path, size, body_at or 0, kept=True)
                     known.add(body_name)

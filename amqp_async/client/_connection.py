@@ -59,9 +59,9 @@ from ._links import Receiver, Sender
 from ._opener import LinkOpener
 from ._opening import Opening
 from ._session import Session
+from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher, log_change
 from ._stream_receiver import StreamReceiver, window_frames
 from ._stream_sender import StreamSender
-from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher, log_change
 from ._threadsafe import LoopHandle
 from ._trace import FrameTracer
 from ._transport import ATTEMPT_ERRORS, attempt_failure, open_stream, where

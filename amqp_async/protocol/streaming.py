@@ -71,7 +71,7 @@ class StreamingDelivery(Delivery):
         self.take()
 
     def __repr__(self) -> str:
-        state = "aborted" if self.aborted else "interrupted" if self.interrupted else "complete" if self.complete else ""
+        state = "aborted" if self.aborted else "interrupted" if self.interrupted else "complete" * self.complete
         return f"StreamingDelivery(id={self.delivery_id}, tag={self.tag!r}, received={self.received} {state})"
 
 
