@@ -11,7 +11,7 @@ from typing import IO, Any, Protocol, TypeAlias, runtime_checkable
 
 import anyio.to_thread
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "BodySource", "body_chunks"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "BodySource", "body_chunks", "known_size"]
 
 #: How much a file object is asked for at a time (each read becomes one data section).
 DEFAULT_CHUNK_SIZE = 256 << 10
@@ -98,6 +98,21 @@ def _is_regular(file: Any) -> bool:
         return stat.S_ISREG(os.fstat(file.fileno()).st_mode)
     except (AttributeError, OSError, ValueError):
         return False
+
+
+def known_size(source: BodySource) -> int | None:
+    """The bytes a body source holds, when that is known before reading it: bytes, or a regular file read with a
+    plain ``read`` (from where it is read on); None for anything else."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return memoryview(source).nbytes
+    read = getattr(source, "read", None)
+    if callable(read) and not inspect.iscoroutinefunction(read) and _is_regular(source):
+        try:
+            file: Any = source
+            return max(os.fstat(file.fileno()).st_size - int(file.tell()), 0)
+        except (OSError, ValueError, AttributeError):
+            return None
+    return None
 
 
 def body_chunks(source: BodySource, chunk_size: int = DEFAULT_CHUNK_SIZE) -> AsyncIterator[Chunk]:

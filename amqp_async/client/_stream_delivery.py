@@ -252,7 +252,10 @@ class StreamDelivery:
         """The payload pieces the engine has for us (none when nothing new came)."""
         delivery = self._delivery
         if isinstance(delivery, StreamingDelivery):
-            return delivery.take()
+            chunks = delivery.take()
+            if chunks:
+                self._window_moved()
+            return chunks
         payload = delivery.payload
         delivery.payload = b""  # handed over once (the engine keeps no copy for us)
         return [payload] if payload else []
@@ -305,8 +308,16 @@ class StreamDelivery:
         delivery = self._delivery
         if isinstance(delivery, StreamingDelivery) and not delivery.discarding:
             delivery.discard()
+            self._window_moved()
         self._chunks.clear()
         self._dropped = True
+
+    def _window_moved(self) -> None:
+        """Frames were taken: a flow that reopens the session's window may be queued: have it written."""
+        connection = self.receiver.connection
+        engine = connection._engine
+        if engine is not None and engine.has_output:
+            connection._kick()
 
     def _drop_unless_read(self) -> None:
         if not (self._ended and not self._chunks):

@@ -27,7 +27,7 @@ from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.errors import LocalProtocolError
 from ..protocol.payload import Gathered
-from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks
+from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
 from ._links import _Link
 from ._tracker import Tracker
 
@@ -179,7 +179,7 @@ class StreamSender(_Link, Generic[_R]):
             tracker._in_doubt(reason, cause)
 
     def open_stream(
-        self, message: Message | None = None, *, transaction: Transaction | None = None
+        self, message: Message | None = None, *, body_size: int | None = None, transaction: Transaction | None = None
     ) -> MessageStream[_R]:
         """Start a message whose body is written in parts: ``async with sender.open_stream(Message(subject=...)) as
         stream: await stream.write(data)...`` completes it when the block ends (aborts it when the block raises or
@@ -189,12 +189,16 @@ class StreamSender(_Link, Generic[_R]):
         Args:
             message: the message's sections other than its body (header, annotations, properties, application
                 properties, footer); its body must be None. None: a message of body only.
+            body_size: the body's size in bytes, when it is known beforehand: the body then goes in one data
+                section (whose size comes first), and the writes must add up to it; None: one data section per
+                write (§3.2.6). Receivers that keep only one data section of a message (python-qpid-proton's and
+                proton C's ``pn_message``) need the first.
             transaction: send it within this transaction (§4.4.1).
 
         Raises:
-            ValueError: the message has a body.
+            ValueError: the message has a body, or ``body_size`` is below 0.
         """
-        return MessageStream(self, message, transaction)
+        return MessageStream(self, message, transaction, body_size)
 
     async def send_stream(
         self,
@@ -203,6 +207,7 @@ class StreamSender(_Link, Generic[_R]):
         *,
         transaction: Transaction | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        body_size: int | None = None,
     ) -> _R:
         """Send one message whose body is read from ``body`` as it is sent, and wait for its outcome.
 
@@ -213,6 +218,9 @@ class StreamSender(_Link, Generic[_R]):
             message: the message's other sections (see :meth:`open_stream`).
             transaction: send it within this transaction (§4.4.1).
             chunk_size: the bytes of each read from a file object (or slice of bytes).
+            body_size: the body's size, when known (see :meth:`open_stream`): the body goes in one data section.
+                Known without it for bytes and for a regular file (its size from where it is read on); other
+                sources go as one data section per chunk.
 
         Returns:
             The outcome (``Accepted()``); None on an at-most-once sender.
@@ -228,7 +236,9 @@ class StreamSender(_Link, Generic[_R]):
             Whatever ``body`` raises: the delivery is aborted first (the receiver discards it).
         """
         chunks = body_chunks(body, chunk_size)
-        async with self.open_stream(message, transaction=transaction) as stream:
+        if body_size is None:
+            body_size = known_size(body)
+        async with self.open_stream(message, body_size=body_size, transaction=transaction) as stream:
             async for chunk in chunks:
                 await stream.write(chunk)
         return stream.outcome  # type: ignore[return-value]  # complete() set it
@@ -258,9 +268,18 @@ class MessageStream(Generic[_R]):
         tracker: the message's :class:`~amqp_async.Tracker` once its first frame went out (None before).
     """
 
-    def __init__(self, sender: StreamSender[_R], message: Message | None, transaction: Transaction | None) -> None:
+    def __init__(
+        self,
+        sender: StreamSender[_R],
+        message: Message | None,
+        transaction: Transaction | None,
+        body_size: int | None = None,
+    ) -> None:
+        if body_size is not None and body_size < 0:
+            raise ValueError(f"body_size must be at least 0, got {body_size!r}")
         self._sender = sender
         self._head, self._footer = _split(message)
+        self._declared = body_size  # the one data section's size, when the body's size was given
         self._transaction = transaction
         self._state = _NEW
         self._parts: list[bytes | memoryview] = []
@@ -312,6 +331,9 @@ class MessageStream(Generic[_R]):
         self._state = _OPEN
         if self._head:
             self._append(self._head)
+        if self._declared is not None:
+            self._append(_data_section_head(self._declared))  # one data section: its size first (§3.2.6)
+            self._sections = 1
         return self
 
     async def _wait_credit(self) -> None:
@@ -335,6 +357,7 @@ class MessageStream(Generic[_R]):
 
         Raises:
             RuntimeError: the stream is not open (completed, aborted, or not started).
+            ValueError: the writes pass the ``body_size`` declared (the stream is aborted).
             MessageRejected, MessageReleased, MessageModified: the receiver settled the message early with that
                 outcome (the stream is aborted).
             DeliveryAborted, LinkError, ConnectionError: see :meth:`StreamSender.send_stream` (the stream is
@@ -345,15 +368,22 @@ class MessageStream(Generic[_R]):
         size = view.nbytes
         if not size:
             return
+        declared = self._declared
+        if declared is not None and self.body_size + size > declared:
+            self._abandon()
+            raise ValueError(
+                f"the body is longer than the body_size declared ({declared} bytes): the message is aborted"
+            )
         if data.__class__ is bytes:
             chunk: bytes | memoryview = data  # immutable: sent uncopied
         elif isinstance(data, memoryview) and data.readonly and isinstance(data.obj, bytes):
             chunk = view.cast("B")  # a view of bytes: nobody can change it
         else:
             chunk = bytes(view)  # a bytearray may change once we return: copied
-        self._append(_data_section_head(size))
+        if declared is None:
+            self._append(_data_section_head(size))
+            self._sections += 1
         self._append(chunk)
-        self._sections += 1
         self.body_size += size
         try:
             await self._flush(final=False)
@@ -369,10 +399,17 @@ class MessageStream(Generic[_R]):
 
         Raises:
             RuntimeError: the stream is not open.
+            ValueError: the body is shorter than the ``body_size`` declared (the stream is aborted).
             MessageRejected, MessageReleased, MessageModified, DeliveryInDoubt, DeliveryAborted, LinkError,
                 ConnectionError: as :meth:`StreamSender.send_stream`.
         """
         self._require_open()
+        declared = self._declared
+        if declared is not None and self.body_size != declared:
+            self._abandon()
+            raise ValueError(
+                f"the body was {self.body_size} bytes, not the body_size declared ({declared}): the message is aborted"
+            )
         try:
             if not self._sections:
                 self._append(_EMPTY_DATA)  # §3.2: a message has a body: here, one empty data section
