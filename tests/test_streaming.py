@@ -330,7 +330,7 @@ async def test_settling_before_the_end_drops_the_rest_and_taking_the_next_drops_
                 iterator = first.body_chunks()
                 assert len(await iterator.__anext__()) > 0
                 await first.reject("app:too-big", "no room for it")  # early: the rest is dropped as it comes
-                with pytest.raises(ClosedByApplication, match="settled .* before its body was read"):
+                with pytest.raises(ClosedByApplication, match=r"settled .* before its body was read"):
                     await iterator.__anext__()
                 second = await receiver.receive()
                 assert (await second.message()).subject == "second"
