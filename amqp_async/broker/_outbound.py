@@ -50,7 +50,9 @@ async def stream_body(
     ``on_done()`` (the queue dispatches again)."""
     engine = link.session.connection
     frame = max(engine._max_transfer_payload - len(delivery.transfer_state), 1)
-    read_size = max(READ_SIZE // frame, 1) * frame
+    # whole frames (the last of each read is not cut short), but never more than READ_SIZE, whatever frames the
+    # consumer takes (proton C takes frames of up to 4 GiB)
+    read_size = READ_SIZE // frame * frame if frame <= READ_SIZE else READ_SIZE
     left = size
     try:
         while left and link.streaming is delivery:

@@ -53,6 +53,8 @@ __all__ = ["DEFAULT_BUFFER_SIZE", "MessageStream", "StreamSender"]
 DEFAULT_BUFFER_SIZE = 1 << 20
 #: Queued output (bytes the socket has not taken) above which a write waits (the connection's HIGH_WATER).
 _OUTPUT_LIMIT = 1 << 20
+#: The most bytes handed to the engine as one unit (and so the most a stream holds back between two writes).
+_MAX_UNIT = 256 << 10
 
 _EMPTY_DATA = b"\x00\x53\x75\xa0\x00"
 
@@ -468,10 +470,12 @@ class MessageStream(Generic[_R]):
         return Gathered(taken)
 
     def _frame_payload(self) -> int:
-        """The bytes one transfer frame of this delivery carries (what the peer's max-frame-size leaves)."""
+        """The bytes handed to the engine as one unit: a transfer frame's payload (what the peer's max-frame-size
+        leaves), at most :data:`_MAX_UNIT` (proton C takes frames of up to 4 GiB): what a stream holds back between
+        two writes never depends on the peer."""
         link = self._sender._engine_link
         state = self._delivery.transfer_state if self._delivery is not None else b""
-        return max(link.session.connection._max_transfer_payload - len(state), 1)
+        return min(max(link.session.connection._max_transfer_payload - len(state), 1), _MAX_UNIT)
 
     async def _flush(self, *, final: bool) -> None:
         """Hand the pending bytes to the engine in whole frames (all of them when ``final``, the last frame with
