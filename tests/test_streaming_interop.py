@@ -31,7 +31,7 @@ from amqp_async import Accepted, DeliveryAborted, Message
 from amqp_async.broker import Broker
 
 try:
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401 - the fixture, found by name
+    from rabbitmq import RabbitMQNode, rabbitmq_broker  # the fixture, found by name
     from test_interop_matrix import ROOT, _load_bench_peers, _Process, _rhea_env, _skip_loudly
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
@@ -113,15 +113,15 @@ async def test_python_qpid_proton_receives_a_streamed_message_whole_and_sees_our
     with proton_peer("listen-receive", "2", listening=True) as peer:
         assert isinstance(peer, _Process)
         with anyio.fail_after(TIMEOUT):
-            async with amqp_async.connect(f"amqp://127.0.0.1:{peer.port}", reconnect=False) as conn:
-                async with conn.open_stream_sender("files") as sender:
-                    with path.open("rb") as file:  # a regular file: its size is known, one data section
-                        assert await sender.send_stream(file, Message(subject="first")) == Accepted()
-                    stream = await sender.open_stream(Message(subject="aborted"))
-                    async for chunk in chunks_of(data[: 3 * MiB], 256 << 10):
-                        await stream.write(chunk)
-                    stream.abort()
-                    assert await sender.send_stream(data[:MiB], Message(subject="last")) == Accepted()
+            url = f"amqp://127.0.0.1:{peer.port}"
+            async with amqp_async.connect(url, reconnect=False) as conn, conn.open_stream_sender("files") as sender:
+                with path.open("rb") as file:  # a regular file: its size is known, one data section
+                    assert await sender.send_stream(file, Message(subject="first")) == Accepted()
+                stream = await sender.open_stream(Message(subject="aborted"))
+                async for chunk in chunks_of(data[: 3 * MiB], 256 << 10):
+                    await stream.write(chunk)
+                stream.abort()
+                assert await sender.send_stream(data[:MiB], Message(subject="last")) == Accepted()
             lines = await wait_for_lines(peer, 3)
     assert lines == [
         {"size": 8 * MiB, "sha256": sha(data), "subject": "first"},
@@ -162,14 +162,14 @@ async def test_proton_c_sees_our_abort_and_receives_streamed_messages(tmp_path: 
     text = (b"abcdefghijklmnopqrstuvwxyz" * 81_000)[: 2 * MiB]
     try:
         with anyio.fail_after(TIMEOUT):
-            async with amqp_async.connect(f"amqp://127.0.0.1:{direct.port}", reconnect=False) as conn:
-                async with conn.open_stream_sender("stream") as sender:
-                    stream = await sender.open_stream(Message(subject="aborted"))
-                    async for chunk in chunks_of(text, 64 << 10):
-                        await stream.write(chunk)
-                    await anyio.sleep(0.2)
-                    stream.abort()
-                    assert await sender.send_stream(text[:200_000], Message(subject="whole")) == Accepted()
+            url = f"amqp://127.0.0.1:{direct.port}"
+            async with amqp_async.connect(url, reconnect=False) as conn, conn.open_stream_sender("stream") as sender:
+                stream = await sender.open_stream(Message(subject="aborted"))
+                async for chunk in chunks_of(text, 64 << 10):
+                    await stream.write(chunk)
+                await anyio.sleep(0.2)
+                stream.abort()
+                assert await sender.send_stream(text[:200_000], Message(subject="whole")) == Accepted()
             assert await anyio.to_thread.run_sync(direct.wait, 30) == 0
     finally:
         direct.stop()
