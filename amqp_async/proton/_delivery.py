@@ -190,6 +190,14 @@ class Delivery:
     _payload: bytes | bytearray | memoryview | None = None
     _read = 0
     _transfer_state: Any = None  # an outgoing delivery's state on its transfer (a transaction's, §4.4.1)
+    # proton's engine API (a connection without a container, see _engine_links): a sender's bytes not written yet,
+    # whether it was advanced (a receiver's: whether its last frame came), written entirely, aborted here; how many
+    # of a receiver's bytes the session counts as received.
+    _buffer: bytearray = bytearray()
+    _done = False
+    _sent = False
+    _aborted_here = False
+    _counted = 0
 
     def __init__(self, link: Link, tag: bytes, impl: EngineDelivery | None = None) -> None:
         self.link = link
@@ -203,9 +211,14 @@ class Delivery:
         return self.link
 
     @property
-    def tag(self) -> bytes:
-        """The delivery tag: unique among the link's unsettled deliveries."""
-        return self._tag
+    def tag(self) -> str | bytes:
+        """The delivery tag: unique among the link's unsettled deliveries. As proton gives it: decoded from UTF-8
+        (``"1"``, ``"tag"``); a tag that is not UTF-8 is given as its bytes (proton raises ``UnicodeDecodeError``)."""
+        tag = self._tag
+        try:
+            return tag.decode()
+        except UnicodeDecodeError:
+            return tag
 
     @property
     def session(self) -> Session:
@@ -255,7 +268,7 @@ class Delivery:
     def settled(self) -> bool:
         """True once the peer has settled the delivery."""
         impl = self._impl
-        return impl is not None and impl.remote_settled
+        return impl is not None and (impl.remote_settled or (impl.aborted and not self.link.is_sender))
 
     @property
     def local_settled(self) -> bool:
@@ -270,19 +283,35 @@ class Delivery:
     @property
     def aborted(self) -> bool:
         """True when the sender aborted the delivery (§2.6.14)."""
+        if self._aborted_here:
+            return True
+        impl = self._impl
+        return impl is not None and impl.aborted
+
+    def _aborted_remote(self) -> bool:
         impl = self._impl
         return impl is not None and impl.aborted
 
     @property
     def partial(self) -> bool:
-        """True for an incoming delivery whose data is not all here (the container hands deliveries over
-        complete; with proton's engine API a delivery is reported as its first frames arrive)."""
+        """True for a delivery not complete: an incoming one whose data is not all here (the container hands
+        deliveries over complete; with proton's engine API a delivery is reported as its first frames arrive), an
+        outgoing one not advanced yet (engine API)."""
+        if self.link._connection._reactor is None:
+            return not self._done and not self.aborted
         impl = self._impl
         return impl is not None and getattr(impl.link, "_current", None) is impl
 
     @property
     def pending(self) -> int:
         """The number of bytes not yet read (incoming) or not yet sent (outgoing)."""
+        if self.link._connection._reactor is None:
+            if self.aborted:
+                return 1  # proton's: an aborted delivery has something pending, so recv() reports the abort
+            if self.link.is_sender:
+                return len(self._buffer)
+            payload = self._payload
+            return 0 if payload is None else len(payload) - self._read
         payload = self._payload
         if payload is not None:
             return len(payload) - self._read
@@ -310,6 +339,8 @@ class Delivery:
     @property
     def buffered(self) -> bool:
         """True for an outgoing delivery still waiting in this process (no credit, or not attached yet)."""
+        if self.link._connection._reactor is None:
+            return self.link.is_sender and not self._sent and (self._done or bool(self._buffer))
         return self.link.is_sender and self._impl is None and not self._settled_here
 
     @property
@@ -329,11 +360,16 @@ class Delivery:
         The disposition is sent with the settlement when :meth:`settle` follows in the same callback (the usual
         ``accept``), else on its own, unsettled, once the callback returns.
         """
+        link = self.link
+        if link._connection._reactor is None:
+            from ._engine_links import update
+
+            update(self, state)
+            return
         self._local_type = state
         local = self._local
         if local is not None:
             local.type = state
-        link = self.link
         link._delivery_updated(self)
         connection = link._connection
         collector = connection._collector
@@ -363,21 +399,18 @@ class Delivery:
         link = self.link
         connection = link._connection
         container = connection._reactor
-        if container is not None and container._loop_thread not in (None, get_ident()):
+        if container is None:
+            from ._engine_links import settle
+
+            settle(self)
+            return
+        if container._loop_thread not in (None, get_ident()):
             container._check_thread()  # raises: another thread
         self._settled_here = True
         link._settle(self)
         impl = self._impl
         if impl is not None:
             impl.user_data = None  # as _forget
-        if connection._bound is not None:
-            if link.is_receiver:
-                link._unsettled_count -= 1  # type: ignore[attr-defined]
-            collector = connection._collector
-            if collector is not None and not (
-                collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
-            ):
-                connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
 
     def _forget(self) -> None:
         # Settled here, the engine says no more of it (§2.6.12): drop its link back to us, so that the pair is
@@ -388,6 +421,11 @@ class Delivery:
 
     def abort(self) -> None:
         """Abort an outgoing delivery (§2.6.14): the receiver discards what it got of it."""
+        if self.link._connection._reactor is None:
+            from ._engine_links import abort
+
+            abort(self)
+            return
         self.link._abort(self)
 
     def __repr__(self) -> str:

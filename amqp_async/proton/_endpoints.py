@@ -30,6 +30,7 @@ from ._data import Data
 from ._delivery import _ACCEPTED, Delivery, local_state_object
 from ._events import Event, Handler
 from ._exceptions import LinkException, SessionException
+from ._restricted import SymbolList
 from ._transport import Transport
 
 if TYPE_CHECKING:
@@ -62,6 +63,22 @@ _LOCAL_EVENTS = frozenset(
         Event.LINK_LOCAL_DETACH,
     }
 )
+
+
+def _tag_bytes(tag: bytes | str | Any) -> bytes:
+    """A delivery tag as the bytes it is (a str is its UTF-8, as proton encodes it)."""
+    if tag.__class__ is bytes:
+        return tag  # type: ignore[no-any-return]
+    return tag.encode() if isinstance(tag, str) else bytes(tag)
+
+
+def _symbol_list(values: Any) -> SymbolList | None:
+    """Capabilities as proton gives them: a :class:`SymbolList` (None when there are none)."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)):
+        values = [values]
+    return SymbolList([str(value) for value in values], raise_on_error=False) or None
 
 
 def _condition_of(error: Error | None) -> Condition | None:
@@ -101,6 +118,21 @@ class Endpoint(abc.ABC):
     _local: int
     _handler: Any
     condition: Condition | None
+
+    # proton's engine API (a connection without a container): the references that keep the endpoint alive (see
+    # _engine_lifecycle), and whether the transport maps it to a channel or handle, ours or the peer's.
+    _refs = 1
+    _freed = False
+    _local_mapped = False
+    _remote_mapped = False
+
+    def _incref(self) -> None:
+        self._refs += 1
+
+    def _decref(self) -> None:
+        from ._engine_lifecycle import decref
+
+        decref(self)
 
     @property
     def handler(self) -> Any:
@@ -178,10 +210,11 @@ class Connection(Endpoint):
         self.container: str | None = None
         self.hostname: str | None = None
         self.user: str | None = None
-        self.password: str | None = None
+        self._password: str | None = None
+        self.authorization: str | None = None
         self.url: Any = None
-        self.offered_capabilities: Any = None
-        self.desired_capabilities: Any = None
+        self._offered_capabilities: SymbolList | None = None
+        self._desired_capabilities: SymbolList | None = None
         self.properties: Any = None
         self.condition: Condition | None = None
         self._sessions: list[Session] = []
@@ -191,6 +224,44 @@ class Connection(Endpoint):
         self._channel: Any = None  # the container's driver of this connection
         self._collector: Any = None  # proton's engine API: where events go (see collect)
         self._bound: EngineIO | None = None  # proton's engine API: the transport bound with Transport.bind
+        # proton's engine API: the endpoints in the order they were made (collect reports their INIT events in it),
+        # the sessions the transport may still map, and the work for the transport's next output (_engine_output).
+        self._endpoint_order: list[Any] = [self]
+        self._sessions_ever: dict[Session, None] = {}
+        self._modified_endpoints: dict[Any, None] = {}
+        self._tpwork: dict[Delivery, None] = {}
+
+    @property
+    def offered_capabilities(self) -> SymbolList | None:
+        """The capabilities our open offers (a :class:`SymbolList`, as proton keeps them; set a list of symbols or
+        strings, or an array of symbols)."""
+        return self._offered_capabilities
+
+    @offered_capabilities.setter
+    def offered_capabilities(self, capabilities: Any) -> None:
+        self._offered_capabilities = None if capabilities is None else SymbolList(capabilities)
+
+    @property
+    def desired_capabilities(self) -> SymbolList | None:
+        """The capabilities our open desires (a :class:`SymbolList`)."""
+        return self._desired_capabilities
+
+    @desired_capabilities.setter
+    def desired_capabilities(self, capabilities: Any) -> None:
+        self._desired_capabilities = None if capabilities is None else SymbolList(capabilities)
+
+    @property
+    def password(self) -> None:
+        """The password for SASL (write only: it reads None, as proton's)."""
+        return None
+
+    @password.setter
+    def password(self, password: str | None) -> None:
+        self._password = password
+
+    def _container_id(self) -> str:
+        """The container id our open carries: the one set, or proton's empty one."""
+        return self.container or ""
 
     def _container(self) -> Any:
         return self._reactor
@@ -204,7 +275,12 @@ class Connection(Endpoint):
         """Send this connection's events (and those of its sessions, links and deliveries) to ``collector``."""
         self._collector = collector
         if collector is not None:
-            collector.put(self, Event.CONNECTION_INIT)
+            if self._reactor is None:
+                from ._engine_lifecycle import collect_init
+
+                collect_init(self)  # proton: INIT for every endpoint made so far
+            else:
+                collector.put(self, Event.CONNECTION_INIT)
 
     def _modified(self) -> None:
         """The application asked for something the transport has to write: proton's TRANSPORT event."""
@@ -227,7 +303,8 @@ class Connection(Endpoint):
             session._impl = None
             for link in session._links:
                 link._unbind()
-        self._transport = Transport(_connection=self)
+        if self._reactor is not None:
+            self._transport = Transport(_connection=self)
 
     def _work_list(self) -> list[Delivery]:
         """proton's work list: deliveries the application has something to do with (read, write, or see updated)."""
@@ -262,20 +339,24 @@ class Connection(Endpoint):
         return None if remote is None else remote.properties
 
     @property
-    def remote_offered_capabilities(self) -> Any:
-        """The capabilities the peer offers (a tuple of symbols), or None."""
+    def remote_offered_capabilities(self) -> SymbolList | None:
+        """The capabilities the peer offers (a :class:`SymbolList`), or None."""
         remote = self._remote_open()
-        return None if remote is None else remote.offered_capabilities
+        return None if remote is None else _symbol_list(remote.offered_capabilities)
 
     @property
-    def remote_desired_capabilities(self) -> Any:
-        """The capabilities the peer desires (a tuple of symbols), or None."""
+    def remote_desired_capabilities(self) -> SymbolList | None:
+        """The capabilities the peer desires (a :class:`SymbolList`), or None."""
         remote = self._remote_open()
-        return None if remote is None else remote.desired_capabilities
+        return None if remote is None else _symbol_list(remote.desired_capabilities)
 
     @property
-    def transport(self) -> Transport:
-        """The transport of this connection."""
+    def transport(self) -> Transport | None:  # type: ignore[override]
+        """The transport of this connection (made by the container; a connection the program drives has the one it
+        bound, else None)."""
+        if self._reactor is None:
+            bound = self._bound
+            return None if bound is None else bound.transport
         return self._transport
 
     @property
@@ -303,6 +384,9 @@ class Connection(Endpoint):
             return
         self._local = _ACTIVE
         self._push(Event.CONNECTION_LOCAL_OPEN)
+        if self._reactor is None:
+            self._modified_endpoints[self] = None  # written at the transport's next output
+            return
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.UNINIT:
             impl.open()
@@ -317,6 +401,9 @@ class Connection(Endpoint):
             return
         self._local = _CLOSED
         self._push(Event.CONNECTION_LOCAL_CLOSE)
+        if self._reactor is None:
+            self._modified_endpoints[self] = None  # written at the transport's next output
+            return
         _close_later(self)
 
     def _close_engine(self) -> None:
@@ -336,10 +423,14 @@ class Connection(Endpoint):
 
     def session(self) -> Session:
         """A new session on this connection (open it with :meth:`Session.open`)."""
-        if self._local == _CLOSED:
+        if self._local == _CLOSED and self._reactor is not None:
             raise SessionException("the connection is closed")
         session = Session(self)
         self._sessions.append(session)
+        if self._reactor is None:
+            self._endpoint_order.append(session)
+            self._sessions_ever[session] = None
+            self._incref()  # a session holds its connection (proton's)
         session._push(Event.SESSION_INIT)
         return session
 
@@ -356,6 +447,14 @@ class Connection(Endpoint):
         container = self._reactor
         if container is not None:
             container._forget_connection(self)
+            return
+        from ._engine_lifecycle import free_connection
+
+        free_connection(self)
+
+    def release(self) -> None:
+        """proton's ``release``: :meth:`free`."""
+        self.free()
 
     # --- for the container -------------------------------------------------------------------------------
 
@@ -378,8 +477,19 @@ class Connection(Endpoint):
             channel.abort()
 
     def _bind(self, engine: EngineConnection) -> None:
-        """Give this connection (and its open sessions and links) a new engine, replaying what is open."""
+        """Give this connection (and its open sessions and links) a new engine, replaying what is open (without a
+        container, proton's engine API: the transport's output writes it, see _engine_output)."""
         self._impl = engine
+        if self._reactor is None:
+            if self._local != _UNINIT:
+                self._modified_endpoints[self] = None
+            for session in self._sessions:
+                if session._local != _UNINIT:
+                    self._modified_endpoints[session] = None
+                for link in session._links:
+                    if link._local != _UNINIT:
+                        self._modified_endpoints[link] = None
+            return
         self._sessions = [s for s in self._sessions if s._local != _CLOSED]
         for session in self._sessions:
             session._impl = None
@@ -416,9 +526,16 @@ class Session(Endpoint):
         self._local = _UNINIT
         self._handler: Any = None
         self.condition: Condition | None = None
-        self.incoming_capacity = 0
-        self.outgoing_window = 2048
+        self._incoming_capacity = 0
+        self.outgoing_window = 2147483647
         self._links: list[Link] = []
+        # proton's engine API: bytes received and not consumed, bytes sent by the application and not yet written,
+        # the transport's notes on the incoming window (see _engine_links), and the links it may still map.
+        self._incoming_bytes = 0
+        self._outgoing_held = 0
+        self._check_flow = False
+        self._need_flow = False
+        self._links_ever: dict[Link, None] = {}
 
     def _container(self) -> Any:
         return self.connection._reactor
@@ -432,15 +549,31 @@ class Session(Endpoint):
         return self.connection.transport
 
     @property
+    def incoming_capacity(self) -> int:
+        """The bytes of incoming transfers this session buffers: its incoming window is what of it is free, in
+        frames of the transport's max-frame-size (§2.5.6; 0: no limit)."""
+        return self._incoming_capacity
+
+    @incoming_capacity.setter
+    def incoming_capacity(self, capacity: int) -> None:
+        self._incoming_capacity = capacity
+        if self.connection._reactor is None and self.connection._bound is not None:
+            from ._engine_links import modified
+
+            self._check_flow = self._need_flow = True
+            modified(self, emit=False)
+
+    @property
     def incoming_bytes(self) -> int:
-        """Bytes of incoming transfers held (deliveries are handed over whole, so 0 between callbacks)."""
-        return 0
+        """Bytes of incoming transfers held: received and not read yet (with a container, deliveries are handed over
+        whole, so 0 between callbacks)."""
+        return self._incoming_bytes
 
     @property
     def outgoing_bytes(self) -> int:
-        """Bytes of outgoing transfers waiting for the peer's window."""
+        """Bytes the application sent that are not written yet (no credit, or waiting for the peer's window)."""
         impl = self._impl
-        return 0 if impl is None else impl.outgoing_backlog
+        return self._outgoing_held + (0 if impl is None else impl.outgoing_backlog)
 
     def open(self) -> None:
         """Begin the session."""
@@ -448,6 +581,9 @@ class Session(Endpoint):
             return
         self._local = _ACTIVE
         self._push(Event.SESSION_LOCAL_OPEN)
+        if self.connection._reactor is None:
+            self.connection._modified_endpoints[self] = None  # begun at the transport's next output
+            return
         self._begin_if_ready()
 
     def close(self) -> None:
@@ -456,6 +592,9 @@ class Session(Endpoint):
             return
         self._local = _CLOSED
         self._push(Event.SESSION_LOCAL_CLOSE)
+        if self.connection._reactor is None:
+            self.connection._modified_endpoints[self] = None  # ended at the transport's next output
+            return
         _close_later(self)
 
     def _close_engine(self) -> None:
@@ -474,10 +613,15 @@ class Session(Endpoint):
         return self._new_link(Receiver, name)
 
     def _new_link(self, kind: type[LinkT], name: str) -> LinkT:
-        if self._local == _CLOSED:
+        connection = self.connection
+        if self._local == _CLOSED and connection._reactor is not None:
             raise LinkException("the session is closed")
         link = kind(self, name)
         self._links.append(link)
+        if connection._reactor is None:
+            connection._endpoint_order.append(link)
+            self._links_ever[link] = None
+            self._incref()  # a link holds its session (proton's)
         link._push(Event.LINK_INIT)
         return link
 
@@ -489,8 +633,18 @@ class Session(Endpoint):
 
     def free(self) -> None:
         """Forget the session (end it first)."""
+        if self.connection._reactor is None:
+            from ._engine_lifecycle import free_session
+
+            free_session(self)
+            return
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)
+
+    def _engine_begun(self) -> bool:
+        """True once our begin went out and until the transport is unbound (proton: our channel is mapped)."""
+        impl = self._impl
+        return impl is not None and impl.local_state is EndpointState.ACTIVE
 
     def _engine_active(self) -> bool:
         """True while the engine session takes frames (begun by us, not ended by the peer, connection usable)."""
@@ -706,6 +860,11 @@ class Link(Endpoint):
         self.desired_capabilities: Any = None
         self._drain_mode = False
         self._closes = True
+        # proton's engine API: the link's deliveries not settled and forgotten (in the order they were made), how
+        # many are not settled here, and whether it was detached (not closed).
+        self._deliveries: list[Delivery] = []
+        self._unsettled_count = 0
+        self._detached = False
 
     def _container(self) -> Any:
         return self.session.connection._reactor
@@ -804,12 +963,20 @@ class Link(Endpoint):
     @property
     def drain_mode(self) -> bool:
         """The drain flag: a receiver asks the sender to use up or give back its credit."""
+        if self._connection._reactor is None and self.is_receiver:
+            return bool(self._drain)  # type: ignore[attr-defined]
         impl = self._impl
         return self._drain_mode if impl is None else bool(impl.drain)
 
     @drain_mode.setter
     def drain_mode(self, value: bool) -> None:
         self._drain_mode = bool(value)
+        if self._connection._reactor is None and self.is_receiver:
+            from ._engine_links import modified
+
+            self._drain = bool(value)  # type: ignore[attr-defined]
+            self._drain_flag_mode = True  # type: ignore[attr-defined]
+            modified(self)
 
     @property
     def current(self) -> Delivery | None:
@@ -832,6 +999,9 @@ class Link(Endpoint):
             return
         self._local = _ACTIVE
         self._push(Event.LINK_LOCAL_OPEN)
+        if self._connection._reactor is None:
+            self._connection._modified_endpoints[self] = None  # attached at the transport's next output
+            return
         self._attach_if_ready()
 
     def close(self) -> None:
@@ -843,6 +1013,18 @@ class Link(Endpoint):
         self._detach(closed=False)
 
     def _detach(self, closed: bool) -> None:
+        if self._connection._reactor is None:
+            # proton's engine: a close is the link's local state; a detach is noted apart (the state stays).
+            if (self._local == _CLOSED and closed) or (self._detached and not closed):
+                return
+            if closed:
+                self._local = _CLOSED
+            else:
+                self._detached = True
+                self._closes = False
+            self._push(Event.LINK_LOCAL_CLOSE if closed else Event.LINK_LOCAL_DETACH)
+            self._connection._modified_endpoints[self] = None  # detached at the transport's next output
+            return
         if self._local == _CLOSED:
             return
         self._local = _CLOSED
@@ -859,6 +1041,11 @@ class Link(Endpoint):
 
     def free(self) -> None:
         """Forget the link (close it first)."""
+        if self._connection._reactor is None:
+            from ._engine_lifecycle import free_link
+
+            free_link(self)
+            return
         links = self.session._links
         if self in links:
             links.remove(self)
@@ -953,15 +1140,25 @@ class Sender(Link):
         #: the bytes written to the current delivery so far: the one chunk of the usual single ``send`` (no list
         #: made per message), or a list of chunks joined at advance; None without a current delivery.
         self._stream: bytes | list[bytes] | None = None
+        # proton's engine API (see _engine_links): deliveries advanced and not written yet, those being written
+        # (their first frames went, the rest waits for the peer's window or the application), and the credit a
+        # drain answer gives back once they are all written.
+        self._queued = 0
+        self._in_flight: list[Delivery] = []
+        self._drained_amount = 0
 
     @property
     def queued(self) -> int:
         """Messages waiting to be sent (no credit yet)."""
+        if self._connection._reactor is None:
+            return self._queued
         return len(self._pending)
 
     @property
     def unsettled(self) -> int:
         """Messages sent (or waiting, or being written) not yet settled on this end."""
+        if self._connection._reactor is None:
+            return self._unsettled_count
         return len(self._unsettled) + (self._current is not None)
 
     @property
@@ -972,11 +1169,12 @@ class Sender(Link):
     @property
     def credit(self) -> int:
         """The link credit: how many more messages may be sent now (less those advanced and waiting to go)."""
+        if self._connection._reactor is None:
+            from ._engine_links import sender_credit
+
+            return sender_credit(self)
         impl = self._impl
-        credit = 0 if impl is None else int(impl.link_credit)
-        if self._connection._bound is not None:
-            credit -= len(self._pending)
-        return credit
+        return 0 if impl is None else int(impl.link_credit)
 
     def _work(self) -> list[Delivery]:
         work = [d for d in self._unsettled if d._updated and not d._settled_here]
@@ -996,6 +1194,7 @@ class Sender(Link):
 
     def offered(self, n: int) -> None:
         """Tell the receiver how many messages are available to send (§2.6.7 ``available``)."""
+        self._offered = n
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.ACTIVE:
             impl.set_available(n)
@@ -1011,6 +1210,8 @@ class Sender(Link):
         if obj.__class__ is bytes:
             return self.stream(obj)  # the engine API's usual call: raw bytes of the current delivery
         if isinstance(obj, Message):
+            if self._connection._reactor is None:
+                return self._send_engine_message(obj.encode(), tag)
             return self._send_payload(obj._encode_payload(), tag)
         if hasattr(obj, "send"):
             return obj.send(self, tag=tag)
@@ -1100,8 +1301,22 @@ class Sender(Link):
 
     # --- proton's low-level delivery API -----------------------------------------------------------------
 
+    def _send_engine_message(self, encoded: bytes, tag: bytes | str | None) -> Delivery:
+        """proton's ``Message.send`` on a connection the program drives: a delivery, its bytes, advance (and settle,
+        for a sender that sends settled)."""
+        delivery = self.delivery(self.delivery_tag() if tag is None else tag)
+        self.stream(encoded)
+        self.advance()
+        if self.snd_settle_mode == SND_SETTLED:
+            delivery.settle()
+        return delivery
+
     def delivery(self, tag: bytes | str) -> Delivery:
         """Start a delivery with ``tag``: :meth:`stream` its bytes, then :meth:`advance` to send it."""
+        if self._connection._reactor is None:
+            from ._engine_links import new_sender_delivery
+
+            return new_sender_delivery(self, _tag_bytes(tag))
         self._current = Delivery(
             self, tag if tag.__class__ is bytes else tag.encode() if isinstance(tag, str) else bytes(tag)
         )
@@ -1110,6 +1325,10 @@ class Sender(Link):
 
     def stream(self, data: bytes) -> int:
         """Append bytes to the current delivery (made by :meth:`delivery`); returns how many were taken."""
+        if self._connection._reactor is None:
+            from ._engine_links import send_bytes
+
+            return send_bytes(self, data if data.__class__ is bytes else bytes(data))
         chunks = self._stream
         if self._current is None or chunks is None:
             raise LinkException("no current delivery: call sender.delivery(tag) first")
@@ -1131,6 +1350,10 @@ class Sender(Link):
 
     def advance(self) -> bool:
         """Finish the current delivery and send it."""
+        if self._connection._reactor is None:
+            from ._engine_links import advance_sender
+
+            return advance_sender(self)
         current, chunks = self._current, self._stream
         if current is None or chunks is None:
             return False
@@ -1140,6 +1363,10 @@ class Sender(Link):
 
     def drained(self) -> int:
         """Answer the receiver's drain: give back the credit not used; returns how much."""
+        if self._connection._reactor is None:
+            from ._engine_links import sender_drained
+
+            return sender_drained(self)
         impl = self._impl
         if impl is None or not impl.drain:
             return 0
@@ -1158,6 +1385,7 @@ class Sender(Link):
     def _unbind(self) -> None:
         # Messages sent on the lost transport are in doubt: as in proton, nothing resends them.
         self._impl = None
+        self._in_flight.clear()
         for delivery in list(self._unsettled):
             if delivery._impl is not None:
                 del self._unsettled[delivery]
@@ -1203,10 +1431,18 @@ class Receiver(Link):
         self._incoming: deque[Delivery] = deque()
         self._unsettled_count = 0
         self._credit_wanted = 0
+        # proton's engine API (see _engine_links): the credit the application gave (less the deliveries it advanced
+        # past), the credit a drain gave back and not yet read by drained(), and the drain flag.
+        self._credit = 0
+        self._drained = 0
+        self._drain = False
+        self._drain_flag_mode = True
 
     @property
     def credit(self) -> int:
         """The credit the sender has on this link (credit asked for before the attach included)."""
+        if self._connection._reactor is None:
+            return self._credit
         impl = self._impl
         if impl is None or impl.local_state is not EndpointState.ACTIVE:
             return self._credit_wanted
@@ -1221,7 +1457,7 @@ class Receiver(Link):
     @property
     def unsettled(self) -> int:
         """Deliveries received and not yet settled on this end."""
-        if self._connection._bound is not None:
+        if self._connection._reactor is None:
             return self._unsettled_count
         impl = self._impl
         return 0 if impl is None or self.session._impl is None else self.session._impl.unsettled_incoming
@@ -1240,10 +1476,15 @@ class Receiver(Link):
 
     def flow(self, n: int) -> None:
         """Give the sender ``n`` more credit."""
-        if n <= 0:
-            return
         connection = self._connection
         container = connection._reactor
+        if container is None:
+            from ._engine_links import receiver_flow
+
+            receiver_flow(self, n)
+            return
+        if n <= 0:
+            return
         if container is not None:
             container._check_thread()
         impl = self._impl
@@ -1276,6 +1517,11 @@ class Receiver(Link):
 
     def drain(self, n: int) -> None:
         """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
+        if self._connection._reactor is None:
+            from ._engine_links import receiver_drain
+
+            receiver_drain(self, n)
+            return
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
             impl.grant_credit(int(impl.link_credit) + max(n, 0), drain=True)
@@ -1287,11 +1533,16 @@ class Receiver(Link):
 
     def draining(self) -> bool:
         """True while a drain asked for is not complete (the sender still has credit)."""
+        if self._connection._reactor is None:
+            return self._drain and self._credit > len(self._incoming)
         impl = self._impl
         return impl is not None and bool(impl.drain) and impl.link_credit > 0
 
     def drained(self) -> int:
         """The credit the sender gave back by draining, since the last call."""
+        if self._connection._reactor is None:
+            drained, self._drained = self._drained, 0
+            return drained
         impl = self._impl
         if impl is None:
             return 0
@@ -1300,6 +1551,10 @@ class Receiver(Link):
 
     def recv(self, limit: int) -> bytes | None:
         """Read up to ``limit`` bytes of the current delivery; None once it is all read."""
+        if self._connection._reactor is None:
+            from ._engine_links import recv
+
+            return recv(self, limit)
         incoming = self._incoming
         if not incoming:
             raise LinkException("no current delivery to read")
@@ -1322,6 +1577,10 @@ class Receiver(Link):
 
     def advance(self) -> bool:
         """Move past the current delivery."""
+        if self._connection._reactor is None:
+            from ._engine_links import advance_receiver
+
+            return advance_receiver(self)
         if self._incoming:
             self._incoming.popleft()
             return True
@@ -1340,7 +1599,8 @@ class Receiver(Link):
 
     def _unbind(self) -> None:
         self._impl = None
-        self._incoming.clear()
+        if self._connection._reactor is not None:
+            self._incoming.clear()
 
     def _delivery_updated(self, delivery: Delivery) -> None:
         connection = self._connection
@@ -1391,6 +1651,11 @@ def session_begun_by_peer(connection: Connection, engine_session: Any) -> tuple[
     session: Session | None = engine_session.user_data
     if session is not None:
         return session, False
+    if connection._reactor is None:
+        session = connection.session()  # the order, references and INIT event (queued here) of proton's engine
+        session._impl = engine_session
+        engine_session.user_data = session
+        return session, False
     session = Session(connection, engine_session)
     engine_session.user_data = session
     connection._sessions.append(session)
@@ -1406,6 +1671,23 @@ def link_attached_by_peer(engine_link: Any) -> tuple[Link, bool]:
         return link, False
     session = engine_link.session.user_data
     kind = Sender if engine_link.role is SENDER else Receiver
+    if session.connection._reactor is None:
+        # proton's engine: the application may have made the link (same name and role) before the peer's attach
+        # came, and not attached it yet; it is that link (unless both ends closed it).
+        for existing in session._links:
+            if (
+                type(existing) is kind
+                and existing.name == engine_link.name
+                and existing._impl is None
+                and not (existing._local == _CLOSED and existing.state & Endpoint.REMOTE_CLOSED)
+            ):
+                existing._impl = engine_link
+                engine_link.user_data = existing
+                return existing, False
+        link = session._new_link(kind, engine_link.name)  # queues its LINK_INIT
+        link._impl = engine_link
+        engine_link.user_data = link
+        return link, False
     link = kind(session, engine_link.name)
     link._impl = engine_link
     engine_link.user_data = link

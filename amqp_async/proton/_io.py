@@ -168,7 +168,7 @@ class Channel:
         transport = connection.transport
         user, password = options.credentials_for(address)
         user = address.user or connection.user or user
-        password = address.password or connection.password or password
+        password = address.password or connection._password or password
         hostname = connection.hostname or options.virtual_host_for(address)
         sasl = None
         sasl_settings = transport._sasl

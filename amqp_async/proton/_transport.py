@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._condition import Condition
-from ._engine import CAPACITY, EngineIO
+from ._engine import CAPACITY, IMPL_CHANNEL_MAX, EngineIO
 from ._events import Event
-from ._exceptions import SSLException, TransportException
+from ._exceptions import SessionException, SSLException, TransportException
 
 if TYPE_CHECKING:
     from ._endpoints import Connection
@@ -30,14 +30,13 @@ class Transport:
 
     Made by the container for each of its connections (its settings before it connects, and what happened to it
     after), or by a program that does its own I/O (proton's engine API): ``Transport()`` (a client) or
-    ``Transport(Transport.SERVER)``, :meth:`bind` to a :class:`Connection`, then :meth:`push` what was read,
-    write what :meth:`peek` gives and :meth:`pop` it, and :meth:`tick` the clock.
+    ``Transport(Transport.SERVER)``, :meth:`bind` to a :class:`Connection` (before or after the first bytes), then
+    :meth:`push` what was read, write what :meth:`peek` gives and :meth:`pop` it, and :meth:`tick` the clock.
 
     Attributes:
-        condition: why the transport failed (``proton:io``, ``amqp:unauthorized-access``...), or None.
+        condition: why the transport failed (``proton:io``, ``amqp:connection:framing-error``...), or None.
         idle_timeout: the idle timeout to ask the peer to keep (seconds; 0 for none).
-        max_frame_size: the largest frame to accept.
-        channel_max: the highest channel number to accept.
+        tracer: a function called with (transport, message) for each :meth:`log` message, or None.
     """
 
     TRACE_OFF = 0
@@ -50,17 +49,22 @@ class Transport:
     _is_transport = True
 
     def __init__(self, mode: int | None = None, _connection: Connection | None = None) -> None:
+        if mode not in (None, self.CLIENT, self.SERVER):
+            raise TransportException(f"Cannot initialise Transport from mode: {mode}")
         self.mode = mode or self.CLIENT
         self._connection = _connection
+        #: made by the container for its connection (else: a transport the program drives, proton's engine API)
+        self._container_view = _connection is not None
         self.condition: Condition | None = None
         self.idle_timeout = 0.0
         # proton's defaults (the container's transports pick their own frame size when this is left at 0).
-        self.max_frame_size = 0 if _connection is not None else 32768
-        self.channel_max = 65535 if _connection is not None else 32767
+        self._max_frame_size = 0 if _connection is not None else 32768
+        self._channel_max = 65535 if _connection is not None else IMPL_CHANNEL_MAX
         self._sasl: SASL | None = None
         self._ssl: SSL | None = None
         self._closed = False
         self._io: EngineIO | None = None
+        self._open_sent = False
         self._trace = self.TRACE_OFF
         self.tracer: Any = None
 
@@ -68,6 +72,37 @@ class Transport:
     def connection(self) -> Connection | None:
         """The connection this transport carries."""
         return self._connection
+
+    @property
+    def max_frame_size(self) -> int:
+        """The largest frame to accept (0: no limit; below 512, the 512 of §2.7.1)."""
+        return self._max_frame_size
+
+    @max_frame_size.setter
+    def max_frame_size(self, value: int) -> None:
+        if self._open_sent:
+            return  # proton: too late once our open went (it logs a warning)
+        self._max_frame_size = max(value, 512) if value else 0
+
+    @property
+    def channel_max(self) -> int:
+        """The highest channel number to accept: what the program asked, at most proton's 32767 (a container's
+        transport: as asked), and at most the peer's once its open came.
+
+        Raises:
+            SessionException: on setting it once our open went.
+        """
+        value = self._channel_max
+        engine = self._engine()
+        if engine is not None and engine.remote_open is not None and self._io is not None:
+            value = min(value, int(engine.remote_open.channel_max))
+        return value
+
+    @channel_max.setter
+    def channel_max(self, value: int) -> None:
+        if self._open_sent:
+            raise SessionException("Too late to change channel max.")
+        self._channel_max = value if self._container_view else min(value, IMPL_CHANNEL_MAX)
 
     def _engine(self) -> Any:
         io = self._io
@@ -81,7 +116,7 @@ class Transport:
         """The largest frame the peer accepts (known once its open arrived)."""
         engine = self._engine()
         if engine is None or engine.remote_open is None:
-            return 0 if self._io is None else 4294967295
+            return 0 if self._container_view else 4294967295
         return int(engine.remote_max_frame_size)
 
     @property
@@ -95,14 +130,14 @@ class Transport:
         """The highest channel the peer accepts."""
         engine = self._engine()
         if engine is None or engine.remote_open is None:
-            return 0 if self._io is None else 65535
+            return 0 if self._container_view else 65535
         return int(engine.remote_open.channel_max)
 
     @property
     def authenticated(self) -> bool:
         """True once the SASL exchange succeeded."""
         engine = self._engine()
-        return engine is not None and engine.sasl is not None and engine.sasl_outcome is not None
+        return engine is not None and engine.sasl is not None and bool(getattr(engine.sasl_outcome, "ok", False))
 
     @property
     def encrypted(self) -> bool:
@@ -118,16 +153,25 @@ class Transport:
         """The authenticated user: on a server, whom the client proved to be; on a client, the user it sent."""
         engine = self._engine()
         io = self._io
-        if engine is not None and engine.sasl is None and io is not None:
-            # proton's engine without SASL: a TLS server knows the client by its certificate (None without
-            # one); otherwise the user is "anonymous".
-            tls = self._ssl._tls if self._ssl is not None else None
-            return "anonymous" if tls is None or not tls.tls.server_side else tls.peer_subject()
+        if io is not None:
+            if engine is None or engine.sasl_outcome is None:
+                if engine is not None and engine.sasl is not None and engine.in_sasl:
+                    return None  # SASL is on and has not decided yet
+                # proton's engine without SASL: a TLS server knows the client by its certificate (None without
+                # one); otherwise the user is "anonymous".
+                tls = self._ssl._tls if self._ssl is not None else None
+                if tls is not None and tls.tls.server_side:
+                    return tls.peer_subject()
+                if self.mode == self.CLIENT and io.connection is not None and io.connection.user:
+                    return io.connection.user
+                return "anonymous"
         if engine is None or engine.sasl is None:
             return None
         outcome = engine.sasl_outcome
+        if outcome is not None and not getattr(outcome, "ok", True):
+            return None if self.mode == self.SERVER else _client_user(engine)
         identity = None if outcome is None else getattr(outcome, "identity", None)
-        return identity or getattr(engine.sasl, "identity", None) or getattr(engine.sasl, "user", None)
+        return identity or _client_user(engine)
 
     @property
     def closed(self) -> bool:
@@ -136,6 +180,18 @@ class Transport:
         if io is not None:
             return io.head_closed and io.tail_closed
         return self._closed
+
+    @property
+    def frames_input(self) -> int:
+        """How many frames were read from the peer."""
+        engine = self._engine()
+        return 0 if engine is None else int(engine.frames_received)
+
+    @property
+    def frames_output(self) -> int:
+        """How many frames were written to the peer."""
+        engine = self._engine()
+        return 0 if engine is None else int(engine.frames_sent)
 
     def sasl(self) -> SASL:
         """This transport's SASL layer (made on first call; proton: before any I/O)."""
@@ -150,8 +206,11 @@ class Transport:
         return self._ssl
 
     def require_auth(self, required: bool) -> None:
-        """Whether a server requires SASL authentication from clients."""
+        """Whether a server requires SASL authentication from clients (proton's default: it does not)."""
         self._require_auth = required
+
+    def _auth_required(self) -> bool:
+        return bool(getattr(self, "_require_auth", False))
 
     def require_encryption(self, required: bool) -> None:
         """Whether TLS is required (set the TLS settings on the container or the acceptor instead)."""
@@ -163,26 +222,42 @@ class Transport:
         self._trace = n
 
     def log(self, message: str) -> None:
-        """Write ``message`` to the ``proton`` logger."""
+        """Log ``message``: to :attr:`tracer` when one is set (as ``TRACE: message``, proton's form), else to the
+        ``proton`` logger."""
+        tracer = self.tracer
+        if tracer is not None:
+            tracer(self, "TRACE: " + message)
+            return
         import logging
 
         logging.getLogger("proton").info(message)
 
     # --- proton's engine API: a transport the program drives ---------------------------------------------
 
-    def bind(self, connection: Connection) -> None:
-        """Carry ``connection`` on this transport (its open, sessions and links go out once I/O starts)."""
-        from ._engine import EngineIO
+    def _engine_io(self) -> EngineIO:
+        io = self._io
+        if io is None:
+            if self._container_view:
+                raise TransportException("the transport of a container's connection is driven by the container")
+            io = self._io = EngineIO(self)
+        return io
 
-        if self._io is not None:
-            raise TransportException("the transport is already bound")
+    def bind(self, connection: Connection) -> None:
+        """Carry ``connection`` on this transport (its open, sessions and links go out at the next output; what
+        the peer already sent is found on it at once).
+
+        Raises:
+            TransportException: the transport or the connection is bound already, or the connection belongs to a
+                container.
+        """
         if connection._reactor is not None:
             raise TransportException("the connection belongs to a container")
+        if self._connection is not None or connection._bound is not None:
+            raise TransportException("[-5]: the transport or the connection is already bound")
+        io = self._engine_io()
         self._connection = connection
         connection._transport = self
-        self._io = EngineIO(self, connection)
-        connection._bound = self._io
-        self._io.put(Event.CONNECTION_BOUND, connection)
+        io.bind(connection)
 
     def bind_nothrow(self, connection: Connection) -> None:
         """:meth:`bind`, as proton's ``bind_nothrow`` (errors are not raised)."""
@@ -192,64 +267,53 @@ class Transport:
             pass
 
     def unbind(self) -> None:
-        """Detach from the connection: its remote state is forgotten (it may be bound to a new transport)."""
+        """Let the connection go: its remote state is forgotten (it may be bound to another transport)."""
         io = self._io
-        connection = self._connection
-        if io is None or connection is None:
+        if io is None or self._connection is None:
             return
-        io.put(Event.CONNECTION_UNBOUND, connection)
-        connection._unbind_engine()
-        self._io = None
+        io.unbind()
         self._connection = None
-
-    def _started(self) -> EngineIO:
-        io = self._io
-        if io is None:
-            raise TransportException("the transport is not bound to a connection")
-        return io
 
     def capacity(self) -> int:
         """How many bytes :meth:`push` takes now (-1: the input has ended)."""
-        io = self._started()
+        io = self._engine_io()
         if io.tail_closed:
             return -1
         io.start()
         return CAPACITY
 
     def push(self, binary: bytes) -> None:
-        """Give the transport bytes read from the peer."""
-        io = self._io
-        if io is None:
-            raise TransportException("the transport is not bound to a connection")
+        """Give the transport bytes read from the peer.
+
+        Raises:
+            TransportException: the input has ended.
+        """
+        io = self._engine_io()
         if io.tail_closed:
-            raise TransportException("the transport's input is closed")
-        if io.engine is None:
-            io.start()
+            raise TransportException("[-2]: the transport's input is closed")
+        if not binary:
+            return
+        io.start()
         io.wire.push(binary)
 
     def close_tail(self) -> None:
         """The peer's side of the byte stream ended (no more :meth:`push`)."""
-        io = self._started()
+        io = self._engine_io()
         io.start()
         io.wire.close_tail()
 
     def pending(self) -> int:
         """How many bytes wait to be written (-1: the output has ended)."""
-        io = self._io
-        if io is None:
-            raise TransportException("the transport is not bound to a connection")
+        io = self._engine_io()
         if io.engine is None:
             io.start()
         return io.wire.pending()
 
     def peek(self, size: int) -> bytes | None:
-        """Up to ``size`` of the bytes waiting to be written (they stay until :meth:`pop`)."""
-        io = self._io
-        if io is None:
-            raise TransportException("the transport is not bound to a connection")
-        if io.engine is None:
-            io.start()
-        wire = io.wire
+        """Up to ``size`` of the bytes waiting to be written (they stay until :meth:`pop`); None once the output
+        has ended."""
+        io = self._engine_io()
+        wire = io.wire if io.engine is not None else (io.start(), io.wire)[1]
         if wire.pending() < 0:
             return None
         out = wire.out
@@ -260,39 +324,39 @@ class Transport:
 
     def pop(self, size: int) -> None:
         """Drop ``size`` written bytes from the output."""
-        io = self._started()
+        io = self._engine_io()
         wire = io.wire
         del wire.out[:size]
+        io.popped(size)
         if wire is not io and not wire.out:
             wire.drained()  # type: ignore[union-attr]
 
     def close_head(self) -> None:
         """Stop writing: the output is closed (for a container's transport: close the socket)."""
-        io = self._io
-        if io is not None:
-            io.close_head()
+        if self._container_view and self._connection is not None:
+            self._connection._abort_transport()
             return
-        connection = self._connection
-        if connection is not None:
-            connection._abort_transport()
+        io = self._engine_io()
+        if io.engine is None:
+            io.start()
+        io.wire.pending()  # what is ready is dropped with the output (proton pops it)
+        io.out.clear()
+        if io.wire is not io:
+            io.wire.out.clear()  # type: ignore[union-attr]
+        io.close_head()
 
     def tick(self, now: float) -> float:
         """Tell the transport the time (seconds): it writes heartbeats and enforces the idle timeout. Returns
         when to call again (0: no deadline)."""
-        return self._started().tick(now)
-
-    @property
-    def frames_input(self) -> int:
-        """proton's count of frames read (not kept: 0)."""
-        return 0
-
-    @property
-    def frames_output(self) -> int:
-        """proton's count of frames written (not kept: 0)."""
-        return 0
+        return self._engine_io().tick(now)
 
     def __repr__(self) -> str:
         return f"Transport(condition={self.condition!r})"
+
+
+def _client_user(engine: Any) -> str | None:
+    sasl = engine.sasl
+    return getattr(sasl, "identity", None) or getattr(sasl, "user", None)
 
 
 class SASL:
@@ -333,8 +397,10 @@ class SASL:
 
     @staticmethod
     def extended() -> bool:
-        """True: SCRAM, XOAUTH2 and EXTERNAL are available besides ANONYMOUS and PLAIN."""
-        return True
+        """False, as python-qpid-proton's wheel (built without Cyrus SASL) says: there is no Cyrus configuration
+        to use (``config_path``, ``config_name``). Our built-in mechanisms (ANONYMOUS, PLAIN, EXTERNAL,
+        SCRAM-SHA-1/256/512, XOAUTH2) are there all the same."""
+        return False
 
     def allowed_mechs(self, mechs: str | list[str]) -> None:
         """The mechanisms to allow (a space-separated string or a list)."""
@@ -347,8 +413,17 @@ class SASL:
 
     @property
     def authorization(self) -> str | None:
-        """The authorization identity (not used by our mechanisms)."""
-        return None
+        """The authorization identity: on a server, the one the client asked for, else the user it authenticated
+        as; on a client, the connection's ``authorization``, else its user."""
+        transport = self._transport
+        if transport.mode == Transport.SERVER:
+            engine = transport._engine()
+            outcome = None if engine is None else engine.sasl_outcome
+            requested = None if outcome is None else getattr(outcome, "authorization", None)
+            return requested or self.user
+        connection = transport.connection
+        requested = None if connection is None else getattr(connection, "authorization", None)
+        return requested or self.user
 
     @property
     def mech(self) -> str | None:
@@ -387,7 +462,9 @@ class SASL:
     def _required(self) -> bool:
         return bool(getattr(self._transport, "_require_auth", True))
 
-    def _engine_sasl(self, server: bool, connection: Connection, external: Callable[[], str | None] | None) -> Any:
+    def _engine_sasl(
+        self, server: bool, connection: Connection | None, external: Callable[[], str | None] | None
+    ) -> Any:
         """The engine's SASL negotiator for this layer's settings (``external``: the TLS client certificate's
         subject, for a server's EXTERNAL)."""
         from ..protocol import SaslClient, SaslServer
@@ -408,12 +485,12 @@ class SASL:
             # proton's client offers EXTERNAL only when TLS gave it an identity (its certificate).
             mechs = " ".join(name for name in mechs.split() if name.upper() != "EXTERNAL")
         return SaslClient(
-            user=connection.user,
-            password=connection.password,
+            user=None if connection is None else connection.user,
+            password=None if connection is None else connection._password,
             allowed_mechs=mechs,
             allow_insecure_mechs=self.allow_insecure_mechs,
             encrypted=self._transport._ssl is not None,
-            hostname=connection.hostname,
+            hostname=None if connection is None else connection.hostname,
         )
 
 
