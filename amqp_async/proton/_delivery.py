@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import decode, encode
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.transactions import Declared, TransactionalState
+from ..types import Described, ulong
 from ._condition import Condition
 from ._events import Event
 
@@ -99,6 +100,12 @@ def disposition_from_state(state: Any) -> Disposition:
     disposition = Disposition(local=False)
     if state is None:
         return disposition
+    if isinstance(state, Described):
+        # A delivery state this library does not know (an extension's, §3.4): its code and its fields, as proton
+        # gives them.
+        disposition.type = _custom_code(state)
+        disposition.data = state.value if state.value not in (None, []) else None
+        return disposition
     disposition.type = DispositionType.or_int(_CODE_OF_STATE.get(type(state), 0))
     if isinstance(state, Rejected) and state.error is not None:
         disposition.condition = Condition.from_error(state.error)
@@ -152,7 +159,19 @@ def _state_with_fields(code: int, disposition: Disposition) -> Any:
         return Received(section_number=disposition.section_number, section_offset=disposition.section_offset)
     if code == 0x34:
         return _transactional_state(disposition.data)
-    return None
+    if code in _KNOWN_CODES:
+        return None
+    # A delivery state of the application's own: its code as the descriptor, its data as the fields.
+    data = disposition.data
+    return Described(ulong(code), [] if data is None else data)
+
+
+_KNOWN_CODES = frozenset((0, 0x23, 0x24, 0x25, 0x26, 0x27, 0x33))
+
+
+def _custom_code(state: Described) -> int:
+    descriptor = state.descriptor
+    return int(descriptor) if isinstance(descriptor, int) else 0
 
 
 def _transactional_state(data: Any) -> TransactionalState | None:
@@ -195,6 +214,7 @@ class Delivery:
     # of a receiver's bytes the session counts as received.
     _buffer: bytearray = bytearray()
     _done = False
+    _ended = False  # its last part was given to the engine
     _sent = False
     _aborted_here = False
     _counted = 0
@@ -258,11 +278,14 @@ class Delivery:
     @property
     def remote_state(self) -> int:
         """The state the peer last gave the delivery (``Delivery.ACCEPTED``..., 0x33 declared, 0x34
-        transactional, 0: none)."""
+        transactional, another code for a state of its own; 0: none)."""
         impl = self._impl
         if impl is None or impl.remote_state is None:
             return 0
-        return _TYPE_OF_STATE.get(type(impl.remote_state), 0)
+        state = impl.remote_state
+        if isinstance(state, Described):
+            return _custom_code(state)
+        return _TYPE_OF_STATE.get(type(state), 0)
 
     @property
     def settled(self) -> bool:

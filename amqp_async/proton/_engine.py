@@ -158,6 +158,9 @@ class EngineIO:
         was_sasl = engine.in_sasl
         self._awaiting_header = engine.awaiting_header
         engine.receive_data(data, self.now)
+        if was_sasl and engine.has_output:
+            # The SASL layer has frames to write (a mechanism chosen, an outcome): proton says so with a TRANSPORT.
+            self.put(Event.TRANSPORT, self.transport)
         self.handle(engine.next_events(), was_sasl)
 
     def close_tail(self) -> None:
@@ -391,16 +394,16 @@ class EngineIO:
         return round(deadline, 6)
 
     def _expired(self, engine: protocol.Connection) -> None:
-        """Our idle timeout expired: proton's error (the AMQP layer closes with it, and the input ends)."""
+        """Our idle timeout expired: proton's error (outside SASL, our close carries it), and the input ends."""
         condition = Condition(conditions.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
-        if engine.in_sasl or engine.closed:
-            self.fail(condition, frames=False)
-            return
-        engine.fail(condition.name, condition.description or "")
-        self.collect(engine)
-        self.close_written = True
-        self.engine_events()
-        self.fail(condition, frames=False)
+        in_sasl = engine.in_sasl
+        if not engine.closed:
+            engine.fail(condition.name, condition.description or "")
+            self.collect(engine)
+            if engine.local_state is EndpointState.CLOSED:
+                self.close_written = True
+            self.engine_events()
+        self.fail(condition, frames=not in_sasl)
 
     def engine_events(self) -> None:
         """Report the engine's events that are not connection ends (those are this object's to judge)."""

@@ -232,9 +232,15 @@ def _sender_work(io: EngineIO, delivery: Delivery) -> bool:
         and session_impl.local_state is _ENGINE_ACTIVE
     ):
         if delivery._aborted_here and delivery._impl is not None and not delivery._sent:
-            _abort_written(link, delivery)
+            if session_impl.unwritten(delivery._impl):
+                _abort_written(link, delivery)
+            elif delivery in link._in_flight:
+                link._in_flight.remove(delivery)  # written whole before the abort: it stays written
+                delivery._sent = True
+                if delivery._done:
+                    link._queued -= 1
         elif (
-            not delivery._sent
+            not delivery._ended
             and (delivery._done or delivery._buffer)
             and impl.remote_state is _ENGINE_ACTIVE
             and session_impl.remote_incoming_window > 0
@@ -261,6 +267,7 @@ def _write(link: Any, delivery: Delivery) -> None:
     link.session._outgoing_held -= len(payload)
     impl = link._impl
     more = not delivery._done
+    delivery._ended = not more
     if delivery._impl is None:
         engine_delivery = impl.send(
             payload,
@@ -371,7 +378,7 @@ def _holds_back(engine: EngineConnection, session: Session | None) -> bool:
 
 def _detach(link: Any, engine: EngineConnection) -> bool:
     """Our detach, once the link is closed or detached here; False while it waits for queued deliveries."""
-    if link._local != _CLOSED:
+    if link._local != _CLOSED and not link._detached:
         return True
     impl = link._impl
     session = link.session

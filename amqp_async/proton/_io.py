@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import sniffio
 from anyio.streams.tls import TLSAttribute
 
 from .. import protocol
@@ -134,6 +135,7 @@ class Channel:
             if options.virtual_host is None:
                 connection.hostname = address.host
             self.container._push(Event.CONNECTION_BOUND, connection)
+            self.container._process()  # proton's handlers see the transport before it connects (idle_timeout...)
             self._head_reported = self._tail_reported = self._end_reported = False
             try:
                 stream = await self._open_stream(options, address)
@@ -226,6 +228,10 @@ class Channel:
             with anyio.CancelScope() as scope:
                 self._cancel = scope
                 container._process()
+                idle_timeout = connection.transport.idle_timeout
+                if idle_timeout and engine.idle_timeout is None and engine.local_state is EndpointState.UNINIT:
+                    # An accepted connection's handlers set it when it was bound (proton's on_connection_bound).
+                    engine.idle_timeout = engine.advertised_idle_timeout = idle_timeout
                 await driver.run()
         finally:
             self._cancel = None
@@ -403,8 +409,16 @@ class Listener:
     def close(self) -> None:
         """Stop accepting connections."""
         self.closed = True
-        if self._scope is not None:
-            self._scope.cancel()
+        scope = self._scope
+        if scope is None:
+            return
+        try:
+            sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            # Between a stepping container's process() calls no loop runs: the next call stops the listener.
+            self.container.call_threadsafe(scope.cancel)
+            return
+        scope.cancel()
 
     async def run(self) -> None:
         """Accept until closed."""

@@ -330,6 +330,8 @@ class Transport:
         io.popped(size)
         if wire is not io and not wire.out:
             wire.drained()  # type: ignore[union-attr]
+        if not wire.out:
+            wire.pending()  # proton looks for more output at once (and ends the output when there is none to come)
 
     def close_head(self) -> None:
         """Stop writing: the output is closed (for a container's transport: close the socket)."""
