@@ -80,6 +80,8 @@ class EngineIO:
         self._idle_posted = False
         #: whether the engine expected a protocol header before the input being handled (judging its end)
         self._awaiting_header = False
+        #: the SASL layer ran (the peer's SASL header came): without a successful outcome, no user is known
+        self.sasl_used = False
         # proton's output processing (see _engine_output): endpoints the application changed since the last
         # ``process``, and deliveries with work for the transport (its tpwork list).
         self.modified: dict[Endpoint, None] = {}
@@ -158,6 +160,8 @@ class EngineIO:
         was_sasl = engine.in_sasl
         self._awaiting_header = engine.awaiting_header
         engine.receive_data(data, self.now)
+        if engine.in_sasl and not engine.awaiting_header:
+            self.sasl_used = True
         if was_sasl and engine.has_output:
             # The SASL layer has frames to write (a mechanism chosen, an outcome): proton says so with a TRANSPORT.
             self.put(Event.TRANSPORT, self.transport)

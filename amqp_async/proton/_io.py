@@ -180,7 +180,9 @@ class Channel:
                 password=password,
                 allowed_mechs=(sasl_settings.mechs if sasl_settings and sasl_settings.mechs else options.allowed_mechs),
                 allow_insecure_mechs=(
-                    sasl_settings.allow_insecure_mechs if sasl_settings is not None else options.allow_insecure_mechs
+                    options.allow_insecure_mechs
+                    if sasl_settings is None or sasl_settings._allow_insecure is None
+                    else sasl_settings._allow_insecure
                 ),
                 encrypted=address.tls,
                 hostname=hostname,

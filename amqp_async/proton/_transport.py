@@ -9,6 +9,7 @@ an error, the negotiated frame size and idle timeouts, ``sasl()``...). :class:`S
 
 from __future__ import annotations
 
+import functools
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -150,21 +151,26 @@ class Transport:
 
     @property
     def user(self) -> str | None:
-        """The authenticated user: on a server, whom the client proved to be; on a client, the user it sent."""
+        """The authenticated user: on a server, whom the client proved to be (None when SASL failed or has not
+        decided yet; without SASL, the TLS client certificate's subject, else ``anonymous``); on a client, the
+        connection's user (``anonymous`` without SASL)."""
         engine = self._engine()
         io = self._io
         if io is not None:
-            if engine is None or engine.sasl_outcome is None:
-                if engine is not None and engine.sasl is not None and engine.in_sasl:
-                    return None  # SASL is on and has not decided yet
-                # proton's engine without SASL: a TLS server knows the client by its certificate (None without
-                # one); otherwise the user is "anonymous".
-                tls = self._ssl._tls if self._ssl is not None else None
-                if tls is not None and tls.tls.server_side:
-                    return tls.peer_subject()
-                if self.mode == self.CLIENT and io.connection is not None and io.connection.user:
-                    return io.connection.user
-                return "anonymous"
+            if self.mode == self.CLIENT:
+                if engine is not None and engine.sasl is None and self._sasl is None:
+                    return "anonymous"
+                connection = io.connection
+                return None if connection is None else connection.user
+            outcome = None if engine is None else engine.sasl_outcome
+            if outcome is not None:
+                return getattr(outcome, "identity", None) if outcome.ok else None
+            if io.sasl_used:
+                return None  # SASL began and did not succeed (or has not finished)
+            tls = self._ssl._tls if self._ssl is not None else None
+            if tls is not None and tls.tls.server_side:
+                return tls.peer_subject()
+            return "anonymous"
         if engine is None or engine.sasl is None:
             return None
         outcome = engine.sasl_outcome
@@ -393,9 +399,19 @@ class SASL:
             return
         self._transport = transport
         self.mechs: str | None = None
-        self.allow_insecure_mechs = True
+        self._allow_insecure: bool | None = None  # None: not set by the program
         self.credentials: Any = None
         self._outcome: int | None = None
+
+    @property
+    def allow_insecure_mechs(self) -> bool:
+        """Whether a client may use a mechanism that sends its password in clear (PLAIN) without TLS: proton's
+        default is False (unless set, a container's connections follow the container's ``allow_insecure_mechs``)."""
+        return bool(self._allow_insecure)
+
+    @allow_insecure_mechs.setter
+    def allow_insecure_mechs(self, allowed: bool) -> None:
+        self._allow_insecure = bool(allowed)
 
     @staticmethod
     def extended() -> bool:
@@ -476,11 +492,16 @@ class SASL:
             store = self.credentials
             if isinstance(store, dict):
                 store = InMemoryCredentialStore(store)
-            names = (self.mechs or "ANONYMOUS").split()
+            # proton's built-in server: EXTERNAL (when TLS established the client's identity) and ANONYMOUS.
+            names = (self.mechs or "EXTERNAL ANONYMOUS").split()
             if store is None:
                 names = [name for name in names if name in ("ANONYMOUS", "EXTERNAL")]
             # Without TLS, EXTERNAL is offered as proton does, and fails (no identity from the channel).
-            return SaslServer(names or ["ANONYMOUS"], store, external=external or _no_identity)
+            # proton's server authenticates; whom the client acts as (its authzid) is the application's to judge,
+            # from ``sasl.authorization``.
+            return SaslServer(
+                names or ["ANONYMOUS"], store, external=external or _no_identity, authorize=_any_authorization
+            )
         mechs = self.mechs
         ssl_layer = self._transport._ssl
         if mechs is not None and (ssl_layer is None or ssl_layer.domain is None or ssl_layer.domain._cert is None):
@@ -489,6 +510,7 @@ class SASL:
         return SaslClient(
             user=None if connection is None else connection.user,
             password=None if connection is None else connection._password,
+            authzid=None if connection is None else connection.authorization,
             allowed_mechs=mechs,
             allow_insecure_mechs=self.allow_insecure_mechs,
             encrypted=self._transport._ssl is not None,
@@ -498,6 +520,10 @@ class SASL:
 
 def _no_identity() -> str | None:
     return None
+
+
+def _any_authorization(user: str, authzid: str) -> bool:
+    return True
 
 
 class SSLDomain:
@@ -521,15 +547,21 @@ class SSLDomain:
         self._ca: str | None = None
         self._verify = self.VERIFY_PEER_NAME if mode == self.MODE_CLIENT else self.ANONYMOUS_PEER
         self._allow_unsecured = False
+        # One SSLContext for every connection of the domain (made on first use, again after a setting changes):
+        # a TLS session can only be resumed with the context that made it. Sessions to resume, by proton's id.
+        self._context: ssl.SSLContext | None = None
+        self._sessions: dict[str, ssl.SSLSession] = {}
 
     def set_credentials(self, cert_file: str, key_file: str | None, password: str | None) -> int:
         """This end's certificate (PEM file), its private key, and the key's password."""
         self._cert = (cert_file, key_file, password)
+        self._context = None
         return 0
 
     def set_trusted_ca_db(self, certificate_db: str) -> int:
         """The CA certificates (a PEM file or a directory) used to verify the peer."""
         self._ca = certificate_db
+        self._context = None
         return 0
 
     def set_peer_authentication(self, verify_mode: int, trusted_CAs: str | None = None) -> int:
@@ -539,6 +571,7 @@ class SSLDomain:
         self._verify = verify_mode
         if trusted_CAs:
             self._ca = trusted_CAs
+        self._context = None
         return 0
 
     def allow_unsecured_client(self) -> int:
@@ -547,7 +580,13 @@ class SSLDomain:
         return 0
 
     def context(self) -> ssl.SSLContext:
-        """The :class:`ssl.SSLContext` these settings make."""
+        """The :class:`ssl.SSLContext` these settings make (the same one until a setting changes)."""
+        context = self._context
+        if context is None:
+            context = self._context = self._make_context()
+        return context
+
+    def _make_context(self) -> ssl.SSLContext:
         try:
             if self.mode == self.MODE_CLIENT:
                 context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
@@ -559,6 +598,8 @@ class SSLDomain:
                 if self._verify == self.ANONYMOUS_PEER:
                     context.check_hostname = False
                     context.verify_mode = ssl.CERT_NONE
+                    # proton's anonymous peer also takes a server without a certificate (anonymous ciphers).
+                    context.set_ciphers(_ANONYMOUS_CIPHERS)
                 elif self._verify == self.VERIFY_PEER:
                     context.check_hostname = False
             else:
@@ -567,12 +608,23 @@ class SSLDomain:
                     context.verify_mode = ssl.CERT_REQUIRED
                     if self._ca:
                         context.load_verify_locations(cafile=None if _is_dir(self._ca) else self._ca)
+            # A trusted intermediate CA is enough (proton sets OpenSSL's X509_V_FLAG_PARTIAL_CHAIN).
+            context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
             if self._cert is not None:
                 cert, key, password = self._cert
                 context.load_cert_chain(cert, key, password)
+            elif self.mode == self.MODE_SERVER:
+                # A server without a certificate can only use anonymous ciphers (TLS 1.2 has them, 1.3 does not),
+                # which a client that does not verify its peer accepts, as with proton.
+                context.set_ciphers(_ANONYMOUS_CIPHERS)
+                context.maximum_version = ssl.TLSVersion.TLSv1_2
         except (OSError, ssl.SSLError) as exc:
             raise SSLException(f"invalid TLS settings: {exc}") from exc
         return context
+
+
+#: OpenSSL's cipher list with the anonymous (certificate-less) suites, which OpenSSL 3 allows at security level 0.
+_ANONYMOUS_CIPHERS = "ALL:aNULL:!eNULL:@STRENGTH:@SECLEVEL=0"
 
 
 def _is_dir(path: str) -> bool:
@@ -582,7 +634,8 @@ def _is_dir(path: str) -> bool:
 
 
 class SSLSessionDetails:
-    """A TLS session to resume (proton's session id); resumption is left to Python's ``ssl``."""
+    """A TLS session to resume: connections of one :class:`SSLDomain` given the same id resume the session the
+    last of them established (Python's ``ssl`` resumes it, when the server agrees)."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -664,7 +717,17 @@ class SSL:
         assert domain is not None
         server = domain.mode == SSLDomain.MODE_SERVER
         check_name = domain._verify == SSLDomain.VERIFY_PEER_NAME
-        self._tls = TlsLayer(io, domain.context(), server, self.peer_hostname or None, check_name)
+        details = self.session_details
+        session_id = None if server or details is None else details.get_session_id()
+        self._tls = TlsLayer(
+            io,
+            domain.context(),
+            server,
+            self.peer_hostname or None,
+            check_name,
+            session=None if session_id is None else domain._sessions.get(session_id),
+            keep_session=None if session_id is None else functools.partial(domain._sessions.__setitem__, session_id),
+        )
         return self._tls
 
     def _object(self) -> Any:
@@ -780,6 +843,14 @@ class SSL:
     def get_cert_fingerprint_md5(self) -> str | None:
         """The MD5 fingerprint of the peer's certificate."""
         return self.get_cert_fingerprint(33, self.MD5)
+
+    def _get_cert_subject_unknown_subfield(self) -> str | None:
+        """proton's test helper: a subfield this API does not know reads None."""
+        return self.get_cert_subject_subfield(-1)
+
+    def _get_cert_fingerprint_unknown_hash_alg(self) -> str | None:
+        """proton's test helper: a digest this API does not know gives None."""
+        return self.get_cert_fingerprint(1024, -1)
 
     def resume_status(self) -> int:
         """:attr:`RESUME_REUSED` when the TLS session was resumed, else :attr:`RESUME_NEW`."""
