@@ -160,11 +160,12 @@ class EngineIO:
         was_sasl = engine.in_sasl
         self._awaiting_header = engine.awaiting_header
         engine.receive_data(data, self.now)
-        if engine.in_sasl and not engine.awaiting_header:
+        if was_sasl and (engine.sasl_outcome is not None or (engine.in_sasl and not engine.awaiting_header)):
+            # The SASL layer ran (the peer's SASL header came): with frames to write (a mechanism chosen, an
+            # outcome), proton says so with a TRANSPORT event.
             self.sasl_used = True
-        if was_sasl and engine.has_output:
-            # The SASL layer has frames to write (a mechanism chosen, an outcome): proton says so with a TRANSPORT.
-            self.put(Event.TRANSPORT, self.transport)
+            if engine.has_output:
+                self.put(Event.TRANSPORT, self.transport)
         self.handle(engine.next_events(), was_sasl)
 
     def close_tail(self) -> None:
