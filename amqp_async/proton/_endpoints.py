@@ -738,6 +738,16 @@ class Link(Endpoint):
     def _owner(self) -> Connection:
         return self.session.connection
 
+    _remote_detached = False  # the peer detached without closing (proton's engine API keeps REMOTE_ACTIVE)
+
+    @property
+    def state(self) -> int:
+        """The local and remote state bits (a peer's detach that does not close leaves the remote state active)."""
+        impl = self._impl
+        if impl is None:
+            return self._local | 8
+        return self._local | (16 if self._remote_detached else _REMOTE_BITS[impl.remote_state])
+
     def _work(self) -> list[Delivery]:
         """This link's deliveries on proton's work list (see :attr:`Connection.work_head`)."""
         return []

@@ -48,6 +48,8 @@ CAPACITY = 16384
 IMPL_CHANNEL_MAX = 32767
 _EOS = -1
 _HEADER_NAMES = {PROTOCOL_AMQP: "AMQP1.0", PROTOCOL_SASL: "SASL", PROTOCOL_TLS: "AMQP TLS"}
+#: proton's condition for a client refused by policy (not one of §2.8.15's).
+_POLICY_ERROR = "amqp:connection:policy-error"
 
 
 class EngineIO:
@@ -159,12 +161,13 @@ class EngineIO:
         self.bytes_in += len(data)
         was_sasl = engine.in_sasl
         self._awaiting_header = engine.awaiting_header
+        frames = engine.frames_received
         engine.receive_data(data, self.now)
         if was_sasl and (engine.sasl_outcome is not None or (engine.in_sasl and not engine.awaiting_header)):
-            # The SASL layer ran (the peer's SASL header came): with frames to write (a mechanism chosen, an
-            # outcome), proton says so with a TRANSPORT event.
+            # The SASL layer ran (the peer's SASL header came). A SASL frame that gives it frames to write (a
+            # mechanism chosen, an outcome) is reported with a TRANSPORT event, as proton does.
             self.sasl_used = True
-            if engine.has_output:
+            if engine.frames_received > frames and engine.has_output:
                 self.put(Event.TRANSPORT, self.transport)
         self.handle(engine.next_events(), was_sasl)
 
@@ -233,6 +236,11 @@ class EngineIO:
                 found = "Pre standard AMQP connection"
             expected = "SASL" if was_sasl and not server else "AMQP"
             description = f"Expected {expected} protocol header got: {found} [{header!r}]"
+            if server and header == AMQP_HEADER:
+                # proton's autodetect: a client that skips SASL where authentication is required.
+                condition = Condition(_POLICY_ERROR, "Client skipped authentication - forbidden")
+                self.fail(condition, frames=True)
+                return
             # A client expecting SASL's header fails in its SASL layer, which writes no frames; a server (proton's
             # autodetect) and a client expecting AMQP's answer with AMQP's header, open and close.
             self.fail(Condition(conditions.CONNECTION_FRAMING_ERROR, description), frames=server or not was_sasl)

@@ -106,6 +106,8 @@ def _detached(io: EngineIO, event: ev.LinkDetached) -> None:
         return
     if link.remote_state is _CLOSED:
         io.put(Event.LINK_REMOTE_CLOSE if event.closed else Event.LINK_REMOTE_DETACH, wrapper)
+        if not event.closed:
+            wrapper._remote_detached = True  # proton: a detach that does not close leaves the remote state
         unmap_remote(wrapper)
     else:
         # The engine detached the link: the peer broke a link rule.

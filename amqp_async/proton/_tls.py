@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["TlsLayer", "certificate_subject", "failure_condition"]
 
 _READ_CHUNK = 65536
+_NO_NAME = "no-peer-name.invalid"
 
 #: OpenSSL's short names for the attributes of a distinguished name (RFC 4514 §3 and OpenSSL's ``obj_dat.h``).
 _SHORT_NAMES = {
@@ -84,9 +85,11 @@ class TlsLayer:
         self.io = io
         self.hostname = hostname
         self.check_client_name = server and check_client_name
-        # A client told to check the server's name without a name to check against: proton's verification fails
-        # (Python's ssl would skip the check).
-        self.name_missing = not server and context.check_hostname and not hostname
+        if not server and context.check_hostname and not hostname:
+            # A client told to check the server's name without a name to check against: proton's verification
+            # fails, where Python's ssl would skip the check. A name that matches no certificate (RFC 6761's
+            # ".invalid") makes OpenSSL fail it in the handshake, as proton's does.
+            hostname = _NO_NAME
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
         self.tls = context.wrap_bio(
@@ -129,9 +132,6 @@ class TlsLayer:
     def _advance(self) -> None:
         tls = self.tls
         io = self.io
-        if self.name_missing:
-            self._fail(Condition("amqp:connection:framing-error", "SSL Failure: certificate verify failed"))
-            return
         try:
             if not self.handshaken:
                 try:

@@ -162,7 +162,9 @@ class Transport:
                     return "anonymous"
                 connection = io.connection
                 return None if connection is None else connection.user
-            outcome = None if engine is None else engine.sasl_outcome
+            if engine is None or engine.in_sasl or engine.awaiting_header:
+                return None  # (proton: nobody is known before the client's AMQP header came)
+            outcome = engine.sasl_outcome
             if outcome is not None:
                 return getattr(outcome, "identity", None) if outcome.ok else None
             if io.sasl_used:
