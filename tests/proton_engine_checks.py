@@ -264,7 +264,7 @@ def collect_reports_what_exists(mod: Any) -> Record:
     transport.bind(connection)
     transport.unbind()
     record.append(events(collector))
-    return record + [sender.name, receiver.name, another.name]
+    return [*record, sender.name, receiver.name, another.name]
 
 
 # --- the transport's output ------------------------------------------------------------------------------------

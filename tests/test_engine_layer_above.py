@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_engine_pair import Peer, begun, connected, decode_frames, last, link_setup, sender_pair
+from test_engine_pair import Peer, begun, connected, last, link_setup, sender_pair
 
 from amqp_async.codec import conditions
 from amqp_async.codec.delivery_states import Accepted, Received
@@ -57,7 +57,7 @@ def test_a_delivery_sent_in_parts_goes_as_the_parts_come() -> None:
 
 
 def test_a_delivery_in_parts_fills_frames_to_the_peer_max_frame_size() -> None:
-    c, s, sender, receiver = link_setup(credit=5, server={"max_frame_size": 600})
+    c, s, sender, _ = link_setup(credit=5, server={"max_frame_size": 600})
     delivery = sender.send(b"a" * 1300, tag=b"big", more=True)
     sender.send_more(delivery, b"b" * 200)
     pump(c, s)
@@ -77,7 +77,7 @@ def _head(frame: Any) -> int:
 
 
 def test_a_delivery_aborted_while_in_parts() -> None:
-    c, s, sender, receiver = link_setup(credit=5)
+    c, s, sender, _ = link_setup(credit=5)
     delivery = sender.send(b"part", tag=b"gone", more=True)
     pump(c, s)
     sender.session.abort(delivery)
@@ -110,7 +110,7 @@ def test_frames_beyond_the_window_wait_and_unwritten_says_so() -> None:
 
 
 def test_a_sender_tells_its_state_before_it_settles() -> None:
-    c, s, sender, receiver = link_setup(credit=5)
+    c, s, sender, _ = link_setup(credit=5)
     delivery = sender.send(b"m", tag=b"t")
     pump(c, s)
     sender.set_state(delivery, Received(section_number=1, section_offset=2))
@@ -143,7 +143,7 @@ def test_a_session_window_set_above_is_sent_and_kept() -> None:
 
 
 def test_frame_counters_count_every_frame_each_way() -> None:
-    c, s, sender, receiver = link_setup(credit=5)
+    c, s, sender, _ = link_setup(credit=5)
     sender.send(b"x", tag=b"1")
     c.connection.write_empty_frame()
     pump(c, s)
@@ -218,7 +218,7 @@ def test_without_a_policy_another_identity_is_refused() -> None:
 
 def test_the_receiver_side_of_parts() -> None:
     c, s = connected(credit=3)
-    session, peer_session = begun(c, s)
+    session, _ = begun(c, s)
     sender, receiver = sender_pair(c, s, session)
     delivery = sender.send(b"abc", tag=b"p", more=True)
     pump(c, s)

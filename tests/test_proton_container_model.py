@@ -31,7 +31,7 @@ def _modules(name: str) -> tuple[Any, Any, Any]:
 def keepalive_from_the_peer(name: str) -> list[Any]:
     """A client sets its transport's idle_timeout when the connection is bound: the server keeps it alive with
     heartbeats (the client's frame count grows while nothing else is sent)."""
-    mod, handlers, reactor = _modules(name)
+    _, handlers, reactor = _modules(name)
     port = free_port()
     record: list[Any] = []
 
@@ -65,7 +65,7 @@ def keepalive_from_the_peer(name: str) -> list[Any]:
 def quiet_client_closed(name: str) -> list[Any]:
     """An accepted connection's idle_timeout, set when it is bound, is enforced: a client that sends nothing for
     longer (here it blocks in a callback) is closed with amqp:resource-limit-exceeded."""
-    mod, handlers, reactor = _modules(name)
+    _, handlers, reactor = _modules(name)
     port = free_port()
     record: list[Any] = []
 

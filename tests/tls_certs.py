@@ -82,7 +82,8 @@ def make_sub_ca(directory: Path, name: str, parent: CertFiles) -> CertFiles:
     key = _new_key(directory, name)
     csr = directory / f"{name}.csr"
     cert = directory / f"{name}.pem"
-    _run("req", "-new", "-key", str(key), "-out", str(csr), "-subj", f"/CN=amqp_async test sub-CA {name}", cwd=directory)
+    subject = f"/CN=amqp_async test sub-CA {name}"
+    _run("req", "-new", "-key", str(key), "-out", str(csr), "-subj", subject, cwd=directory)
     extensions = directory / f"{name}.ext"
     extensions.write_text(
         "basicConstraints = critical, CA:TRUE\n"

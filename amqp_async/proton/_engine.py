@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 from .. import protocol
 from ..codec import conditions
-from ..codec.framing import AMQP_HEADER, FRAME_AMQP, MAX_FRAME_SIZE, PROTOCOL_AMQP, PROTOCOL_SASL, PROTOCOL_TLS, encode_frame
+from ..codec.framing import (
+    AMQP_HEADER,
+    FRAME_AMQP,
+    MAX_FRAME_SIZE,
+    PROTOCOL_AMQP,
+    PROTOCOL_SASL,
+    PROTOCOL_TLS,
+    encode_frame,
+)
 from ..codec.performatives import Close, Open
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
@@ -193,7 +201,7 @@ class EngineIO:
                 if event.__class__ is ev.ConnectionClosed and (
                     engine is None or engine.remote_state is not EndpointState.CLOSED
                 ):
-                    self._closed(event, was_sasl)  # type: ignore[arg-type]
+                    self._closed(event, was_sasl)
                 else:
                     self.unbound_events.append(event)
             return

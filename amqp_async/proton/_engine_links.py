@@ -221,7 +221,7 @@ def recv(receiver: Receiver, limit: int) -> bytes | None:
     session._incoming_bytes -= end - start
     _check_window(session, current)
     if start == 0 and end == size and payload.__class__ is bytes:
-        return payload  # type: ignore[return-value]
+        return payload
     return bytes(payload[start:end])  # type: ignore[index]
 
 
@@ -274,10 +274,16 @@ def count_incoming(session: Session, delivery: Delivery, size: int) -> None:
 # --- session flow control (§2.5.6), as proton computes it ------------------------------------------------------
 
 
+def _frame_size(session: Session) -> int:
+    """Our max-frame-size (0: no limit), which the session's window counts in."""
+    transport = session.connection.transport
+    return 0 if transport is None else transport.max_frame_size
+
+
 def session_lwm(session: Session) -> int:
     """The incoming window below which the transport reopens it: half the capacity's frames (at least 1)."""
     capacity = session.incoming_capacity
-    frame = session.connection.transport.max_frame_size
+    frame = _frame_size(session)
     if capacity and frame:
         return max((capacity // frame) // 2, 1)
     return 1
@@ -287,7 +293,7 @@ def incoming_window(session: Session) -> int:
     """The incoming window to offer (in frames): all of it without a capacity, else what the capacity leaves
     free of the bytes received and not consumed, in frames of our max-frame-size."""
     capacity = session.incoming_capacity
-    frame = session.connection.transport.max_frame_size
+    frame = _frame_size(session)
     if not frame or not capacity:
         return MAX_WINDOW
     if capacity < frame:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec.transactions import TransactionalState
 from ..protocol.endpoint import EndpointState
 from ..protocol.link import as_symbols
+from ..types import symbol
 from ._delivery import local_state_object
 from ._engine_lifecycle import map_local, unmap_local
 from ._engine_links import full_settle, incoming_window, need_flow, post_session_window, transport_credit
@@ -23,6 +24,8 @@ from ._events import Event
 
 if TYPE_CHECKING:
     from ..protocol import Connection as EngineConnection
+    from ..protocol.link import ReceiverLink as EngineReceiver
+    from ..protocol.link import SenderLink as EngineSender
     from ._delivery import Delivery
     from ._endpoints import Connection, Link, Sender, Session
     from ._engine import EngineIO
@@ -96,11 +99,10 @@ def _open(io: EngineIO, connection: Connection, engine: EngineConnection) -> Non
 
 
 def _properties(value: Any) -> Any:
+    """Connection properties as open carries them: string keys as symbols."""
     if value is None:
         return None
-    from ..types import symbol
-
-    return {symbol(key) if isinstance(key, str) and not isinstance(key, symbol) else key: item for key, item in dict(value).items()}
+    return {symbol(key) if isinstance(key, str) else key: item for key, item in dict(value).items()}
 
 
 def _symbols(value: Any) -> Any:
@@ -111,7 +113,7 @@ def _symbols(value: Any) -> Any:
     from ._data import Data
 
     if isinstance(value, Data):
-        from ._endpoints import _data_value
+        from ._terminus import _data_value
 
         value = _data_value(value)
         if value is None:
@@ -208,9 +210,10 @@ def _buffered(delivery: Delivery) -> bool:
     """proton's ``pn_delivery_buffered``: a sender's delivery with bytes or its end still to write."""
     if delivery._settled_here and delivery._sent:
         return False
-    if not delivery.link.is_sender or delivery._sent:
+    link: Any = delivery.link
+    if not link.is_sender or delivery._sent:
         return False
-    return delivery._done or bool(delivery._buffer) or delivery in delivery.link._in_flight
+    return delivery._done or bool(delivery._buffer) or delivery in link._in_flight
 
 
 def _sender_work(io: EngineIO, delivery: Delivery) -> bool:
@@ -306,10 +309,12 @@ def _abort_written(link: Any, delivery: Delivery) -> None:
 
 def _sender_disposition(link: Any, delivery: Delivery) -> None:
     """A sender's state or settlement for a delivery it wrote (proton sends both in a disposition)."""
-    impl = link._impl
+    impl: EngineSender | None = link._impl
     engine_delivery = delivery._impl
-    if impl is None or engine_delivery.link is not impl or impl.local_state is not _ENGINE_ACTIVE:
+    if impl is None or engine_delivery is None or impl.local_state is not _ENGINE_ACTIVE:
         return
+    if engine_delivery.link is not impl:
+        return  # a delivery of a transport that was unbound since
     state = local_state_object(delivery) if delivery._local_type else None
     if delivery._settled_here:
         impl.settle(engine_delivery, state)
@@ -321,15 +326,15 @@ def _receiver_work(delivery: Delivery) -> bool:
     """Send a receiver's state or settlement; reopen the session's window if consuming made room."""
     link: Any = delivery.link
     session = link.session
-    impl = link._impl
+    impl: EngineReceiver | None = link._impl
     engine_delivery = delivery._impl
     if (
         session._engine_begun()
         and engine_delivery is not None
         and not engine_delivery.remote_settled
         and impl is not None
-        and engine_delivery.link is impl
         and impl.local_state is _ENGINE_ACTIVE
+        and engine_delivery.link is impl
         and (delivery._local_type or delivery._settled_here)
     ):
         state = local_state_object(delivery) if delivery._local_type else None
@@ -345,13 +350,11 @@ def _receiver_work(delivery: Delivery) -> bool:
 def _teardown(connection: Connection, engine: EngineConnection) -> None:
     endpoints = connection._modified_endpoints
     for endpoint in list(endpoints):
-        if getattr(endpoint, "_is_link", False):
-            if _detach(endpoint, engine):
-                endpoints.pop(endpoint, None)
+        if getattr(endpoint, "_is_link", False) and _detach(endpoint, engine):
+            endpoints.pop(endpoint, None)
     for endpoint in list(endpoints):
-        if getattr(endpoint, "_is_session", False):
-            if _end(endpoint, engine):
-                endpoints.pop(endpoint, None)
+        if getattr(endpoint, "_is_session", False) and _end(endpoint, engine):
+            endpoints.pop(endpoint, None)
     if connection in endpoints and _close(connection, engine):
         endpoints.pop(connection, None)
 
@@ -369,7 +372,7 @@ def _holds_back(engine: EngineConnection, session: Session | None) -> bool:
     if session_impl is None or session_impl.remote_state is _ENGINE_CLOSED:
         return False
     for link in session._links:
-        if link.is_sender and link._queued:
+        if link.is_sender and link.queued:
             link_impl = link._impl
             if link_impl is None or link_impl.remote_state is not _ENGINE_CLOSED:
                 return True

@@ -105,7 +105,7 @@ class _Plan:
 
     def __init__(self, root: Any, method: str, role: str | None = None) -> None:
         self.calls: list[Any] = []
-        self.lists: list[tuple[Any, list[Any], int]] = []
+        self.lists: list[tuple[Any, list[Any] | tuple[Any, ...], int]] = []
         self.role = role
         self._add(root, method, 0)
 

@@ -167,7 +167,7 @@ class Channel:
 
     def _client_engine(self, options: ResolvedOptions, address: Address) -> protocol.Connection:
         connection = self.connection
-        transport = connection.transport
+        transport = connection._transport
         user, password = options.credentials_for(address)
         user = address.user or connection.user or user
         password = address.password or connection._password or password
@@ -219,8 +219,8 @@ class Channel:
         connection = self.connection
         container = self.container
         connection._tls = stream.extra(TLSAttribute.ssl_object, None)
-        connection.transport.condition = None
-        connection.transport._closed = False
+        connection._transport.condition = None
+        connection._transport._closed = False
         connection._bind(engine)
         if self.options is None:
             container._push(Event.CONNECTION_BOUND, connection)
@@ -230,7 +230,7 @@ class Channel:
             with anyio.CancelScope() as scope:
                 self._cancel = scope
                 container._process()
-                idle_timeout = connection.transport.idle_timeout
+                idle_timeout = connection._transport.idle_timeout
                 if idle_timeout and engine.idle_timeout is None and engine.local_state is EndpointState.UNINIT:
                     # An accepted connection's handlers set it when it was bound (proton's on_connection_bound).
                     engine.idle_timeout = engine.advertised_idle_timeout = idle_timeout
@@ -244,7 +244,7 @@ class Channel:
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass
         if not self._end_reported:
-            transport = connection.transport
+            transport = connection._transport
             push = container._push
             self._end_reported = True
             transport._closed = True
@@ -268,7 +268,7 @@ class Channel:
         """Our close went to the engine: proton reports the output side closed at once."""
         if self._driver is not None and not self._head_reported:
             self._head_reported = True
-            self.container._push(Event.TRANSPORT_HEAD_CLOSED, self.connection.transport)
+            self.container._push(Event.TRANSPORT_HEAD_CLOSED, self.connection._transport)
 
     def _report_failure(self, condition: Condition, error_first: bool = False) -> None:
         """The transport failed before or without a close (refused, authentication, protocol error): proton's
@@ -276,7 +276,7 @@ class Channel:
         if self._end_reported:
             return
         self._end_reported = True
-        transport = self.connection.transport
+        transport = self.connection._transport
         transport.condition = condition
         transport._closed = True
         push = self.container._push
@@ -372,7 +372,7 @@ class Channel:
                 push(Event.SESSION_LOCAL_CLOSE, session)
         elif isinstance(event, ev.ConnectionClosed):
             engine = connection._impl
-            transport = connection.transport
+            transport = connection._transport
             if engine is not None and engine.remote_state is EndpointState.CLOSED:
                 push(Event.CONNECTION_REMOTE_CLOSE, connection)
                 if not self._tail_reported:

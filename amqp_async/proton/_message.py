@@ -27,11 +27,11 @@ class Message(_Message):
 
     __slots__ = ()
 
-    @property  # type: ignore[override]
+    @property
     def user_id(self) -> bytes:
         """The identity of the user who produced the message, as bytes (``b""`` when unset, as proton reads it)."""
         value = _Message.user_id.fget(self)  # type: ignore[attr-defined]
-        return b"" if value is None else value  # type: ignore[no-any-return]
+        return b"" if value is None else value
 
     @user_id.setter
     def user_id(self, value: bytes | str | None) -> None:
