@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import sniffio
 from anyio.streams.tls import TLSAttribute
 
 from .. import protocol
@@ -414,9 +413,8 @@ class Listener:
         scope = self._scope
         if scope is None:
             return
-        try:
-            sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:
+        stepper = self.container._stepper
+        if stepper is not None and not stepper.stepping:
             # Between a stepping container's process() calls no loop runs: the next call stops the listener.
             self.container.call_threadsafe(scope.cancel)
             return
