@@ -159,12 +159,18 @@ class Session(Endpoint):
         """The deliveries whose transfer frames (some or all) wait for the peer's incoming window."""
         return [item[1] for item in self._outgoing_queue]
 
+    @property
+    def has_backlog(self) -> bool:
+        """True while transfer frames wait for the peer's incoming window (cheaper than :attr:`outgoing_backlog`)."""
+        return bool(self._outgoing_queue)
+
     def unwritten(self, delivery: Delivery) -> bool:
         """True while frames of ``delivery`` wait for the peer's incoming window, or more of it is to come
         (:meth:`SenderLink.send_more`)."""
         if delivery in self._streaming:
             return True
-        return any(item[1] is delivery for item in self._outgoing_queue)
+        queue = self._outgoing_queue
+        return bool(queue) and any(item[1] is delivery for item in queue)
 
     @property
     def unsettled_outgoing(self) -> int:

@@ -17,6 +17,7 @@ from ..codec import decode, encode
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.transactions import Declared, TransactionalState
 from ..types import Described, ulong
+from . import _engine_links as engine_model
 from ._condition import Condition
 from ._events import Event
 
@@ -212,7 +213,7 @@ class Delivery:
     # proton's engine API (a connection without a container, see _engine_links): a sender's bytes not written yet,
     # whether it was advanced (a receiver's: whether its last frame came), written entirely, aborted here; how many
     # of a receiver's bytes the session counts as received.
-    _buffer: bytearray = bytearray()
+    _buffer: bytes | bytearray = b""
     _done = False
     _ended = False  # its last part was given to the engine
     _sent = False
@@ -385,9 +386,7 @@ class Delivery:
         """
         link = self.link
         if link._connection._reactor is None:
-            from ._engine_links import update
-
-            update(self, state)
+            engine_model.update(self, state)
             return
         self._local_type = state
         local = self._local
@@ -423,9 +422,7 @@ class Delivery:
         connection = link._connection
         container = connection._reactor
         if container is None:
-            from ._engine_links import settle
-
-            settle(self)
+            engine_model.settle(self)
             return
         if container._loop_thread not in (None, get_ident()):
             container._check_thread()  # raises: another thread
@@ -445,9 +442,7 @@ class Delivery:
     def abort(self) -> None:
         """Abort an outgoing delivery (§2.6.14): the receiver discards what it got of it."""
         if self.link._connection._reactor is None:
-            from ._engine_links import abort
-
-            abort(self)
+            engine_model.abort(self)
             return
         self.link._abort(self)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.performatives import Error
 from ..protocol.endpoint import EndpointState
+from . import _engine_lifecycle
 from ._condition import Condition
 from ._delivery import Delivery
 from ._events import Event, Handler
@@ -121,9 +122,7 @@ class Endpoint(abc.ABC):
         self._refs += 1
 
     def _decref(self) -> None:
-        from ._engine_lifecycle import decref
-
-        decref(self)
+        _engine_lifecycle.decref(self)
 
     @property
     def handler(self) -> Any:
@@ -221,6 +220,8 @@ class Connection(Endpoint):
         self._sessions_ever: dict[Session, None] = {}
         self._modified_endpoints: dict[Any, None] = {}
         self._tpwork: dict[Delivery, None] = {}
+        #: an endpoint was opened or closed since the last output: it may have to be opened, begun or attached
+        self._setup_pending = False
 
     @property
     def offered_capabilities(self) -> SymbolList | None:
@@ -267,9 +268,7 @@ class Connection(Endpoint):
         self._collector = collector
         if collector is not None:
             if self._reactor is None:
-                from ._engine_lifecycle import collect_init
-
-                collect_init(self)  # proton: INIT for every endpoint made so far
+                _engine_lifecycle.collect_init(self)  # proton: INIT for every endpoint made so far
             else:
                 collector.put(self, Event.CONNECTION_INIT)
 
@@ -377,6 +376,7 @@ class Connection(Endpoint):
         self._push(Event.CONNECTION_LOCAL_OPEN)
         if self._reactor is None:
             self._modified_endpoints[self] = None  # written at the transport's next output
+            self._setup_pending = True
             return
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.UNINIT:
@@ -394,6 +394,7 @@ class Connection(Endpoint):
         self._push(Event.CONNECTION_LOCAL_CLOSE)
         if self._reactor is None:
             self._modified_endpoints[self] = None  # written at the transport's next output
+            self._setup_pending = True
             return
         _close_later(self)
 
@@ -439,9 +440,7 @@ class Connection(Endpoint):
         if container is not None:
             container._forget_connection(self)
             return
-        from ._engine_lifecycle import free_connection
-
-        free_connection(self)
+        _engine_lifecycle.free_connection(self)
 
     def release(self) -> None:
         """proton's ``release``: :meth:`free`."""
@@ -472,6 +471,7 @@ class Connection(Endpoint):
         container, proton's engine API: the transport's output writes it, see _engine_output)."""
         self._impl = engine
         if self._reactor is None:
+            self._setup_pending = True
             if self._local != _UNINIT:
                 self._modified_endpoints[self] = None
             for session in self._sessions:
@@ -574,6 +574,7 @@ class Session(Endpoint):
         self._push(Event.SESSION_LOCAL_OPEN)
         if self.connection._reactor is None:
             self.connection._modified_endpoints[self] = None  # begun at the transport's next output
+            self.connection._setup_pending = True
             return
         self._begin_if_ready()
 
@@ -585,6 +586,7 @@ class Session(Endpoint):
         self._push(Event.SESSION_LOCAL_CLOSE)
         if self.connection._reactor is None:
             self.connection._modified_endpoints[self] = None  # ended at the transport's next output
+            self.connection._setup_pending = True
             return
         _close_later(self)
 
@@ -625,9 +627,7 @@ class Session(Endpoint):
     def free(self) -> None:
         """Forget the session (end it first)."""
         if self.connection._reactor is None:
-            from ._engine_lifecycle import free_session
-
-            free_session(self)
+            _engine_lifecycle.free_session(self)
             return
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)

@@ -24,10 +24,12 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ._delivery import Delivery
+from . import _delivery
+from ._events import Event
 from ._exceptions import LinkException
 
 if TYPE_CHECKING:
+    from ._delivery import Delivery
     from ._endpoints import Connection, Link, Receiver, Sender, Session
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
 
 #: the incoming window of a session without flow control (proton's AMQP_MAX_WINDOW_SIZE).
 MAX_WINDOW = 2147483647
+_TRANSPORT_EVENT = Event.TRANSPORT
 
 
 def modified(endpoint: Any, emit: bool = True) -> None:
@@ -63,18 +66,23 @@ def modified(endpoint: Any, emit: bool = True) -> None:
 
 def add_tpwork(delivery: Delivery) -> None:
     """``delivery`` has work for the transport (a transfer to write, a state or settlement to send)."""
-    connection = delivery.link.session.connection
+    connection = delivery.link._connection
     connection._tpwork[delivery] = None
-    modified(connection)
+    # modified(connection), without the calls: several times per message
+    connection._modified_endpoints[connection] = None
+    bound = connection._bound
+    collector = connection._collector
+    if bound is not None and collector is not None:
+        transport = bound.transport
+        if collector._tail_context is not transport or collector._tail_type is not _TRANSPORT_EVENT:
+            collector.put(transport, _TRANSPORT_EVENT)
 
 
 def full_settle(delivery: Delivery) -> None:
     """The delivery is done with on both counts (settled here and, for a sender, written): forget it."""
     link = delivery.link
-    deliveries = link._deliveries
-    if delivery in deliveries:
-        deliveries.remove(delivery)
-    delivery.link.session.connection._tpwork.pop(delivery, None)
+    link._deliveries.pop(delivery, None)
+    link.session.connection._tpwork.pop(delivery, None)
     impl = delivery._impl
     if impl is not None:
         impl.user_data = None
@@ -110,7 +118,7 @@ def abort(delivery: Delivery) -> None:
     buffered = len(delivery._buffer)
     if buffered:
         delivery.link.session._outgoing_held -= buffered
-        delivery._buffer = bytearray()
+        delivery._buffer = b""
 
 
 # --- senders ---------------------------------------------------------------------------------------------------
@@ -118,9 +126,8 @@ def abort(delivery: Delivery) -> None:
 
 def new_sender_delivery(sender: Sender, tag: bytes) -> Delivery:
     """A new delivery on ``sender``: the current one if there is none (proton's ``pn_delivery``)."""
-    delivery = Delivery(sender, tag)
-    delivery._buffer = bytearray()
-    sender._deliveries.append(delivery)
+    delivery = _delivery.Delivery(sender, tag)
+    sender._deliveries[delivery] = None
     sender._unsettled_count += 1
     if sender._current is None:
         sender._current = delivery
@@ -134,7 +141,13 @@ def send_bytes(sender: Sender, data: bytes) -> int:
         raise LinkException("no current delivery: call sender.delivery(tag) first")
     if not data:
         return 0
-    current._buffer += data
+    buffer = current._buffer
+    if not buffer:
+        current._buffer = data  # the usual single send: kept as it is, not copied
+    elif buffer.__class__ is bytes:
+        current._buffer = bytearray(buffer) + data
+    else:
+        buffer += data
     sender.session._outgoing_held += len(data)
     add_tpwork(current)
     return len(data)
@@ -150,8 +163,14 @@ def advance_sender(sender: Sender) -> bool:
         sender._queued += 1
     add_tpwork(current)
     deliveries = sender._deliveries
-    index = deliveries.index(current)
-    sender._current = deliveries[index + 1] if index + 1 < len(deliveries) else None
+    if next(reversed(deliveries)) is current:
+        sender._current = None  # the usual case: the delivery just made
+    else:
+        following = iter(deliveries)
+        for delivery in following:
+            if delivery is current:
+                break
+        sender._current = next(following, None)
     return True
 
 
@@ -255,10 +274,10 @@ def received(receiver: Receiver, engine_delivery: Any) -> Delivery:
     the session's ``incoming_bytes``."""
     delivery: Delivery | None = engine_delivery.user_data
     if delivery is None:
-        delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
+        delivery = _delivery.Delivery(receiver, engine_delivery.tag, engine_delivery)
         engine_delivery.user_data = delivery
         receiver._incoming.append(delivery)
-        receiver._deliveries.append(delivery)
+        receiver._deliveries[delivery] = None
         receiver._unsettled_count += 1
     return delivery
 
@@ -282,7 +301,9 @@ def _frame_size(session: Session) -> int:
 
 def session_lwm(session: Session) -> int:
     """The incoming window below which the transport reopens it: half the capacity's frames (at least 1)."""
-    capacity = session.incoming_capacity
+    capacity = session._incoming_capacity
+    if not capacity:
+        return 1
     frame = _frame_size(session)
     if capacity and frame:
         return max((capacity // frame) // 2, 1)

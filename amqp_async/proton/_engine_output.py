@@ -19,7 +19,7 @@ from ..protocol.link import as_symbols
 from ..types import symbol
 from ._delivery import local_state_object
 from ._engine_lifecycle import map_local, unmap_local
-from ._engine_links import full_settle, incoming_window, need_flow, post_session_window, transport_credit
+from ._engine_links import full_settle, incoming_window, need_flow, post_session_window
 from ._events import Event
 
 if TYPE_CHECKING:
@@ -43,15 +43,18 @@ def process(io: EngineIO) -> None:
     engine = io.engine
     assert connection is not None and engine is not None
     endpoints = connection._modified_endpoints
-    if endpoints:
+    if connection._setup_pending:
+        connection._setup_pending = False
         _setup(io, connection, engine)
+    if endpoints:
         for endpoint in list(endpoints):
             if getattr(endpoint, "is_receiver", False):
                 _flow_receiver(endpoint)
     tpwork = connection._tpwork
     if tpwork:
         _tpwork(io, connection)
-        _tpwork(io, connection)
+        if tpwork:
+            _tpwork(io, connection)  # proton's second pass: settling may have made room (window, credit)
     for session in connection._sessions:
         if session._need_flow and session._engine_begun():
             post_session_window(session)
@@ -193,52 +196,43 @@ def _flow_sender(link: Sender) -> None:
 
 def _tpwork(io: EngineIO, connection: Connection) -> None:
     tpwork = connection._tpwork
-    for delivery in list(tpwork):
-        if delivery not in tpwork:
-            continue
-        if delivery.link.is_sender:
-            settle = _sender_work(io, delivery)
-        else:
-            settle = _receiver_work(delivery)
-        if settle:
+    work = list(tpwork)
+    tpwork.clear()  # what is still buffered after its turn goes back (proton clears the others)
+    for delivery in work:
+        link: Any = delivery.link
+        if link.is_sender:
+            if _sender_work(io, delivery):
+                full_settle(delivery)
+            elif not delivery._sent and (delivery._done or delivery._buffer or delivery in link._in_flight):
+                tpwork[delivery] = None  # buffered (proton's pn_delivery_buffered)
+        elif _receiver_work(delivery):
             full_settle(delivery)
-        elif not _buffered(delivery):
-            tpwork.pop(delivery, None)
-
-
-def _buffered(delivery: Delivery) -> bool:
-    """proton's ``pn_delivery_buffered``: a sender's delivery with bytes or its end still to write."""
-    if delivery._settled_here and delivery._sent:
-        return False
-    link: Any = delivery.link
-    if not link.is_sender or delivery._sent:
-        return False
-    return delivery._done or bool(delivery._buffer) or delivery in link._in_flight
 
 
 def _sender_work(io: EngineIO, delivery: Delivery) -> bool:
     """Write what a sender's delivery has for the transport; True when it is done with."""
     link: Any = delivery.link
-    if delivery._aborted_here and delivery._impl is None:
+    engine_delivery = delivery._impl
+    if delivery._aborted_here and engine_delivery is None:
         # Aborted before any frame went out: dropped, and the credit it would have used is still there.
         delivery._sent = True
         io.put(Event.LINK_FLOW, link)
         return True
-    session = link.session
     impl = link._impl
-    session_impl = session._impl
+    session_impl = link.session._impl
     posted = False
     if (
         impl is not None
-        and impl.local_state is _ENGINE_ACTIVE
         and session_impl is not None
+        and impl.local_state is _ENGINE_ACTIVE
         and session_impl.local_state is _ENGINE_ACTIVE
     ):
-        if delivery._aborted_here and delivery._impl is not None and not delivery._sent:
-            if session_impl.unwritten(delivery._impl):
+        in_flight = link._in_flight
+        if delivery._aborted_here and not delivery._sent:
+            if session_impl.unwritten(engine_delivery):
                 _abort_written(link, delivery)
-            elif delivery in link._in_flight:
-                link._in_flight.remove(delivery)  # written whole before the abort: it stays written
+            elif delivery in in_flight:
+                in_flight.remove(delivery)  # written whole before the abort: it stays written
                 delivery._sent = True
                 if delivery._done:
                     link._queued -= 1
@@ -247,14 +241,14 @@ def _sender_work(io: EngineIO, delivery: Delivery) -> bool:
             and (delivery._done or delivery._buffer)
             and impl.remote_state is _ENGINE_ACTIVE
             and session_impl.remote_incoming_window > 0
-            and transport_credit(link) > 0
-            and (delivery._impl is not None or not session_impl.outgoing_backlog)
+            and impl.link_credit + len(in_flight) > 0  # the transport's credit (see transport_credit)
+            and (engine_delivery is not None or not session_impl.has_backlog)
         ):
             _write(link, delivery)
             posted = True
             io.put(Event.LINK_FLOW, link)
-        if delivery in link._in_flight and not session_impl.unwritten(delivery._impl):
-            link._in_flight.remove(delivery)
+        if in_flight and delivery in in_flight and not session_impl.unwritten(delivery._impl):
+            in_flight.remove(delivery)
             if delivery._done:
                 delivery._sent = True
                 link._queued -= 1
@@ -265,8 +259,9 @@ def _sender_work(io: EngineIO, delivery: Delivery) -> bool:
 
 def _write(link: Any, delivery: Delivery) -> None:
     """Hand the delivery's bytes to the engine: its first frames (a credit used), or the next part."""
-    payload = bytes(delivery._buffer)
-    delivery._buffer = bytearray()
+    buffer = delivery._buffer
+    payload = buffer if buffer.__class__ is bytes else bytes(buffer)
+    delivery._buffer = b""
     link.session._outgoing_held -= len(payload)
     impl = link._impl
     more = not delivery._done
@@ -281,6 +276,11 @@ def _write(link: Any, delivery: Delivery) -> None:
         )
         engine_delivery.user_data = delivery
         delivery._impl = engine_delivery
+        if not more and not link.session._impl.unwritten(engine_delivery):
+            # The usual case, a whole delivery written at once: written, no longer queued.
+            delivery._sent = True
+            link._queued -= 1
+            return
         link._in_flight.append(delivery)
     else:
         impl.send_more(delivery._impl, payload, more=more)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec.performatives import RCV_FIRST, SENDER, SND_MIXED
 from ..protocol.endpoint import EndpointState
 from ..types import symbol, ulong
+from . import _engine_lifecycle, _engine_links
 from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import (
@@ -81,7 +82,7 @@ class Link(Endpoint):
         self._closes = True
         # proton's engine API: the link's deliveries not settled and forgotten (in the order they were made), how
         # many are not settled here, and whether it was detached (not closed).
-        self._deliveries: list[Delivery] = []
+        self._deliveries: dict[Delivery, None] = {}
         self._unsettled_count = 0
         self._detached = False
 
@@ -201,11 +202,9 @@ class Link(Endpoint):
     def drain_mode(self, value: bool) -> None:
         self._drain_mode = bool(value)
         if self._connection._reactor is None and self.is_receiver:
-            from ._engine_links import modified
-
             self._drain = bool(value)
             self._drain_flag_mode = True
-            modified(self)
+            _engine_links.modified(self)
 
     @property
     def current(self) -> Delivery | None:
@@ -230,6 +229,7 @@ class Link(Endpoint):
         self._push(Event.LINK_LOCAL_OPEN)
         if self._connection._reactor is None:
             self._connection._modified_endpoints[self] = None  # attached at the transport's next output
+            self._connection._setup_pending = True
             return
         self._attach_if_ready()
 
@@ -253,6 +253,7 @@ class Link(Endpoint):
                 self._closes = False
             self._push(Event.LINK_LOCAL_CLOSE if closed else Event.LINK_LOCAL_DETACH)
             self._connection._modified_endpoints[self] = None  # detached at the transport's next output
+            self._connection._setup_pending = True
             return
         if self._local == _CLOSED:
             return
@@ -271,9 +272,7 @@ class Link(Endpoint):
     def free(self) -> None:
         """Forget the link (close it first)."""
         if self._connection._reactor is None:
-            from ._engine_lifecycle import free_link
-
-            free_link(self)
+            _engine_lifecycle.free_link(self)
             return
         links = self.session._links
         if self in links:

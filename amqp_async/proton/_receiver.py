@@ -11,6 +11,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from ..protocol.endpoint import EndpointState
+from . import _engine_links as engine_model
 from ._delivery import _ACCEPTED, Delivery, local_state_object
 from ._endpoints import (
     _ENGINE_ACTIVE,
@@ -89,9 +90,7 @@ class Receiver(Link):
         connection = self._connection
         container = connection._reactor
         if container is None:
-            from ._engine_links import receiver_flow
-
-            receiver_flow(self, n)
+            engine_model.receiver_flow(self, n)
             return
         if n <= 0:
             return
@@ -128,9 +127,7 @@ class Receiver(Link):
     def drain(self, n: int) -> None:
         """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
         if self._connection._reactor is None:
-            from ._engine_links import receiver_drain
-
-            receiver_drain(self, n)
+            engine_model.receiver_drain(self, n)
             return
         impl = self._impl
         if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
@@ -162,9 +159,7 @@ class Receiver(Link):
     def recv(self, limit: int) -> bytes | None:
         """Read up to ``limit`` bytes of the current delivery; None once it is all read."""
         if self._connection._reactor is None:
-            from ._engine_links import recv
-
-            return recv(self, limit)
+            return engine_model.recv(self, limit)
         incoming = self._incoming
         if not incoming:
             raise LinkException("no current delivery to read")
@@ -188,9 +183,7 @@ class Receiver(Link):
     def advance(self) -> bool:
         """Move past the current delivery."""
         if self._connection._reactor is None:
-            from ._engine_links import advance_receiver
-
-            return advance_receiver(self)
+            return engine_model.advance_receiver(self)
         if self._incoming:
             self._incoming.popleft()
             return True

@@ -15,6 +15,7 @@ from ..codec.performatives import SND_SETTLED
 from ..message import Message
 from ..protocol.endpoint import EndpointState
 from ..protocol.payload import Gathered
+from . import _engine_links as engine_model
 from ._delivery import Delivery, local_state_object
 from ._endpoints import (
     _ENGINE_ACTIVE,
@@ -83,11 +84,11 @@ class Sender(Link):
     @property
     def credit(self) -> int:
         """The link credit: how many more messages may be sent now (less those advanced and waiting to go)."""
-        if self._connection._reactor is None:
-            from ._engine_links import sender_credit
-
-            return sender_credit(self)
         impl = self._impl
+        if self._connection._reactor is None:
+            # proton's (engine_model.sender_credit, without the calls: a sender reads it for every message)
+            transport_credit = 0 if impl is None else impl.link_credit + len(self._in_flight)
+            return int(transport_credit - self._queued - self._drained_amount)
         return 0 if impl is None else int(impl.link_credit)
 
     def _work(self) -> list[Delivery]:
@@ -222,9 +223,7 @@ class Sender(Link):
     def delivery(self, tag: bytes | str) -> Delivery:
         """Start a delivery with ``tag``: :meth:`stream` its bytes, then :meth:`advance` to send it."""
         if self._connection._reactor is None:
-            from ._engine_links import new_sender_delivery
-
-            return new_sender_delivery(self, _tag_bytes(tag))
+            return engine_model.new_sender_delivery(self, _tag_bytes(tag))
         self._current = Delivery(
             self, tag if tag.__class__ is bytes else tag.encode() if isinstance(tag, str) else bytes(tag)
         )
@@ -234,9 +233,7 @@ class Sender(Link):
     def stream(self, data: bytes) -> int:
         """Append bytes to the current delivery (made by :meth:`delivery`); returns how many were taken."""
         if self._connection._reactor is None:
-            from ._engine_links import send_bytes
-
-            return send_bytes(self, data if data.__class__ is bytes else bytes(data))
+            return engine_model.send_bytes(self, data if data.__class__ is bytes else bytes(data))
         chunks = self._stream
         if self._current is None or chunks is None:
             raise LinkException("no current delivery: call sender.delivery(tag) first")
@@ -259,9 +256,7 @@ class Sender(Link):
     def advance(self) -> bool:
         """Finish the current delivery and send it."""
         if self._connection._reactor is None:
-            from ._engine_links import advance_sender
-
-            return advance_sender(self)
+            return engine_model.advance_sender(self)
         current, chunks = self._current, self._stream
         if current is None or chunks is None:
             return False
@@ -272,9 +267,7 @@ class Sender(Link):
     def drained(self) -> int:
         """Answer the receiver's drain: give back the credit not used; returns how much."""
         if self._connection._reactor is None:
-            from ._engine_links import sender_drained
-
-            return sender_drained(self)
+            return engine_model.sender_drained(self)
         impl = self._impl
         if impl is None or not impl.drain:
             return 0
