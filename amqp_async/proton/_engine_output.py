@@ -218,6 +218,11 @@ def _sender_work(io: EngineIO, delivery: Delivery) -> bool:
         delivery._sent = True
         io.put(Event.LINK_FLOW, link)
         return True
+    if delivery._sent:
+        # Written (the usual second turn, once settled here): only its state or settlement is left to say.
+        if engine_delivery is not None and not engine_delivery.remote_settled:
+            _sender_disposition(link, delivery)
+        return delivery._settled_here
     impl = link._impl
     session_impl = link.session._impl
     posted = False
