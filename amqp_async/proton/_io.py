@@ -194,6 +194,9 @@ class Channel:
             max_frame_size=transport.max_frame_size or options.max_frame_size or 65536,
             channel_max=transport.channel_max,
             idle_timeout=heartbeat or None,
+            # §2.4.5 advises a peer to send within half the idle timeout it announces: as proton's transport, we
+            # announce half of ours and enforce the whole.
+            advertised_idle_timeout=heartbeat / 2 if heartbeat else None,
             properties=connection.properties if connection.properties is not None else options.properties,
             offered_capabilities=connection.offered_capabilities or options.offered_capabilities,
             desired_capabilities=connection.desired_capabilities or options.desired_capabilities,
