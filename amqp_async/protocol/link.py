@@ -359,7 +359,8 @@ class SenderLink(Link):
             message_format: §2.7.5 message-format (0: the AMQP message format).
             state: the delivery state its transfer frames carry (§2.7.5 ``state``): a
                 :class:`~amqp_async.codec.transactions.TransactionalState` sends it within a transaction (§4.4.1).
-            more: the message goes on in later parts (:meth:`send_more`).
+            more: ``payload`` is only the start of the message: the rest follows with :meth:`send_more` (its frames
+                are written as the parts come, ``more`` set until the last, §2.6.14).
 
         Returns:
             The delivery: unsettled deliveries stay tracked until the peer settles them.
@@ -406,14 +407,25 @@ class SenderLink(Link):
             return delivery
         return self.session._send_transfer(self, payload, tag, settled, message_format, state)
 
+    def set_state(self, delivery: Delivery, state: Any) -> None:
+        """Tell the receiver our state for ``delivery`` without settling it (§2.7.6: a sender's disposition, e.g.
+        the outcome it agrees with before it settles); nothing is sent for a delivery already settled."""
+        if delivery.link is not self:
+            raise LocalProtocolError("the delivery does not belong to this link")
+        if delivery.settled:
+            return
+        delivery.state = state
+        self.session._queue_disposition(SENDER, delivery, False, state)
+
     @property
     def streaming(self) -> Delivery | None:
         """The delivery being sent in parts (its last part not given yet), or None."""
         return self._streaming
 
-    def send_more(self, delivery: Delivery, payload: Payload, *, more: bool) -> None:
-        """Transfer the next part of a delivery started with ``send(..., more=True)`` (§2.6.14); ``more=False``
-        makes it the last part, which completes the delivery.
+    def send_more(self, delivery: Delivery, payload: Payload, *, more: bool = False) -> None:
+        """Transfer the next part of a delivery started with ``send(..., more=True)`` (§2.6.14); ``more=False`` (the
+        default) makes it the last part, which completes the delivery. No credit is used: the delivery used one when
+        it started.
 
         Raises:
             LocalProtocolError: ``delivery`` is not the one open on this link, the link is not attached, or the
@@ -448,15 +460,15 @@ class SenderLink(Link):
             raise LocalProtocolError("the delivery does not belong to this link")
         if delivery.aborted:
             return
-        streaming = delivery is self._streaming
-        if streaming:
+        if delivery is self._streaming:
             self._streaming = None
         if not self._usable():
             # Nothing more can be written for the link: the peer drops an incomplete delivery with it (§2.6.4).
+            self.session._streaming.pop(delivery, None)
             delivery.aborted = True
             delivery.settled = True
             return
-        self.session.abort(delivery, streaming=streaming)
+        self.session.abort(delivery)
 
     def settle(self, delivery: Delivery, state: Any = None) -> None:
         """Settle a delivery we sent before the peer did (§2.6.12): the peer learns it in a disposition.
