@@ -4,6 +4,7 @@ read as an async iterator of chunks while its frames still come (§2.6.14)."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -133,7 +134,7 @@ class StreamDelivery:
             self._head = head
         return self._head
 
-    def body_chunks(self) -> _BodyChunks:
+    def body_chunks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive, in chunks (an async iterator; it can be iterated once).
 
         ``async for chunk in delivery.body_chunks(): file.write(chunk)``. Each chunk is ``bytes``, at most a
