@@ -402,8 +402,8 @@ class MessageStream(Generic[_R]):
         Raises:
             RuntimeError: the stream is not open.
             ValueError: the body is shorter than the ``body_size`` declared (the stream is aborted).
-            MessageRejected, MessageReleased, MessageModified, DeliveryInDoubt, DeliveryAborted, LinkError,
-                ConnectionError: as :meth:`StreamSender.send_stream`.
+            MessageRejected, MessageReleased, MessageModified: as :meth:`StreamSender.send_stream`.
+            DeliveryInDoubt, DeliveryAborted, LinkError, ConnectionError: as :meth:`StreamSender.send_stream`.
         """
         self._require_open()
         declared = self._declared
