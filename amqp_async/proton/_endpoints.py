@@ -169,6 +169,7 @@ class Connection(Endpoint):
     """
 
     _is_connection = True
+    _tracing: Any = None  # the container's OpenTelemetry tracing of this connection (see _tracing.py)
 
     def __init__(self, impl: Any = None) -> None:
         self._impl: EngineConnection | None = impl
@@ -1011,6 +1012,9 @@ class Sender(Link):
         if obj.__class__ is bytes:
             return self.stream(obj)  # the engine API's usual call: raw bytes of the current delivery
         if isinstance(obj, Message):
+            tracing = self._connection._tracing
+            if tracing is not None:
+                return tracing.send(self, obj, tag)
             return self._send_payload(obj._encode_payload(), tag)
         if hasattr(obj, "send"):
             return obj.send(self, tag=tag)
@@ -1167,6 +1171,8 @@ class Sender(Link):
 
     def _settle(self, delivery: Delivery) -> None:
         self._unsettled.pop(delivery, None)
+        if delivery._span is not None:
+            self._connection._tracing.settled(delivery)
         impl = delivery._impl
         if impl is None:
             # Not sent yet: settling it first is giving it up.
@@ -1353,6 +1359,8 @@ class Receiver(Link):
             bound.updated.append(delivery)  # Delivery.update reports the TRANSPORT event
 
     def _settle(self, delivery: Delivery) -> None:
+        if delivery._span is not None:
+            self._connection._tracing.settled(delivery)
         impl = delivery._impl
         link: EngineReceiver | None = self._impl
         if (

@@ -235,6 +235,8 @@ class Channel:
                     await stream.aclose()
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass
+        if connection._tracing is not None:
+            connection._tracing.transport_ended(connection)
         if not self._end_reported:
             transport = connection.transport
             push = container._push
@@ -297,12 +299,15 @@ class Channel:
                 queue = receiver._incoming
                 collector = container._collector
                 delivery_event = Event.DELIVERY
+                tracing = self.connection._tracing
                 while incoming:
                     engine_delivery = incoming.popleft()
                     delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
                     delivery._payload = engine_delivery.payload
                     engine_delivery.user_data = delivery
                     queue.append(delivery)
+                    if tracing is not None:
+                        tracing.received(receiver, delivery, engine_delivery.payload)
                     collector.append(Event(delivery_event, delivery, container))
             elif kind is ev.DeliveriesUpdated:
                 collector = container._collector
@@ -311,6 +316,8 @@ class Channel:
                     delivery = engine_delivery.user_data
                     if delivery is not None:
                         delivery._updated = True
+                        if delivery._span is not None:
+                            self.connection._tracing.updated(delivery)
                         collector.append(Event(delivery_event, delivery, container))
             elif kind is ev.FlowReceived:
                 link = event.link  # type: ignore[attr-defined]
