@@ -196,6 +196,7 @@ class Channel:
             desired_capabilities=connection.desired_capabilities or options.desired_capabilities,
             sasl=sasl,
             answer_detach=False,
+            idle_from_start=True,  # as proton's transport: a peer silent before its open is given up too
         )
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:

@@ -11,10 +11,14 @@ as the awaitable API does (the peer reads the same message).
 
 from __future__ import annotations
 
+from ..errors import DecodeError
 from ..message import Message as _Message
 from ._data_tree import _read, _write
+from ._exceptions import _MessageDecodeError
 
 __all__ = ["Message"]
+
+_decode = _Message.decode
 
 # Sections proton writes with its compact performative encoder: header (§3.2.1) and properties (§3.2.4).
 _COMPACT_SECTIONS = (0x70, 0x73)
@@ -24,6 +28,19 @@ class Message(_Message):
     """A mutable AMQP message, as ``proton.Message`` (see :class:`amqp_async.message.Message` for its fields)."""
 
     __slots__ = ()
+
+    def decode(self, data: bytes | bytearray | memoryview) -> None:
+        """Replace this message's content with the message encoded in ``data``.
+
+        Raises:
+            MessageException: the bytes are not a valid AMQP message (condition ``amqp:decode-error``), as proton
+                raises it: a received message that cannot be decoded stops the container (``run()`` raises it) or
+                is raised by ``BlockingReceiver.receive()``.
+        """
+        try:
+            _decode(self, data)
+        except DecodeError as exc:
+            raise _MessageDecodeError(exc.description) from exc
 
     def encode(self) -> bytes:
         """The message's encoding, byte for byte as proton's: a header and a properties section always (empty
