@@ -4,6 +4,8 @@ its own, beside python-qpid-proton doing the same:
 * a peer that accepts the connection and says nothing (or stops before its open) is given up after the idle timeout
   the program asked for (``heartbeat``), with ``amqp:resource-limit-exceeded``, as proton's transport does: it
   counts from its first tick, not from the peer's open (the engine's ``idle_from_start``);
+* a terminus of a type we do not know in the peer's attach reads as an unspecified terminus, as in proton, instead
+  of raising ``AttributeError``;
 * a received message that does not decode raises proton's ``MessageException`` (condition ``amqp:decode-error``)
   from ``Message.decode``, hence from ``Container.run()`` and ``BlockingReceiver.receive()``: one of proton's
   exceptions, where it raised our codec's ``DecodeError``. A deliberate difference from proton, which decodes what
@@ -34,6 +36,7 @@ except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.frames import AMQP_HEADER, frame
 
 from amqp_async.codec.performatives import Open
+from amqp_async.types import Described, symbol, ulong
 
 pytest.importorskip("proton", reason="python-qpid-proton is the reference implementation; CI installs it")
 
@@ -90,6 +93,23 @@ def test_without_idle_from_start_there_is_no_deadline_before_the_open() -> None:
     assert engine.input_deadline is None
     assert engine.tick(1e9) is None
     assert _conditions(engine) == []
+
+
+# --- a terminus of a type we do not know ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, Described(ulong(0x99), ["fuzz-queue"]), Described(symbol("vendor:target"), []), "fuzz-queue", 7],
+    ids=["none", "unknown-code", "unknown-symbol", "string", "int"],
+)
+def test_a_terminus_the_peer_sent_of_an_unknown_type_reads_as_unspecified(value: Any) -> None:
+    """Attach's source and target are ``*`` fields (§2.7.3): what the peer puts there that is no source, target or
+    coordinator is an unspecified terminus without an address, as proton reads it (the fuzz found an
+    AttributeError there, from ``BlockingConnection.create_sender``)."""
+    ours, *_ = modules("ours")
+    terminus = ours.Terminus._from_composite(value, ours.Terminus.TARGET)
+    assert (terminus.type, terminus.address, terminus.dynamic) == (ours.Terminus.UNSPECIFIED, None, False)
 
 
 # --- a silent peer ---------------------------------------------------------------------------------------------
