@@ -221,7 +221,7 @@ class MessageTracing(MessageSpans):
             None if address is None else address.port,
         )
 
-    def start_send(self, sender: Sender, message: Message) -> Any:
+    def start_send(self, sender: Sender[Any], message: Message) -> Any:
         """Start the send span of ``message`` and put its context in the message (unless it carries one)."""
         destination = sender.address or message.address
         return self.send_span(message, destination, self._common("send", destination))

@@ -12,7 +12,9 @@ as the awaitable API does (the peer reads the same message).
 from __future__ import annotations
 
 from ..errors import DecodeError
+from ..message import _GROUP_ID, _GROUP_SEQUENCE
 from ..message import Message as _Message
+from ..types import uint
 from ._data_tree import _read, _write
 from ._exceptions import _MessageDecodeError
 
@@ -33,14 +35,24 @@ class Message(_Message):
         """Replace this message's content with the message encoded in ``data``.
 
         Raises:
-            MessageException: the bytes are not a valid AMQP message (condition ``amqp:decode-error``), as proton
-                raises it: a received message that cannot be decoded stops the container (``run()`` raises it) or
-                is raised by ``BlockingReceiver.receive()``.
+            MessageException: the bytes are not a valid AMQP message (condition ``amqp:decode-error``; proton's
+                exception for a message, where proton itself decodes what it can). ``MessagingHandler`` rejects a
+                received message that does not decode (see ``reject_undecodable``).
         """
         try:
             _decode(self, data)
         except DecodeError as exc:
             raise _MessageDecodeError(exc.description) from exc
+
+    @property
+    def user_id(self) -> bytes:
+        """The identity of the user who produced the message, as bytes (``b""`` when unset, as proton reads it)."""
+        value = _Message.user_id.fget(self)  # type: ignore[attr-defined]
+        return b"" if value is None else value
+
+    @user_id.setter
+    def user_id(self, value: bytes | str | None) -> None:
+        _Message.user_id.fset(self, value)  # type: ignore[attr-defined]
 
     def encode(self) -> bytes:
         """The message's encoding, byte for byte as proton's: a header and a properties section always (empty
@@ -51,7 +63,16 @@ class Message(_Message):
             MessageException: an application property key is not a string.
             EncodeError: another field holds a value AMQP cannot carry.
         """
-        compact = bytes(self._encode(False, True))
+        props = self._props
+        if props[_GROUP_ID] is not None and props[_GROUP_SEQUENCE] is None:
+            # proton writes a group's sequence number, 0 included, whenever the message names a group.
+            props[_GROUP_SEQUENCE] = uint(0)
+            try:
+                compact = bytes(self._encode(False, True))
+            finally:
+                props[_GROUP_SEQUENCE] = None
+        else:
+            compact = bytes(self._encode(False, True))
         out = bytearray()
         offset = 0
         while offset < len(compact):

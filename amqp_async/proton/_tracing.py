@@ -32,8 +32,8 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..client._links import _outcome_error
 from ..client._tracing import MessageSpans
+from ..client._tracker import _outcome_error
 from ..codec.delivery_states import Received
 from ..codec.transactions import TransactionalState
 from ..errors import AMQPError, DeliveryInDoubt
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = ["ContainerTracing", "tracing_for"]
 
 _IN_DOUBT = "the connection ended before the outcome of the delivery was known"
+COORDINATOR = 3  # proton's Terminus.COORDINATOR (§4.5.1: the target of a transaction's control link)
 
 
 class ContainerTracing(MessageSpans):
@@ -74,6 +75,8 @@ class ContainerTracing(MessageSpans):
     def send(self, sender: Sender, message: Message, tag: Any, state: Any = None) -> Delivery:
         """:meth:`Sender.send` of a message with a send span: the context goes into the message before it is
         encoded; ``state`` is the transfer's (a transaction's, §4.4.1)."""
+        if sender.target.type == COORDINATOR:  # a transaction's declare or discharge: no application message
+            return sender._send_payload(message._encode_payload(), tag, None, state)
         destination = sender.target.address or sender.remote_target.address or message.address
         span = self.send_span(message, destination, self._common(sender.connection, "send", destination))
         try:
