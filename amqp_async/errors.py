@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "CLOSED_BY_APPLICATION",
+    "DELIVERY_ABORTED",
     "IO_ERROR",
     "TLS_ERROR",
     "AMQPError",
@@ -42,6 +43,7 @@ __all__ = [
     "ConnectionLost",
     "ConnectionRefused",
     "DecodeError",
+    "DeliveryAborted",
     "DeliveryAlreadySettled",
     "DeliveryError",
     "DeliveryInDoubt",
@@ -135,6 +137,8 @@ IO_ERROR = "amqp-async:io"
 TLS_ERROR = "amqp-async:tls"
 #: The application closed the connection, session or link, and then used it.
 CLOSED_BY_APPLICATION = "amqp-async:closed-by-application"
+#: A delivery ended without its last part (§2.6.14 aborted, or cut off): no AMQP condition names it.
+DELIVERY_ABORTED = "amqp-async:delivery-aborted"
 
 
 class ConnectionError(AMQPError, builtins.ConnectionError):  # noqa: A001 - deliberately the builtin's name
@@ -337,6 +341,19 @@ class MessageModified(DeliveryError):
     """The receiver modified the message (§3.4.5): ``outcome`` says delivery_failed / undeliverable_here."""
 
     default_condition = "amqp:modified"
+
+
+class DeliveryAborted(DeliveryError):
+    """A message sent in parts (a streamed delivery) ended before its last part: it was not delivered, and its
+    receiver discards what came of it (§2.6.14).
+
+    A receiver reading a message streamed gets it from the body's iterator when the sender aborted the delivery. A
+    sender gets it when its message could not be sent whole: the connection was lost mid-body (``__cause__`` is
+    the loss); it may be sent again. (A body source that raises, or a cancellation, aborts the delivery too, and
+    that exception is what the sender sees.)
+    """
+
+    default_condition = DELIVERY_ABORTED
 
 
 class DeliveryInDoubt(DeliveryError):

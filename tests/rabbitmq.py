@@ -50,7 +50,8 @@ How it works
    * ``RABBITMQ_MNESIA_BASE``, ``RABBITMQ_LOG_BASE``, ``RABBITMQ_CONFIG_FILE`` (``D/rabbitmq.conf``: the
      listener, ``loopback_users.guest = true`` (the default: guest/guest may log in from 127.0.0.1 only),
      ``disk_free_limit.absolute = 1MB`` so a nearly full CI disk does not raise a disk alarm that would silently
-     withhold credit from senders), ``RABBITMQ_ADVANCED_CONFIG_FILE``, ``RABBITMQ_CONF_ENV_FILE`` (empty: the
+     withhold credit from senders), ``max_message_size = 536870912`` (512 MiB, the largest RabbitMQ takes; its
+     default is 128 MiB), ``RABBITMQ_ADVANCED_CONFIG_FILE``, ``RABBITMQ_CONF_ENV_FILE`` (empty: the
      system ``/etc/rabbitmq/rabbitmq-env.conf`` is not read), ``RABBITMQ_PID_FILE`` and
      ``RABBITMQ_ENABLED_PLUGINS_FILE`` containing ``[rabbitmq_amqp1_0].`` — the plugin is on from the first boot,
      so no ``rabbitmq-plugins`` call against the running node is needed. The AMQP 1.0 plugin shares the AMQP
@@ -314,6 +315,8 @@ class RabbitMQNode:
             f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
             "loopback_users.guest = true\n"
             "disk_free_limit.absolute = 1MB\n"
+            # RabbitMQ's largest (its default is 128 MiB): the streaming tests send 512 MiB (test_streaming_memory)
+            "max_message_size = 536870912\n"
             "log.file.level = info\n"
         )
         self.env = {

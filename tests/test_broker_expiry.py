@@ -368,4 +368,4 @@ async def test_a_store_from_before_expiry_was_kept_gets_it_when_opened(tmp_path:
             got = await receive_all(broker.url, "old")
     assert [delivery.message.body for delivery in got] == ["no ttl", "ttl 60 s"]
     columns = [row[1] for row in sqlite3.connect(data / "broker.sqlite3").execute("PRAGMA table_info(messages)")]
-    assert columns == ["id", "queue", "payload", "expires"]
+    assert columns == ["id", "queue", "payload", "expires", "body", "body_at"]  # body, body_at: large messages

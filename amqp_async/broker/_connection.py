@@ -39,9 +39,13 @@ from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslServer
+from ..protocol.streaming import StreamingDelivery
 from ..types import symbol
+from ._assembly import Assembly
+from ._bodies import BodyFile
 from ._flow import WINDOW, Producer
 from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
+from ._outbound import stream_body
 from ._store import is_durable
 from ._transactions import Coordinator as TransactionCoordinator
 from .selector import SelectorError, compile_selector
@@ -56,6 +60,12 @@ log = logging.getLogger("amqp_async.broker")
 INCOMING_CREDIT = WINDOW
 #: The most output a connection queues for its socket before its consumers wait (a slow reader).
 OUTPUT_LIMIT = 1 << 20
+
+
+class _DriverEnded(Exception):
+    """The connection's driver has ended: its output will never drain."""
+
+
 _SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
 _ACCEPTED = Accepted()
 
@@ -72,6 +82,15 @@ class _Inbound:
         self.link = link
         self.address = address
         self.producer = producer
+        #: the message arriving in parts on the link, if any (:mod:`._assembly`).
+        self.assembly: Assembly | None = None
+
+    def drop(self) -> None:
+        """The link is gone: a message it was bringing in parts is dropped."""
+        assembly = self.assembly
+        if assembly is not None:
+            self.assembly = None
+            assembly.drop()
 
 
 class _ControlLink:
@@ -122,6 +141,7 @@ class ServerConnection:
         self._inbound: list[_Inbound] = []
         self._group: anyio.abc.TaskGroup | None = None
         self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
+        self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
         self.transactions = TransactionCoordinator(
             broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
         )
@@ -144,12 +164,50 @@ class ServerConnection:
         credit = link.link_credit
         if (
             credit <= 0
+            or link.streaming is not None  # a large message goes out on it (_outbound): nothing else until it ends
             or self._output_waiting  # too much output waits for the socket (_pause_output)
             or link.session.remote_incoming_window <= 0  # §2.5.6: the next transfer would wait in the session
             or link.local_state is not EndpointState.ACTIVE
         ):
             return 0
         return credit
+
+    def _send_large(
+        self, link: protocol.SenderLink, entry: Entry, settled: bool, outbound: _Outbound
+    ) -> protocol.Delivery | None:
+        """Start a large message kept on disk: its leading sections now, its body streamed from its file
+        (:mod:`._outbound`). None when its file cannot be read (the message is given up, logged)."""
+        body = entry.body
+        assert body is not None
+        try:
+            file = body.open_body()
+        except OSError as exc:
+            log.error("cannot read the large message %s: %s; it is dropped", body.path, exc)
+            return None
+        delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled, more=True)
+        assert self._group is not None
+        self._group.start_soon(stream_body, self, link, delivery, file, body.body_size, outbound.queue.dispatch)
+        return delivery
+
+    async def wait_progress(self) -> None:
+        """Wait until the peer says something (a flow may have opened its window; the connection may have ended)."""
+        event = self._progress
+        if event is None:
+            event = self._progress = anyio.Event()
+        await event.wait()
+
+    async def wait_output(self, limit: int) -> None:
+        """Wait until the socket took the output down to ``limit`` bytes (or the connection's driver ended)."""
+        driver = self._driver
+
+        def check() -> None:
+            if driver.ended:
+                raise _DriverEnded
+
+        try:
+            await driver.wait_output_below(limit, check)
+        except _DriverEnded:
+            pass
 
     def _pause_output(self) -> None:
         """More than OUTPUT_LIMIT bytes wait for the socket: pause the consumers until it took enough."""
@@ -171,6 +229,10 @@ class ServerConnection:
             if self.failed:
                 return
             self._on_event(event)
+        progress = self._progress
+        if progress is not None:
+            self._progress = None
+            progress.set()
 
     def fail(self, exc: BaseException) -> None:
         """Our handling of this connection raised ``exc`` (a bug of ours, not the peer's): log it once, close the
@@ -197,6 +259,7 @@ class ServerConnection:
             self._unsubscribe(outbound)
         self._outbound.clear()
         for inbound in self._inbound:
+            inbound.drop()
             self.broker.flow.remove(inbound.producer)
         self._inbound.clear()
 
@@ -286,6 +349,9 @@ class ServerConnection:
         # Its credit counts the messages received and not routed yet: they take room that is not taken yet.
         inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node))
         link.user_data = inbound
+        # A message of several frames is taken frame by frame (in memory within the memory limit, or to disk), never
+        # joined by the engine: see _assembly.
+        link.streaming = True
         answer = Target(address=address, dynamic=bool(getattr(target, "dynamic", False)))
         link.attach(
             source=link.remote_source,
@@ -401,7 +467,13 @@ class ServerConnection:
         def send(entry: Entry) -> Any:
             # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
             try:
-                delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)
+                if entry.body is None:
+                    delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)
+                else:
+                    sent = self._send_large(link, entry, settled, outbound)
+                    if sent is None:
+                        return None  # its file cannot be read: given up (logged)
+                    delivery = sent
             except Exception as exc:
                 self.fail(exc)
                 raise ConsumerFailed from exc
@@ -445,56 +517,100 @@ class ServerConnection:
         if not isinstance(inbound, _Inbound):
             return
         broker = self.broker
-        storage = broker.storage
         second = link.rcv_settle_mode == RCV_SECOND
-        while link.incoming:
-            delivery = link.incoming.popleft()
-            if delivery.aborted:
-                continue
-            refusal = None
-            transaction = None
-            txn_state = delivery.remote_state
-            if isinstance(txn_state, TransactionalState):
-                transaction = self.transactions.get(txn_state.txn_id)
-            payload = bytes(delivery.payload)
-            if isinstance(txn_state, TransactionalState) and transaction is None:
-                refusal = self.transactions.refusal(txn_state.txn_id)  # unknown-id, or timeout (§4.5.8)
-            elif broker.max_message_size and len(payload) > broker.max_message_size:
-                refusal = _error(
-                    conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than {broker.max_message_size}"
-                )
+        delivery: Any  # a whole one, or a StreamingDelivery once all its parts came
+        while True:
+            assembly = inbound.assembly
+            if assembly is not None:
+                # A message in parts (a streamed delivery, §2.6.14): its frames are taken as they come.
+                complete = assembly.take()
+                delivery = assembly.delivery
+                if assembly.refusal is not None and not (delivery.settled or delivery.remote_settled):
+                    # refused before its end: said at once, so that the sender can stop (the rest is dropped)
+                    link.settle(delivery, Rejected(error=assembly.refusal), settled=not second)
+                if not complete:
+                    break
+                inbound.assembly = None
+                if delivery.aborted or delivery.interrupted or assembly.refusal is not None:
+                    assembly.drop()
+                    continue
+                try:
+                    payload, body = assembly.finish()
+                except (DecodeError, OSError) as exc:
+                    assembly.drop()
+                    if not delivery.remote_settled:
+                        refused = _error(conditions.DECODE_ERROR, f"the message does not decode: {exc}")
+                        link.settle(delivery, Rejected(error=refused), settled=not second)
+                    continue
+            elif link.incoming:
+                delivery = link.incoming.popleft()
+                if delivery.__class__ is StreamingDelivery:
+                    inbound.assembly = Assembly(delivery, broker.flow, broker.spool, broker.large_message_size)
+                    continue
+                if delivery.aborted:
+                    continue
+                payload = bytes(delivery.payload)
+                body = None
             else:
-                entry = Entry(payload)
-                address = inbound.address
-                if address is None:
-                    try:
-                        address = entry.message.address
-                    except DecodeError as exc:
-                        refusal = _error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}")
-                    else:
-                        if address is None:
-                            refusal = _error(conditions.NOT_FOUND, "anonymous relay needs the message's to address")
-                if refusal is None and address is not None:
-                    if transaction is not None:
-                        transaction.publish(address, entry)  # §4.4.1: visible at commit, gone at rollback
-                    else:
-                        refusal = broker.route(address, entry)
-            if delivery.remote_settled:
-                continue
-            state: Any = _ACCEPTED if refusal is None else Rejected(error=refusal)
-            if transaction is not None:
-                # §4.4.1: the outcome of a transactional transfer is given within the transaction
-                if refusal is None:
-                    state = transaction.accepted
-                else:
-                    state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
-            elif refusal is None and storage is not None and is_durable(payload):
-                # a durable message is accepted once it is stored: after the commit of the batch now open
-                storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
-                continue
-            link.settle(delivery, state, settled=not second)
+                break
+            self._take_message(link, inbound, delivery, payload, body, second)
         if link.local_state is EndpointState.ACTIVE:
             broker.flow.top_up(inbound.producer)
+
+    def _take_message(
+        self,
+        link: protocol.ReceiverLink,
+        inbound: _Inbound,
+        delivery: Any,
+        payload: bytes,
+        body: BodyFile | None,
+        second: bool,
+    ) -> None:
+        """Route one message a producer sent (``payload``: its bytes, or, with ``body``, its leading sections and
+        the file that holds it) and give its outcome (a durable one's once it is stored)."""
+        broker = self.broker
+        storage = broker.storage
+        refusal = None
+        transaction = None
+        txn_state = delivery.remote_state
+        if isinstance(txn_state, TransactionalState):
+            transaction = self.transactions.get(txn_state.txn_id)
+        if isinstance(txn_state, TransactionalState) and transaction is None:
+            refusal = self.transactions.refusal(txn_state.txn_id)  # unknown-id, or timeout (§4.5.8)
+        elif broker.max_message_size and len(payload) > broker.max_message_size:
+            refusal = _error(
+                conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {broker.max_message_size}"
+            )
+        else:
+            entry = Entry(payload, body=body)
+            address = inbound.address
+            if address is None:
+                try:
+                    address = entry.message.address
+                except DecodeError as exc:
+                    refusal = _error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}")
+                else:
+                    if address is None:
+                        refusal = _error(conditions.NOT_FOUND, "anonymous relay needs the message's to address")
+            if refusal is None and address is not None:
+                if transaction is not None:
+                    transaction.publish(address, entry)  # §4.4.1: visible at commit, gone at rollback
+                else:
+                    refusal = broker.route(address, entry)
+        if delivery.remote_settled:
+            return
+        state: Any = _ACCEPTED if refusal is None else Rejected(error=refusal)
+        if transaction is not None:
+            # §4.4.1: the outcome of a transactional transfer is given within the transaction
+            if refusal is None:
+                state = transaction.accepted
+            else:
+                state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
+        elif refusal is None and storage is not None and is_durable(payload):
+            # a durable message is accepted once it is stored: after the commit of the batch now open
+            storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
+            return
+        link.settle(delivery, state, settled=not second)
 
     def _settle_stored(self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool) -> None:
         """Send the outcome that waited for the store's commit (unless the link has gone meanwhile: the client
@@ -569,6 +685,7 @@ class ServerConnection:
             log.info("link %r detached (%s)", link.name, self.peer)
         elif isinstance(outbound, _Inbound):
             link.user_data = None
+            outbound.drop()
             self.broker.flow.remove(outbound.producer)
             if outbound in self._inbound:
                 self._inbound.remove(outbound)

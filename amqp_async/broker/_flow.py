@@ -8,11 +8,12 @@ up when it falls below half. With limits, a window is never larger than the room
   subscriptions. Every transfer uses a credit and adds a message, so the depth never passes the limit. (Messages
   that come back, released or from a consumer gone, return to their queue even above it: the credit then waits.)
 - ``max_memory``: all producers together get at most the room left in bytes, counted in messages of the larger of
-  the average size held and the last size seen (the limit, less the bytes of the messages held, less the credit
-  every producer holds); before the first message, a size of :data:`UNSEEN_SIZE` is assumed (a full window under
-  a roomy limit, one credit under a tight one). With messages of one size the bytes held never pass the limit; with
-  mixed sizes, by at most the difference the estimate made. A message counts its bytes and a fixed bookkeeping
-  estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a few large ones.
+  the average size held and the last size seen (the limit, less the bytes of the messages held and of those arriving
+  in parts, less the credit every producer holds); before the first message, a size of :data:`UNSEEN_SIZE` is assumed
+  (a full window under a roomy limit, one credit under a tight one). With messages of one size the bytes held never
+  pass the limit; with mixed sizes, by at most the difference the estimate made. A message counts its bytes and a
+  fixed bookkeeping estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a
+  few large ones.
 
 A producer refused a full window is *starved*: once consumers take messages or settle them (:meth:`Flow.freed`)
 it gets credit again, as soon as the room is worth a window (half of one, or half of the limit when that is
@@ -71,6 +72,8 @@ class Flow:
         #: bytes and count of the messages held (queued, delivered and not settled).
         self.held_bytes = 0
         self.held_count = 0
+        #: bytes of messages arriving in parts, in memory, not complete yet (:mod:`._assembly`).
+        self.assembling = 0
         self.last_size = 0
         self.producers: set[Producer] = set()
         self.starved: set[Producer] = set()
@@ -152,6 +155,6 @@ class Flow:
             else:
                 size = UNSEEN_SIZE
             promised = sum(other.credit() for other in self.producers if other is not producer)
-            room = min(room, (self.max_memory - self.held_bytes) // size - promised)
+            room = min(room, (self.max_memory - self.held_bytes - self.assembling) // size - promised)
             worth = min(worth, max(1, self.max_memory // size // 2))
         return max(room, 0), worth

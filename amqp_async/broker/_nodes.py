@@ -36,6 +36,7 @@ from ._sections import NO_TTL, cannot_expire, delivery_failed, expiry, merge_ann
 from ._store import is_durable
 
 if TYPE_CHECKING:
+    from ._bodies import BodyFile
     from ._flow import Flow, Producer
     from ._store import Store
     from .selector import Selector
@@ -59,14 +60,18 @@ class Entry:
     """One message in a queue: its bytes, and what the broker learned about it.
 
     Args:
-        payload: the encoded message, as its producer sent it.
+        payload: the encoded message, as its producer sent it; for a large message kept on disk, its leading
+            sections only (header, annotations, properties, application properties: what the broker reads and
+            rewrites), the whole of it being in ``body``.
         message: the message decoded already, if it was.
         arrived: when it arrived (seconds since the epoch; default now): a header ttl counts from then.
+        body: the file of a large message kept on disk (:mod:`._bodies`), or None.
     """
 
     __slots__ = (
         "_junk",
         "_message",
+        "body",
         "dirty",
         "excluded",
         "expires",
@@ -77,14 +82,22 @@ class Entry:
         "ttl_at",
     )
 
-    def __init__(self, payload: bytes, message: Message | None = None, *, arrived: float | None = None) -> None:
+    def __init__(
+        self,
+        payload: bytes,
+        message: Message | None = None,
+        *,
+        arrived: float | None = None,
+        body: BodyFile | None = None,
+    ) -> None:
         self.payload = payload
+        self.body = body
         self.sequence = next(_sequence)
         self._message = message
         self._junk = False  # the payload was found not to decode
         #: consumers that said undeliverable-here (by identity).
         self.excluded: set[int] | None = None
-        #: the size counted in the memory limit: the payload and the bookkeeping that holds it.
+        #: the size counted in the memory limit: the payload (in memory) and the bookkeeping that holds it.
         self.size = len(payload) + ENTRY_OVERHEAD
         #: its id in the store (0: not stored).
         self.stored = 0
@@ -109,6 +122,7 @@ class Entry:
         """A copy for another queue (a topic's subscriptions): the same bytes and expiry, a place of its own."""
         entry = Entry.__new__(Entry)
         entry.payload = self.payload
+        entry.body = self.body  # one file for every copy: it goes with the last of them
         entry.sequence = next(_sequence)
         entry._message = self._message
         entry._junk = self._junk

@@ -37,13 +37,21 @@ from ..codec.performatives import Error
 from ..io.websocket import require_wsproto, server_handshake
 from ..protocol.sasl_scram import InMemoryCredentialStore
 from ..types import symbol
+from ._bodies import BodyFile, BodySpool
 from ._connection import ServerConnection
 from ._deadletter import DeadLetters
 from ._flow import Flow
 from ._nodes import Consumer, Entry, Queue, Topic
 from ._store import Store
 
-__all__ = ["DEFAULT_EXPIRY_INTERVAL", "DEFAULT_MAX_MEMORY", "TOPIC_PREFIX", "Broker", "ListenError"]
+__all__ = [
+    "DEFAULT_EXPIRY_INTERVAL",
+    "DEFAULT_LARGE_MESSAGE_SIZE",
+    "DEFAULT_MAX_MEMORY",
+    "TOPIC_PREFIX",
+    "Broker",
+    "ListenError",
+]
 
 log = logging.getLogger("amqp_async.broker")
 
@@ -55,6 +63,8 @@ WEBSOCKET_HANDSHAKE_TIMEOUT = 30.0
 DEFAULT_MAX_MEMORY = 256 << 20
 #: Seconds between two sweeps of expired messages out of the queues.
 DEFAULT_EXPIRY_INTERVAL = 1.0
+#: With a data directory, messages larger than this are kept on disk as they arrive (``large_message_size``).
+DEFAULT_LARGE_MESSAGE_SIZE = 1 << 20
 
 
 def _error(condition: str, description: str) -> Error:
@@ -89,8 +99,14 @@ class Broker:
             :data:`DEFAULT_MAX_MEMORY`; None: no limit.
         when_full: ``"block"`` (withhold credit, the default) or ``"reject"``: what a full queue does to producers.
         data_dir: keep queues, durable subscriptions and durable messages in this directory (SQLite), across
-            restarts; a durable message is accepted once it is stored. None: in memory only.
-        max_message_size: the largest message accepted (announced in attach; larger ones are rejected).
+            restarts; a durable message is accepted once it is stored. Messages larger than ``large_message_size``
+            are kept in files there (``bodies/``) as they arrive, only their leading sections in memory, and are
+            streamed from there to consumers. None: in memory only (a message larger than what ``max_memory``
+            leaves is then refused with ``amqp:resource-limit-exceeded``).
+        large_message_size: with ``data_dir``, the size past which a message is kept on disk rather than in
+            memory (default :data:`DEFAULT_LARGE_MESSAGE_SIZE`).
+        max_message_size: the largest message accepted (announced in attach, §2.7.3; a larger one detaches its
+            link with ``amqp:link:message-size-exceeded``, the limit named).
         dead_letter_queue: where messages given up go, annotated with why (rejected, expired, at the delivery
             limit, refused by a full queue; see :mod:`amqp_async.broker._deadletter`); None: they are dropped.
         delivery_limit: give a message up after this many failed deliveries (its header's delivery-count: modified
@@ -126,6 +142,7 @@ class Broker:
         data_dir: str | Path | None = None,
         delivery_limit: int | None = None,
         expiry_interval: float = DEFAULT_EXPIRY_INTERVAL,
+        large_message_size: int = DEFAULT_LARGE_MESSAGE_SIZE,
     ) -> None:
         if when_full not in ("block", "reject"):
             raise ValueError(f"when_full must be 'block' or 'reject', not {when_full!r}")
@@ -135,6 +152,8 @@ class Broker:
             raise ValueError(f"delivery_limit must be above 0 (None: no limit), not {delivery_limit!r}")
         if not expiry_interval > 0:
             raise ValueError(f"expiry_interval must be above 0 seconds, not {expiry_interval!r}")
+        if large_message_size < 1:
+            raise ValueError(f"large_message_size must be at least 1 byte, not {large_message_size!r}")
         self.host = host
         self.port = port
         self.users = users
@@ -154,6 +173,9 @@ class Broker:
         self.ws_path = ws_path
         self.max_memory = max_memory
         self.data_dir = data_dir
+        self.large_message_size = large_message_size
+        #: where large messages are written as they arrive (with a data directory; see :mod:`._bodies`).
+        self.spool: BodySpool | None = None
         self.flow = Flow(max_memory, block_full_queues=when_full == "block")
         #: the durable store (opened by :meth:`serve` when there is a ``data_dir``).
         self.storage: Store | None = None
@@ -207,7 +229,9 @@ class Broker:
         """Open the store and load what it kept: queues, durable subscriptions, their messages."""
         assert self.data_dir is not None
         store = self.storage = Store(self.data_dir)
+        self.spool = BodySpool(store.bodies)
         loaded = 0
+        known: set[str] = set()
         for stored in store.load():
             if stored.topic is not None and stored.subscription is not None:
                 queue = self.topic(stored.topic).subscription(
@@ -215,12 +239,25 @@ class Broker:
                 )
             else:
                 queue = self.queue(stored.name)
-            for identifier, payload, expires in stored.messages:
-                entry = Entry(payload)
+            for identifier, payload, expires, body_name, body_at in stored.messages:
+                body = None
+                if body_name is not None:
+                    path = store.bodies / body_name
+                    try:
+                        size = path.stat().st_size
+                    except OSError as exc:
+                        log.warning("store: message %d's file %s is missing (%s): not loaded", identifier, path, exc)
+                        continue
+                    body = BodyFile(path, size, body_at or 0, kept=True)
+                    known.add(body_name)
+                entry = Entry(payload, body=body)
                 entry.stored = identifier
                 entry.expires = expires  # computed at its arrival: a restart neither extends nor forgets it
                 queue.load(entry)
                 loaded += 1
+        removed = self.spool.remove_unknown(known)
+        if removed:
+            log.info("store %s: %d large-message files of messages not kept removed", store.path, removed)
         log.info("store %s: %d queues, %d messages loaded", store.path, len(self.queues), loaded)
         return store
 

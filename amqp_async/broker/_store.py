@@ -16,8 +16,11 @@ Removals are not waited for: a message whose settlement was not committed yet wh
 again after the restart (at-least-once). A message inserted and removed before its batch was written is never
 written at all.
 
-The layout: ``queues(name, topic, subscription)`` and ``messages(id, queue, payload, expires)``; a queue's
-messages load in ``id`` order, which is their arrival order. ``expires`` is when the message expires (seconds
+The layout: ``queues(name, topic, subscription)`` and ``messages(id, queue, payload, expires, body, body_at)``; a
+queue's messages load in ``id`` order, which is their arrival order. A large message kept on disk (:mod:`._bodies`)
+has its leading sections as ``payload``, its file's name as ``body`` and where its body starts in the file as
+``body_at`` (both NULL for the others): the file is synced before the row is committed, and removed once the row's
+removal is. ``expires`` is when the message expires (seconds
 since the epoch; NULL: never), computed once at its arrival (§3.2.1: a ttl counts from the arrival at the
 intermediary), so that a restart neither extends nor forgets it. A store written before ``expires`` existed gets
 the column when it is opened, each message's expiry computed from its bytes then.
@@ -26,6 +29,7 @@ the column when it is opened, each message's expiry computed from its bytes then
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -36,6 +40,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from ._bodies import BODIES, remove_file
 from ._sections import expiry
 
 if TYPE_CHECKING:
@@ -48,7 +53,7 @@ log = logging.getLogger("amqp_async.broker")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, topic TEXT, subscription TEXT);
 CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY, queue TEXT NOT NULL, payload BLOB NOT NULL, expires REAL
+    id INTEGER PRIMARY KEY, queue TEXT NOT NULL, payload BLOB NOT NULL, expires REAL, body TEXT, body_at INTEGER
 );
 """
 
@@ -88,6 +93,32 @@ def _add_expiry(db: sqlite3.Connection) -> None:
     log.info("store: expiry column added (%d of %d messages expire)", len(updates), len(rows))
 
 
+def _add_body(db: sqlite3.Connection) -> None:
+    """Give a store written before large messages were kept on disk its ``body`` and ``body_at`` columns (NULL:
+    the message is in the row)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+    if "body" not in columns:
+        db.execute("ALTER TABLE messages ADD COLUMN body TEXT")
+        db.execute("ALTER TABLE messages ADD COLUMN body_at INTEGER")
+
+
+def _row(queue: str, entry: Entry) -> tuple[str, bytes, float | None, str | None, int | None]:
+    """A message's row (without its id)."""
+    body = entry.body
+    if body is None:
+        return queue, entry.payload, entry.expires, None, None
+    return queue, entry.payload, entry.expires, body.name, body.body_offset
+
+
+def _sync(path: Path) -> None:
+    """Make a body file's bytes durable before the row that names it is committed."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 def _boolean(payload: bytes, offset: int) -> bool:
     code = payload[offset]
     return code == _TRUE or (code == _BOOLEAN and len(payload) > offset + 1 and payload[offset + 1] == 1)
@@ -102,19 +133,21 @@ class StoredQueue:
         self.name = name
         self.topic = topic
         self.subscription = subscription
-        #: (id, payload, expires) in arrival order.
-        self.messages: list[tuple[int, bytes, float | None]] = []
+        #: (id, payload, expires, body file name or None, where the body starts in it) in arrival order.
+        self.messages: list[tuple[int, bytes, float | None, str | None, int | None]] = []
 
 
 class _Batch:
     """The operations of one SQLite transaction, and what waits for its commit."""
 
-    __slots__ = ("callbacks", "committed", "deletes", "fresh", "queues", "writes")
+    __slots__ = ("callbacks", "committed", "deletes", "fresh", "queues", "removals", "writes")
 
     def __init__(self) -> None:
         self.queues: list[tuple[str, str | None, str | None]] = []
-        #: id -> (queue, payload, expires): rows to insert or replace.
-        self.writes: dict[int, tuple[str, bytes, float | None]] = {}
+        #: id -> (queue, payload, expires, body file name, where its body starts): rows to insert or replace.
+        self.writes: dict[int, tuple[str, bytes, float | None, str | None, int | None]] = {}
+        #: body files to remove once the removal of their rows is committed.
+        self.removals: list[str] = []
         #: ids first inserted by this batch (a removal then cancels the insert: nothing to write).
         self.fresh: set[int] = set()
         self.deletes: list[int] = []
@@ -146,6 +179,9 @@ class Store:
         db.execute(f"PRAGMA synchronous={synchronous}")
         db.executescript(_SCHEMA)
         _add_expiry(db)
+        _add_body(db)
+        #: where large messages are kept (:mod:`._bodies`).
+        self.bodies = self.directory / BODIES
         self._next_id: int = 1 + db.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
         self._db: sqlite3.Connection | None = db
         self._batch = _Batch()
@@ -165,14 +201,14 @@ class Store:
             queues[name] = StoredQueue(name, topic, subscription)
             self._known_queues.add(name)
         orphans = 0
-        for identifier, queue, payload, expires in db.execute(
-            "SELECT id, queue, payload, expires FROM messages ORDER BY id"
+        for identifier, queue, payload, expires, body, body_at in db.execute(
+            "SELECT id, queue, payload, expires, body, body_at FROM messages ORDER BY id"
         ):
             stored = queues.get(queue)
             if stored is None:
                 orphans += 1  # cannot happen through the broker (queues are written before their messages)
                 continue
-            stored.messages.append((identifier, bytes(payload), expires))
+            stored.messages.append((identifier, bytes(payload), expires, body, body_at))
         if orphans:
             log.warning("store %s: %d messages of unknown queues ignored", self.path, orphans)
         return list(queues.values())
@@ -192,14 +228,17 @@ class Store:
         identifier = self._next_id
         self._next_id = identifier + 1
         entry.stored = identifier
+        body = entry.body
+        if body is not None:
+            body.keep()  # the store owns the file now: removed with the row
         batch = self._batch
-        batch.writes[identifier] = (queue, entry.payload, entry.expires)
+        batch.writes[identifier] = _row(queue, entry)
         batch.fresh.add(identifier)
         self._wake_writer()
 
     def update(self, entry: Entry, queue: str) -> None:
         """A kept message changed (annotations, delivery-count): write its new bytes."""
-        self._batch.writes[entry.stored] = (queue, entry.payload, entry.expires)
+        self._batch.writes[entry.stored] = _row(queue, entry)
         self._wake_writer()
 
     def delete(self, entry: Entry) -> None:
@@ -207,12 +246,17 @@ class Store:
         identifier = entry.stored
         entry.stored = 0
         batch = self._batch
+        body = entry.body
         if identifier in batch.fresh:
             batch.fresh.discard(identifier)  # never written: nothing to remove
             del batch.writes[identifier]
+            if body is not None:
+                remove_file(body.path)  # a reader that opened it keeps it until it closes it
             return
         batch.writes.pop(identifier, None)
         batch.deletes.append(identifier)
+        if body is not None:
+            batch.removals.append(body.path)
         self._wake_writer()
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -255,13 +299,17 @@ class Store:
         db = self._db
         if db is None:
             return  # closed (the broker stopped): what came after is not kept
+        for row in batch.writes.values():
+            if row[3] is not None:
+                _sync(self.bodies / row[3])  # the file a row names is on disk before the row is
         db.execute("BEGIN")
         try:
             if batch.queues:
                 db.executemany("INSERT OR IGNORE INTO queues VALUES (?, ?, ?)", batch.queues)
             if batch.writes:
                 db.executemany(
-                    "INSERT OR REPLACE INTO messages (id, queue, payload, expires) VALUES (?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO messages (id, queue, payload, expires, body, body_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
                     [(identifier, *row) for identifier, row in batch.writes.items()],
                 )
             if batch.deletes:
@@ -272,6 +320,8 @@ class Store:
         db.execute("COMMIT")
         batch.committed = True
         self.commits += 1
+        for path in batch.removals:
+            remove_file(path)
 
     def flush(self) -> None:
         """Write the pending operations now, on this thread (at a clean stop; their callbacks are dropped)."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 
+from ..codec.conditions import LINK_MESSAGE_SIZE_EXCEEDED
 from ..errors import (
+    AMQPError,
     AuthenticationError,
     ConnectionError,
     DeliveryError,
@@ -32,7 +34,8 @@ class ExitCode(enum.IntEnum):
     AUTHENTICATION = 4
     #: fewer messages came than ``--count`` asked for within ``--timeout``, or a send did not complete in time.
     TIMEOUT = 5
-    #: a message was rejected, released or modified by the peer, or its outcome is in doubt.
+    #: a message was rejected, released or modified by the peer, or its outcome is in doubt, or it is larger than
+    #: the peer takes (``amqp:link:message-size-exceeded``).
     NOT_ACCEPTED = 6
     #: the peer refused or ended a link or session (an unknown address, a forbidden one, a bad selector).
     LINK = 7
@@ -61,7 +64,10 @@ def exit_code_for(error: BaseException) -> ExitCode:
         return ExitCode.AUTHENTICATION
     if isinstance(error, ConnectionError):
         return ExitCode.CONNECTION
-    if isinstance(error, DeliveryError):
+    if isinstance(error, DeliveryError) or (
+        isinstance(error, AMQPError) and error.condition == LINK_MESSAGE_SIZE_EXCEEDED
+    ):
+        # larger than the peer takes (§2.7.3): refused before it was sent, or its link detached for it
         return ExitCode.NOT_ACCEPTED
     if isinstance(error, (LinkError, SessionError)):
         return ExitCode.LINK

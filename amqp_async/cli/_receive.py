@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ from ..client import Delivery, Receiver, connect
 from ..message import Message
 from ._connect import connect_arguments, connection_options, split_connection_options
 from ._exit import CommandFailed, ExitCode
+from ._files import receive_files
 from ._progress import RunProgress
 from ._run import body_size, run_command
 from ._values import message_to_json, to_json
@@ -157,6 +159,13 @@ def _receive_options(function: Any) -> Any:
     show_default=True,
     help="at-most-once: the sender settles first, a message lost in transit is gone.",
 )
+@click.option(
+    "--output-dir",
+    "-d",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="write each message's body to a file of its own in DIR, streamed as it arrives (named by its 'filename' "
+    "property, else its id, else message-N; stdout lists the files).",
+)
 def receive(
     address: str,
     selector: str | None,
@@ -168,6 +177,7 @@ def receive(
     browse: bool,
     settle: str,
     delivery: str,
+    output_dir: Path | None,
     **connection: Any,
 ) -> None:
     """Receive messages from ADDRESS and print them on stdout (progress and summary on stderr).
@@ -177,7 +187,31 @@ def receive(
     \b
     amqp-async receive orders --count 10 --timeout 5 --output json
     amqp-async receive orders --timeout 1 --selector "priority > 3"
+    amqp-async receive artifacts --output-dir downloads --count 2
     """
+    if output_dir is not None:
+        link_options: dict[str, Any] = {"delivery": delivery}
+        if selector is not None:
+            link_options["selector"] = selector
+        if browse:
+            link_options["distribution_mode"] = "copy"
+        url, options = connect_arguments(split_connection_options(connection))
+        run_command(
+            functools.partial(
+                receive_files,
+                url,
+                options,
+                address,
+                output_dir,
+                count=count,
+                timeout=timeout,
+                link_options=link_options,
+                settle=settle,
+                output=output,
+                quiet=quiet,
+            )
+        )
+        return
     plan = ReceivePlan(
         address=address,
         count=count,

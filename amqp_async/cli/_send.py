@@ -1,4 +1,5 @@
-"""``amqp-async send``: send messages to an address, with a window of unsettled messages and an optional rate."""
+"""``amqp-async send``: send messages to an address, with a window of unsettled messages and an optional rate; or
+files, each streamed as one message (``--file``, :mod:`._files`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..message import Message
 from ._bodies import FORMATS, InputError, MessageTemplate, message_stream, parse_property
 from ._connect import connect_arguments, connection_options, split_connection_options
 from ._exit import CommandFailed, ExitCode
+from ._files import send_files
 from ._progress import RunProgress
 from ._run import body_size, run_command
 
@@ -118,6 +120,15 @@ async def _send_all(
     "--count", "-c", type=click.IntRange(min=0), help="messages to send in all; bodies repeat in order when fewer."
 )
 @click.option("--size", type=click.IntRange(min=0), help="send bodies of SIZE bytes (binary) instead.")
+@click.option(
+    "--file",
+    "-f",
+    "files",
+    multiple=True,
+    type=click.Path(dir_okay=False, allow_dash=True),
+    help="send the file as one message, streamed as it is read (repeatable; '-': stdin); its name goes in the "
+    "application property 'filename'.",
+)
 @click.option("--binary", is_flag=True, help="send text bodies as binary (a data section).")
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="at most this many messages per second.")
 @click.option(
@@ -150,6 +161,7 @@ def send(
     fmt: str,
     count: int | None,
     size: int | None,
+    files: tuple[str, ...],
     binary: bool,
     rate: float | None,
     delivery: str,
@@ -172,9 +184,12 @@ def send(
     amqp-async send -u amqp://localhost orders '{"id": 1}' --format json
     seq 1000 | amqp-async send orders -i - --rate 100
     amqp-async send orders --count 100000 --size 1024 --delivery at-most-once
+    amqp-async send artifacts --file model.bin --file weights.bin
     """
     if bodies and input_file is not None:
         raise click.UsageError("give BODIES or --input, not both")
+    if files and (bodies or input_file is not None or count is not None or size is not None or rate is not None):
+        raise click.UsageError("--file sends files: give no BODIES, --input, --count, --size or --rate with it")
     try:
         application_properties = dict(parse_property(text) for text in properties)
     except ValueError as exc:
@@ -191,6 +206,21 @@ def send(
         properties=application_properties,
     )
     url, options = connect_arguments(split_connection_options(connection))
+    if files:
+        run_command(
+            functools.partial(
+                send_files,
+                url,
+                options,
+                address,
+                files,
+                template,
+                delivery=delivery,
+                timeout=timeout,
+                quiet=quiet,
+            )
+        )
+        return
     items = message_stream(bodies, input_file, fmt=fmt, count=count, size=size, template=template)
     total = count if count is not None else (len(bodies) if bodies else (None if input_file is not None else 1))
     run_command(

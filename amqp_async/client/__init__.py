@@ -17,6 +17,9 @@ from ._links import Receiver, Sender, SendManyError, selector
 from ._opening import Opening
 from ._session import Session
 from ._state import ConnectionState, StateChange
+from ._stream_delivery import StreamDelivery
+from ._stream_receiver import StreamReceiver
+from ._stream_sender import MessageStream, StreamSender
 from ._tracker import Tracker
 from ._transaction import Transaction, TransactionState
 
@@ -29,6 +32,7 @@ __all__ = [
     "DeliveryMode",
     "DistributionMode",
     "ExpiryPolicy",
+    "MessageStream",
     "OnError",
     "Opening",
     "Outcome",
@@ -38,6 +42,9 @@ __all__ = [
     "Sender",
     "Session",
     "StateChange",
+    "StreamDelivery",
+    "StreamReceiver",
+    "StreamSender",
     "Tracker",
     "Transaction",
     "TransactionState",

@@ -60,6 +60,8 @@ from ._opener import LinkOpener
 from ._opening import Opening
 from ._session import Session
 from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher, log_change
+from ._stream_receiver import StreamReceiver, window_frames
+from ._stream_sender import StreamSender
 from ._threadsafe import LoopHandle
 from ._trace import FrameTracer
 from ._transport import ATTEMPT_ERRORS, attempt_failure, open_stream, where
@@ -723,6 +725,21 @@ class Connection(LinkOpener):
 
     async def _attach_receiver(self, options: ReceiverOptions) -> Receiver:
         return await (await self._session())._attach_receiver(options)
+
+    async def _attach_stream_sender(self, options: SenderOptions, buffer_size: int) -> StreamSender[Any]:
+        return await (await self._session())._attach_stream_sender(options, buffer_size)
+
+    async def _attach_stream_receiver(self, options: ReceiverOptions, buffer_size: int) -> StreamReceiver:
+        # A session of its own, whose incoming window is the receiver's buffer (§2.5.6): its unread frames hold the
+        # peer back without holding back the other links of the connection.
+        window = window_frames(buffer_size, self.engine.max_frame_size)
+        session = await self._begin_session({"incoming_window": window})
+        try:
+            return await session._attach_stream_receiver(options, buffer_size, owns_session=True)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await session.close()
+            raise
 
     def transaction(self) -> Transaction:
         """A local transaction (§4) on this connection, declared when it is awaited or entered.

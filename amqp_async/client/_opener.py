@@ -29,6 +29,13 @@ from ._opening import Opening
 
 if TYPE_CHECKING:
     from ._links import Receiver, Sender
+    from ._stream_receiver import StreamReceiver
+    from ._stream_sender import StreamSender
+
+#: The bytes of transfer frames a stream sender lets wait for the peer's window (see StreamSender).
+DEFAULT_STREAM_SEND_BUFFER = 1 << 20
+#: The bytes of frames a stream receiver's own session lets the peer send ahead of the reader.
+DEFAULT_STREAM_RECEIVE_BUFFER = 1 << 20
 
 __all__ = ["LinkOpener"]
 
@@ -40,7 +47,7 @@ class LinkOpener:
         # Each subclass gets its own function objects, named after it: Python's TypeError for a misspelt keyword
         # names the function's __qualname__, and the user called Connection.open_receiver, not LinkOpener's.
         super().__init_subclass__(**kwargs)
-        for name in ("open_sender", "open_receiver"):
+        for name in ("open_sender", "open_receiver", "open_stream_sender", "open_stream_receiver"):
             if name in cls.__dict__:
                 continue  # the subclass defines its own
             shared = LinkOpener.__dict__[name]
@@ -57,6 +64,10 @@ class LinkOpener:
         async def _attach_sender(self, options: SenderOptions) -> Sender[Any]: ...
 
         async def _attach_receiver(self, options: ReceiverOptions) -> Receiver: ...
+
+        async def _attach_stream_sender(self, options: SenderOptions, buffer_size: int) -> StreamSender[Any]: ...
+
+        async def _attach_stream_receiver(self, options: ReceiverOptions, buffer_size: int) -> StreamReceiver: ...
 
     @overload
     def open_sender(
@@ -275,3 +286,158 @@ class LinkOpener:
             target=target,
         )
         return Opening(self._attach_receiver(options))
+
+    # --- streams: messages of any size, in bounded memory ------------------------------------------------
+
+    @overload
+    def open_stream_sender(
+        self,
+        target: str | None,
+        *,
+        buffer_size: int = DEFAULT_STREAM_SEND_BUFFER,
+        name: str | None = None,
+        delivery: Literal["at-most-once"],
+        source: str | Source | None = None,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+    ) -> Opening[StreamSender[None]]: ...
+
+    @overload
+    def open_stream_sender(
+        self,
+        target: str | None,
+        *,
+        buffer_size: int = DEFAULT_STREAM_SEND_BUFFER,
+        name: str | None = None,
+        delivery: Literal["at-least-once", "exactly-once"] = "at-least-once",
+        source: str | Source | None = None,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+    ) -> Opening[StreamSender[Accepted]]: ...
+
+    def open_stream_sender(
+        self,
+        target: str | None,
+        *,
+        buffer_size: int = DEFAULT_STREAM_SEND_BUFFER,
+        name: str | None = None,
+        delivery: DeliveryMode = "at-least-once",
+        source: str | Source | None = None,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+    ) -> Opening[StreamSender[Any]]:
+        """Attach a sender of messages whose body is streamed (:class:`~amqp_async.StreamSender`): each message
+        is one delivery whose body is read, while it is sent, from an async iterable, an iterable or a file object,
+        its size unknown beforehand and never held whole (``await sender.send_stream(file, Message(...))``).
+
+        Returns an :class:`Opening`, as :meth:`open_sender` does; the options are those of :meth:`open_sender`,
+        plus:
+
+        Args:
+            buffer_size: the bytes of transfer frames a message lets wait for the peer's session window before its
+                writes wait (default 1 MiB): with the connection's output bound, what the sender holds of a message.
+
+        Raises:
+            ValueError, TypeError: an option out of its range or of the wrong type (at the call).
+            LinkError, SessionError, ConnectionError: (when awaited) as :meth:`open_sender`.
+        """
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be at least 1 byte, got {buffer_size!r}")
+        options = sender_options(
+            target,
+            name=name,
+            delivery=delivery,
+            source=source,
+            durable=durable,
+            expiry_policy=expiry_policy,
+            timeout=timeout,
+            capabilities=capabilities,
+            properties=properties,
+            offered_capabilities=offered_capabilities,
+            desired_capabilities=desired_capabilities,
+            max_message_size=max_message_size,
+        )
+        return Opening(self._attach_stream_sender(options, buffer_size))
+
+    def open_stream_receiver(
+        self,
+        source: str | None,
+        *,
+        buffer_size: int = DEFAULT_STREAM_RECEIVE_BUFFER,
+        credit: int = 1,
+        name: str | None = None,
+        delivery: DeliveryMode = "at-least-once",
+        on_error: OnError = "modify",
+        dynamic: bool = False,
+        durable: bool | Literal[0, 1, 2] | None = None,
+        expiry_policy: ExpiryPolicy | None = None,
+        timeout: int | None = None,
+        distribution_mode: DistributionMode | None = None,
+        filter: Mapping[str, object] | None = None,  # noqa: A002 - the source's field (§3.5.3)
+        selector: str | None = None,
+        capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        max_message_size: int | None = None,
+    ) -> Opening[StreamReceiver]:
+        """Attach a receiver of messages read as they arrive (:class:`~amqp_async.StreamReceiver`): each delivery
+        is handed over at its first transfer frame, and its body read with ``delivery.body_chunks()`` while the
+        rest comes, the frames not read yet bounded by the session's window (§2.5.6), whatever the message's size.
+
+        On a connection the receiver gets a session of its own (ended with it) whose incoming window holds
+        ``buffer_size`` bytes of frames; on a session it uses that session, whose ``incoming_window`` times the
+        max-frame-size is then the bound (``buffer_size`` does not apply).
+
+        Returns an :class:`Opening`, as :meth:`open_receiver` does; the options are those of :meth:`open_receiver`,
+        plus:
+
+        Args:
+            buffer_size: the bytes of frames the peer may send ahead of the reader (default 1 MiB; at least two
+                frames).
+            credit: messages whose first frame may come ahead of the reader (default 1).
+
+        Raises:
+            ValueError, TypeError: an option out of its range or of the wrong type (at the call).
+            LinkError, SessionError, ConnectionError: (when awaited) as :meth:`open_receiver`.
+        """
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be at least 1 byte, got {buffer_size!r}")
+        options = receiver_options(
+            source,
+            credit=credit,
+            name=name,
+            delivery=delivery,
+            on_error=on_error,
+            dynamic=dynamic,
+            durable=durable,
+            expiry_policy=expiry_policy,
+            timeout=timeout,
+            distribution_mode=distribution_mode,
+            filter=filter,
+            selector=selector,
+            capabilities=capabilities,
+            properties=properties,
+            offered_capabilities=offered_capabilities,
+            desired_capabilities=desired_capabilities,
+            max_message_size=max_message_size,
+        )
+        return Opening(self._attach_stream_receiver(options, buffer_size))

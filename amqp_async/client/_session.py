@@ -16,6 +16,8 @@ from ._link_options import (
 )
 from ._links import Receiver, Sender
 from ._opener import LinkOpener
+from ._stream_receiver import StreamReceiver
+from ._stream_sender import StreamSender
 
 if TYPE_CHECKING:
     from ..protocol.session import Session as EngineSession
@@ -35,7 +37,7 @@ class Session(LinkOpener):
         self.connection = connection
         self._options = options
         self._engine_session: EngineSession | None = None
-        self._links: list[Sender | Receiver] = []
+        self._links: list[Sender | Receiver | StreamSender | StreamReceiver] = []
         self._error: AMQPError | None = None
         self._ended = False
         self._closing = False  # close() was called: our own end is no error
@@ -106,6 +108,22 @@ class Session(LinkOpener):
     async def _attach_receiver(self, options: ReceiverOptions) -> Receiver:
         self._check()
         receiver = Receiver(self, options)
+        self._links.append(receiver)
+        await receiver._attach()
+        return receiver
+
+    async def _attach_stream_sender(self, options: SenderOptions, buffer_size: int) -> StreamSender[Any]:
+        self._check()
+        sender: StreamSender[Any] = StreamSender(self, options, buffer_size)
+        self._links.append(sender)
+        await sender._attach()
+        return sender
+
+    async def _attach_stream_receiver(
+        self, options: ReceiverOptions, buffer_size: int, *, owns_session: bool = False
+    ) -> StreamReceiver:
+        self._check()
+        receiver = StreamReceiver(self, options, owns_session=owns_session)
         self._links.append(receiver)
         await receiver._attach()
         return receiver

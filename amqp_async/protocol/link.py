@@ -38,6 +38,7 @@ from .endpoint import Endpoint, EndpointState
 from .errors import LocalProtocolError, NoCreditError, RemoteProtocolError
 from .payload import Payload
 from .serial import MASK, serial_diff
+from .streaming import begin_stream, continue_stream, interrupt_stream
 
 if TYPE_CHECKING:
     from .session import Session
@@ -294,7 +295,15 @@ class SenderLink(Link):
         drain: the receiver asked us to use up or give back all credit (§2.6.7 ``drain``).
     """
 
-    __slots__ = ("_controller", "_next_tag", "_transfer_prefix", "available", "drain")
+    __slots__ = (
+        "_controller",
+        "_next_tag",
+        "_streamed_size",
+        "_streaming",
+        "_transfer_prefix",
+        "available",
+        "drain",
+    )
 
     role = SENDER
 
@@ -305,6 +314,9 @@ class SenderLink(Link):
         self._next_tag = 0
         self._transfer_prefix = b""
         self._controller = False  # a link to a transaction coordinator (§4.1)
+        #: the delivery being sent in parts (``send(..., more=True)``, then :meth:`send_more`), if any.
+        self._streaming: Delivery | None = None
+        self._streamed_size = 0  # the bytes of its parts so far (against the peer's max-message-size)
 
     @property
     def credit(self) -> int:
@@ -335,6 +347,10 @@ class SenderLink(Link):
         that fit the peer's max-frame-size; frames beyond the session's outgoing window wait in the session
         until the peer's flow opens it (they are bounded by the credit each one used).
 
+        With ``more=True`` the payload is only the first part of the message: the delivery stays open, and its
+        next parts follow with :meth:`send_more` (or it ends with :meth:`abort`); nothing else is sent on the
+        link until then (§2.6.14: the frames of one delivery are not interleaved with another's on a link).
+
         Args:
             payload: the encoded message (a :class:`~amqp_async.protocol.payload.Gathered` sends its parts
                 uncopied).
@@ -344,19 +360,23 @@ class SenderLink(Link):
             state: the delivery state its transfer frames carry (§2.7.5 ``state``): a
                 :class:`~amqp_async.codec.transactions.TransactionalState` sends it within a transaction (§4.4.1).
             more: ``payload`` is only the start of the message: the rest follows with :meth:`send_more` (its frames
-                are written as the parts come, ``more`` set until the last, §2.7.5).
+                are written as the parts come, ``more`` set until the last, §2.6.14).
 
         Returns:
             The delivery: unsettled deliveries stay tracked until the peer settles them.
 
         Raises:
             NoCreditError: the link has no credit (wait for a :class:`FlowReceived`).
-            LocalProtocolError: the link or session is not attached, or ``settled`` contradicts the settle mode.
+            LocalProtocolError: the link or session is not attached, ``settled`` contradicts the settle mode, a
+                delivery sent in parts is still open on the link, or the payload exceeds the peer's
+                max-message-size (``amqp:link:message-size-exceeded``).
         """
         if self.link_credit <= 0:
             raise NoCreditError(f"link {self.name!r} has no credit")
         if self.local_state is not EndpointState.ACTIVE or self.remote_state is not EndpointState.ACTIVE:
             raise LocalProtocolError(f"link {self.name!r} is not attached")
+        if self._streaming is not None:
+            raise LocalProtocolError(f"a delivery sent in parts is still open on link {self.name!r}")
         mode = self.snd_settle_mode
         if settled is None:
             settled = mode == SND_SETTLED
@@ -380,18 +400,12 @@ class SenderLink(Link):
         self.delivery_count = (self.delivery_count + 1) & MASK
         if self.available:
             self.available -= 1
-        return self.session._send_transfer(self, payload, tag, settled, message_format, state, more)
-
-    def send_more(self, delivery: Delivery, payload: Payload, *, more: bool = False) -> None:
-        """Add ``payload`` to a delivery started with ``send(..., more=True)``; ``more=False`` (the default) makes it
-        the last part. No credit is used: the delivery used one when it started.
-
-        Raises:
-            LocalProtocolError: the delivery is not one of this link's still being sent (or was aborted).
-        """
-        if delivery.link is not self:
-            raise LocalProtocolError("the delivery does not belong to this link")
-        self.session._send_more(self, delivery, payload, more)
+        if more:
+            delivery = self.session._send_transfer(self, payload, tag, settled, message_format, state, True)
+            self._streaming = delivery
+            self._streamed_size = len(payload)
+            return delivery
+        return self.session._send_transfer(self, payload, tag, settled, message_format, state)
 
     def set_state(self, delivery: Delivery, state: Any) -> None:
         """Tell the receiver our state for ``delivery`` without settling it (§2.7.6: a sender's disposition, e.g.
@@ -402,6 +416,59 @@ class SenderLink(Link):
             return
         delivery.state = state
         self.session._queue_disposition(SENDER, delivery, False, state)
+
+    @property
+    def streaming(self) -> Delivery | None:
+        """The delivery being sent in parts (its last part not given yet), or None."""
+        return self._streaming
+
+    def send_more(self, delivery: Delivery, payload: Payload, *, more: bool = False) -> None:
+        """Transfer the next part of a delivery started with ``send(..., more=True)`` (§2.6.14); ``more=False`` (the
+        default) makes it the last part, which completes the delivery. No credit is used: the delivery used one when
+        it started.
+
+        Raises:
+            LocalProtocolError: ``delivery`` is not the one open on this link, the link is not attached, or the
+                parts so far exceed the peer's max-message-size (``amqp:link:message-size-exceeded``; the delivery
+                stays open: abort it).
+        """
+        if delivery is not self._streaming or delivery.aborted:
+            raise LocalProtocolError(f"the delivery is not the one being sent in parts on link {self.name!r}")
+        if self.local_state is not EndpointState.ACTIVE or self.remote_state is not EndpointState.ACTIVE:
+            raise LocalProtocolError(f"link {self.name!r} is not attached")
+        size = self._streamed_size + len(payload)
+        remote_max = self.remote_attach.max_message_size  # type: ignore[union-attr]  # attached: checked above
+        if remote_max and size > remote_max:
+            # §2.7.3: the peer would detach the link for it; the caller aborts the delivery instead.
+            raise LocalProtocolError(
+                f"message of more than {size - len(payload)} bytes exceeds the peer's max-message-size {remote_max}",
+                condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
+            )
+        self._streamed_size = size
+        if not more:
+            self._streaming = None
+        self.session._send_more(self, delivery, payload, more)
+
+    def abort(self, delivery: Delivery) -> None:
+        """Abort a delivery not fully written yet (§2.6.14: its receiver discards it; it counts as settled): one
+        sent in parts whose last part was not given, or one whose frames still wait for the peer's window.
+
+        Raises:
+            LocalProtocolError: the delivery is fully written (too late to abort), or is not of this link.
+        """
+        if delivery.link is not self:
+            raise LocalProtocolError("the delivery does not belong to this link")
+        if delivery.aborted:
+            return
+        if delivery is self._streaming:
+            self._streaming = None
+        if not self._usable():
+            # Nothing more can be written for the link: the peer drops an incomplete delivery with it (§2.6.4).
+            self.session._streaming.pop(delivery, None)
+            delivery.aborted = True
+            delivery.settled = True
+            return
+        self.session.abort(delivery)
 
     def settle(self, delivery: Delivery, state: Any = None) -> None:
         """Settle a delivery we sent before the peer did (§2.6.12): the peer learns it in a disposition.
@@ -478,6 +545,7 @@ class ReceiverLink(Link):
         "drained_credit",
         "incoming",
         "overshoot_tolerance",
+        "streaming",
     )
 
     role = RECEIVER
@@ -495,6 +563,9 @@ class ReceiverLink(Link):
         #: deliveries beyond the credit granted that are accepted anyway (0: the spec's strict rule).
         self.overshoot_tolerance = 0
         self._overshoot = 0
+        #: hand each delivery over at its first frame, its payload read in parts as frames come (set before
+        #: the first transfer; see :mod:`.streaming`).
+        self.streaming = False
 
     @property
     def credit(self) -> int:
@@ -544,6 +615,19 @@ class ReceiverLink(Link):
         if settled:
             delivery.settled = True
         self.session._queue_disposition(RECEIVER, delivery, settled, state)
+
+    def detach(self, *, closed: bool = True, error: Error | None = None) -> None:
+        super().detach(closed=closed, error=error)
+        if self._current is not None and self.local_state is EndpointState.CLOSED:
+            self._drop_current()  # its remaining frames will not be taken (§2.6.4): it is incomplete for good
+
+    def _drop_current(self) -> None:
+        """The delivery under way is incomplete for good (the link or its session ended): forget it."""
+        current = self._current
+        self._current = None
+        self._current_parts = []
+        if current is not None and self.streaming:
+            interrupt_stream(self, current)  # type: ignore[arg-type]  # a streaming link's are StreamingDelivery
 
     def _flow_fields(self) -> tuple[int | None, int, int | None, bool]:
         # §2.7.4: a receiver's delivery-count is unset until it has the sender's attach (initial-delivery-count).
@@ -611,6 +695,8 @@ class ReceiverLink(Link):
                 if aborted:
                     current.payload = b""
                 return current
+            if self.streaming:
+                return begin_stream(self, current, payload)  # handed over now, its payload read as it comes
             self._current = current
             self._current_parts = [payload]
             self._current_size = len(payload)
@@ -622,6 +708,9 @@ class ReceiverLink(Link):
             )
         if count > 4 and fields[4] is True:
             current.remote_settled = True
+        if self.streaming:
+            continue_stream(self, current, payload, more, aborted)  # type: ignore[arg-type]  # begun as one
+            return None
         if aborted:
             self._current = None
             self._current_parts = []

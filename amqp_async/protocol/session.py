@@ -13,7 +13,10 @@ Replenish policy: our incoming window starts at ``incoming_window`` frames and i
 frame, whenever it falls to half of it or below (so that a window of 1 reopens after each frame). The peer may send
 up to the limit we last wrote in a begin or flow (next-incoming-id + incoming-window); a frame beyond it is a
 violation. The memory the window admits is bounded by link credit (complete deliveries) and max-message-size (a
-partial one), not by the window.
+partial one), not by the window; except on streaming links (:mod:`.streaming`), whose frames are handed over as
+they come: the frames the layer above holds unread (``held_frames``) are taken out of the window, which reopens
+only as far as they leave room (``incoming_window - held_frames``, again when that gains half a window), so that
+unread frames never pass the window (plus the frame being read).
 
 Dispositions (§2.7.6) and flows (§2.7.4) are queued and written when the connection's output is taken: runs of
 consecutive delivery ids with the same role, settlement and state share one disposition frame.
@@ -107,6 +110,9 @@ class Session(Endpoint):
         self.outgoing_window = _OUTGOING_WINDOW
         self.next_incoming_id = 0
         self._advertised_limit = incoming_window
+        #: transfer frames of streaming deliveries received and not yet read by the layer above (§2.5.6: they
+        #: keep their place in the incoming window until read; see :mod:`.streaming`).
+        self.held_frames = 0
         self.remote_incoming_window = 0
         self.remote_outgoing_window = 0
         self.handle_max = handle_max
@@ -384,7 +390,7 @@ class Session(Endpoint):
             and len(payload) + len(delivery.transfer_state) <= connection._max_transfer_payload
         ):
             # The common case: one frame, written at once from the link's template.
-            self._write_transfer(link, delivery, payload, False)
+            self._write_transfer(link, delivery, payload, more)
         else:
             if more:
                 self._streaming[delivery] = None
@@ -502,29 +508,45 @@ class Session(Endpoint):
         """Abort a delivery whose frames are not all written yet, or that is still being streamed (§2.6.14); a
         written one cannot be aborted."""
         streaming = self._streaming.pop(delivery, 0) is None
+        link = delivery.link
+        if isinstance(link, SenderLink) and link._streaming is delivery:  # aborted here, not by SenderLink.abort
+            link._streaming = None
         queue = self._outgoing_queue
-        for index, item in enumerate(queue):
-            if item[1] is delivery:
-                # The rest of the payload is dropped; one aborted transfer frame takes its place, in turn and within
-                # the peer's window like any frame. It is written even if no frame went out yet: the delivery used
-                # a credit and a delivery-count, which the receiver must see used too (§2.6.7).
-                item[2] = b""
-                item[3] = 0
-                item[4] = True
-                if index + 1 < len(queue):
-                    # Later parts of a streamed delivery go with it.
-                    self._outgoing_queue = queue = deque(
-                        other for other in queue if other is item or other[1] is not delivery
-                    )
-                break
+        items = [item for item in queue if item[1] is delivery] if queue else []
+        if items:
+            # The rest of the payload is dropped; one aborted transfer frame takes its place, in turn and within the
+            # peer's window like any frame. It is written even if no frame went out yet: the delivery used a credit
+            # and a delivery-count, which the receiver must see used too (§2.6.7).
+            kept = items[0]
+            for item in items[1:]:  # later parts of a streamed delivery go with it
+                queue.remove(item)
+                held = self._flows_after.pop(id(item), None)
+                if held is not None:  # a flow waiting for this item waits for the aborted frame instead
+                    self._flows_after[id(kept)] = held
+            kept[2] = b""
+            kept[3] = 0
+            kept[4] = True
+            kept[5] = True
+        elif streaming:
+            queue.append([link, delivery, b"", 0, True, True])
         else:
-            if not streaming:
-                raise LocalProtocolError("the delivery is fully written and cannot be aborted")
-            queue.append([delivery.link, delivery, b"", 0, True, True])
+            raise LocalProtocolError("the delivery is fully written and cannot be aborted")
         self._outgoing_unsettled.pop(delivery.delivery_id, None)
         delivery.aborted = True
         delivery.settled = True
         self._pump_outgoing()
+
+    def release_frames(self, count: int) -> None:
+        """``count`` held frames of streaming deliveries were read (or dropped) by the layer above: they leave the
+        incoming window's reckoning, which reopens, with a flow frame, once that gains half a window (§2.5.6)."""
+        held = self.held_frames - count
+        self.held_frames = held
+        if (
+            self.incoming_window <= (self.initial_incoming_window >> 1) - held
+            and self.local_state is EndpointState.ACTIVE
+        ):
+            self.incoming_window = self.initial_incoming_window - held
+            self._queue_session_flow()
 
     def _queue_link_flow(self, link: Link) -> None:
         self._flow_links[link] = None
@@ -700,8 +722,7 @@ class Session(Endpoint):
         link.remote_state = EndpointState.CLOSED
         link.remote_error = detach.error
         if isinstance(link, ReceiverLink) and link._current is not None:
-            link._current = None  # an incomplete delivery dies with the link
-            link._current_parts = []
+            link._drop_current()  # an incomplete delivery dies with the link
         peer_initiated = link.local_state is not EndpointState.CLOSED
         if not link.detach_reported:
             link.detach_reported = True
@@ -774,8 +795,8 @@ class Session(Endpoint):
         self.next_incoming_id = (self.next_incoming_id + 1) & MASK
         self.incoming_window -= 1
         self.remote_outgoing_window -= 1
-        if self.incoming_window <= self.initial_incoming_window >> 1:
-            self.incoming_window = self.initial_incoming_window
+        if self.incoming_window <= (self.initial_incoming_window >> 1) - self.held_frames:
+            self.incoming_window = self.initial_incoming_window - self.held_frames
             self._queue_session_flow()
         link = self._links_by_remote_handle.get(fields[0])
         if link is None:

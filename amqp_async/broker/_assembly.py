@@ -1,0 +1,185 @@
+"""A message arriving in parts on a producer's link (a streamed delivery, §2.6.14), put together as it comes.
+
+The broker's producer links are streaming links (:mod:`amqp_async.protocol.streaming`): a message of several
+frames is handed over at its first one, and each frame's payload is taken at once (so the client's window never
+waits on the broker). An :class:`Assembly` keeps the parts:
+
+- in memory, counted against the broker's memory limit as they come (``Flow.assembling``); a message that would
+  take the held messages past the limit is refused there (rejected with ``amqp:resource-limit-exceeded``, the limit
+  named, the rest of it dropped as it comes): without a data directory a message larger than what the limit leaves
+  cannot be taken, and waiting would not make room for it;
+- with a data directory, once larger than ``large_message_size``, in a file of its own (:mod:`._bodies`): only the
+  message's leading sections stay in memory, whatever its size.
+
+What the broker does with the message once complete (route it, refuse it) is the connection's; an assembly only
+says what came, or why it cannot be taken.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, BinaryIO
+
+from ..codec import conditions
+from ..codec.performatives import Error
+from ..codec.section_reader import SectionReader
+from ..errors import DecodeError
+from ..protocol.streaming import StreamingDelivery
+from ..types import symbol
+from ._bodies import BodyFile, BodySpool, remove_file
+
+if TYPE_CHECKING:
+    from ._flow import Flow
+
+__all__ = ["Assembly"]
+
+log = logging.getLogger("amqp_async.broker")
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
+class Assembly:
+    """One incoming message in parts.
+
+    Args:
+        delivery: the streamed delivery.
+        flow: the broker's memory accounting.
+        spool: where large messages go (None: no data directory, they stay in memory).
+        large_message_size: past this many bytes a message goes to the spool.
+
+    Attributes:
+        refusal: why the message is refused (set once; the rest of it is then dropped as it comes).
+        size: the bytes received so far.
+    """
+
+    def __init__(
+        self, delivery: StreamingDelivery, flow: Flow, spool: BodySpool | None, large_message_size: int
+    ) -> None:
+        self.delivery = delivery
+        self._flow = flow
+        self._spool = spool
+        self._large = large_message_size
+        self._parts: list[bytes] = []
+        self._counted = 0  # bytes counted in flow.assembling
+        self._reader: SectionReader | None = None  # finds where the body starts (spooled messages)
+        self._head: bytes | None = None  # the leading sections of a spooled message, once its body started
+        self._file: BinaryIO | None = None
+        self._path: str | None = None
+        self.refusal: Error | None = None
+        self.size = 0
+
+    def take(self) -> bool:
+        """Take the parts that came; True once the message is complete (or aborted, or cut off)."""
+        delivery = self.delivery
+        chunks = delivery.take()
+        if self.refusal is None and chunks:
+            try:
+                self._add(chunks)
+            except (OSError, DecodeError) as exc:
+                self._refuse(self._failure(exc))
+        return delivery.complete
+
+    def _add(self, chunks: list[bytes]) -> None:
+        size = sum(len(chunk) for chunk in chunks)
+        self.size += size
+        if self._file is not None:
+            self._write(chunks)
+            return
+        self._parts.extend(chunks)
+        if self._spool is not None and self.size > self._large:
+            self._spill()
+            return
+        flow = self._flow
+        flow.assembling += size
+        self._counted += size
+        limit = flow.max_memory
+        if limit is not None and flow.held_bytes + flow.assembling > limit:
+            self._refuse(
+                Error(
+                    condition=symbol(conditions.RESOURCE_LIMIT_EXCEEDED),
+                    description=(
+                        f"message of more than {self.size} bytes does not fit the broker's memory limit of {limit} "
+                        f"bytes ({_mib(limit)}, {_mib(flow.held_bytes)} held now): run the broker with --data-dir to "
+                        "keep large messages on disk, or with a larger --max-memory"
+                    ),
+                )
+            )
+
+    def _spill(self) -> None:
+        """Past ``large_message_size`` with a data directory: the parts so far go to a file, and the rest after."""
+        assert self._spool is not None
+        self._path, self._file = self._spool.create()
+        self._reader = SectionReader()
+        parts = self._parts
+        self._parts = []
+        self._uncount()
+        self._write(parts)
+
+    def _write(self, chunks: list[bytes]) -> None:
+        file = self._file
+        assert file is not None
+        reader = self._reader
+        for chunk in chunks:
+            file.write(chunk)
+            if reader is not None:
+                reader.feed(chunk)  # until the body starts: where it does is all the broker needs
+                if reader.head is not None:
+                    self._head = reader.head
+                    self._reader = reader = None
+
+    def finish(self) -> tuple[bytes, BodyFile | None]:
+        """The complete message: its bytes (in memory), or its leading sections and its file (spooled).
+
+        Raises:
+            DecodeError: a spooled message whose leading sections could not be told apart from its body.
+        """
+        self._uncount()
+        if self._file is None:
+            parts = self._parts
+            self._parts = []
+            return (parts[0] if len(parts) == 1 else b"".join(parts)), None
+        file = self._file
+        self._file = None
+        file.close()
+        head = self._head
+        if head is None:  # no body section came: the message is its leading sections
+            assert self._reader is not None
+            self._reader.finish()
+            head = self._reader.head or b""
+        assert self._path is not None
+        return head, BodyFile(self._path, self.size, len(head))
+
+    def drop(self) -> None:
+        """The message will not be taken (refused, aborted, cut off): free what it holds."""
+        self._uncount()
+        self._parts = []
+        file = self._file
+        if file is not None:
+            self._file = None
+            file.close()
+            if self._path is not None:
+                remove_file(self._path)
+
+    def _refuse(self, error: Error) -> None:
+        self.refusal = error
+        self.delivery.discard()
+        self.drop()
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._flow.assembling -= self._counted
+            self._counted = 0
+
+    def _failure(self, exc: OSError | DecodeError) -> Error:
+        if isinstance(exc, DecodeError):
+            return Error(
+                condition=symbol(conditions.DECODE_ERROR),
+                description=f"a message kept on disk must be an AMQP message: {exc.description}",
+            )
+        log.error("cannot write a large message to the data directory: %s", exc)
+        return Error(
+            condition=symbol(conditions.RESOURCE_LIMIT_EXCEEDED),
+            description=f"the broker cannot keep the message on disk: {exc.strerror or exc}",
+        )

@@ -1,0 +1,223 @@
+"""Files as streamed messages: ``send --file PATH`` and ``receive --output-dir DIR``.
+
+Each file is one message whose body is the file's bytes, read and sent as it goes (never held whole: see
+:class:`~amqp_async.StreamSender`): a regular file in one data section (its size is known), standard input (``-``)
+in a data section per read. The message carries the file's name in the application property ``filename`` (unless
+``--property filename=...`` says otherwise) and the other attributes the options give.
+
+Each message received with ``--output-dir`` is written to a file of its own as its frames arrive (never held
+whole: see :class:`~amqp_async.StreamReceiver`), first as ``NAME.part``, renamed to ``NAME`` once complete and only
+then settled. ``NAME`` is the message's ``filename`` application property when it is a plain file name (no
+directory part), else its message id (characters other than letters, digits, ``.``, ``-`` and ``_`` replaced by
+``_``), else ``message-N`` (its number in the run); an existing file is never overwritten: ``-1``, ``-2``... is
+added before the extension. A message that fails midway (aborted by its sender, its link lost) leaves no file and
+is released.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import click
+
+from ..client import DeliveryMode, StreamDelivery, connect
+from ..message import Message
+from ._bodies import MessageTemplate
+from ._exit import CommandFailed, ExitCode
+from ._transfer_progress import TransferProgress
+from ._values import message_to_json
+
+__all__ = ["FILENAME_PROPERTY", "output_name", "receive_files", "send_files"]
+
+#: The application property that carries a sent file's name.
+FILENAME_PROPERTY = "filename"
+#: Bytes read from a file at a time (each a part of the message's one data section).
+READ_SIZE = 256 << 10
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _size_of(file: IO[bytes]) -> int | None:
+    """The bytes left to read in a regular file (None for a pipe, a terminal...)."""
+    try:
+        status = os.fstat(file.fileno())
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(status.st_mode):
+        return None
+    return max(status.st_size - file.tell(), 0)
+
+
+async def send_files(
+    url: str | None,
+    options: dict[str, Any],
+    address: str,
+    paths: tuple[str, ...],
+    template: MessageTemplate,
+    *,
+    delivery: str,
+    timeout: float | None,
+    quiet: bool,
+) -> None:
+    """Send each of ``paths`` (``-``: standard input) as one streamed message."""
+    total: int | None = 0
+    for path in paths:
+        try:
+            size = None if path == "-" else os.stat(path).st_size
+        except OSError as exc:
+            raise CommandFailed(ExitCode.USAGE, f"--file {path}: {exc.strerror or exc}") from None
+        total = None if total is None or size is None else total + size
+    with anyio.fail_after(timeout):
+        async with connect(url, **options) as connection:
+            sender = await connection.open_stream_sender(address, delivery=_mode(delivery))
+            with TransferProgress("sent", total, len(paths), quiet=quiet) as progress:
+                for path in paths:
+                    await _send_one(sender, path, template, progress)
+            if not quiet:
+                click.echo(progress.summary(), err=True)
+
+
+async def _send_one(sender: Any, path: str, template: MessageTemplate, progress: TransferProgress) -> None:
+    name = "stdin" if path == "-" else os.path.basename(path)
+    progress.naming(name)
+    message = template.apply(Message())
+    properties = dict(message.properties or {})
+    properties.setdefault(FILENAME_PROPERTY, name)
+    message.properties = properties
+    file: IO[bytes]
+    try:
+        file = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise CommandFailed(ExitCode.USAGE, f"--file {path}: {exc.strerror or exc}") from None
+    try:
+        size = _size_of(file)
+        async with sender.open_stream(message, body_size=size) as stream:
+            while True:
+                data = (
+                    file.read(READ_SIZE) if size is not None else await anyio.to_thread.run_sync(file.read, READ_SIZE)
+                )
+                if not data:
+                    break
+                await stream.write(data)
+                progress.advance(len(data))
+    finally:
+        if path != "-":
+            file.close()
+    progress.file_done()
+
+
+def _mode(delivery: str) -> DeliveryMode:
+    if delivery not in ("at-least-once", "at-most-once", "exactly-once"):
+        raise CommandFailed(ExitCode.USAGE, f"unknown delivery mode {delivery!r}")
+    return delivery  # type: ignore[return-value]  # checked above
+
+
+def output_name(message: Message, number: int, directory: Path) -> Path:
+    """Where a received message goes in ``directory`` (see the module's description): a name no file has yet."""
+    name = None
+    properties = message.properties or {}
+    given = properties.get(FILENAME_PROPERTY)
+    if isinstance(given, str):
+        base = os.path.basename(given.replace("\\", "/"))
+        if base == given and base not in ("", ".", "..") and "\0" not in base:
+            name = base
+    if name is None and message.id is not None:
+        name = _UNSAFE.sub("_", str(message.id)).strip(".") or None
+    if name is None:
+        name = f"message-{number}"
+    candidate = directory / name
+    stem, dot, extension = name.partition(".") if not name.startswith(".") else (name, "", "")
+    counter = 0
+    while candidate.exists() or candidate.with_name(candidate.name + ".part").exists():
+        counter += 1
+        candidate = directory / f"{stem}-{counter}{dot}{extension}"
+    return candidate
+
+
+async def receive_files(
+    url: str | None,
+    options: dict[str, Any],
+    address: str,
+    directory: Path,
+    *,
+    count: int | None,
+    timeout: float | None,
+    link_options: dict[str, Any],
+    settle: str,
+    output: str,
+    quiet: bool,
+) -> None:
+    """Receive messages from ``address`` into files of ``directory``, each streamed to disk as it arrives."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = sys.stdout
+    async with connect(url, **options) as connection:
+        receiver = await connection.open_stream_receiver(address, **link_options)
+        with TransferProgress("received", None, count, quiet=quiet) as progress:
+            while count is None or progress.files < count:
+                delivery = None
+                with anyio.move_on_after(timeout):
+                    delivery = await receiver.receive()
+                if delivery is None:
+                    if count is not None:
+                        raise CommandFailed(
+                            ExitCode.TIMEOUT,
+                            f"received {progress.files} of {count} messages: none came for {timeout} s",
+                        )
+                    break
+                message = await delivery.message()
+                path = output_name(message, progress.files + 1, directory)
+                progress.naming(path.name)
+                await _write(delivery, path, progress)
+                await _settle(delivery, settle)
+                progress.file_done()
+                if output == "json":
+                    out.write(_json_line(message, path) + "\n")
+                elif output == "text":
+                    out.write(f"{path}\n")
+                out.flush()
+        if not quiet:
+            click.echo(progress.summary(), err=True)
+
+
+async def _write(delivery: StreamDelivery, path: Path, progress: TransferProgress) -> None:
+    """Write the body to ``path`` as it arrives (via ``path.part``); on failure nothing is left and the message is
+    released."""
+    partial = path.with_name(path.name + ".part")
+    try:
+        with partial.open("xb") as file:
+            async for chunk in delivery.body_chunks():
+                file.write(chunk)
+                progress.advance(len(chunk))
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        if not delivery.settled:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                try:
+                    await delivery.release()
+                except Exception:  # the link is gone: the peer delivers it again anyway
+                    pass
+        raise
+
+
+async def _settle(delivery: StreamDelivery, settle: str) -> None:
+    if settle == "accept":
+        await delivery.accept()
+    elif settle == "release":
+        await delivery.release()
+    else:
+        await delivery.reject("amqp:internal-error", "rejected by amqp-async receive --settle reject")
+
+
+def _json_line(message: Message, path: Path) -> str:
+    import json
+
+    fields = message_to_json(message)
+    fields.pop("body", None)
+    fields["file"] = str(path)
+    return json.dumps(fields, ensure_ascii=False)

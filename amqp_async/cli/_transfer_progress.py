@@ -1,0 +1,138 @@
+"""Progress of files moving as streamed messages (``send --file``, ``receive --output-dir``): bytes and MB/s.
+
+A live bar on a terminal (rich's transfer columns), plain lines every few seconds otherwise (on stderr, as
+:mod:`._progress` does), such as::
+
+    sent: 512.0 MB/1.1 GB, 240.3 MB/s, 1/3 files, ETA 2 s
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from types import TracebackType
+from typing import IO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from ._progress import DEFAULT_INTERVAL, INTERVAL_ENV, human_bytes
+
+__all__ = ["TransferProgress"]
+
+
+class TransferProgress:
+    """Counts the bytes and files of a run and shows them, then gives a one-line summary.
+
+    Args:
+        verb: what is counted (``sent``, ``received``), the first word of every line.
+        total_bytes: the bytes expected (for the bar and the ETA), None when unknown.
+        total_files: the files expected, None when unknown.
+        quiet: show nothing while running.
+        stream: where to write (stderr).
+    """
+
+    def __init__(
+        self,
+        verb: str,
+        total_bytes: int | None = None,
+        total_files: int | None = None,
+        *,
+        quiet: bool = False,
+        stream: IO[str] | None = None,
+    ) -> None:
+        self.verb = verb
+        self.total_bytes = total_bytes
+        self.total_files = total_files
+        self.size = 0
+        self.files = 0
+        self._stream = stream if stream is not None else sys.stderr
+        console = Console(file=self._stream)
+        self._started = time.monotonic()
+        self._interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
+        self._next_line = self._started + self._interval
+        self._plain = not quiet and not console.is_terminal
+        self._live: Progress | None = None
+        if not quiet and console.is_terminal:
+            self._live = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+            )
+            self._task = self._live.add_task(verb, total=total_bytes)
+
+    def __enter__(self) -> TransferProgress:
+        if self._live is not None:
+            self._live.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the start."""
+        return time.monotonic() - self._started
+
+    def naming(self, name: str) -> None:
+        """The file now moving (shown on the live bar)."""
+        if self._live is not None:
+            self._live.update(self._task, description=f"{self.verb} {name}")
+
+    def advance(self, size: int) -> None:
+        """Count ``size`` more bytes."""
+        self.size += size
+        if self._live is not None:
+            self._live.update(self._task, advance=size)
+        elif self._plain:
+            now = time.monotonic()
+            if now >= self._next_line:
+                self._next_line = now + self._interval
+                print(self.line(), file=self._stream, flush=True)
+
+    def file_done(self) -> None:
+        """Count one more file done."""
+        self.files += 1
+
+    def rate(self) -> float:
+        """Bytes per second so far."""
+        elapsed = self.elapsed
+        return self.size / elapsed if elapsed > 0 else 0.0
+
+    def line(self) -> str:
+        """The progress so far, as one plain line."""
+        done = (
+            human_bytes(self.size)
+            if self.total_bytes is None
+            else f"{human_bytes(self.size)}/{human_bytes(self.total_bytes)}"
+        )
+        rate = self.rate()
+        files = f"{self.files:,}" if self.total_files is None else f"{self.files:,}/{self.total_files:,}"
+        text = f"{self.verb}: {done}, {human_bytes(rate)}/s, {files} files"
+        if self.total_bytes is not None and rate > 0:
+            text += f", ETA {max(0.0, (self.total_bytes - self.size) / rate):,.0f} s"
+        return text
+
+    def summary(self) -> str:
+        """The final line: ``sent 3 files (1.1 GB) in 4.52 s, 240.3 MB/s``."""
+        plural = "" if self.files == 1 else "s"
+        return (
+            f"{self.verb} {self.files:,} file{plural} ({human_bytes(self.size)}) in {self.elapsed:.2f} s, "
+            f"{human_bytes(self.rate())}/s"
+        )

@@ -1,0 +1,142 @@
+"""Where a streamed message's body comes from: an async iterable, an iterable, a file object (binary, sync or async)
+or bytes, read as chunks (:func:`body_chunks`)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import stat
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import IO, Any, Protocol, TypeAlias, runtime_checkable
+
+import anyio.to_thread
+
+__all__ = ["DEFAULT_CHUNK_SIZE", "BodySource", "body_chunks", "known_size"]
+
+#: How much a file object is asked for at a time (each read becomes one data section).
+DEFAULT_CHUNK_SIZE = 256 << 10
+
+Chunk: TypeAlias = bytes | bytearray | memoryview
+
+
+@runtime_checkable
+class AsyncReadable(Protocol):
+    """A binary file object whose ``read`` is a coroutine (``anyio.open_file``, aiofiles...)."""
+
+    def read(self, size: int = -1, /) -> Awaitable[bytes]: ...
+
+
+#: What ``send_stream`` takes as a body: chunks from an async iterable or an iterable, a binary file object (its
+#: ``read`` a function or a coroutine function), or bytes.
+BodySource: TypeAlias = AsyncIterable[Chunk] | Iterable[Chunk] | IO[bytes] | AsyncReadable | Chunk
+
+
+class _Reader:
+    """Chunks from a file object's ``read``: in a worker thread, except from a regular file (a read from disk never
+    waits on anyone: it is done on the loop, without the thread's cost)."""
+
+    def __init__(self, read: Callable[[int], Any], chunk_size: int, *, asynchronous: bool, regular: bool) -> None:
+        self._read = read
+        self._size = chunk_size
+        self._asynchronous = asynchronous
+        self._regular = regular
+
+    def __aiter__(self) -> _Reader:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        if self._asynchronous:
+            data = await self._read(self._size)
+        elif self._regular:
+            data = self._read(self._size)
+        else:
+            data = await anyio.to_thread.run_sync(self._read, self._size)
+        if not data:
+            raise StopAsyncIteration
+        if isinstance(data, str):
+            raise TypeError("the body's file object gave str: open it in binary mode ('rb')")
+        return data  # type: ignore[no-any-return]
+
+
+class _Sliced:
+    """Chunks of one bytes-like body."""
+
+    def __init__(self, data: Chunk, chunk_size: int) -> None:
+        self._view = memoryview(data).cast("B")
+        self._size = chunk_size
+        self._offset = 0
+
+    def __aiter__(self) -> _Sliced:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        offset = self._offset
+        if offset >= len(self._view):
+            raise StopAsyncIteration
+        self._offset = offset + self._size
+        return self._view[offset : offset + self._size]
+
+
+class _FromIterable:
+    """Chunks of a (synchronous) iterable."""
+
+    def __init__(self, iterator: Iterator[Chunk]) -> None:
+        self._iterator = iterator
+
+    def __aiter__(self) -> _FromIterable:
+        return self
+
+    async def __anext__(self) -> Chunk:
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+def _is_regular(file: Any) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def known_size(source: BodySource) -> int | None:
+    """The bytes a body source holds, when that is known before reading it: bytes, or a regular file read with a
+    plain ``read`` (from where it is read on); None for anything else."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return memoryview(source).nbytes
+    read = getattr(source, "read", None)
+    if callable(read) and not inspect.iscoroutinefunction(read) and _is_regular(source):
+        try:
+            file: Any = source
+            return max(os.fstat(file.fileno()).st_size - int(file.tell()), 0)
+        except (OSError, ValueError, AttributeError):
+            return None
+    return None
+
+
+def body_chunks(source: BodySource, chunk_size: int = DEFAULT_CHUNK_SIZE) -> AsyncIterator[Chunk]:
+    """The chunks of a body source, as an async iterator (each chunk becomes one data section).
+
+    Raises:
+        TypeError: ``source`` is none of the kinds a body comes from (a str is refused: encode it first).
+        ValueError: ``chunk_size`` below 1.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _Sliced(source, chunk_size)
+    if isinstance(source, str):
+        raise TypeError("a streamed body is bytes, not str: encode it (e.g. text.encode()), or send it whole")
+    read = getattr(source, "read", None)
+    if callable(read):
+        asynchronous = inspect.iscoroutinefunction(read)
+        return _Reader(read, chunk_size, asynchronous=asynchronous, regular=not asynchronous and _is_regular(source))
+    if isinstance(source, AsyncIterable):
+        return aiter(source)
+    if isinstance(source, Iterable):
+        return _FromIterable(iter(source))
+    raise TypeError(
+        "a streamed body comes from an async iterable or an iterable of bytes, a binary file object, or bytes; got "
+        f"{type(source).__name__}"
+    )

@@ -1,0 +1,356 @@
+"""A message received as it arrives: :class:`StreamDelivery`, handed over at its first transfer frame, its body
+read as an async iterator of chunks while its frames still come (§2.6.14)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
+
+from ..codec.section_reader import SectionReader
+from ..errors import ClosedByApplication, DeliveryAborted, LinkDetached
+from ..message import Message, MessageBodyError
+from ..protocol.streaming import StreamingDelivery
+from ._delivery import Delivery
+
+if TYPE_CHECKING:
+    from ..codec.transactions import TransactionalState
+    from ..protocol.delivery import Delivery as EngineDelivery
+    from ._link_options import Outcome
+    from ._stream_receiver import StreamReceiver
+    from ._transaction import Transaction
+
+__all__ = ["StreamDelivery"]
+
+_SECTION_NAMES = {0x76: "amqp-sequence", 0x77: "amqp-value"}
+
+
+class StreamDelivery:
+    """One message read as it arrives (from a :class:`~amqp_async.StreamReceiver`): its sections before the body
+    with :meth:`message`, its body with :meth:`body_chunks` while its frames still come, settled like a
+    :class:`~amqp_async.Delivery` (``accept()``, ``reject()``, ``release()``, ``modify()``, ``async with``).
+
+    Only what the reader has not taken yet is held: the receiver's session window bounds it (the peer cannot send
+    more frames than the window while they are unread).
+
+    Settling ends the reading: an outcome given before the body is read (a rejection after a look at the
+    properties, or ``async with`` left by an exception) drops the rest of the body, as it comes. Taking the next
+    delivery from the receiver drops what was not read of this one (it is still to be settled).
+
+    Bodies: the chunks are the bytes of each data section (§3.2.6), or of an amqp-value holding a binary or a
+    string (a string's UTF-8 bytes). A body of amqp-sequence sections or of an amqp-value of another type is no
+    stream of bytes: :meth:`body_chunks` refuses it (:class:`~amqp_async.MessageBodyError`), and
+    :meth:`read_message` reads it whole.
+
+    Attributes:
+        receiver: the receiver it came on.
+    """
+
+    __slots__ = (
+        "_chunks",
+        "_delivery",
+        "_dropped",
+        "_ended",
+        "_head",
+        "_iterating",
+        "_reader",
+        "_settler",
+        "receiver",
+    )
+
+    def __init__(self, receiver: StreamReceiver, delivery: EngineDelivery) -> None:
+        self.receiver = receiver
+        self._delivery = delivery
+        # The settling logic of an ordinary delivery: it needs of its receiver what a StreamReceiver has too.
+        self._settler = Delivery(cast(Any, receiver), delivery)
+        self._reader = SectionReader()
+        self._chunks: deque[bytes] = deque()  # body pieces read and not handed out
+        self._head: Message | None = None
+        self._ended = False  # the reader saw the end of the message
+        self._dropped = False  # the rest was given up (settled or discarded before the end)
+        self._iterating = False
+
+    # --- state -----------------------------------------------------------------------------------------------
+
+    @property
+    def tag(self) -> bytes:
+        """The delivery tag."""
+        return self._delivery.tag
+
+    @property
+    def settled(self) -> bool:
+        """True once settled: by us, or by the sender (at-most-once; an aborted delivery counts as settled)."""
+        return self._settler.settled or self._delivery.aborted
+
+    @property
+    def aborted(self) -> bool:
+        """True once the sender aborted the delivery (§2.6.14): the body's iterator raises DeliveryAborted."""
+        return self._delivery.aborted
+
+    @property
+    def complete(self) -> bool:
+        """True once every frame of the message arrived (or it was aborted, or its link ended before its end)."""
+        delivery = self._delivery
+        return not isinstance(delivery, StreamingDelivery) or delivery.complete
+
+    @property
+    def received_size(self) -> int:
+        """The bytes of the message (encoded, all sections) received so far."""
+        delivery = self._delivery
+        return delivery.received if isinstance(delivery, StreamingDelivery) else len(delivery.payload)
+
+    @property
+    def state(self) -> Outcome | TransactionalState | None:
+        """The outcome we gave it, if any."""
+        return self._settler.state
+
+    @property
+    def footer(self) -> dict[Any, Any] | None:
+        """The message's footer, once the body was read to its end (None before, or without one)."""
+        footer = self._reader.footer
+        if footer is None:
+            return None
+        message = Message()
+        message.decode(footer)
+        return message.footer
+
+    # --- reading ---------------------------------------------------------------------------------------------
+
+    async def message(self) -> Message:
+        """The message's sections other than its body (header, annotations, properties, application properties),
+        as a :class:`~amqp_async.Message` whose body is None; it waits until the body starts.
+
+        Raises:
+            DecodeError: the bytes are not a message.
+            DeliveryAborted: the sender aborted the delivery first.
+            LinkError, SessionError, ConnectionError: the link, session or connection ended first.
+        """
+        if self._head is None:
+            while self._reader.head is None:
+                await self._pull()
+            head = Message()
+            head.decode(self._reader.head)
+            self._head = head
+        return self._head
+
+    def body_chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive, in chunks (an async iterator; it can be iterated once).
+
+        ``async for chunk in delivery.body_chunks(): file.write(chunk)``. Each chunk is ``bytes``, at most a
+        transfer frame's payload (or one data section's bytes, when sections are smaller); the sizes say nothing
+        of the sections.
+
+        The iterator raises :class:`~amqp_async.DeliveryAborted` when the sender aborts the delivery,
+        :class:`~amqp_async.MessageBodyError` for a body that is no stream of bytes (amqp-sequence, or an
+        amqp-value of another type than binary or string: use :meth:`read_message`), a
+        :class:`~amqp_async.DecodeError` for bytes that are not a message, and the link's, session's or
+        connection's error when it ends before the message does.
+        """
+        if self._iterating:
+            raise RuntimeError("the body of a delivery is iterated once")
+        self._iterating = True
+        return _BodyChunks(self)
+
+    async def read_message(self) -> Message:
+        """The whole message, body included, read into memory (for a small message, or a body that is no stream of
+        bytes). Call it instead of :meth:`body_chunks`, before reading any of the body.
+
+        Raises:
+            RuntimeError: the body is being read with :meth:`body_chunks`.
+            DecodeError, DeliveryAborted, LinkError, SessionError, ConnectionError: as :meth:`body_chunks`.
+        """
+        if self._iterating:
+            raise RuntimeError("the body is being read with body_chunks(): read_message() reads it whole instead")
+        self._iterating = True
+        head = await self.message()
+        parts: list[bytes] = []
+        reader = self._reader
+        while not self._ended:
+            await self._pull()
+            if reader.stopped:
+                break
+            parts.extend(self._chunks)
+            self._chunks.clear()
+        parts.extend(self._chunks)
+        self._chunks.clear()
+        if reader.stopped:
+            leftover = [reader.leftover()]
+            while True:
+                leftover.extend(self._take())
+                if self._arrived():
+                    self._end()
+                    break
+                await self._wait()
+            whole = Message()
+            whole.decode(reader.head + b"".join(leftover))  # type: ignore[operator]  # the head is known
+            return whole
+        message = Message()
+        message.decode(reader.head + (reader.footer or b""))  # type: ignore[operator]  # the head is known
+        body = b"".join(parts)
+        if reader.body_code is not None:
+            message.body = body.decode() if reader.body_is_text else body
+            if reader.body_code == 0x77 and not reader.body_is_text:
+                message.inferred = False  # it came as an amqp-value: it goes on as one
+        del head
+        return message
+
+    async def discard(self) -> None:
+        """Drop the rest of the body, unread (what is still to come is dropped as it arrives); the delivery is
+        still to be settled."""
+        self._drop()
+
+    # --- settling (as Delivery's) -----------------------------------------------------------------------------
+
+    async def accept(self, *, transaction: Transaction | None = None) -> None:
+        """Accept the message (§3.4.2); see :meth:`Delivery.accept <amqp_async.Delivery.accept>`."""
+        self._drop_unless_read()
+        await self._settler.accept(transaction=transaction)
+
+    async def reject(
+        self,
+        condition: str = "amqp:internal-error",
+        description: str | None = None,
+        info: dict[str, Any] | None = None,
+        *,
+        transaction: Transaction | None = None,
+    ) -> None:
+        """Reject the message (§3.4.3); see :meth:`Delivery.reject <amqp_async.Delivery.reject>`."""
+        self._drop_unless_read()
+        await self._settler.reject(condition, description, info, transaction=transaction)
+
+    async def release(self, delivered: bool = False, *, transaction: Transaction | None = None) -> None:
+        """Release the message (§3.4.4); see :meth:`Delivery.release <amqp_async.Delivery.release>`."""
+        self._drop_unless_read()
+        await self._settler.release(delivered, transaction=transaction)
+
+    async def modify(
+        self,
+        delivery_failed: bool = True,
+        undeliverable_here: bool = False,
+        annotations: dict[str, Any] | None = None,
+        *,
+        transaction: Transaction | None = None,
+    ) -> None:
+        """Modify the message (§3.4.5); see :meth:`Delivery.modify <amqp_async.Delivery.modify>`."""
+        self._drop_unless_read()
+        await self._settler.modify(delivery_failed, undeliverable_here, annotations, transaction=transaction)
+
+    async def __aenter__(self) -> StreamDelivery:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        """Settle as :class:`~amqp_async.Delivery` does (accepted when the block ends normally; by the receiver's
+        ``on_error`` when it raises; released when it is cancelled), the unread rest of the body dropped."""
+        self._drop_unless_read()
+        await self._settler.__aexit__(exc_type, exc, traceback)
+
+    # --- internals -----------------------------------------------------------------------------------------
+
+    def _take(self) -> list[bytes]:
+        """The payload pieces the engine has for us (none when nothing new came)."""
+        delivery = self._delivery
+        if isinstance(delivery, StreamingDelivery):
+            chunks = delivery.take()
+            if chunks:
+                self._window_moved()
+            return chunks
+        payload = delivery.payload
+        delivery.payload = b""  # handed over once (the engine keeps no copy for us)
+        return [payload] if payload else []
+
+    def _arrived(self) -> bool:
+        delivery = self._delivery
+        return not isinstance(delivery, StreamingDelivery) or (delivery.complete and not delivery.chunks)
+
+    async def _pull(self) -> None:
+        """Read what came; wait for more when nothing did. Raises what ended the message early."""
+        if self._ended:
+            return
+        if self._dropped:
+            raise ClosedByApplication(
+                f"delivery {self.tag!r} was settled (or discarded) before its body was read: the rest was dropped"
+            )
+        pieces = self._take()
+        reader = self._reader
+        for piece in pieces:
+            self._chunks.extend(reader.feed(piece))
+        if self._arrived():
+            self._end()
+            return
+        if not pieces:
+            await self._wait()
+
+    def _end(self) -> None:
+        """Every frame was read: the message ends here (or it was aborted, or cut off)."""
+        delivery = self._delivery
+        self._ended = True
+        if delivery.aborted:
+            raise DeliveryAborted(f"the sender aborted delivery {delivery.tag!r} before its end (§2.6.14)")
+        if isinstance(delivery, StreamingDelivery) and delivery.interrupted:
+            self.receiver._check()  # the link's, session's or connection's error
+            raise LinkDetached(f"the link ended before the last frame of delivery {delivery.tag!r}")
+        self._reader.finish()
+
+    async def _wait(self) -> None:
+        receiver = self.receiver
+        delivery = self._delivery
+        if delivery.link is not receiver._engine_link:
+            receiver._check()
+            raise LinkDetached("the link this delivery came on is gone (reconnected): its message is incomplete")
+        if receiver.is_closed:
+            receiver._check()
+        await receiver.connection._wait_state()
+
+    def _drop(self) -> None:
+        """Stop reading: the chunks not taken and those still to come are dropped (their window freed)."""
+        delivery = self._delivery
+        if isinstance(delivery, StreamingDelivery) and not delivery.discarding:
+            delivery.discard()
+            self._window_moved()
+        self._chunks.clear()
+        self._dropped = True
+
+    def _window_moved(self) -> None:
+        """Frames were taken: a flow that reopens the session's window may be queued: have it written."""
+        connection = self.receiver.connection
+        engine = connection._engine
+        if engine is not None and engine.has_output:
+            connection._kick()
+
+    def _drop_unless_read(self) -> None:
+        if not (self._ended and not self._chunks):
+            self._drop()
+
+    def __repr__(self) -> str:
+        return f"<amqp_async.StreamDelivery tag={self.tag!r} {self.received_size} bytes>"
+
+
+class _BodyChunks:
+    """The async iterator of :meth:`StreamDelivery.body_chunks`."""
+
+    __slots__ = ("_delivery",)
+
+    def __init__(self, delivery: StreamDelivery) -> None:
+        self._delivery = delivery
+
+    def __aiter__(self) -> _BodyChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        delivery = self._delivery
+        chunks = delivery._chunks
+        reader = delivery._reader
+        while not chunks:
+            if reader.stopped:
+                kind = _SECTION_NAMES.get(reader.body_code or 0, "amqp-value")
+                raise MessageBodyError(
+                    f"the body is an {kind} section of another type than binary or string: no stream of bytes; "
+                    "read it whole with read_message()"
+                )
+            if delivery._ended and not delivery._dropped:
+                raise StopAsyncIteration
+            await delivery._pull()
+        return chunks.popleft()

@@ -1,0 +1,130 @@
+"""``amqp-async send --file`` and ``receive --output-dir``: files moved as streamed messages, through the embedded
+broker (``amqp-async broker --data-dir``, so that large ones are kept on its disk), run as subprocesses like
+tests/test_cli.py: byte-exact files, their names, no overwrite, progress lines, the usage errors, and a message
+above ``--max-message-size`` refused with the limit named (exit 6: not accepted)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+try:
+    from test_cli import BrokerCLI, cli, ok
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.test_cli import BrokerCLI, cli, ok
+
+pytest.importorskip("click", reason="the cli extra (click, rich) is in the test dependency group")
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCLI]:
+    base = tmp_path_factory.mktemp("cli-files-broker")
+    process = BrokerCLI(base, "--data-dir", str(base / "data"), "--max-message-size", "64MiB")
+    try:
+        yield process
+    finally:
+        process.stop()
+    assert process.process.returncode == 0, "the broker did not exit cleanly on SIGTERM"
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"files-{uuid.uuid4().hex[:10]}"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_files_go_as_streamed_messages_and_come_back_byte_for_byte(
+    broker: BrokerCLI, queue: str, tmp_path: Path
+) -> None:
+    sent = tmp_path / "sent"
+    sent.mkdir()
+    big = sent / "model.bin"
+    big.write_bytes(os.urandom(24 * MiB + 5))
+    small = sent / "notes.txt"
+    small.write_text("hello\n")
+    empty = sent / "empty"
+    empty.write_bytes(b"")
+    result = ok("send", "-u", broker.url, queue, "--file", str(big), "-f", str(small), "-f", str(empty), "--durable")
+    assert result.stderr.strip().startswith("sent 3 files (25.2 MB) in ")  # 24 MiB, in decimal units
+    out = tmp_path / "out"
+    received = ok("receive", "-u", broker.url, queue, "--output-dir", str(out), "--count", "3", "--timeout", "10")
+    assert received.stdout.splitlines() == [str(out / "model.bin"), str(out / "notes.txt"), str(out / "empty")]
+    assert received.stderr.strip().startswith("received 3 files (25.2 MB) in ")
+    assert sorted(path.name for path in out.iterdir()) == ["empty", "model.bin", "notes.txt"]
+    for name in ("model.bin", "notes.txt", "empty"):
+        assert digest(out / name) == digest(sent / name)
+
+
+def test_names_never_overwrite_and_json_output_carries_the_message(
+    broker: BrokerCLI, queue: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "report.csv"
+    source.write_text("a,b\n1,2\n")
+    for _ in range(2):
+        ok("send", "-u", broker.url, queue, "-f", str(source), "--subject", "monthly", "-p", "team=ops")
+    ok("send", "-u", broker.url, queue, "-f", str(source), "-p", "filename=../../etc/passwd")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.csv").write_text("already here")
+    result = ok("receive", "-u", broker.url, queue, "-d", str(out), "-c", "3", "-t", "10", "--output", "json")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [Path(line["file"]).name for line in lines] == ["report-1.csv", "report-2.csv", "message-3"]
+    assert lines[0]["subject"] == "monthly" and lines[0]["properties"] == {"team": "ops", "filename": "report.csv"}
+    assert (out / "report.csv").read_text() == "already here"
+    assert (out / "report-1.csv").read_text() == "a,b\n1,2\n"
+    assert not [path for path in out.iterdir() if path.name.endswith(".part")]
+
+
+def test_stdin_is_streamed_as_it_is_read(broker: BrokerCLI, queue: str, tmp_path: Path) -> None:
+    data = "line\n" * 200_000
+    ok("send", "-u", broker.url, queue, "--file", "-", input=data)
+    out = tmp_path / "out"
+    ok("receive", "-u", broker.url, queue, "-d", str(out), "-c", "1", "-t", "10", "--output", "none")
+    assert (out / "stdin").read_text() == data
+
+
+def test_progress_lines_name_the_bytes_and_the_rate(broker: BrokerCLI, queue: str, tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(32 * MiB))
+    result = ok("send", "-u", broker.url, queue, "-f", str(big), AMQP_ASYNC_PROGRESS_INTERVAL="0.01")
+    progress = [line for line in result.stderr.splitlines() if line.startswith("sent: ")]
+    assert progress, result.stderr
+    assert "/33.6 MB, " in progress[0] and "MB/s" in progress[0]  # 32 MiB in all, in decimal units
+    ok("receive", "-u", broker.url, queue, "-d", str(tmp_path / "out"), "-c", "1", "-t", "10", "-q")
+    assert digest(tmp_path / "out" / "big.bin") == digest(big)
+
+
+def test_a_file_above_max_message_size_is_refused_naming_the_limit(
+    broker: BrokerCLI, queue: str, tmp_path: Path
+) -> None:
+    big = tmp_path / "huge.bin"
+    with big.open("wb") as file:
+        file.truncate(65 * MiB)  # sparse: 65 MiB of zeros
+    result = cli("send", "-u", broker.url, queue, "-f", str(big), "-q")
+    assert result.returncode == 6, result.stderr  # not accepted: larger than the peer takes
+    assert "amqp:link:message-size-exceeded" in result.stderr and "max-message-size 67108864" in result.stderr
+    assert cli("receive", "-u", broker.url, queue, "-d", str(tmp_path / "out"), "-c", "1", "-t", "1").returncode == 5
+
+
+@pytest.mark.parametrize(
+    ("arguments", "needle"),
+    [
+        (["send", "q", "body", "--file", "x"], "--file sends files"),
+        (["send", "q", "--file", "x", "--count", "2"], "--file sends files"),
+        (["send", "q", "--file", "/nonexistent/file"], "--file /nonexistent/file"),
+    ],
+)
+def test_usage_errors(arguments: list[str], needle: str) -> None:
+    result = cli(*arguments, "-u", "amqp://127.0.0.1:1")
+    assert result.returncode == 2 and needle in result.stderr, result.stderr

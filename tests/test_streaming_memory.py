@@ -1,0 +1,64 @@
+"""Large messages in bounded memory, measured: one message streamed by a sender process into a broker and read back
+streamed by a receiver process (benchmarks/streaming.py, benchmarks/stream_program.py), the resident set of each
+sampled every 10 ms, and the broker's too (``python -m amqp_async.broker --data-dir``: large bodies on its disk).
+
+64 MiB each way, far more than any process may grow by: each stays within a few MiB of its idle size plus its
+window (1 MiB), the message's sha256 the same at both ends. The 1 GiB runs the issue asks for are
+``python benchmarks/streaming.py`` (minutes each), not part of the suite.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+try:
+    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+MiB = 1 << 20
+SIZE = 64 * MiB
+#: What a process may grow by while a message of any size moves: its window (1 MiB), the connection's output bound
+#: (1 MiB), a chunk or two, and the allocator's slack; a quarter of the message.
+CLIENT_BOUND = 16 * MiB
+BROKER_BOUND = 16 * MiB
+
+
+def _load_benchmark() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("streaming_benchmark", ROOT / "benchmarks" / "streaming.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_benchmark()
+
+
+def check_bounds(run: dict[str, object]) -> None:
+    print("\n".join(bench.lines(run)))
+    assert bench.growth(run["sender"]) < CLIENT_BOUND, run["sender"]
+    assert bench.growth(run["receiver"]) < CLIENT_BOUND, run["receiver"]
+
+
+@pytest.mark.slow
+def test_64_mib_through_our_broker_with_a_data_dir_in_bounded_memory(tmp_path: Path) -> None:
+    run = bench.via_our_broker(tmp_path / "data", SIZE, timeout=300)
+    check_bounds(run)
+    assert bench.growth(run["broker"]) < BROKER_BOUND, run["broker"]
+    assert run["left_on_disk"] == []  # accepted: its body's file is gone
+
+
+@pytest.mark.slow
+@pytest.mark.interop
+def test_64_mib_through_rabbitmq_in_bounded_memory(rabbitmq_broker: RabbitMQNode) -> None:
+    limit = rabbitmq_broker.ctl("eval", "application:get_env(rabbit, max_message_size).").strip()
+    assert limit == "{ok,536870912}", limit  # configured by tests/rabbitmq.py: RabbitMQ's largest
+    check_bounds(bench.via_rabbitmq(rabbitmq_broker.url, SIZE, timeout=300))
