@@ -113,10 +113,14 @@ def format_rows(rows: list[Row]) -> list[str]:
     return lines
 
 
-def print_rows(title: str, rows: list[Row]) -> None:
+def print_rows(
+    title: str,
+    rows: list[Row],
+    legend: str = "x proton: how many times better than python-qpid-proton in the same run; >1 is ahead",
+) -> None:
     print()
     print(title)
-    print("(x proton: how many times better than python-qpid-proton in the same run; >1 is ahead)")
+    print(f"({legend})")
     for line in format_rows(rows):
         print(line)
 

@@ -353,6 +353,7 @@ def main() -> None:
         f"{args.rounds} interleaved rounds, medians; load before {load[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
         f"{started() - begin:.0f} s)",
         rows(results, args.rounds),
+        legend="here the reference column is proton's C client, and x proton is ours / C; >1 is ahead",
     )
 
 
