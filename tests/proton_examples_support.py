@@ -165,8 +165,8 @@ def run_steps(
     launch: Callable[[str, list[str], str | None], subprocess.Popen[bytes]],
     await_port: Callable[..., bool] | None = None,
 ) -> None:
-    """Run a scenario's steps (run, start, wait, stop, sleep; listening when ``await_port`` is given), then kill
-    what is still running. Every program's end goes in the report."""
+    """Run a scenario's steps (run, start, wait, stop, printed, sleep; listening when ``await_port`` is given),
+    then kill what is still running. Every program's end goes in the report."""
     running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
 
     def wait(name: str, process: subprocess.Popen[bytes], deadline: float) -> None:
@@ -196,6 +196,14 @@ def run_steps(
             report.setdefault("listening", {})[str(step["port"])] = await_port(
                 step["port"], step.get("timeout", spec["timeout"]), *watched
             )
+        elif kind == "printed":  # a background program has printed a number of lines (or has died)
+            process, _ = running[name]
+            deadline = time.monotonic() + step.get("timeout", spec["timeout"])
+            stdout = work / f"{name}.stdout"
+            while stdout.read_bytes().count(b"\n") < step["lines"] and process.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
         elif kind == "sleep":
             time.sleep(step["seconds"])
     for name, (process, _) in running.items():

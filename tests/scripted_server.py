@@ -93,6 +93,7 @@ class ScriptedServer:
         self.peers: list[Peer] = []
         self.port = 0
         self._group: anyio.abc.TaskGroup | None = None
+        self._listener: anyio.abc.SocketListener | None = None
 
     @property
     def url(self) -> str:
@@ -103,7 +104,7 @@ class ScriptedServer:
         return len(self.peers)
 
     async def __aenter__(self) -> ScriptedServer:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        listener = self._listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
         self.port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
@@ -114,6 +115,8 @@ class ScriptedServer:
         assert self._group is not None
         self._group.cancel_scope.cancel()
         await self._group.__aexit__(None, None, None)
+        if self._listener is not None:
+            await self._listener.aclose()  # serve() leaves it open: the garbage collector would close it, some day
 
     async def all_clients_closed(self, timeout: float) -> bool:
         """Wait until every connection is closed (with ``linger``: by the client); False if one is still open

@@ -69,8 +69,9 @@ def test_sending_leaves_the_empty_sections_out() -> None:
     assert ours.Message(body="x")._encode_payload() == amqp_async.Message(body="x").encode() == b"\x00\x53\x77\xa1\x01x"
 
 
-# proton-c cuts the string fields of the properties section at a NUL (test_nul_in_a_string_field_is_kept)
-TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=5)
+# proton-c cuts the string fields of the properties section at a NUL (test_nul_in_a_string_field_is_kept); a lone
+# surrogate is no string either side can encode (test_a_lone_surrogate_is_refused_by_both)
+TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=5)
 
 
 @settings(max_examples=200)
@@ -92,6 +93,19 @@ TEXT = st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=5)
 def test_header_and_properties_fields_encode_as_proton(fields: dict[str, Any]) -> None:
     mine, theirs = both(fields)
     assert mine.hex() == theirs.hex()
+
+
+@pytest.mark.parametrize(
+    "fields", [{"subject": "\ud800"}, {"body": "\udfff"}, {"properties": {"k\ud800": 1}}, {"body": ["\ud800" * 70]}]
+)
+def test_a_lone_surrogate_is_refused_by_both(fields: dict[str, Any]) -> None:
+    """A str holding a lone surrogate has no UTF-8 form: proton raises UnicodeEncodeError, we raise the codec's
+    EncodeError (amqp:invalid-field); both are ValueErrors, and neither writes anything."""
+    with pytest.raises(ValueError):
+        proton.Message(**fields).encode()
+    with pytest.raises(amqp_async.EncodeError, match="not a valid AMQP string") as mine:
+        ours.Message(**fields).encode()
+    assert isinstance(mine.value, ValueError)
 
 
 @pytest.mark.parametrize("key", [1, ours.symbol("s"), None, (1, 2)])

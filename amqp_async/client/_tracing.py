@@ -28,6 +28,10 @@ The trace context travels in the message's application properties as W3C Trace C
 context in which the message was created: a forwarded message stays in its trace) and its send span links to it.
 On receipt ``traceparent`` is read (``Diagnostic-Id`` when there is none).
 
+The spans and the properties are made by :class:`MessageSpans`, which the callback API (``amqp_async.proton``,
+``Container(..., tracing=...)``) shares, so that a message sent by one API and received by the other stays in its
+trace.
+
 No cost when off: a sender or receiver checks one attribute per message, and the traced variants of the tracker
 and the delivery (:class:`TracedTracker`, :class:`TracedDelivery`) are used only when on.
 """
@@ -46,7 +50,7 @@ if TYPE_CHECKING:
     from ._connection import Connection
     from ._links import Receiver, Sender
 
-__all__ = ["MessageTracing", "TracedDelivery"]
+__all__ = ["MessageSpans", "MessageTracing", "TracedDelivery"]
 
 #: The application properties carrying the trace context.
 TRACEPARENT = "traceparent"
@@ -60,17 +64,27 @@ def _outcome_name(state: Any) -> str:
     return "none" if state is None else type(state).__name__.lower()
 
 
-class MessageTracing:
-    """The tracer of one connection (made once, when the connection is made with ``tracing`` on)."""
+class MessageSpans:
+    """The spans of messages and the trace context they carry, whichever API sends and receives them.
 
-    def __init__(self, connection: Connection, provider: Any) -> None:
+    One per tracer provider and API face: the awaitable API's :class:`MessageTracing` and the callback API's
+    (``amqp_async.proton``) tracing build on it, so that both record the same spans with the same attributes and
+    carry the same properties (a message sent by one and received by the other stays in its trace).
+
+    Args:
+        provider: True (OpenTelemetry's global tracer provider) or a ``TracerProvider``.
+
+    Raises:
+        ImportError: ``opentelemetry-api`` is not installed.
+    """
+
+    def __init__(self, provider: Any) -> None:
         try:
             trace = importlib.import_module("opentelemetry.trace")
             tracecontext = importlib.import_module("opentelemetry.trace.propagation.tracecontext")
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError("tracing needs opentelemetry-api: pip install 'amqp-async[otel]'") from exc
         self._trace = trace
-        self._connection = connection
         provider = trace.get_tracer_provider() if provider is True else provider
         from .. import __version__
 
@@ -80,20 +94,25 @@ class MessageTracing:
         self._producer = trace.SpanKind.PRODUCER
         self._consumer = trace.SpanKind.CONSUMER
 
-    def _common(self, operation: str, destination: str | None) -> dict[str, Any]:
-        connection = self._connection
+    @staticmethod
+    def attributes(
+        operation: str, destination: str | None, client_id: str | None, host: str | None, port: int | None
+    ) -> dict[str, Any]:
+        """The attributes every span of ``operation`` ("send" or "receive") has, after the messaging semantic
+        conventions."""
         attributes: dict[str, Any] = {
             "messaging.system": "amqp",
             "messaging.operation.type": operation,
             "messaging.operation.name": operation,
-            "messaging.client.id": connection.container_id,
         }
+        if client_id is not None:
+            attributes["messaging.client.id"] = client_id
         if destination:
             attributes["messaging.destination.name"] = destination
-        address = connection.address
-        if address is not None:
-            attributes["server.address"] = address.host
-            attributes["server.port"] = address.port
+        if host is not None:
+            attributes["server.address"] = host
+            if port is not None:
+                attributes["server.port"] = port
         return attributes
 
     @staticmethod
@@ -105,10 +124,15 @@ class MessageTracing:
 
     # --- send --------------------------------------------------------------------------------------------
 
-    def start_send(self, sender: Sender[Any], message: Message) -> Any:
-        """Start the send span of ``message`` and put its context in the message (unless it carries one)."""
-        destination = sender.address or message.address
-        attributes = self._common("send", destination)
+    def send_span(self, message: Message, destination: str | None, attributes: dict[str, Any]) -> Any:
+        """Start the send span of ``message`` (a child of the current context) and put its context in the
+        message, unless the message carries one already (its send span then links to it).
+
+        Args:
+            message: the message about to be encoded.
+            destination: the link's target, or the message's ``to``.
+            attributes: from :meth:`attributes` (completed here with the message's).
+        """
         self._message_attributes(attributes, message)
         properties = message.properties
         carried = None
@@ -149,17 +173,13 @@ class MessageTracing:
 
     # --- receive -----------------------------------------------------------------------------------------
 
-    def delivery(self, receiver: Receiver, engine_delivery: EngineDelivery) -> TracedDelivery:
-        """The delivery, with its receive span started (and ended at once when it arrived settled)."""
-        delivery = TracedDelivery(receiver, engine_delivery)
-        destination = receiver.address
-        attributes = self._common("receive", destination)
-        attributes["messaging.message.envelope.size"] = len(engine_delivery.payload)
+    def receive_span(
+        self, message: Message | None, destination: str | None, size: int, attributes: dict[str, Any]
+    ) -> Any:
+        """Start the receive span of a delivery: its parent is the context ``message`` carries (``traceparent``,
+        else ``Diagnostic-Id``); None for a message that could not be decoded (traced without its context)."""
+        attributes["messaging.message.envelope.size"] = size
         parent = None
-        try:
-            message = delivery.message
-        except Exception:  # a malformed message: traced without its context; the application meets the error
-            message = None
         if message is not None:
             self._message_attributes(attributes, message)
             properties = message.properties
@@ -168,25 +188,68 @@ class MessageTracing:
                 if not properties.get(TRACEPARENT) and properties.get(DIAGNOSTIC_ID):
                     carrier = {TRACEPARENT: properties[DIAGNOSTIC_ID]}
                 parent = self._propagator.extract(carrier)
-        span = self._tracer.start_span(
+        return self._tracer.start_span(
             f"receive {destination}" if destination else "receive",
             context=parent,
             kind=self._consumer,
             attributes=attributes,
         )
+
+    @staticmethod
+    def end_receive(span: Any, state: Any) -> None:
+        """The delivery of a receive span is settled with ``state`` (a delivery state; None: settled without)."""
+        span.set_attribute("amqp.delivery.state", "settled" if state is None else _outcome_name(state))
+        span.end()
+
+
+class MessageTracing(MessageSpans):
+    """The tracer of one connection of the awaitable API (made once, when the connection is made with ``tracing``
+    on)."""
+
+    def __init__(self, connection: Connection, provider: Any) -> None:
+        super().__init__(provider)
+        self._connection = connection
+
+    def _common(self, operation: str, destination: str | None) -> dict[str, Any]:
+        connection = self._connection
+        address = connection.address
+        return self.attributes(
+            operation,
+            destination,
+            connection.container_id,
+            None if address is None else address.host,
+            None if address is None else address.port,
+        )
+
+    def start_send(self, sender: Sender[Any], message: Message) -> Any:
+        """Start the send span of ``message`` and put its context in the message (unless it carries one)."""
+        destination = sender.address or message.address
+        return self.send_span(message, destination, self._common("send", destination))
+
+    def delivery(self, receiver: Receiver, engine_delivery: EngineDelivery) -> TracedDelivery:
+        """The delivery, with its receive span started (and ended at once when it arrived settled)."""
+        delivery = TracedDelivery(receiver, engine_delivery)
+        destination = receiver.address
+        try:
+            message = delivery.message
+        except Exception:  # a malformed message: traced without its context; the application meets the error
+            message = None
+        span = self.receive_span(
+            message, destination, len(engine_delivery.payload), self._common("receive", destination)
+        )
         delivery._span = span
         delivery._tracing = self
         if delivery.settled:
-            self.end_receive(delivery, None)
+            self.end_delivery(delivery, None)
         return delivery
 
-    def end_receive(self, delivery: TracedDelivery, state: Any) -> None:
+    def end_delivery(self, delivery: TracedDelivery, state: Any) -> None:
+        """The delivery is settled: end its receive span (once)."""
         span = delivery._span
-        if span is None:
+        if span is None or not delivery._span_open:
             return
         delivery._span_open = False
-        span.set_attribute("amqp.delivery.state", "settled" if state is None else _outcome_name(state))
-        span.end()
+        self.end_receive(span, state)
 
 
 class TracedDelivery(Delivery):
@@ -211,4 +274,4 @@ class TracedDelivery(Delivery):
             await super()._settle(state, transaction)
         finally:
             if self._span_open and self._tracing is not None:
-                self._tracing.end_receive(self, getattr(self._delivery, "state", state))
+                self._tracing.end_delivery(self, getattr(self._delivery, "state", state))

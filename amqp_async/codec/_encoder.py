@@ -273,7 +273,10 @@ def _enc_list(buf: bytearray, value: Any) -> None:
         if item is None:
             buf.append(0x40)
         elif cls is str and len(item) < 64:
-            data = item.encode()
+            try:
+                data = item.encode()
+            except UnicodeEncodeError:  # a lone surrogate: the codec's own error, as for every string
+                _enc_string(buf, item)
             buf.append(0xA1)
             buf.append(len(data))
             buf += data
@@ -291,7 +294,10 @@ def _enc_map(buf: bytearray, value: Any) -> None:
     get = _ENCODERS.get
     for key, item in value.items():
         if key.__class__ is str and len(key) < 64:  # application-property keys: inline, as in _enc_list
-            data = key.encode()
+            try:
+                data = key.encode()
+            except UnicodeEncodeError:
+                _enc_string(buf, key)
             buf.append(0xA1)
             buf.append(len(data))
             buf += data

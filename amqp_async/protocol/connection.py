@@ -113,6 +113,10 @@ class Connection(Endpoint):
             a detach answering the peer's, still go out before our end or close), and still takes the peer's
             detach of a link whose session we ended, so the layer above learns the link was closed. False also
             leaves the settlement of a delivery the receiver gave an unsettled outcome to the layer above.
+        idle_from_start: run ``idle_timeout`` from the first :meth:`tick` rather than from the peer's open, so that
+            a peer silent before its open (no header, a SASL exchange that stops) is given up too, with the same
+            ``amqp:resource-limit-exceeded``. proton's transport counts from its first tick; the callback API asks
+            for it (a proton program has no other bound on a peer that accepts the connection and says nothing).
     """
 
     # Slots: a connection is long-lived and there may be thousands of them.
@@ -123,6 +127,8 @@ class Connection(Endpoint):
         "_events",
         "_frames_after_open",
         "_header_sent",
+        "_idle_from_start",
+        "_idle_since",
         "_last_received",
         "_last_sent",
         "_max_transfer_payload",
@@ -176,6 +182,7 @@ class Connection(Endpoint):
         require_sasl: bool = True,
         answer_detach: bool = True,
         answer_close: bool = True,
+        idle_from_start: bool = False,
     ) -> None:
         super().__init__()
         if role not in (CLIENT, SERVER):
@@ -228,6 +235,8 @@ class Connection(Endpoint):
         self._remote_idle_timeout = 0.0
         self._last_received = 0.0
         self._last_sent = 0.0
+        self._idle_from_start = idle_from_start
+        self._idle_since: float | None = None  # the first tick, with idle_from_start
         self._transport_closed = False
         if role == CLIENT and sasl is not None:
             self._write_header(SASL_HEADER)
@@ -298,8 +307,11 @@ class Connection(Endpoint):
         if self._phase == _DONE or self.local_state is EndpointState.CLOSED:
             return None
         deadlines = []
-        if self.idle_timeout and self.remote_state is EndpointState.ACTIVE:
-            expires = self._last_received + self.idle_timeout
+        idle = self.idle_timeout
+        if idle and (self.remote_state is EndpointState.ACTIVE or (self._idle_from_start and self.remote_open is None)):
+            if self._idle_since is None and self.remote_open is None:
+                self._idle_since = now  # idle_from_start: the first tick starts the clock
+            expires = self._input_expiry(idle)
             if now >= expires:
                 self._fail(conditions.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
                 return None
@@ -321,14 +333,21 @@ class Connection(Endpoint):
     def input_deadline(self) -> float | None:
         """When :meth:`tick` will declare the peer dead unless bytes arrive before (None: no idle timeout of ours
         runs now). The clock is the one :meth:`receive_data` and :meth:`tick` get."""
-        if (
-            not self.idle_timeout
-            or self._phase == _DONE
-            or self.local_state is EndpointState.CLOSED
-            or self.remote_state is not EndpointState.ACTIVE
-        ):
+        idle = self.idle_timeout
+        if not idle or self._phase == _DONE or self.local_state is EndpointState.CLOSED:
             return None
-        return self._last_received + self.idle_timeout
+        if self.remote_state is EndpointState.ACTIVE:
+            return self._last_received + idle
+        if self._idle_from_start and self.remote_open is None and self._idle_since is not None:
+            return self._input_expiry(idle)
+        return None
+
+    def _input_expiry(self, idle: float) -> float:
+        """When the idle timeout expires: ``idle`` after the last input, or after the first tick when nothing came
+        since (``idle_from_start``, before the peer's open)."""
+        last = self._last_received
+        since = self._idle_since
+        return (last if since is None or last > since else since) + idle
 
     # --- commands ----------------------------------------------------------------------------------------
 

@@ -210,6 +210,8 @@ class Delivery:
     _payload: bytes | bytearray | memoryview | None = None
     _read = 0
     _transfer_state: Any = None  # an outgoing delivery's state on its transfer (a transaction's, §4.4.1)
+    _span: Any = None  # the OpenTelemetry span while it is open (tracing on: see _tracing.py)
+    _span_size = 0  # the encoded size of a traced outgoing message
     # proton's engine API (a connection without a container, see _engine_links): a sender's bytes not written yet,
     # whether it was advanced (a receiver's: whether its last frame came), written entirely, aborted here; how many
     # of a receiver's bytes the session counts as received.
@@ -255,6 +257,14 @@ class Delivery:
     def transport(self) -> Transport | None:
         """The transport of the delivery's connection."""
         return self.link.session.connection.transport
+
+    @property
+    def span(self) -> Any:
+        """The OpenTelemetry span of this delivery while it is open (None when tracing is off, or once it ended):
+        an incoming delivery's receive span until this end settles it (it is current while the delivery's events
+        are dispatched; ``trace.use_span(delivery.span, end_on_exit=False)`` makes it so elsewhere), an outgoing
+        delivery's send span until its outcome comes."""
+        return self._span
 
     # --- states ------------------------------------------------------------------------------------------
 

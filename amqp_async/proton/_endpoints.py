@@ -191,6 +191,7 @@ class Connection(Endpoint):
     """
 
     _is_connection = True
+    _tracing: Any = None  # the container's OpenTelemetry tracing of this connection (see _tracing.py)
 
     def __init__(self, impl: Any = None) -> None:
         self._impl: EngineConnection | None = impl

@@ -87,6 +87,12 @@ class MessageException(ProtonException):
     default_condition = "amqp:invalid-field"
 
 
+class _MessageDecodeError(MessageException):
+    """Bytes that are not a message, given to ``Message.decode`` (proton's MessageException)."""
+
+    default_condition = "amqp:decode-error"
+
+
 class DataException(ProtonException):
     """The root of the errors raised by :class:`~amqp_async.proton.Data`: bad values, malformed trees, bad bytes.
 

@@ -19,10 +19,11 @@ from typing import Any
 
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..protocol.endpoint import EndpointState
+from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import Connection, Endpoint, Link, Receiver, Session
 from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, _route, dispatch
-from ._exceptions import ProtonException
+from ._exceptions import MessageException, ProtonException
 from ._message import Message
 
 __all__ = [
@@ -210,6 +211,17 @@ def recv_msg(delivery: Delivery) -> Message:
     return message
 
 
+def reject_undecodable(delivery: Delivery, error: MessageException) -> None:
+    """A received message that does not decode: there is no message for ``on_message``, so it is rejected with
+    ``amqp:decode-error`` (§3.4.3: the receiver found it invalid), for the sender to learn of it, and logged on the
+    ``proton`` logger as transport errors are; the link goes on with the next delivery. (proton hands over an empty
+    or partial message, or its handler raises and stops the container: a hostile peer would stop a server.)"""
+    log.error("rejected a received message that does not decode: %s", error.description)
+    delivery.local.condition = Condition("amqp:decode-error", error.description)
+    delivery.update(Delivery.REJECTED)
+    delivery.settle()
+
+
 class IncomingMessageHandler(Handler, Acking):
     """Message callbacks for messages this end receives.
 
@@ -235,7 +247,11 @@ class IncomingMessageHandler(Handler, Acking):
             self.on_aborted(event)
             delivery.settle()
         elif link._incoming and link._incoming[0] is delivery:  # readable: the link's current delivery
-            event.message = recv_msg(delivery)
+            try:
+                event.message = recv_msg(delivery)
+            except MessageException as exc:
+                reject_undecodable(delivery, exc)
+                return
             if link._local == _LOCAL_CLOSED:
                 if self.auto_accept:
                     delivery._settle_as(_RELEASED)

@@ -202,6 +202,7 @@ class Channel:
             desired_capabilities=connection.desired_capabilities or options.desired_capabilities,
             sasl=sasl,
             answer_detach=False,
+            idle_from_start=True,  # as proton's transport: a peer silent before its open is given up too
         )
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
@@ -245,6 +246,8 @@ class Channel:
                     await stream.aclose()
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass
+        if connection._tracing is not None:
+            connection._tracing.transport_ended(connection)
         if not self._end_reported:
             transport = connection._transport
             push = container._push
@@ -307,12 +310,15 @@ class Channel:
                 queue = receiver._incoming
                 collector = container._collector
                 delivery_event = Event.DELIVERY
+                tracing = self.connection._tracing
                 while incoming:
                     engine_delivery = incoming.popleft()
                     delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
                     delivery._payload = engine_delivery.payload
                     engine_delivery.user_data = delivery
                     queue.append(delivery)
+                    if tracing is not None:
+                        tracing.received(receiver, delivery, engine_delivery.payload)
                     collector.append(Event(delivery_event, delivery, container))
             elif kind is ev.DeliveriesUpdated:
                 collector = container._collector
@@ -321,6 +327,8 @@ class Channel:
                     delivery = engine_delivery.user_data
                     if delivery is not None:
                         delivery._updated = True
+                        if delivery._span is not None:
+                            self.connection._tracing.updated(delivery)
                         collector.append(Event(delivery_event, delivery, container))
             elif kind is ev.FlowReceived:
                 link = event.link  # type: ignore[attr-defined]

@@ -11,12 +11,16 @@ as the awaitable API does (the peer reads the same message).
 
 from __future__ import annotations
 
+from ..errors import DecodeError
 from ..message import _GROUP_ID, _GROUP_SEQUENCE
 from ..message import Message as _Message
 from ..types import uint
 from ._data_tree import _read, _write
+from ._exceptions import _MessageDecodeError
 
 __all__ = ["Message"]
+
+_decode = _Message.decode
 
 # Sections proton writes with its compact performative encoder: header (§3.2.1) and properties (§3.2.4).
 _COMPACT_SECTIONS = (0x70, 0x73)
@@ -26,6 +30,19 @@ class Message(_Message):
     """A mutable AMQP message, as ``proton.Message`` (see :class:`amqp_async.message.Message` for its fields)."""
 
     __slots__ = ()
+
+    def decode(self, data: bytes | bytearray | memoryview) -> None:
+        """Replace this message's content with the message encoded in ``data``.
+
+        Raises:
+            MessageException: the bytes are not a valid AMQP message (condition ``amqp:decode-error``; proton's
+                exception for a message, where proton itself decodes what it can). ``MessagingHandler`` rejects a
+                received message that does not decode (see ``reject_undecodable``).
+        """
+        try:
+            _decode(self, data)
+        except DecodeError as exc:
+            raise _MessageDecodeError(exc.description) from exc
 
     @property
     def user_id(self) -> bytes:

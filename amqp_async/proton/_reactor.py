@@ -35,6 +35,7 @@ from ._io import Channel, Listener
 from ._message import Message
 from ._reconnect import ConnectSequence, Urls, delay_iter, make_backoff_wrapper
 from ._stepping import Stepper
+from ._tracing import ContainerTracing, tracing_for
 from ._transport import SSLDomain
 from ._url import Url
 
@@ -81,6 +82,7 @@ _CONNECT_OPTIONS = frozenset(
         "max_frame_size",
         "container_id",
         "http_proxy",
+        "tracing",
     }
 )
 
@@ -402,7 +404,12 @@ class Transaction:
         state = self._sending_state
         if state is None or state.txn_id != self.id:
             state = self._sending_state = TransactionalState(txn_id=self.id)  # one object: encoded once
-        delivery = sender._send_payload(msg._encode_payload(), tag, None, state)
+        tracing = sender._connection._tracing
+        delivery: Delivery
+        if tracing is not None:
+            delivery = tracing.send(sender, msg, tag, state)
+        else:
+            delivery = sender._send_payload(msg._encode_payload(), tag, None, state)
         delivery.local.data = [self.id]
         delivery.update(_TRANSACTIONAL_STATE)
         return delivery
@@ -471,7 +478,12 @@ class Reactor:
     Args:
         handlers: the container's handlers, children of its root :attr:`handler`.
         **kwargs: ``container_id``, this container's id (default: a random UUID); ``global_handler``, a handler
-            that receives every event after the scoped one (the first child of the root :attr:`global_handler`).
+            that receives every event after the scoped one (the first child of the root :attr:`global_handler`);
+            ``tracing`` (ours, not proton's), OpenTelemetry tracing of the messages of every connection: True (the
+            global tracer provider) or a ``TracerProvider`` (see ``_tracing.py``; default off).
+
+    Raises:
+        TypeError: a ``tracing`` that is neither a bool, None nor a tracer provider.
 
     Attributes:
         container_id: the id sent in every connection's open.
@@ -521,6 +533,10 @@ class Reactor:
         self._call_soon: Callable[[Callable[[], None]], None] | None = None
         self._threadsafe_calls: deque[Callable[[], None]] = deque()
         self._stepper: Stepper | None = None  # start()/process() drive the container by hand
+        # OpenTelemetry tracing (see _tracing.py): the default of the connections, one per tracer provider
+        self._tracings: dict[Any, ContainerTracing] = {}
+        self._tracing = tracing_for(self._tracings, kwargs.get("tracing"))
+        self._traced = self._tracing is not None  # a connection is traced: delivery events check for spans
 
     # --- proton's Reactor attributes ---------------------------------------------------------------------
 
@@ -588,6 +604,8 @@ class Reactor:
         connection._reactor = self
         connection.handler = handler
         connection.container = self.container_id
+        if self._tracing is not None:
+            connection._tracing = self._tracing
         self._push(Event.CONNECTION_INIT, connection)
         return connection
 
@@ -923,6 +941,7 @@ class Reactor:
         global_handler = self._global_handler
         if type(global_handler) is Handler and not global_handler.__dict__.get("handlers"):
             global_handler = None
+        traced = self._traced
         while collector:
             event = collector.popleft()
             context: Any = event._context if type(event) is Event else None
@@ -942,8 +961,11 @@ class Reactor:
                 else:
                     calls = plan_calls(handler, event._type.method)
             try:
-                for call in calls:
-                    call(event)
+                if traced and is_delivery and context._span is not None:
+                    context.connection._tracing.dispatch(context, calls, event)
+                else:
+                    for call in calls:
+                        call(event)
                 if global_handler is not None:
                     event.dispatch(global_handler)
             except Exception as exc:
@@ -1013,7 +1035,8 @@ class Container(Reactor):
         handlers: the container's handlers: they receive every event not scoped to a connection, session or link
             with a handler of its own.
         **kwargs: ``container_id``, this container's id (default: a random UUID); ``global_handler``, a handler
-            that receives every event after the scoped one.
+            that receives every event after the scoped one; ``tracing``, OpenTelemetry tracing of the messages
+            (True or a ``TracerProvider``; see :class:`Reactor`).
     """
 
     def connect(
@@ -1044,7 +1067,9 @@ class Container(Reactor):
             kwargs: ``sasl_enabled``, ``allowed_mechs``, ``allow_insecure_mechs``, ``user``, ``password``,
                 ``virtual_host``, ``offered_capabilities``, ``desired_capabilities``, ``properties``, ``sni``,
                 ``max_frame_size``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or
-                False for none; default: the https_proxy/http_proxy/no_proxy environment variables).
+                False for none; default: the https_proxy/http_proxy/no_proxy environment variables), ``tracing``
+                (ours: OpenTelemetry tracing of this connection's messages, True or a ``TracerProvider``, False
+                for none; default: the container's).
 
         Raises:
             TypeError: an unknown keyword argument.
@@ -1076,6 +1101,9 @@ class Container(Reactor):
         options.setdefault("container_id", self.container_id)
         resolved = resolve_options(None if url is None else str(url), options)
         connection = self._new_connection(handler)
+        if "tracing" in kwargs:
+            connection._tracing = tracing_for(self._tracings, kwargs["tracing"])
+            self._traced = self._traced or connection._tracing is not None
         connection.container = resolved.container_id
         connection.offered_capabilities = kwargs.get("offered_capabilities")
         connection.desired_capabilities = kwargs.get("desired_capabilities")

@@ -212,6 +212,8 @@ class Receiver(Link):
             container._updated.append(delivery)
 
     def _settle(self, delivery: Delivery) -> None:
+        if delivery._span is not None:
+            self._connection._tracing.settled(delivery)
         impl = delivery._impl
         link: EngineReceiver | None = self._impl
         if (

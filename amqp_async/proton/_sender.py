@@ -127,6 +127,9 @@ class Sender(Link):
         if isinstance(obj, Message):
             if self._connection._reactor is None:
                 return self._send_engine_message(obj.encode(), tag)
+            tracing = self._connection._tracing
+            if tracing is not None:
+                return tracing.send(self, obj, tag)
             return self._send_payload(obj._encode_payload(), tag)
         if hasattr(obj, "send"):
             return obj.send(self, tag=tag)
@@ -296,6 +299,8 @@ class Sender(Link):
 
     def _settle(self, delivery: Delivery) -> None:
         self._unsettled.pop(delivery, None)
+        if delivery._span is not None:
+            self._connection._tracing.settled(delivery)
         impl = delivery._impl
         if impl is None:
             # Not sent yet: settling it first is giving it up.

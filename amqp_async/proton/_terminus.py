@@ -71,9 +71,11 @@ class Terminus:
     # --- to and from the codec's composites --------------------------------------------------------------
 
     @classmethod
-    def _from_composite(cls, composite: Source | Target | Coordinator | None, kind: int) -> Terminus:
+    def _from_composite(cls, composite: Any, kind: int) -> Terminus:
         terminus = cls(kind)
-        if composite is None:
+        if not isinstance(composite, (Source, Target, Coordinator)):
+            # None, or a value of another type: attach's source and target are "*" fields (§2.7.3), and what is no
+            # terminus we know is an unspecified one, as proton reads it.
             terminus.type = cls.UNSPECIFIED
             return terminus
         if isinstance(composite, Coordinator):

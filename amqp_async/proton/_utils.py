@@ -484,7 +484,11 @@ class BlockingSender(BlockingLink):
         connection = self.connection
         link = self.link
         connection._check(link)
-        delivery: Delivery = connection._call(lambda: link.send(msg))
+        send = link.send
+        tracing = link._connection._tracing
+        if tracing is not None:  # the send span is a child of the span current on this thread
+            send = tracing.in_current_context(send)
+        delivery: Delivery = connection._call(lambda: send(msg))
         connection.wait(lambda: _is_settled(delivery), msg=f"Sending on sender {link.name}", timeout=timeout, link=link)
         if link.snd_settle_mode != Link.SND_SETTLED:
             connection._post(delivery.settle)
@@ -619,6 +623,15 @@ class BlockingReceiver(BlockingLink):
             connection._post(fetcher.top_up)
         return message
 
+    @property
+    def span(self) -> Any:
+        """With tracing on: the receive span of the oldest message received and not yet settled (the one
+        :meth:`accept` settles), to make current around the work done for it (``trace.use_span(receiver.span,
+        end_on_exit=False)``); None when there is none."""
+        fetcher = self.fetcher
+        unsettled = None if fetcher is None else fetcher.unsettled
+        return unsettled[0].span if unsettled else None
+
     def accept(self) -> None:
         """Accept and settle the oldest message received and not yet settled."""
         self.settle(Delivery.ACCEPTED)
@@ -665,7 +678,7 @@ class BlockingConnection(Handler):
         urls: URLs to try in turn.
         reconnect: proton's reconnect policy (False, or a Backoff).
         kwargs: the other keyword arguments of :meth:`Container.connect` (``user``, ``password``,
-            ``sasl_enabled``, ``allowed_mechs``...).
+            ``sasl_enabled``, ``allowed_mechs``, ``tracing``...).
 
     Raises:
         ConnectionException: the connection could not be made (refused, authentication failed, TLS...).
