@@ -703,6 +703,9 @@ class Message:
                 if code <= previous and not (code == previous and code in (_DATA, _AMQP_SEQUENCE)):
                     raise DecodeError(f"message section {code:#x} out of order or repeated", offset=start)
                 previous = code
+                if code == _HEADER and data[position] == 0x45:
+                    position += 1  # an empty header (list0, as proton writes a default one) sets nothing
+                    continue
                 if code == _HEADER and data[position] == 0xC0:
                     # Headers repeat (durable, a priority, a ttl...): the fields a header's bytes set are kept by
                     # those bytes (the header comes first: what it set is all this message holds so far).

@@ -113,10 +113,14 @@ def format_rows(rows: list[Row]) -> list[str]:
     return lines
 
 
-def print_rows(title: str, rows: list[Row]) -> None:
+def print_rows(
+    title: str,
+    rows: list[Row],
+    legend: str = "x proton: how many times better than python-qpid-proton in the same run; >1 is ahead",
+) -> None:
     print()
     print(title)
-    print("(x proton: how many times better than python-qpid-proton in the same run; >1 is ahead)")
+    print(f"({legend})")
     for line in format_rows(rows):
         print(line)
 
@@ -360,22 +364,10 @@ def proton_receive(url: str, address: str, count: int, prefetch: int = 1000) -> 
 def c_broker() -> Iterator[Any]:
     """The Qpid Proton C ``broker`` example on a free port (built on demand by ``_peers.py``): a fast native peer
     that queues messages in memory and prints nothing per message. Yields a ``CPeer`` (``.port``)."""
-    from _peers import EXAMPLES, CPeer, build_c_examples
+    from _peers import EXAMPLES, build_c_examples, start_peer
 
     binary = build_c_examples(("broker",))["broker"]
-    process = subprocess.Popen(
-        ["stdbuf", "-oL", str(binary), "127.0.0.1", "0"], stdout=subprocess.PIPE, text=True, cwd=EXAMPLES
-    )
-    assert process.stdout is not None
-    for _ in range(5):
-        line = process.stdout.readline()
-        match = re.search(r"listening on (\d+)", line)
-        if match is not None:
-            break
-    else:
-        process.kill()
-        raise RuntimeError(f"the C broker example did not start: {line!r}")
-    peer = CPeer(process, int(match.group(1)))
+    peer = start_peer([str(binary), "127.0.0.1", "0"], "the C broker example", cwd=EXAMPLES)
     try:
         yield peer
     finally:

@@ -17,10 +17,11 @@ import os
 import re
 import shutil
 import subprocess
-import threading
+import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["CPeer", "build_c_examples", "start_direct", "start_sink"]
+__all__ = ["CPeer", "build_c_examples", "start_direct", "start_peer", "start_sink"]
 
 EXAMPLES = Path("/usr/share/proton/examples/c")
 CACHE = Path(os.environ.get("AMQP_ASYNC_PEERS", Path.home() / ".cache" / "amqp_async" / "c-peers"))
@@ -60,53 +61,66 @@ def build_c_examples(names: tuple[str, ...] = ("direct", "send", "receive", "bro
 
 
 class CPeer:
-    """A running C example: its port, and its output drained in a thread (it prints every message, and would
-    block on a full pipe otherwise)."""
+    """A running C example: its port, and its output, which goes to a temporary file (the examples print every
+    message; a pipe would need a reader, and a reader in the benchmark's own process would take CPU time, and the
+    GIL, from the client measured there)."""
 
-    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], port: int, log: Path | None = None) -> None:
         self.process = process
         self.port = port
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
+        self.log = log
 
-    def _drain(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if len(self.lines) < 1000:
-                self.lines.append(line)
+    @property
+    def lines(self) -> list[str]:
+        """The first 1,000 lines the peer printed."""
+        if self.log is None or not self.log.exists():
+            return []
+        with self.log.open(errors="replace") as output:
+            return [line for _, line in zip(range(1000), output, strict=False)]
 
     def wait(self, timeout: float = 30) -> int:
         """Wait for the peer to exit (it does after its message count)."""
         return self.process.wait(timeout)
 
     def stop(self) -> None:
-        """Kill the peer if it still runs."""
+        """Kill the peer if it still runs, and remove its output."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(5)
+        if self.log is not None:
+            self.log.unlink(missing_ok=True)
 
 
 def start_direct(address: str, count: int) -> CPeer:
     """Start the C ``direct`` example on a free port: it receives (and accepts) ``count`` messages, or sends
     ``count`` messages to a receiver that attaches, then closes."""
     binary = build_c_examples(("direct",))["direct"]
-    return _start([str(binary), "127.0.0.1", "0", address, str(count)], "the C direct example")
+    return start_peer([str(binary), "127.0.0.1", "0", address, str(count)], "the C direct example")
 
 
-def _start(command: list[str], what: str) -> CPeer:
-    process = subprocess.Popen(["stdbuf", "-oL", *command], stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = re.search(r"listening on (\d+)", line)
-    if match is None:
-        process.kill()
-        raise RuntimeError(f"{what} did not start: {line!r}")
-    return CPeer(process, int(match.group(1)))
+def start_peer(command: list[str], what: str, cwd: Path | None = None) -> CPeer:
+    """Start ``command`` (a C peer) with its output in a temporary file, and wait for the "listening on PORT" line
+    it prints among its first lines."""
+    descriptor, name = tempfile.mkstemp(prefix="amqp-async-peer-", suffix=".log")
+    log = Path(name)
+    with os.fdopen(descriptor, "wb") as output:
+        process = subprocess.Popen(["stdbuf", "-oL", *command], stdout=output, stderr=subprocess.STDOUT, cwd=cwd)
+    deadline = time.monotonic() + 10
+    while True:
+        first = log.read_text(errors="replace")[:4096]
+        match = re.search(r"listening on (\d+)", first)
+        if match is not None:
+            return CPeer(process, int(match.group(1)), log)
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait(5)
+            log.unlink(missing_ok=True)
+            raise RuntimeError(f"{what} did not start: {first!r}")
+        time.sleep(0.005)
 
 
 def start_sink() -> CPeer:
     """Start ``peers/sink.c`` on a free port: it accepts and drops every message it is sent, until stopped."""
     build_c_examples(())  # the C library and headers
     binary = _build(SINK, CACHE / "sink")
-    return _start([str(binary), "127.0.0.1", "0"], "the C sink")
+    return start_peer([str(binary), "127.0.0.1", "0"], "the C sink")

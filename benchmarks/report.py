@@ -48,6 +48,7 @@ SECTIONS = (
     "codec",
     "engine",
     "backends",
+    "C clients",
     "broker",
     "callback",
     "callback/brokers",
@@ -126,6 +127,12 @@ def callback_broker_rows(quick: bool, rabbitmq: bool) -> list[Row]:
     import callback
 
     return callback.run_brokers(quick, rabbitmq=rabbitmq, repeat=1 if quick else 3)
+
+
+def c_client_rows(quick: bool) -> list[Row]:
+    import c_clients
+
+    return c_clients.run(quick)
 
 
 def large_rows(quick: bool) -> list[Row]:
@@ -290,6 +297,7 @@ def main() -> int:
         "codec": lambda: codec_rows(args.quick),
         "engine": lambda: engine_rows(args.quick),
         "backends": lambda: backends_rows(args.quick),
+        "C clients": lambda: c_client_rows(args.quick),
         "broker": lambda: broker_rows(args.quick, not args.no_rabbitmq),
         "callback": lambda: callback_rows(args.quick),
         "callback/brokers": lambda: callback_broker_rows(args.quick, not args.no_rabbitmq),

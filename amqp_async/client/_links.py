@@ -15,6 +15,7 @@ from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.errors import LocalProtocolError
+from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
 from ._tracker import Tracker, _TracedTracker
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     from ..protocol.link import Link as EngineLink
     from ..protocol.link import ReceiverLink, SenderLink
     from ..protocol.session import Session as EngineSession
-    from ._delivery import Delivery
     from ._session import Session
     from ._tracing import MessageTracing
     from ._transaction import Transaction
@@ -613,8 +613,6 @@ class Receiver(_Link):
 
     def receive_nowait(self) -> Delivery | None:
         """Take the next delivery if one is queued, else None (never waits)."""
-        from ._delivery import Delivery
-
         incoming = self._engine_link.incoming
         if not incoming:
             return None
@@ -632,8 +630,6 @@ class Receiver(_Link):
             LinkDetached: the link was detached (without error) and no delivery is left.
             LinkError, SessionError, ConnectionError: the link, session or connection failed.
         """
-        from ._delivery import Delivery
-
         while True:
             incoming = self._engine_link.incoming
             if incoming:

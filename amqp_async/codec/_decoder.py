@@ -135,16 +135,23 @@ def _zero(cls: type) -> Decoder:
     return decode_zero
 
 
-def _dec_smalluint(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    if offset >= len(data):
-        raise _truncated(offset, 1, data)
-    return _new_int(uint, data[offset]), offset + 1
+def _one_byte(cls: type, signed: bool) -> tuple[Decoder, tuple[Any, ...]]:
+    """The decoder of a one-byte integer encoding (smalluint, smallulong, smallint, ubyte, byte) and its table.
 
+    The 256 values are made once: a decode is a table lookup, not a new instance (the classes are immutable
+    and slotted, so one instance serves every message; a delivery id or a message id is one of these).
+    """
+    table: tuple[Any, ...] = tuple(
+        _new_int(cls, value - 256 if signed and value > 0x7F else value) for value in range(256)
+    )
 
-def _dec_smallulong(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    if offset >= len(data):
-        raise _truncated(offset, 1, data)
-    return _new_int(ulong, data[offset]), offset + 1
+    def decode_one_byte(data: Any, offset: int, depth: int) -> tuple[Any, int]:
+        try:
+            return table[data[offset]], offset + 1
+        except IndexError:
+            raise _truncated(offset, 1, data) from None
+
+    return decode_one_byte, table
 
 
 def _dec_decimal128(data: Any, offset: int, depth: int) -> tuple[Any, int]:
@@ -406,10 +413,14 @@ def _dec_map8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
 
 
 def _dec_map32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    if depth >= MAX_DEPTH:
-        raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=offset)
-    count, position, end = _compound_bounds(data, offset, True)
-    return _map_items(data, position, end, count, depth + 1, offset)
+    # The common case inline (proton writes every message's map body as a map32): size and count, 4 bytes each.
+    position = offset + 8
+    if position <= len(data):
+        size, count = _unpack_II(data, offset)
+        end = offset + 4 + size
+        if size >= 4 and end <= len(data) and count <= end - position and depth < MAX_DEPTH:
+            return _map_items(data, position, end, count, depth + 1, offset)
+    raise _compound_error(data, offset, True, depth)
 
 
 def _map_items(data: Any, position: int, end: int, count: int, depth: int, offset: int) -> tuple[Any, int]:
@@ -449,6 +460,9 @@ def _map_items(data: Any, position: int, end: int, count: int, depth: int, offse
                 value = data[position + 1]
                 if value > 0x7F:
                     value -= 0x100
+                position += 2
+            elif code == 0x54:  # smallint: small int values (proton's int, as in its examples' map bodies)
+                value = _SMALLINTS[data[position + 1]]
                 position += 2
             else:
                 value, position = decoders[code](data, position + 1, depth)
@@ -663,18 +677,18 @@ _DECODERS[0x40] = _dec_null
 _DECODERS[0x41] = _dec_true
 _DECODERS[0x42] = _dec_false
 _DECODERS[0x56] = _dec_boolean
-_DECODERS[0x50] = _fixed(_unpack_B, 1, ubyte)
+_DECODERS[0x50] = _one_byte(ubyte, signed=False)[0]
 _DECODERS[0x60] = _fixed(_unpack_H, 2, ushort)
 _DECODERS[0x70] = _fixed(_unpack_I, 4, uint)
-_DECODERS[0x52] = _dec_smalluint
+_DECODERS[0x52] = _one_byte(uint, signed=False)[0]
 _DECODERS[0x43] = _zero(uint)
 _DECODERS[0x80] = _fixed(_unpack_Q, 8, ulong)
-_DECODERS[0x53] = _dec_smallulong
+_DECODERS[0x53] = _one_byte(ulong, signed=False)[0]
 _DECODERS[0x44] = _zero(ulong)
-_DECODERS[0x51] = _fixed(_unpack_b, 1, byte)
+_DECODERS[0x51] = _one_byte(byte, signed=True)[0]
 _DECODERS[0x61] = _fixed(_unpack_h, 2, short)
 _DECODERS[0x71] = _fixed(_unpack_i, 4, int32)
-_DECODERS[0x54] = _fixed(_unpack_b, 1, int32)
+_DECODERS[0x54], _SMALLINTS = _one_byte(int32, signed=True)
 _DECODERS[0x81] = _fixed(_unpack_q, 8, None)
 _DECODERS[0x55] = _fixed(_unpack_b, 1, None)
 _DECODERS[0x72] = _fixed(_unpack_f, 4, float32)
