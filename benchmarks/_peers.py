@@ -69,14 +69,18 @@ class CPeer:
         self.process = process
         self.port = port
         self.log = log
+        self._kept: list[str] = []  # the lines, once stop() removed the file
 
     @property
     def lines(self) -> list[str]:
-        """The first 1,000 lines the peer printed."""
+        """The first 1,000 lines the peer printed after its "listening on PORT" line (kept by ``stop()``)."""
         if self.log is None or not self.log.exists():
-            return []
+            return self._kept
         with self.log.open(errors="replace") as output:
-            return [line for _, line in zip(range(1000), output, strict=False)]
+            printed = [line for _, line in zip(range(1001), output, strict=False)]
+        if printed and "listening on" in printed[0]:
+            del printed[0]
+        return printed[:1000]
 
     def wait(self, timeout: float = 30) -> int:
         """Wait for the peer to exit (it does after its message count)."""
@@ -88,7 +92,9 @@ class CPeer:
             self.process.kill()
             self.process.wait(5)
         if self.log is not None:
+            self._kept = self.lines
             self.log.unlink(missing_ok=True)
+            self.log = None
 
 
 def start_direct(address: str, count: int) -> CPeer:
