@@ -6,11 +6,19 @@ from typing import Any
 
 import anyio
 
-from ..client import Connection, Receiver, Sender, connect
-from ..errors import ConnectionError
+from ..client import Connection, Delivery, Receiver, Sender, connect
+from ..errors import ConnectionError, TransactionError
 from ._options import AmqpOptions
 
-__all__ = ["close_quietly", "open_receiver", "open_sender", "wait_sent"]
+__all__ = [
+    "check_transactions",
+    "close_quietly",
+    "open_receiver",
+    "open_sender",
+    "receive_batch",
+    "settle_all",
+    "wait_sent",
+]
 
 
 def _describe(options: AmqpOptions) -> str:
@@ -122,6 +130,116 @@ async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None)
                 await connection._wait_state()
         if silence.cancelled_caught:
             return  # quiet for that long: nothing more to come now
+
+
+async def receive_batch(
+    receiver: Receiver, budget: int, window: int, first_wait: float, quiet: float
+) -> tuple[list[Delivery], bool]:
+    """Up to ``budget`` deliveries: what the sender has now. Returns them, and True when the sender was found to
+    have no more (drained: fewer than ``budget`` came because there were no more).
+
+    With ``first_wait`` > 0 it waits that long for a first delivery (none: an idle source, drained). Then it asks
+    for the rest with a drain (§2.6.7) and keeps up to ``window`` credit out, topped up as deliveries come, so that
+    the sender streams without waiting for a round trip; the drain ends when the sender used the credit (more may
+    follow: drain again) or gave the rest back (it had no more). A peer whose drains are broken
+    (:func:`_drain_breaks`): no transfer for ``quiet`` seconds while credit is out means it had no more. Credit is
+    never more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
+    """
+    link = receiver._engine_link
+    connection = receiver.connection
+    drains = not _drain_breaks(connection)
+    taken: list[Delivery] = []
+    low_water = max(1, window // 2)
+
+    def take() -> None:
+        while len(taken) < budget and (delivery := receiver.receive_nowait()) is not None:
+            taken.append(delivery)
+
+    def top_up(drain: bool) -> None:
+        wanted = min(window, budget - len(taken)) - len(link.incoming)
+        # Top up once half the credit is used (one flow frame per half window), or to start a drain.
+        if (wanted > link.link_credit and 2 * link.link_credit <= wanted) or (drain and not link.drain and wanted > 0):
+            link.grant_credit(max(wanted, link.link_credit), drain=drain)
+            connection._kick()
+
+    async def wait_until(ready: Any) -> None:
+        while not ready():
+            receiver._check()
+            await connection._wait_state()
+
+    if first_wait > 0:
+        top_up(drain=False)
+        with anyio.move_on_after(first_wait):
+            await wait_until(lambda: link.incoming)
+        if not link.incoming:
+            _stop_credit(receiver)
+            return taken, True
+    drained = False
+    link.drained_credit = 0
+    while True:
+        take()
+        if len(taken) >= budget:
+            break
+        top_up(drain=drains)
+        if drains:
+            await wait_until(lambda: not link.drain or len(link.incoming) >= low_water)
+            if not link.drain and link.drained_credit:
+                take()  # the sender's flow follows its last transfer: all it sent is here
+                drained = len(taken) < budget
+                break
+        else:
+            seen = len(link.incoming)
+            with anyio.move_on_after(quiet) as silence:
+                await wait_until(lambda seen=seen: len(link.incoming) > seen)
+            if silence.cancelled_caught:
+                take()
+                drained = len(taken) < budget
+                break
+    _stop_credit(receiver)
+    return taken, drained
+
+
+def _stop_credit(receiver: Receiver) -> None:
+    """Take back the credit still out (a sender that has not used it could send more than was asked)."""
+    link = receiver._engine_link
+    if link.link_credit and not receiver.is_closed:
+        link.grant_credit(0)
+        receiver.connection._kick()
+
+
+async def settle_all(deliveries: list[Delivery], accept: bool) -> None:
+    """Accept every delivery (§3.4.2), or release it (§3.4.4: not processed; the broker delivers it again, and its
+    delivery-count does not grow)."""
+    for delivery in deliveries:
+        await (delivery.accept() if accept else delivery.release())
+
+
+async def check_transactions(options: AmqpOptions) -> None:
+    """Make sure the peer has a transaction coordinator (§4.2): declare a transaction and roll it back.
+
+    Raises:
+        TransactionError: it has none (RabbitMQ 3.x), or refused the declare; the message says what to do.
+        ConnectionError: the peer cannot be reached.
+    """
+    connection = await _connect(options)
+    try:
+        with anyio.fail_after(options.connect_timeout):
+            transaction = await connection.transaction()
+            await transaction.rollback()
+    except TransactionError as exc:
+        raise TransactionError(
+            f"option 'transactional': the peer at {_describe(options)} cannot run AMQP transactions ({exc}); "
+            "RabbitMQ 3.x, for one, has no transaction coordinator. Write without 'transactional' (at-least-once, "
+            "with deterministic message ids to drop duplicates)",
+            condition=exc.condition,
+        ) from exc
+    except TimeoutError:
+        raise TransactionError(
+            f"option 'transactional': the peer at {_describe(options)} did not answer a transaction declare within "
+            f"connectTimeoutMs ({options.connect_timeout:g} s)"
+        ) from None
+    finally:
+        await close_quietly(connection)
 
 
 async def close_quietly(connection: Connection | None) -> None:

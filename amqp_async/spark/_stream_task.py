@@ -1,0 +1,156 @@
+"""One task of an executor-side streaming read: receive a partition's share, log it, choose, settle, give the rows.
+
+The task for partition ``p`` of micro-batch ``b`` (a :class:`StreamPartition`, a few hundred bytes however large
+the batch) runs in a Python worker on an executor:
+
+1. If the log already has a choice for ``(b, p)`` (an earlier attempt got that far), it returns the chosen entry's
+   messages, without connecting. Otherwise:
+2. it connects (its own connection, closed before it returns) and receives up to the partition's budget: what
+   the queue has now (:func:`~._links.receive_batch`; in a continuous query it first waits up to ``pollWaitMs``
+   for a first message);
+3. writes them to its log entry (:meth:`~._log.Slot.write_entry`), durable before anything is settled;
+4. has one entry chosen among all attempts of ``(b, p)`` (:meth:`~._log.Slot.choose`);
+5. accepts its deliveries if its own entry was chosen (and the batch is not committed already: a zombie attempt),
+   else releases them (the broker delivers them again, to a later batch) and takes the chosen entry's messages;
+6. closes the connection and returns the rows.
+
+A task that dies anywhere before 5 leaves its deliveries unsettled: the broker delivers them again when the
+connection drops. docs/spark.md has the table of what each failure costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
+
+from ..client import Connection
+from ._failpoints import failpoint
+from ._links import close_quietly, open_receiver, receive_batch, settle_all
+from ._log import Slot, WriteAheadLog, new_attempt
+from ._loop import LoopThread
+from ._options import AmqpOptions, OptionError
+from ._schema import RowBuilder
+
+__all__ = ["StreamPartition", "read_partition"]
+
+log = logging.getLogger("amqp_async.spark")
+
+#: Rows per record batch handed to Spark.
+_ROWS_PER_BATCH = 10_000
+#: Seconds without a transfer that mean "nothing more now", with a peer whose drains are broken.
+_QUIET = 0.2
+
+
+class StreamPartition(InputPartition):
+    """Partition ``index`` of micro-batch ``batch`` of the source ``source``: what its task needs, and no message.
+
+    Attributes:
+        budget: the most messages the task takes from the queue.
+        location: the log's location (``logLocation``, or the default local directory).
+        first_wait: seconds to wait for a first message (0: drain at once, for ``Trigger.AvailableNow``).
+        planner_host: the driver's host name when the log is the default local directory, which only a task on
+            the same machine can share (None: a location the user gave).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        batch: int,
+        index: int,
+        budget: int,
+        location: str,
+        first_wait: float,
+        planner_host: str | None,
+    ) -> None:
+        super().__init__(index)
+        self.source = source
+        self.batch = batch
+        self.index = index
+        self.budget = budget
+        self.location = location
+        self.first_wait = first_wait
+        self.planner_host = planner_host
+
+    def __repr__(self) -> str:
+        return f"StreamPartition(batch={self.batch}, index={self.index}, budget={self.budget})"
+
+
+def _check_host(partition: StreamPartition) -> None:
+    host = socket.gethostname()
+    if partition.planner_host is not None and host != partition.planner_host:
+        raise OptionError(
+            f"this streaming read's task runs on {host!r} and its driver on {partition.planner_host!r}, but its "
+            f"write-ahead log is the default local directory {partition.location!r}, which they cannot share: set "
+            "the option 'logLocation' to a filesystem every node sees (hdfs://, s3://, gs://, a shared mount...)"
+        )
+
+
+def _spark_attempt() -> int:
+    context = TaskContext.get()
+    return 0 if context is None else context.attemptNumber()
+
+
+def _receive_and_choose(
+    options: AmqpOptions, partition: StreamPartition, log_: WriteAheadLog, slot: Slot
+) -> list[bytes]:
+    """Steps 2 to 5 of the module documentation; returns the chosen entry's messages (this attempt's or
+    another's)."""
+    attempt = new_attempt(_spark_attempt())
+    window = int(options.get("credit", 1000))
+    loop = LoopThread("amqp-async-spark-stream-task")
+    connection: Connection | None = None
+    try:
+        opened: Any = loop.call(open_receiver, options, timeout=options.connect_timeout * 2 + 5)
+        connection, receiver = opened
+        deliveries, drained = loop.call(receive_batch, receiver, partition.budget, window, partition.first_wait, _QUIET)
+        failpoint("received", partition.index)
+        payloads = [delivery.payload for delivery in deliveries]
+        entry = slot.write_entry(attempt, payloads, drained)
+        failpoint("logged", partition.index)
+        chosen = slot.choose(attempt, entry)
+        failpoint("chosen", partition.index)
+        committed = log_.committed()
+        ours = chosen == entry and committed <= partition.batch
+        loop.call(settle_all, deliveries, ours)
+        log.debug(
+            "batch %d partition %d attempt %s: %d received, %s",
+            partition.batch,
+            partition.index,
+            attempt,
+            len(deliveries),
+            "accepted" if ours else f"released (entry {chosen.attempt} was chosen)",
+        )
+        if committed > partition.batch:
+            raise RuntimeError(
+                f"micro-batch {partition.batch} was committed while this attempt of partition {partition.index} ran "
+                "(a speculative copy Spark no longer needs): its messages were released"
+            )
+        failpoint("settled", partition.index)
+        return payloads if ours else slot.read_entry(chosen)
+    finally:
+        loop.call(close_quietly, connection, timeout=10)
+        loop.close()
+
+
+def read_partition(options: AmqpOptions, schema: StructType, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
+    """The rows of ``partition``: the chosen log entry's messages (received now when no attempt chose before)."""
+    _check_host(partition)
+    log_ = WriteAheadLog(partition.location, partition.source)
+    slot = log_.slot(partition.batch, partition.index)
+    chosen = slot.chosen()
+    if chosen is None:
+        payloads = _receive_and_choose(options, partition, log_, slot)
+    else:
+        payloads = slot.read_entry(chosen)
+    if not payloads:
+        return
+    builder = RowBuilder(schema)
+    for start in range(0, len(payloads), _ROWS_PER_BATCH):
+        yield builder.batch(payloads[start : start + _ROWS_PER_BATCH])
