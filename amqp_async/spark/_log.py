@@ -19,10 +19,13 @@ The log is a directory on any filesystem :mod:`pyarrow.fs` supports (a local pat
     LOCATION/SOURCE/B/P/chosen.A.COUNT.D        the choice, once made: entry A (a cache of what the ballots decide)
 
 ``SOURCE`` names one query's source (its id is in the query's offsets, so a restart from the checkpoint finds
-it). Every file is written once and never changed, and appears whole: on filesystems with an atomic rename (local,
-HDFS) it is written under a temporary name and renamed; on object stores (S3, GCS, Azure) an upload is visible
-only once complete. On a local filesystem each file and its directory are synced to disk before it counts. The
-choice among attempts needs no atomic create-if-absent, which object stores lack: see :mod:`._paxos`.
+it). Every file is written once and never changed, and appears whole: its bytes are made in memory first; on
+filesystems with an atomic rename (local, HDFS) it is written under a temporary name (``.tmp-*``, which listings
+skip) and renamed; on object stores (S3, GCS, Azure) it is one upload, which the store shows only once complete.
+On a local filesystem each file and its directory are synced to disk before it counts (a crash of the machine
+must not lose an entry whose messages were accepted). And only an entry whose write completed is ever proposed,
+so no reader ever depends on one that did not. The choice among attempts needs no atomic create-if-absent, which
+object stores lack: see :mod:`._paxos`.
 
 A zombie (an attempt Spark no longer waits for, still running after its batch was committed and deleted) could
 otherwise choose again in an emptied directory: every attempt checks ``done.N`` after the choice and before it
@@ -163,10 +166,10 @@ class _Files:
     """Whole-file writes and listings on one filesystem (see the module documentation for how a file appears
     whole on each kind)."""
 
-    def __init__(self, filesystem: pafs.FileSystem) -> None:
+    def __init__(self, filesystem: pafs.FileSystem, *, object_store: bool | None = None) -> None:
         self.fs = filesystem
-        kind = _kind(filesystem)
-        self.object_store = kind in _OBJECT_STORES
+        self.has_directories = _kind(filesystem) not in _OBJECT_STORES
+        self.object_store = not self.has_directories if object_store is None else object_store
         self.local = _local_path(filesystem, "/") is not None
 
     def names(self, directory: str, *, recursive: bool = False) -> list[str]:
@@ -177,22 +180,24 @@ class _Files:
                 self.fs.get_file_info(selector)]  # fmt: skip
 
     def make_dir(self, directory: str) -> None:
-        if not self.object_store:  # an object store has no directories to make (a marker object would cost a call)
+        if self.has_directories:  # an object store has none to make (a marker object would cost a call)
             self.fs.create_dir(directory, recursive=True)
 
-    def publish(self, directory: str, name: str, write: Callable[[pa.NativeFile], None] | None = None) -> None:
-        """Write file ``directory/name`` so that it appears whole (``write`` fills it; None: an empty file)."""
+    def publish(self, directory: str, name: str, data: bytes | pa.Buffer = b"") -> None:
+        """Write file ``directory/name`` holding ``data`` so that it appears whole: written under a temporary name
+        and renamed where renames are atomic, uploaded in one piece to an object store (which shows an object only
+        once its upload is complete). The data is made before the file is opened, so nothing of ours can fail
+        half-way through it."""
         path = f"{directory}/{name}"
-        if write is None or self.object_store:
-            # An empty file is whole as soon as it exists; an object store shows an upload once it is complete.
+        if not len(data) or self.object_store:
+            # An empty file is whole as soon as it exists.
             with self.fs.open_output_stream(path) as stream:
-                if write is not None:
-                    write(stream)
+                stream.write(data)
             self._sync(path, directory)
             return
         temporary = f"{directory}/.tmp-{uuid.uuid4().hex}"
         with self.fs.open_output_stream(temporary) as stream:
-            write(stream)
+            stream.write(data)
         self._sync(temporary, None)
         self.fs.move(temporary, path)
         self._sync(None, directory)
@@ -251,14 +256,12 @@ class Slot:
     def write_entry(self, attempt: str, payloads: Sequence[bytes], drained: bool) -> Entry:
         """Write attempt ``attempt``'s messages (encoded) as its entry; return it. Durable once this returns."""
         entry = Entry(attempt, len(payloads), drained)
-
-        def write(stream: pa.NativeFile) -> None:
-            with pa.ipc.new_stream(stream, _PAYLOAD_SCHEMA) as writer:
-                for chunk in _chunks(payloads):
-                    writer.write_batch(pa.record_batch([pa.array(chunk, pa.binary())], schema=_PAYLOAD_SCHEMA))
-
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, _PAYLOAD_SCHEMA) as writer:
+            for chunk in _chunks(payloads):
+                writer.write_batch(pa.record_batch([pa.array(chunk, pa.binary())], schema=_PAYLOAD_SCHEMA))
         self._files.make_dir(self.directory)
-        self._files.publish(self.directory, entry.file_name(), write)
+        self._files.publish(self.directory, entry.file_name(), sink.getvalue())
         return entry
 
     def read_entry(self, entry: Entry) -> list[bytes]:
@@ -316,13 +319,33 @@ def _chunks(payloads: Sequence[bytes]) -> Iterable[Sequence[bytes]]:
 class WriteAheadLog:
     """The log of one streaming source (``source``: its id, from the query's offsets) under ``location``."""
 
-    def __init__(self, location: str, source: str) -> None:
+    def __init__(
+        self,
+        location: str,
+        source: str,
+        *,
+        filesystem: pafs.FileSystem | None = None,
+        object_store: bool | None = None,
+    ) -> None:
+        """Args:
+        location: a path or URI (see :func:`open_filesystem`), or a path on ``filesystem`` when given.
+        source: the source's id.
+        filesystem: a filesystem object to use instead of resolving ``location`` (tests use pyarrow's mock).
+        object_store: write as to an object store (one upload per file, no rename); default: by filesystem kind.
+
+        Raises:
+            ValueError: ``source`` is not a source id (letters, digits and dashes).
+            OptionError: ``location`` cannot be resolved.
+        """
         if not _ATTEMPT.fullmatch(source):
             raise ValueError(f"not a source id of the amqp data source: {source!r}")
         self.location = location
-        self.filesystem, base = open_filesystem(location)
+        if filesystem is None:
+            self.filesystem, base = open_filesystem(location)
+        else:
+            self.filesystem, base = filesystem, location.rstrip("/")
         self.root = f"{base}/{source}"
-        self.files = _Files(self.filesystem)
+        self.files = _Files(self.filesystem, object_store=object_store)
 
     def slot(self, batch: int, partition: int) -> Slot:
         """The log of partition ``partition`` of micro-batch ``batch``."""
