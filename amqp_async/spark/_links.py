@@ -133,34 +133,49 @@ async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None)
 
 
 async def receive_batch(
-    receiver: Receiver, budget: int, window: int, first_wait: float, quiet: float
+    receiver: Receiver,
+    budget: int,
+    window: int,
+    first_wait: float,
+    quiet: float,
+    taken: list[Delivery] | None = None,
 ) -> tuple[list[Delivery], bool]:
     """Up to ``budget`` deliveries: what the sender has now. Returns them, and True when the sender was found to
-    have no more (drained: fewer than ``budget`` came because there were no more).
+    have no more (drained: fewer than ``budget`` came because there were no more). ``taken``: the list to append
+    them to as they come (another thread may read it meanwhile: appends are atomic).
 
     With ``first_wait`` > 0 it waits that long for a first delivery (none: an idle source, drained). Then it asks
-    for the rest with a drain (§2.6.7) and keeps up to ``window`` credit out, topped up as deliveries come, so that
-    the sender streams without waiting for a round trip; the drain ends when the sender used the credit (more may
-    follow: drain again) or gave the rest back (it had no more). A peer whose drains are broken
-    (:func:`_drain_breaks`): no transfer for ``quiet`` seconds while credit is out means it had no more. Credit is
-    never more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
+    for the rest with drains (§2.6.7) and keeps up to ``window`` credit out, topped up as deliveries come, so that
+    the sender streams without waiting for a round trip. A drain ends when the sender has used the credit or given
+    the rest back. Giving credit back is not yet "nothing more": a sender also gives back what its session window
+    (§2.5.6) did not let it send (the embedded broker does). So the source counts as empty only when a whole drain
+    brought nothing at all, once the session window was open again. A peer whose drains are broken
+    (:func:`_drain_breaks`): no transfer for ``quiet`` seconds while credit is out means the same. Credit is never
+    more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
     """
     link = receiver._engine_link
     connection = receiver.connection
     drains = not _drain_breaks(connection)
-    taken: list[Delivery] = []
+    if taken is None:
+        taken = []
     low_water = max(1, window // 2)
 
     def take() -> None:
         while len(taken) < budget and (delivery := receiver.receive_nowait()) is not None:
             taken.append(delivery)
 
-    def top_up(drain: bool) -> None:
+    def arrived() -> int:
+        return len(taken) + len(link.incoming)
+
+    def top_up(drain: bool) -> bool:
+        """Grant credit up to the window once half of it is used; with ``drain``, start a drain if none is on.
+        Returns True when a new drain began."""
         wanted = min(window, budget - len(taken)) - len(link.incoming)
-        # Top up once half the credit is used (one flow frame per half window), or to start a drain.
-        if (wanted > link.link_credit and 2 * link.link_credit <= wanted) or (drain and not link.drain and wanted > 0):
-            link.grant_credit(max(wanted, link.link_credit), drain=drain)
+        starting = drain and not link.drain and wanted > 0
+        if starting or (wanted > link.link_credit and 2 * link.link_credit <= wanted):
+            link.grant_credit(max(wanted, link.link_credit), drain=drain or link.drain)
             connection._kick()
+        return starting
 
     async def wait_until(ready: Any) -> None:
         while not ready():
@@ -175,19 +190,21 @@ async def receive_batch(
             _stop_credit(receiver)
             return taken, True
     drained = False
-    link.drained_credit = 0
+    drain_began_at = 0  # what had arrived when the current drain began
     while True:
         take()
         if len(taken) >= budget:
             break
-        top_up(drain=drains)
         if drains:
+            if top_up(drain=True):
+                drain_began_at = arrived()
+                link.drained_credit = 0
             await wait_until(lambda: not link.drain or len(link.incoming) >= low_water)
-            if not link.drain and link.drained_credit:
-                take()  # the sender's flow follows its last transfer: all it sent is here
-                drained = len(taken) < budget
+            if not link.drain and link.drained_credit and arrived() == drain_began_at:
+                drained = True  # a whole drain, and not one message: the source has none now
                 break
         else:
+            top_up(drain=False)
             seen = len(link.incoming)
             with anyio.move_on_after(quiet) as silence:
                 await wait_until(lambda seen=seen: len(link.incoming) > seen)

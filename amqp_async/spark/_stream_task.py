@@ -12,7 +12,7 @@ the batch) runs in a Python worker on an executor:
 4. has one entry chosen among all attempts of ``(b, p)`` (:meth:`~._log.Slot.choose`);
 5. accepts its deliveries if its own entry was chosen (and the batch is not committed already: a zombie attempt),
    else releases them (the broker delivers them again, to a later batch) and takes the chosen entry's messages;
-6. closes the connection and returns the rows.
+6. closes the connection and returns the rows (built while the messages arrived, :class:`_Rows`).
 
 A task that dies anywhere before 5 leaves its deliveries unsettled: the broker delivers them again when the
 connection drops. docs/spark.md has the table of what each failure costs.
@@ -20,6 +20,7 @@ connection drops. docs/spark.md has the table of what each failure costs.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import socket
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from ..client import Connection
+from ..client import Connection, Delivery
 from ._failpoints import failpoint
 from ._links import close_quietly, open_receiver, receive_batch, settle_all
 from ._log import Slot, WriteAheadLog, new_attempt
@@ -42,8 +43,10 @@ __all__ = ["StreamPartition", "read_partition"]
 
 log = logging.getLogger("amqp_async.spark")
 
-#: Rows per record batch handed to Spark.
-_ROWS_PER_BATCH = 10_000
+#: Rows per record batch handed to Spark (and built at a time while more messages arrive).
+_ROWS_PER_BATCH = 5_000
+#: Seconds the task's thread sleeps when it waits for more deliveries to turn into rows.
+_POLL = 0.005
 #: Seconds without a transfer that mean "nothing more now", with a peer whose drains are broken.
 _QUIET = 0.2
 
@@ -97,10 +100,37 @@ def _spark_attempt() -> int:
     return 0 if context is None else context.attemptNumber()
 
 
+class _Rows:
+    """Rows built from deliveries while more arrive: the task's thread turns each chunk into an Arrow record batch
+    as soon as it is there, while the event loop's thread goes on receiving (the broker is kept busy, and the rows
+    are ready when the last delivery is)."""
+
+    def __init__(self, schema: StructType) -> None:
+        self.builder = RowBuilder(schema)
+        self.payloads: list[bytes] = []
+        self.batches: list[pa.RecordBatch] = []
+
+    def follow(self, received: list[Delivery], receiving: concurrent.futures.Future[Any]) -> None:
+        """Build rows from ``received`` (filled by the loop) until ``receiving`` is done, then the rest."""
+        while True:
+            done = receiving.done()
+            count = len(received)
+            if count - len(self.payloads) >= _ROWS_PER_BATCH or (done and count > len(self.payloads)):
+                self.add([delivery.payload for delivery in received[len(self.payloads) : count]])
+            elif done:
+                return
+            else:
+                concurrent.futures.wait([receiving], timeout=_POLL)
+
+    def add(self, payloads: list[bytes]) -> None:
+        self.payloads += payloads
+        self.batches.append(self.builder.batch(payloads))
+
+
 def _receive_and_choose(
-    options: AmqpOptions, partition: StreamPartition, log_: WriteAheadLog, slot: Slot
-) -> list[bytes]:
-    """Steps 2 to 5 of the module documentation; returns the chosen entry's messages (this attempt's or
+    options: AmqpOptions, schema: StructType, partition: StreamPartition, log_: WriteAheadLog, slot: Slot
+) -> list[pa.RecordBatch]:
+    """Steps 2 to 5 of the module documentation; returns the rows of the chosen entry (this attempt's or
     another's)."""
     attempt = new_attempt(_spark_attempt())
     window = int(options.get("credit", 1000))
@@ -109,10 +139,17 @@ def _receive_and_choose(
     try:
         opened: Any = loop.call(open_receiver, options, timeout=options.connect_timeout * 2 + 5)
         connection, receiver = opened
-        deliveries, drained = loop.call(receive_batch, receiver, partition.budget, window, partition.first_wait, _QUIET)
+        received: list[Delivery] = []
+        receiving = loop.submit(
+            receive_batch, receiver, partition.budget, window, partition.first_wait, _QUIET, received
+        )
+        rows = _Rows(schema)
+        try:
+            rows.follow(received, receiving)
+        finally:
+            deliveries, drained = receiving.result()  # an error of the receive first; waits for the loop's side
         failpoint("received", partition.index)
-        payloads = [delivery.payload for delivery in deliveries]
-        entry = slot.write_entry(attempt, payloads, drained)
+        entry = slot.write_entry(attempt, rows.payloads, drained)
         failpoint("logged", partition.index)
         chosen = slot.choose(attempt, entry)
         failpoint("chosen", partition.index)
@@ -133,10 +170,17 @@ def _receive_and_choose(
                 "(a speculative copy Spark no longer needs): its messages were released"
             )
         failpoint("settled", partition.index)
-        return payloads if ours else slot.read_entry(chosen)
+        return rows.batches if ours else _batches(schema, slot.read_entry(chosen))
     finally:
         loop.call(close_quietly, connection, timeout=10)
         loop.close()
+
+
+def _batches(schema: StructType, payloads: list[bytes]) -> list[pa.RecordBatch]:
+    builder = RowBuilder(schema)
+    return [
+        builder.batch(payloads[start : start + _ROWS_PER_BATCH]) for start in range(0, len(payloads), _ROWS_PER_BATCH)
+    ]
 
 
 def read_partition(options: AmqpOptions, schema: StructType, partition: StreamPartition) -> Iterator[pa.RecordBatch]:
@@ -146,11 +190,9 @@ def read_partition(options: AmqpOptions, schema: StructType, partition: StreamPa
     slot = log_.slot(partition.batch, partition.index)
     chosen = slot.chosen()
     if chosen is None:
-        payloads = _receive_and_choose(options, partition, log_, slot)
+        batches = _receive_and_choose(options, schema, partition, log_, slot)
     else:
-        payloads = slot.read_entry(chosen)
-    if not payloads:
-        return
-    builder = RowBuilder(schema)
-    for start in range(0, len(payloads), _ROWS_PER_BATCH):
-        yield builder.batch(payloads[start : start + _ROWS_PER_BATCH])
+        batches = _batches(schema, slot.read_entry(chosen))
+    for batch in batches:
+        if batch.num_rows:
+            yield batch
