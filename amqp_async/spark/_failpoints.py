@@ -3,7 +3,8 @@
 The fault tests must kill a Python worker at an exact step of a task (after it received, after its log write,
 after it accepted...), in a worker process that Spark starts. With the environment variable
 ``AMQP_ASYNC_SPARK_FAILPOINTS`` naming a directory, each point looks there for a trigger file named after it,
-``POINT`` (any partition) or ``POINT@PARTITION``, whose text is the action:
+``POINT@BATCH.PARTITION`` (one partition of one micro-batch), ``POINT@PARTITION`` or ``POINT`` (the first task to
+pass), whose text is the action:
 
 - ``kill``: SIGKILL this process (as the OOM killer or a lost machine would);
 - ``sleep SECONDS``: stall this attempt (a slow task, for speculation);
@@ -26,12 +27,15 @@ ENVIRONMENT = "AMQP_ASYNC_SPARK_FAILPOINTS"
 POINTS = ("received", "logged", "chosen", "settled")
 
 
-def failpoint(point: str, partition: int) -> None:
-    """Run the fault a test asked for at ``point`` of the task reading ``partition``, if any."""
+def failpoint(point: str, partition: int, batch: int | None = None) -> None:
+    """Run the fault a test asked for at ``point`` of the task of ``partition`` (of micro-batch ``batch``)."""
     directory = os.environ.get(ENVIRONMENT)
     if not directory:
         return
-    for name in (f"{point}@{partition}", point):
+    names = [f"{point}@{partition}", point]
+    if batch is not None:
+        names.insert(0, f"{point}@{batch}.{partition}")
+    for name in names:
         trigger = os.path.join(directory, name)
         fired = f"{trigger}.fired-{os.getpid()}"
         try:

@@ -11,6 +11,7 @@ from ..errors import ConnectionError, TransactionError
 from ._options import AmqpOptions
 
 __all__ = [
+    "check_alive",
     "check_transactions",
     "close_quietly",
     "open_receiver",
@@ -222,6 +223,11 @@ def _stop_credit(receiver: Receiver) -> None:
     if link.link_credit and not receiver.is_closed:
         link.grant_credit(0)
         receiver.connection._kick()
+
+
+async def check_alive(receiver: Receiver) -> None:
+    """Raise the error that ended ``receiver``'s link, session or connection, if one has (settling would fail)."""
+    receiver._check()
 
 
 async def settle_all(deliveries: list[Delivery], accept: bool) -> None:

@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType
 
 from ..client import Connection, Delivery
 from ._failpoints import failpoint
-from ._links import close_quietly, open_receiver, receive_batch, settle_all
+from ._links import check_alive, close_quietly, open_receiver, receive_batch, settle_all
 from ._log import Slot, WriteAheadLog, new_attempt
 from ._loop import LoopThread
 from ._options import AmqpOptions, OptionError
@@ -148,11 +148,14 @@ def _receive_and_choose(
             rows.follow(received, receiving)
         finally:
             deliveries, drained = receiving.result()  # an error of the receive first; waits for the loop's side
-        failpoint("received", partition.index)
+        failpoint("received", partition.index, partition.batch)
         entry = slot.write_entry(attempt, rows.payloads, drained)
-        failpoint("logged", partition.index)
+        failpoint("logged", partition.index, partition.batch)
+        # Lost the connection meanwhile? Then fail before the choice: a retry receives afresh, and no entry whose
+        # deliveries can no longer be accepted is chosen (which would make them come twice).
+        loop.call(check_alive, receiver)
         chosen = slot.choose(attempt, entry)
-        failpoint("chosen", partition.index)
+        failpoint("chosen", partition.index, partition.batch)
         committed = log_.committed()
         ours = chosen == entry and committed <= partition.batch
         loop.call(settle_all, deliveries, ours)
@@ -169,7 +172,7 @@ def _receive_and_choose(
                 f"micro-batch {partition.batch} was committed while this attempt of partition {partition.index} ran "
                 "(a speculative copy Spark no longer needs): its messages were released"
             )
-        failpoint("settled", partition.index)
+        failpoint("settled", partition.index, partition.batch)
         return rows.batches if ours else _batches(schema, slot.read_entry(chosen))
     finally:
         loop.call(close_quietly, connection, timeout=10)
