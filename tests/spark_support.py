@@ -303,6 +303,10 @@ class CuttableProxy:
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                # shutdown() first: a close() alone leaves the connection up while a pump thread still blocks in
+                # recv() on the socket (the kernel keeps it until that call returns).
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
                 sock.close()
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from ..client import Connection, Delivery
+from ..errors import AMQPError
 from ._failpoints import failpoint
 from ._links import check_alive, close_quietly, open_receiver, receive_batch, settle_all
 from ._log import Slot, WriteAheadLog, new_attempt
@@ -159,6 +160,19 @@ def _receive_and_choose(
         committed = log_.committed()
         ours = chosen == entry and committed <= partition.batch
         loop.call(settle_all, deliveries, ours)
+        try:
+            loop.call(check_alive, receiver)
+        except AMQPError as exc:
+            # The dispositions may not have reached the peer: it delivers those messages again (duplicates of
+            # this batch's, each with its message_id), to a later batch. The chosen entry stands either way.
+            log.warning(
+                "batch %d partition %d: the connection ended as %d deliveries were %s; they may come again: %s",
+                partition.batch,
+                partition.index,
+                len(deliveries),
+                "accepted" if ours else "released",
+                exc,
+            )
         log.debug(
             "batch %d partition %d attempt %s: %d received, %s",
             partition.batch,
