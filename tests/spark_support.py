@@ -223,10 +223,11 @@ class ConnectionWatch:
 
 
 def drain(url: str, address: str, *, accept: bool = True, timeout: float = 60) -> list[amqp_async.Message]:
-    """Every message ``address`` holds now (taken and accepted unless ``accept`` is False: then released)."""
+    """Every message ``address`` holds now (taken and accepted unless ``accept`` is False: then released, once all
+    are seen, so that none is seen twice)."""
 
     async def run() -> list[amqp_async.Message]:
-        messages = []
+        held = []
         with anyio.fail_after(timeout):
             async with amqp_async.connect(url, reconnect=False) as connection:
                 receiver = await connection.open_receiver(address, credit=0)
@@ -235,11 +236,15 @@ def drain(url: str, address: str, *, accept: bool = True, timeout: float = 60) -
                     await receiver.drain()
                     taken = 0
                     while (delivery := receiver.receive_nowait()) is not None:
-                        messages.append(delivery.message)
-                        await (delivery.accept() if accept else delivery.release())
+                        held.append(delivery)
+                        if accept:
+                            await delivery.accept()
                         taken += 1
                     if taken < 1000:
-                        return messages
+                        break
+                for delivery in held if not accept else ():
+                    await delivery.release()
+                return [delivery.message for delivery in held]
 
     return anyio.run(run)
 
