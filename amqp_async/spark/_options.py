@@ -183,6 +183,11 @@ class AmqpOptions:
             raise OptionError(f"a {operation} needs the option 'address' (the node to read from)")
         if operation == STREAM_READ and self.receive_on == "driver" and "logLocation" in self.values:
             raise OptionError("option 'logLocation' applies to receiveOn=executors only (the driver keeps no log)")
+        if operation == STREAM_READ and self.receive_on == "executors" and "subscriptionName" in self.values:
+            raise OptionError(
+                "option 'subscriptionName' (a durable subscription: one link) needs receiveOn=driver: on the "
+                "executors every task attaches a link of its own"
+            )
         if self.values.get("transactional") and self.values.get("deliveryMode") == "at-most-once":
             raise OptionError("option 'transactional' needs deliveryMode at-least-once (the default)")
 
