@@ -418,7 +418,8 @@ def test_a_connection_cut_under_a_read_is_retried_losing_nothing(
     assert set(counted) == {f"c-{n}" for n in range(count)}  # 0 lost
     duplicated = {message_id for message_id, times in counted.items() if times > 1}
     assert len(duplicated) == 500 and {counted[message_id] for message_id in duplicated} == {2}, (
-        collections.Counter(batch for batch, _ in seen), os.listdir(faults)
+        collections.Counter(batch for batch, _ in seen),
+        os.listdir(faults),
     )
     assert duplicated == {message_id for batch, message_id in seen if batch == 1}
     assert drain(broker.url, "cut") == []

@@ -96,7 +96,7 @@ def test_a_streaming_read_receives_on_the_executors_unless_told_and_options_of_t
     assert isinstance(driver.streamReader(MESSAGE_SCHEMA), AmqpDriverStreamReader)
     with pytest.raises(OptionError, match="'logLocation' applies to receiveOn=executors only"):
         AmqpDataSource({"address": "q", "receiveOn": "driver", "logLocation": "/log"}).streamReader(MESSAGE_SCHEMA)
-    with pytest.raises(OptionError, match="'subscriptionName' .* needs receiveOn=driver"):
+    with pytest.raises(OptionError, match=r"'subscriptionName' .* needs receiveOn=driver"):
         AmqpDataSource({"address": "t", "subscriptionName": "s1"}).streamReader(MESSAGE_SCHEMA)
     AmqpDataSource({"address": "t", "subscriptionName": "s1", "receiveOn": "driver"}).streamReader(MESSAGE_SCHEMA)
 
