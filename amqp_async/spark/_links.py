@@ -151,7 +151,7 @@ async def receive_batch(
     the rest back. Giving credit back is not yet "nothing more": a sender also gives back what its session window
     (§2.5.6) did not let it send (the embedded broker does). So the source counts as empty only when a whole drain
     brought nothing at all, once the session window was open again. A peer whose drains are broken
-    (:func:`_drain_breaks`): no transfer for ``quiet`` seconds while credit is out means the same. Credit is never
+    (:func:`_drain_breaks`) is asked for its ``available`` count instead (:func:`_nothing_more`). Credit is never
     more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
     """
     link = receiver._engine_link
@@ -206,15 +206,55 @@ async def receive_batch(
                 break
         else:
             top_up(drain=False)
-            seen = len(link.incoming)
-            with anyio.move_on_after(quiet) as silence:
-                await wait_until(lambda seen=seen: len(link.incoming) > seen)
-            if silence.cancelled_caught:
+            if await _nothing_more(receiver, quiet):
                 take()
                 drained = len(taken) < budget
                 break
     _stop_credit(receiver)
     return taken, drained
+
+
+#: Seconds without a transfer after which a receiver whose peer cannot drain asks the peer what it has left.
+_PAUSE = 0.05
+#: Seconds without a transfer after which a peer that keeps saying it has more is taken to have none.
+_PATIENCE = 30.0
+
+
+async def _nothing_more(receiver: Receiver, quiet: float) -> bool:
+    """With a peer whose drains are broken: wait for the next transfer; True when the peer has nothing more to send.
+
+    After a short pause without a transfer, ask the peer for its link state (a flow with echo, §2.7.4): a peer that
+    answers with ``available`` 0 (RabbitMQ 3 reports its queue's ready messages there) has nothing more, and one that
+    says more are available is waited for (up to :data:`_PATIENCE` seconds without a transfer). A peer that does not
+    answer: no transfer for ``quiet`` seconds means nothing more.
+    """
+    link = receiver._engine_link
+    connection = receiver.connection
+    seen = len(link.incoming)
+    started = anyio.current_time()
+
+    async def wait_until(ready: Any, timeout: float) -> bool:
+        with anyio.move_on_after(timeout):
+            while not ready():
+                receiver._check()
+                await connection._wait_state()
+            return True
+        return False
+
+    while not await wait_until(lambda: len(link.incoming) > seen, _PAUSE):
+        link.available = -1  # no flow has answered yet (a flow always sets it, to 0 when it says nothing)
+        link._write_flow(echo=True)
+        connection._kick()
+        answered = await wait_until(lambda: link.available >= 0 or len(link.incoming) > seen, quiet)
+        if len(link.incoming) > seen:
+            return False
+        if answered and link.available == 0:
+            return True
+        # It says it has more (a busy peer is slow to send), or says nothing: wait, but not for ever.
+        patience = _PATIENCE if answered else quiet
+        if anyio.current_time() - started >= patience:
+            return True
+    return False
 
 
 def _stop_credit(receiver: Receiver) -> None:
