@@ -24,7 +24,7 @@ from amqp_async.broker import BrokerThread
 from amqp_async.errors import TransactionError
 from amqp_async.spark import MESSAGE_SCHEMA
 from amqp_async.spark._failpoints import ENVIRONMENT
-from amqp_async.spark._links import check_transactions, close_quietly, open_receiver, receive_batch
+from amqp_async.spark._links import check_transactions, close_quietly, open_receiver, receive_batch, settle_all
 from amqp_async.spark._log import WriteAheadLog
 from amqp_async.spark._options import OptionError, parse_options
 from amqp_async.spark._stream_task import StreamPartition, read_partition
@@ -63,9 +63,13 @@ def _receive(url: str, address: str, budget: int, window: int, first_wait: float
         try:
             deliveries, drained = await receive_batch(receiver, budget, window, first_wait, 0.2)
             assert receiver.credit == 0  # nothing more may come
+            await settle_all(receiver, deliveries, True)
+            ids = []
             for delivery in deliveries:
-                await delivery.accept()
-            return [str(delivery.message.id) for delivery in deliveries], drained
+                message = amqp_async.Message()
+                message.decode(delivery.payload)
+                ids.append(str(message.id))
+            return ids, drained
         finally:
             await close_quietly(connection)
 

@@ -6,8 +6,10 @@ from typing import Any
 
 import anyio
 
-from ..client import Connection, Delivery, Receiver, Sender, connect
+from ..client import Connection, Receiver, Sender, connect
+from ..codec.delivery_states import Accepted, Released
 from ..errors import ConnectionError, TransactionError
+from ..protocol.delivery import Delivery as EngineDelivery
 from ._options import AmqpOptions
 
 __all__ = [
@@ -20,6 +22,10 @@ __all__ = [
     "settle_all",
     "wait_sent",
 ]
+
+
+_ACCEPTED = Accepted()
+_RELEASED = Released()
 
 
 def _describe(options: AmqpOptions) -> str:
@@ -139,11 +145,15 @@ async def receive_batch(
     window: int,
     first_wait: float,
     quiet: float,
-    taken: list[Delivery] | None = None,
-) -> tuple[list[Delivery], bool]:
+    taken: list[EngineDelivery] | None = None,
+) -> tuple[list[EngineDelivery], bool]:
     """Up to ``budget`` deliveries: what the sender has now. Returns them, and True when the sender was found to
     have no more (drained: fewer than ``budget`` came because there were no more). ``taken``: the list to append
     them to as they come (another thread may read it meanwhile: appends are atomic).
+
+    The deliveries are the engine's (``.payload``, settled with :func:`settle_all`): a task handles tens of
+    thousands at a time, and the awaitable API's per-delivery object and settlement would double the cost of
+    receiving. Deliveries the sender aborted (§2.6.14) are dropped: they carry no message.
 
     With ``first_wait`` > 0 it waits that long for a first delivery (none: an idle source, drained). Then it asks
     for the rest with drains (§2.6.7) and keeps up to ``window`` credit out, topped up as deliveries come, so that
@@ -161,9 +171,13 @@ async def receive_batch(
         taken = []
     low_water = max(1, window // 2)
 
+    incoming = link.incoming
+
     def take() -> None:
-        while len(taken) < budget and (delivery := receiver.receive_nowait()) is not None:
-            taken.append(delivery)
+        while incoming and len(taken) < budget:
+            delivery = incoming.popleft()
+            if not delivery.aborted:
+                taken.append(delivery)
 
     def arrived() -> int:
         return len(taken) + len(link.incoming)
@@ -270,11 +284,21 @@ async def check_alive(receiver: Receiver) -> None:
     receiver._check()
 
 
-async def settle_all(deliveries: list[Delivery], accept: bool) -> None:
-    """Accept every delivery (§3.4.2), or release it (§3.4.4: not processed; the broker delivers it again, and its
-    delivery-count does not grow)."""
+async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accept: bool) -> None:
+    """Accept every delivery of :func:`receive_batch` (§3.4.2), or release it (§3.4.4: not processed; the broker
+    delivers it again, and its delivery-count does not grow): settled at once (receiver settle mode first), in
+    dispositions that cover runs of them.
+
+    Raises:
+        LinkDetached, ConnectionError...: the link or its connection has ended (the peer settles them: it delivers
+            them again).
+    """
+    receiver._check()
+    link = receiver._engine_link
+    state = _ACCEPTED if accept else _RELEASED
     for delivery in deliveries:
-        await (delivery.accept() if accept else delivery.release())
+        link.settle(delivery, state)
+    receiver.connection._kick()
 
 
 async def check_transactions(options: AmqpOptions) -> None:

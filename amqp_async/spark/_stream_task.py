@@ -31,8 +31,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from ..client import Connection, Delivery
+from ..client import Connection
 from ..errors import AMQPError
+from ..protocol.delivery import Delivery
 from ._failpoints import failpoint
 from ._links import check_alive, close_quietly, open_receiver, receive_batch, settle_all
 from ._log import Slot, WriteAheadLog, new_attempt
@@ -159,8 +160,8 @@ def _receive_and_choose(
         failpoint("chosen", partition.index, partition.batch)
         committed = log_.committed()
         ours = chosen == entry and committed <= partition.batch
-        loop.call(settle_all, deliveries, ours)
         try:
+            loop.call(settle_all, receiver, deliveries, ours)
             loop.call(check_alive, receiver)
         except AMQPError as exc:
             # The dispositions may not have reached the peer: it delivers those messages again (duplicates of
