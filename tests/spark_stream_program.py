@@ -15,8 +15,8 @@ queue and prints ``done``.
 for each broker NAME at URL: 100,000 orders written in a batch, then read as a stream on the executors
 (``numPartitions`` 2, batches of 50,000) into a memory table, every field checked; meanwhile every process holding
 a connection to the broker is recorded (the driver's streaming source runner must hold none). Then the example
-pipeline (examples/spark_pipeline.py) on the same cluster. Spark's TaskSetManager logs each task's size: the test
-reads them from this program's error output. The findings go to OUT_JSON.
+pipeline (examples/spark_pipeline.py, its ``main()``) on the same cluster. Spark's TaskSetManager logs each task's
+size: the test reads them from this program's error output. The findings go to OUT_JSON.
 
 ``speculation``: on the standalone cluster at MASTER (workers on distinct hosts, so that Spark may run a copy of a
 slow task on another one) with ``spark.speculation`` on: the queue read in batches of 2 partitions; a fault point
@@ -161,29 +161,22 @@ def cluster(argv: list[str]) -> None:
         except AssertionError as exc:
             finding["fields"] = f"not intact: {exc}"
         findings[name] = finding
-    # The example pipeline, on this cluster: a queue read as a stream, transformed, written to a queue and Parquet.
-    sys.path.insert(0, str(ROOT / "examples"))
-    import argparse
+    # The example pipeline, run as its users run it (its main() finds this session and stops it at the end).
+    import contextlib
+    import io
 
+    sys.path.insert(0, str(ROOT / "examples"))
     import spark_pipeline
 
-    from amqp_async.broker import BrokerThread
-
-    with BrokerThread() as broker:
-        spark_pipeline.seed(broker.url, "orders", 5000)
-        arguments = argparse.Namespace(
-            source="orders",
-            target="results",
-            parquet=os.path.join(workdir, "orders.parquet"),
-            checkpoint=os.path.join(workdir, "pipeline-checkpoint"),
-            follow=False,
-        )
-        spark_pipeline.run_pipeline(spark, broker.url, arguments)
-        results = spark.read.format("amqp").option("url", broker.url).option("address", "results").load().count()
-        findings["pipeline"] = {"results": results, "parquet": spark.read.parquet(arguments.parquet).count()}
+    printed = io.StringIO()
+    arguments = ["--orders", "5000", "--parquet", os.path.join(workdir, "orders.parquet")]
+    arguments += ["--checkpoint", os.path.join(workdir, "pipeline-checkpoint")]
+    sys.argv = ["spark_pipeline.py", "--master", "local-cluster[2,1,1024]", *arguments]
+    with contextlib.redirect_stdout(printed):
+        spark_pipeline.main()
+    findings["pipeline"] = printed.getvalue().splitlines()
     with open(out, "w", encoding="utf-8") as file:
         json.dump(findings, file)
-    spark.stop()
 
 
 def speculation(argv: list[str]) -> None:
