@@ -523,7 +523,7 @@ def test_bad_options_and_columns_are_refused_before_anything_runs(spark: Any, br
     with pytest.raises(Exception, match="'logLocation' applies to receiveOn=executors only"):
         spark.readStream.format("amqp").option("address", "q").option("receiveOn", "driver").option(
             "logLocation", "/tmp/log"
-        ).load().writeStream.format("noop").start()
+        ).load()
     with pytest.raises(Exception, match="column 'colour' is not a message field"):
         good.selectExpr("body", "'red' as colour").write.format("amqp").option("address", "q").mode("append").save()
     with pytest.raises(Exception, match="cannot be overwritten"):
@@ -677,11 +677,20 @@ def test_a_transactional_write_to_rabbitmq_3_is_refused_at_save_and_start(
         rows.write.format("amqp").option("url", rabbitmq_broker.url).option("address", "/queue/txn").option(
             "transactional", "true"
         ).mode("append").save()
+    # A streaming write: Spark makes the data source when the query starts, after start() returned; the query
+    # ends there, with the refusal, before its first micro-batch writes anything.
     stream = spark.readStream.format("rate").load().selectExpr("cast(value as string) as body")
+    query = (
+        stream.writeStream.format("amqp")
+        .option("url", rabbitmq_broker.url)
+        .option("address", "/queue/txn")
+        .option("transactional", "true")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
     with pytest.raises(Exception, match=refusal):
-        stream.writeStream.format("amqp").option("url", rabbitmq_broker.url).option("address", "/queue/txn").option(
-            "transactional", "true"
-        ).option("checkpointLocation", str(tmp_path / "checkpoint")).start()
+        query.awaitTermination(120)
+    assert query.lastProgress is None  # no micro-batch ran
     assert rabbitmq_broker.queue_depth("txn") in (None, 0)
 
 

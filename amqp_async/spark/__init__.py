@@ -65,8 +65,8 @@ class AmqpDataSource(DataSource):
         OptionError: an unknown option, a malformed value, or one that does not apply to the operation.
         SchemaError: a read schema that does not narrow the message schema, or a DataFrame that cannot be
             written (no ``body`` column, an unknown column, a column of the wrong type).
-        TransactionError: ``transactional=true`` with a peer that has no transaction coordinator (at ``save()``
-            and ``start()``).
+        TransactionError: ``transactional=true`` with a peer that has no transaction coordinator (at ``save()``;
+            a streaming write's query fails with it as it starts, before its first micro-batch).
     """
 
     def __init__(self, options: MutableMapping[str, str]) -> None:

@@ -181,15 +181,12 @@ class AmqpOptions:
                 )
         if operation in _READS and not self.address:
             raise OptionError(f"a {operation} needs the option 'address' (the node to read from)")
-        if operation == STREAM_READ and self.receive_on == "driver" and "logLocation" in self.values:
-            raise OptionError("option 'logLocation' applies to receiveOn=executors only (the driver keeps no log)")
+
         if operation == STREAM_READ and self.receive_on == "executors" and "subscriptionName" in self.values:
             raise OptionError(
                 "option 'subscriptionName' (a durable subscription: one link) needs receiveOn=driver: on the "
                 "executors every task attaches a link of its own"
             )
-        if self.values.get("transactional") and self.values.get("deliveryMode") == "at-most-once":
-            raise OptionError("option 'transactional' needs deliveryMode at-least-once (the default)")
 
     @property
     def receive_on(self) -> str:
@@ -265,6 +262,11 @@ def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
         if value is None:
             raise OptionError(f"option {spec.name!r} has no value")
         values[spec.name] = spec.parse(spec.name, str(value))
+    # Options that contradict each other, whatever the operation.
+    if values.get("receiveOn") == "driver" and "logLocation" in values:
+        raise OptionError("option 'logLocation' applies to receiveOn=executors only (the driver keeps no log)")
+    if values.get("transactional") and values.get("deliveryMode") == "at-most-once":
+        raise OptionError("option 'transactional' needs deliveryMode at-least-once (the default)")
     options = AmqpOptions(values)
     # The URL list and credentials are checked as connect() checks them, here, on the driver. The TLS files are
     # read where connections are made (they may exist only on the executors).

@@ -14,8 +14,8 @@ within it, and commits it once the peer has accepted them all; a task that fails
 dies leaves it to the peer, which rolls back the transactions of a connection that ends, §4.2). So a failed task
 leaves none of its rows on the queue, and Spark's retry sends each row once. One window stays: a task that dies
 after its commit and before Spark records its success is run again, and its rows come twice (with the same ids).
-A peer without a transaction coordinator (RabbitMQ 3.x) is refused when the write starts (``save()``,
-``start()``): :func:`~._links.check_transactions`.
+A peer without a transaction coordinator (RabbitMQ 3.x) is refused when the write starts (at ``save()``; a
+streaming query fails with it as it starts): :func:`~._links.check_transactions`.
 
 Otherwise nothing can be taken back from a queue: Spark's ``abort`` only reports what had been sent.
 """
@@ -244,8 +244,9 @@ class AmqpStreamWriter(DataSourceStreamArrowWriter):
 
 
 def refuse_without_transactions(options: AmqpOptions) -> None:
-    """With ``transactional=true``, make sure now (at ``save()`` or ``start()``, on the driver) that the peer has a
-    transaction coordinator, rather than in every task.
+    """With ``transactional=true``, make sure on the driver, as the write starts (at ``save()``; for a streaming
+    write when its query starts, before the first micro-batch), that the peer has a transaction coordinator, rather
+    than in every task.
 
     Raises:
         TransactionError: it has none (RabbitMQ 3.x), or refused a declare.
