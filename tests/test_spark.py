@@ -147,8 +147,8 @@ def test_100k_orders_read_on_the_executors_of_a_local_cluster(
     for name in ("embedded", "rabbitmq"):
         finding = findings[name]
         assert finding["exception"] is None and not finding["active"]
-        assert finding["fields"] == "intact"
         assert finding["rows"] == finding["input_rows"] == finding["distinct_ids"] == 100_000
+        assert finding["fields"] == "intact"
         assert finding["delivery_counts"] == [0]
         holders = finding["holders"].values()
         assert finding["samples"] > 10 and holders, "no connection to the broker was seen while the query ran"

@@ -237,10 +237,10 @@ _PATIENCE = 30.0
 async def _nothing_more(receiver: Receiver, quiet: float) -> bool:
     """With a peer whose drains are broken: wait for the next transfer; True when the peer has nothing more to send.
 
-    After a short pause without a transfer, ask the peer for its link state (a flow with echo, §2.7.4): a peer that
-    answers with ``available`` 0 (RabbitMQ 3 reports its queue's ready messages there) has nothing more, and one that
-    says more are available is waited for (up to :data:`_PATIENCE` seconds without a transfer). A peer that does not
-    answer: no transfer for ``quiet`` seconds means nothing more.
+    After a short pause without a transfer, ask the peer for its link state (a flow with echo, §2.7.4): when it
+    answers with ``available`` 0 (RabbitMQ 3 reports its queue's ready messages there; its answer follows every
+    transfer it sent before), it has nothing more. One that says more are available, or does not answer within
+    ``quiet`` seconds (a busy peer), is asked again, until :data:`_PATIENCE` seconds pass without a transfer.
     """
     link = receiver._engine_link
     connection = receiver.connection
@@ -264,10 +264,8 @@ async def _nothing_more(receiver: Receiver, quiet: float) -> bool:
             return False
         if answered and link.available == 0:
             return True
-        # It says it has more (a busy peer is slow to send), or says nothing: wait, but not for ever.
-        patience = _PATIENCE if answered else quiet
-        if anyio.current_time() - started >= patience:
-            return True
+        if anyio.current_time() - started >= _PATIENCE:
+            return True  # nothing for that long, whatever the peer says
     return False
 
 
