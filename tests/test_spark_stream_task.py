@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -88,10 +89,29 @@ def test_a_task_takes_its_budget_and_no_more_then_what_is_left(broker: BrokerThr
     assert _receive(broker.url, "q", 5000, 300, 0.0) == ([], True)
 
 
+def test_competing_tasks_share_a_queue_to_its_end_without_stalling(broker: BrokerThread) -> None:
+    """Two receivers on one queue, as two partitions of a batch: together they take every message, promptly (a
+    drain that hands one receiver's credit back must not leave it without credit while messages remain)."""
+    fill(broker.url, "shared", [amqp_async.Message(body="x", id=f"m{n}") for n in range(30_000)])
+    results: list[tuple[list[str], bool]] = []
+    started = time.monotonic()
+    threads = [
+        threading.Thread(target=lambda: results.append(_receive(broker.url, "shared", 20_000, 2000, 0.0)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert time.monotonic() - started < 20  # well under the 30 s a silent sender would cost
+    taken = [message_id for ids, _ in results for message_id in ids]
+    assert sorted(taken) == sorted(f"m{n}" for n in range(30_000))
+    for ids, drained in results:
+        assert drained is (len(ids) < 20_000)
+
+
 def test_an_idle_task_waits_for_a_first_message_then_takes_what_came(broker: BrokerThread) -> None:
     def later() -> None:
-        import time
-
         time.sleep(0.5)
         fill(broker.url, "idle", [amqp_async.Message(body="x", id=f"m{n}") for n in range(3)])
 

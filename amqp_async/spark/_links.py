@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -155,22 +156,16 @@ async def receive_batch(
     thousands at a time, and the awaitable API's per-delivery object and settlement would double the cost of
     receiving. Deliveries the sender aborted (§2.6.14) are dropped: they carry no message.
 
-    With ``first_wait`` > 0 it waits that long for a first delivery (none: an idle source, drained). Then it asks
-    for the rest with drains (§2.6.7) and keeps up to ``window`` credit out, topped up as deliveries come, so that
-    the sender streams without waiting for a round trip. A drain ends when the sender has used the credit or given
-    the rest back. Giving credit back is not yet "nothing more": a sender also gives back what its session window
-    (§2.5.6) did not let it send (the embedded broker does). So the source counts as empty only when a whole drain
-    brought nothing at all, once the session window was open again. A peer whose drains are broken
-    (:func:`_drain_breaks`) is asked for its ``available`` count instead (:func:`_nothing_more`). Credit is never
-    more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
+    With ``first_wait`` > 0 it waits that long for a first delivery (none: an idle source, drained). Then it keeps
+    up to ``window`` credit out, topped up as deliveries come, so that the sender streams without waiting for a round
+    trip, and never more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
+    When no transfer comes for a moment it asks the sender whether it has more (:func:`_nothing_more`).
     """
     link = receiver._engine_link
     connection = receiver.connection
     drains = not _drain_breaks(connection)
     if taken is None:
         taken = []
-    low_water = max(1, window // 2)
-
     incoming = link.incoming
 
     def take() -> None:
@@ -179,73 +174,65 @@ async def receive_batch(
             if not delivery.aborted:
                 taken.append(delivery)
 
-    def arrived() -> int:
-        return len(taken) + len(link.incoming)
-
-    def top_up(drain: bool) -> bool:
-        """Grant credit up to the window once half of it is used; with ``drain``, start a drain if none is on.
-        Returns True when a new drain began."""
-        wanted = min(window, budget - len(taken)) - len(link.incoming)
-        starting = drain and not link.drain and wanted > 0
-        if starting or (wanted > link.link_credit and 2 * link.link_credit <= wanted):
-            link.grant_credit(max(wanted, link.link_credit), drain=drain or link.drain)
+    def top_up() -> None:
+        """Grant credit up to the window once half of it is used (one flow frame per half window)."""
+        wanted = min(window, budget - len(taken)) - len(incoming)
+        if wanted > link.link_credit and 2 * link.link_credit <= wanted:
+            link.grant_credit(wanted, drain=link.drain)  # a drain asked for stays asked for
             connection._kick()
-        return starting
-
-    async def wait_until(ready: Any) -> None:
-        while not ready():
-            receiver._check()
-            await connection._wait_state()
 
     if first_wait > 0:
-        top_up(drain=False)
+        top_up()
         with anyio.move_on_after(first_wait):
-            await wait_until(lambda: link.incoming)
-        if not link.incoming:
+            while not incoming:
+                receiver._check()
+                await connection._wait_state()
+        if not incoming:
             _stop_credit(receiver)
             return taken, True
     drained = False
-    drain_began_at = 0  # what had arrived when the current drain began
     while True:
         take()
         if len(taken) >= budget:
             break
-        if drains:
-            if top_up(drain=True):
-                drain_began_at = arrived()
-                link.drained_credit = 0
-            await wait_until(lambda: not link.drain or len(link.incoming) >= low_water)
-            if not link.drain and link.drained_credit and arrived() == drain_began_at:
-                drained = True  # a whole drain, and not one message: the source has none now
-                break
-        else:
-            top_up(drain=False)
-            if await _nothing_more(receiver, quiet):
-                take()
-                drained = len(taken) < budget
-                break
+        if await _nothing_more(receiver, quiet, drains, top_up):
+            take()
+            drained = len(taken) < budget
+            break
     _stop_credit(receiver)
     return taken, drained
 
 
-#: Seconds without a transfer after which a receiver whose peer cannot drain asks the peer what it has left.
+#: Seconds without a transfer after which a receiver asks the sender whether it has more.
 _PAUSE = 0.05
-#: Seconds without a transfer after which a peer that keeps saying it has more is taken to have none.
+#: Seconds without a transfer after which a sender that keeps saying it has more is taken to have none.
 _PATIENCE = 30.0
 
 
-async def _nothing_more(receiver: Receiver, quiet: float) -> bool:
-    """With a peer whose drains are broken: wait for the next transfer; True when the peer has nothing more to send.
+async def _nothing_more(receiver: Receiver, quiet: float, drains: bool, top_up: Callable[[], None]) -> bool:
+    """Wait for the next transfer; True when the sender has nothing more to send now. ``top_up`` grants credit up
+    to the window: called before each wait (a drain may have taken the credit back meanwhile).
 
-    After a short pause without a transfer, ask the peer for its link state (a flow with echo, §2.7.4): when it
-    answers with ``available`` 0 (RabbitMQ 3 reports its queue's ready messages there; its answer follows every
-    transfer it sent before), it has nothing more. One that says more are available, or does not answer within
-    ``quiet`` seconds (a busy peer), is asked again, until :data:`_PATIENCE` seconds pass without a transfer.
+    The receiver streams with plain credit, and only after a pause of :data:`_PAUSE` seconds without a transfer asks
+    the sender (draining all the while would cost a round trip each time a busy sender runs short):
+
+    - with a drain (§2.6.7): the sender sends what it has and gives back the rest of the credit. Giving credit back
+      is not by itself "nothing more": a sender also gives back what its session window (§2.5.6) held back (the
+      embedded broker does), so only a drain that brought not one message, with our window open, means it;
+    - with a peer whose drains are broken (:func:`_drain_breaks`), a flow with echo (§2.7.4): an answer with
+      ``available`` 0 (RabbitMQ 3 reports its queue's ready messages there; the answer follows every transfer it
+      sent before) means it. One that says more are available, or does not answer within ``quiet`` seconds (a busy
+      peer), is asked again.
+
+    Either way, :data:`_PATIENCE` seconds without a transfer end the wait.
     """
     link = receiver._engine_link
     connection = receiver.connection
     seen = len(link.incoming)
     started = anyio.current_time()
+
+    def transfer() -> bool:
+        return len(link.incoming) > seen
 
     async def wait_until(ready: Any, timeout: float) -> bool:
         with anyio.move_on_after(timeout):
@@ -255,18 +242,30 @@ async def _nothing_more(receiver: Receiver, quiet: float) -> bool:
             return True
         return False
 
-    while not await wait_until(lambda: len(link.incoming) > seen, _PAUSE):
-        link.available = -1  # no flow has answered yet (a flow always sets it, to 0 when it says nothing)
-        link._write_flow(echo=True)
-        connection._kick()
-        answered = await wait_until(lambda: link.available >= 0 or len(link.incoming) > seen, quiet)
-        if len(link.incoming) > seen:
+    while True:
+        top_up()
+        if await wait_until(transfer, _PAUSE):
             return False
-        if answered and link.available == 0:
-            return True
+        if drains:
+            link.drained_credit = 0
+            link.grant_credit(link.link_credit, drain=True)
+            connection._kick()
+            answered = await wait_until(lambda: not link.drain or transfer(), _PATIENCE)
+            if transfer():
+                return False
+            if answered and link.drained_credit:
+                return True
+        else:
+            link.available = -1  # no flow has answered yet (a flow always sets it, to 0 when it says nothing)
+            link._write_flow(echo=True)
+            connection._kick()
+            answered = await wait_until(lambda: link.available >= 0 or transfer(), quiet)
+            if transfer():
+                return False
+            if answered and link.available == 0:
+                return True
         if anyio.current_time() - started >= _PATIENCE:
-            return True  # nothing for that long, whatever the peer says
-    return False
+            return True  # nothing for that long, whatever the sender says
 
 
 def _stop_credit(receiver: Receiver) -> None:
