@@ -6,6 +6,10 @@ shared CI machines have noisy timings), selected when the environment variable `
 
 At the end of the session, a python-qpid-proton reactor thread still running fails the run with its name (see
 :func:`pytest_sessionfinish`).
+
+Installs: what the fixtures install for themselves (RabbitMQ, Java, Qpid Proton's examples, rhea) is announced on
+the terminal as it starts and listed in the summary; ``AMQP_ASYNC_TEST_NO_INSTALL=1`` skips the tests that need
+what is missing instead (tests/installs.py).
 """
 
 from __future__ import annotations
@@ -14,14 +18,35 @@ import os
 import sys
 import threading
 import traceback
+from typing import Any
 
 import pytest
 from hypothesis import settings
+
+try:
+    import installs
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import installs
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev")
 _default = "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    installs.configure(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """List what the fixtures installed during the run (each was announced as it started)."""
+    done = installs.installed_this_run()
+    if done:
+        terminalreporter.section("installed by the tests")
+        for line in done:
+            terminalreporter.write_line(line)
+    if not installs.installs_allowed():
+        terminalreporter.write_line(f"{installs.NO_INSTALL} is set: tests needing what is missing were skipped")
 
 
 def _proton_threads() -> list[str]:
