@@ -5,14 +5,17 @@
 
 Each order is a JSON body ``{"id": ..., "item": ..., "quantity": ..., "price": ...}``. The pipeline parses it,
 computes the order's total, and writes each micro-batch twice: as messages (JSON bodies, with the total in an
-application property) to the ``results`` queue, and as rows to Parquet files. The source's messages are accepted
-only once a micro-batch has been written to both: stop the program at any point and run it again with the same
-``--checkpoint``, and nothing is lost (a batch that was being written when it stopped is written again: the
-results carry the order's ``message_id`` as ``correlation_id`` to find such repeats).
+application property) to the ``results`` queue, and as rows to Parquet files. The orders are received on the
+executors, two competing receivers per micro-batch, each writing what it received to the write-ahead log before it
+accepts it: stop the program at any point and run it again with the same ``--checkpoint`` (and ``--log``), and
+nothing is lost (a batch that was being written when it stopped is written again: the results carry the order's
+``message_id`` as ``correlation_id`` to find such repeats). On a cluster of several machines, ``--log`` must name
+a directory every node sees (``hdfs://...``, ``s3://...``).
 
 Options: ``--url`` (a broker; without it an embedded one is started and filled), ``--master`` (``local[2]``; the
 tests run ``local-cluster[2,1,1024]`` too), ``--orders N``, ``--source``, ``--target``, ``--parquet DIR``,
-``--checkpoint DIR``, ``--follow`` (keep running and wait for more orders instead of stopping at the end).
+``--checkpoint DIR``, ``--log DIR`` (the streaming read's write-ahead log; default: a directory beside the
+checkpoint), ``--follow`` (keep running and wait for more orders instead of stopping at the end).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ def run_pipeline(spark: Any, url: str, args: argparse.Namespace) -> None:
         .option("url", url)
         .option("address", args.source)
         .option("maxMessagesPerBatch", 5000)
+        .option("numPartitions", 2)
+        .option("logLocation", args.log)
         .load()
     )
     order_schema = "id long, item string, quantity int, price double"
@@ -88,11 +93,13 @@ def main() -> None:
     parser.add_argument("--target", default="results")
     parser.add_argument("--parquet")
     parser.add_argument("--checkpoint")
+    parser.add_argument("--log")
     parser.add_argument("--follow", action="store_true")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="amqp-spark-")
     args.parquet = args.parquet or os.path.join(workdir, "orders.parquet")
     args.checkpoint = args.checkpoint or os.path.join(workdir, "checkpoint")
+    args.log = args.log or os.path.join(os.path.dirname(os.path.abspath(args.checkpoint)), "amqp-log")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     from pyspark.sql import SparkSession

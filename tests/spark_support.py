@@ -1,4 +1,5 @@
-"""What the Spark tests share: Java, a Spark session, a TCP proxy that can cut connections, queue helpers.
+"""What the Spark tests share: Java, a Spark session, a TCP proxy that can cut connections, queue helpers, the
+orders the end-to-end tests write and check, and who holds a connection to a broker (from /proc).
 
 Spark 4 runs on Java 17: :func:`ensure_java` installs Debian's ``openjdk-17-jre-headless`` when no ``java`` is on
 the PATH (as root, idempotent, under a file lock, announced first; skipped with ``AMQP_ASYNC_TEST_NO_INSTALL=1``),
@@ -10,14 +11,18 @@ workers Spark starts run the interpreter of the tests (``PYSPARK_PYTHON``), so t
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -56,12 +61,24 @@ def ensure_java() -> str:
     return java
 
 
+#: The fault points' trigger directory of the tests' Spark session (``amqp_async.spark._failpoints``): set in the
+#: environment before the session's JVM starts, so that every Python worker it forks sees it.
+FAULTS = tempfile.mkdtemp(prefix="amqp-spark-faults-")
+
+
 def spark_environment() -> dict[str, str]:
-    """The environment for Spark programs: the test's interpreter for every Python worker."""
+    """The environment for Spark programs: the test's interpreter for every Python worker, and the fault points'
+    trigger directory (empty unless a test puts a trigger there)."""
     ensure_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["AMQP_ASYNC_SPARK_FAILPOINTS"] = FAULTS
     return {**os.environ}
+
+
+def fired(directory: str, point: str) -> bool:
+    """True once the fault point trigger ``point`` in ``directory`` has fired (a worker renamed it)."""
+    return any(name.startswith(f"{point}.fired-") for name in os.listdir(directory))
 
 
 def new_session(master: str = "local[2,2]") -> Any:
@@ -85,14 +102,142 @@ def new_session(master: str = "local[2,2]") -> Any:
     return spark
 
 
+# --- the orders the end-to-end tests write and check -----------------------------------------------------------------
+
+UTC = datetime.timezone.utc
+
+
+def orders(spark: Any, count: int, partitions: int = 2) -> Any:
+    """``count`` rows with most message fields set, each a function of its ``n``."""
+    return spark.range(count, numPartitions=partitions).selectExpr(
+        "concat('order-', id) as body",
+        "concat('subject-', id % 7) as subject",
+        "'text/plain' as content_type",
+        "cast(id % 10 as int) as priority",
+        "id % 2 = 0 as durable",
+        "cast(3600000 as bigint) as ttl",  # an hour: the broker expires messages (§3.2.1), none may expire here
+        "timestamp_seconds(1700000000 + id) as creation_time",
+        "concat('group-', id % 3) as group_id",
+        "id as group_sequence",
+        "map('n', cast(id as string), 'kind', 'order') as application_properties",
+        "map('x-opt-shard', cast(id % 4 as string)) as message_annotations",
+    )
+
+
+def check_orders(rows: list[Any], count: int) -> None:
+    """Every order 0..count-1 arrived once, each field as written."""
+    assert len(rows) == count
+    by_n = {int(row.application_properties["n"]): row for row in rows}
+    assert sorted(by_n) == list(range(count))
+    for n, row in by_n.items():
+        assert row.body == f"order-{n}".encode()
+        assert row.body_type == "string"
+        assert row.subject == f"subject-{n % 7}"
+        assert row.content_type == "text/plain"
+        assert row.priority == n % 10
+        assert row.durable is (n % 2 == 0)
+        assert 3_000_000 < row.ttl <= 3_600_000  # the broker passes on the time left (§3.2.1: the reduced ttl)
+        assert row.creation_time.replace(tzinfo=UTC) == datetime.datetime.fromtimestamp(1_700_000_000 + n, UTC)
+        assert row.group_id == f"group-{n % 3}"
+        assert row.group_sequence == n
+        assert row.application_properties == {"n": str(n), "kind": "order"}
+        assert row.message_annotations == {"x-opt-shard": str(n % 4)}
+        assert row.message_id_type == "string"
+
+
+# --- who holds a connection: /proc -----------------------------------------------------------------------------------
+
+
+def command_line(pid: int) -> str:
+    """The command line of process ``pid`` ("" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ancestors(pid: int) -> list[int]:
+    """The parent, grandparent... of ``pid``."""
+    chain: list[int] = []
+    parent = parent_of(pid)
+    while parent and parent not in chain:
+        chain.append(parent)
+        parent = parent_of(parent)
+    return chain
+
+
+def connections_to(port: int) -> dict[int, str]:
+    """The processes holding an established TCP connection to ``port`` (its remote end): pid -> command line."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                for line in list(lines)[1:]:
+                    fields = line.split()
+                    if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":  # 01: ESTABLISHED
+                        inodes.add(fields[9])
+        except OSError:
+            continue
+    holders: dict[int, str] = {}
+    if not inodes:
+        return holders
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            for descriptor in os.listdir(f"/proc/{name}/fd"):
+                target = os.readlink(f"/proc/{name}/fd/{descriptor}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    holders[int(name)] = command_line(int(name))
+                    break
+        except OSError:
+            continue
+    return holders
+
+
+class ConnectionWatch:
+    """Samples :func:`connections_to` ``port`` every 50 ms in a thread: every process seen holding one."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.holders: dict[int, str] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.holders.update(connections_to(self.port))
+            self.samples += 1
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> ConnectionWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 # --- queues, seen through the awaitable client -------------------------------------------------------------------
 
 
 def drain(url: str, address: str, *, accept: bool = True, timeout: float = 60) -> list[amqp_async.Message]:
-    """Every message ``address`` holds now (taken and accepted unless ``accept`` is False: then released)."""
+    """Every message ``address`` holds now (taken and accepted unless ``accept`` is False: then released, once all
+    are seen, so that none is seen twice)."""
 
     async def run() -> list[amqp_async.Message]:
-        messages = []
+        held = []
         with anyio.fail_after(timeout):
             async with amqp_async.connect(url, reconnect=False) as connection:
                 receiver = await connection.open_receiver(address, credit=0)
@@ -101,11 +246,15 @@ def drain(url: str, address: str, *, accept: bool = True, timeout: float = 60) -
                     await receiver.drain()
                     taken = 0
                     while (delivery := receiver.receive_nowait()) is not None:
-                        messages.append(delivery.message)
-                        await (delivery.accept() if accept else delivery.release())
+                        held.append(delivery)
+                        if accept:
+                            await delivery.accept()
                         taken += 1
                     if taken < 1000:
-                        return messages
+                        break
+                for delivery in held if not accept else ():
+                    await delivery.release()
+                return [delivery.message for delivery in held]
 
     return anyio.run(run)
 
@@ -169,6 +318,10 @@ class CuttableProxy:
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                # shutdown() first: a close() alone leaves the connection up while a pump thread still blocks in
+                # recv() on the socket (the kernel keeps it until that call returns).
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
                 sock.close()
 
     def close(self) -> None:
@@ -190,6 +343,75 @@ def running(process: subprocess.Popen[str]) -> Iterator[subprocess.Popen[str]]:
         yield process
     finally:
         if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 9)
+            process.wait(30)
+
+
+# --- a standalone cluster whose workers are distinct hosts ---------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _wait_for_line(path: Path, text: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    tail = path.read_text(errors="replace")[-3000:] if path.exists() else ""
+    raise RuntimeError(f"no {text!r} in {path} within {timeout:.0f} s:\n{tail}")
+
+
+@contextlib.contextmanager
+def standalone_cluster(workdir: Path, hosts: tuple[str, ...] = ("127.0.0.2", "127.0.0.3")) -> Iterator[str]:
+    """A Spark standalone master and one worker (1 core, 1 GiB) on each of ``hosts``: loopback addresses that
+    Spark's scheduler takes for distinct machines (it never runs a speculative copy of a task on the host of the
+    first attempt, and every executor of ``local-cluster`` is on one host). Yields the master's URL; stops them all.
+    """
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).resolve().parent
+    environment = {
+        **spark_environment(),
+        "SPARK_HOME": str(spark_home),
+        "SPARK_LOG_DIR": str(workdir / "logs"),
+        "SPARK_WORKER_DIR": str(workdir / "work"),
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+    port = _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        daemons = [("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)])]
+        daemons += [
+            (f"worker-{host}", ["org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", "1", "--memory",
+                                "1g", "--work-dir", str(workdir / f"work-{host}"), master_url])
+            for host in hosts
+        ]  # fmt: skip
+        for name, arguments in daemons:
+            output = workdir / f"{name}.log"
+            with open(output, "wb") as log_file:
+                process = subprocess.Popen(
+                    [str(spark_home / "bin" / "spark-class"), *arguments, "--webui-port", "0"],
+                    env=environment,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            processes.append(process)
+            ready = "Starting Spark master" if name == "master" else "Successfully registered with master"
+            _wait_for_line(output, ready, process, 120)
+        yield master_url
+    finally:
+        for process in reversed(processes):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, 9)
             process.wait(30)

@@ -82,7 +82,7 @@ async def test_examples_are_all_covered() -> None:
         "receive.py",
         "request_reply.py",  # and on every kind of peer by tests/test_request_reply.py
         "send.py",
-        "spark_pipeline.py",  # run by tests/test_spark.py::test_the_example_pipeline_on_a_local_cluster
+        "spark_pipeline.py",  # run by tests/test_spark.py::test_100k_orders_read_on_the_executors_of_a_local_cluster
         "tls.py",
     ]
 

@@ -1,15 +1,20 @@
-"""The ``amqp`` data source on a real Spark (PySpark 4, ``local[2,2]``): end to end, faults with exact counts.
+"""The ``amqp`` data source on a real Spark (PySpark 4): end to end, faults with exact counts.
 
 Peers: the embedded broker, RabbitMQ 3.10 (its AMQP 1.0 plugin) and python-qpid-proton's reactor (as a rejecting
-peer). One SparkSession serves the module (its JVM takes seconds to start); the kill-and-restart test and the
-``local-cluster`` pipeline run Spark drivers of their own, in subprocesses.
+peer). One SparkSession (``local[2,2]``: a failed task is tried once more) serves the module, its JVM started once;
+the tests that need a master of their own run Spark drivers in subprocesses (tests/spark_stream_program.py): the
+100,000-message reads on ``local-cluster[2,1,1024]``, the driver killed and restarted, and speculation on a
+standalone cluster whose workers are distinct hosts. Faults at exact steps of a task come from the fault points
+(``amqp_async.spark._failpoints``), armed by trigger files in ``spark_support.FAULTS``.
 """
 
 from __future__ import annotations
 
 import collections
-import datetime
+import json
 import os
+import pickle
+import re
 import signal
 import ssl
 import subprocess
@@ -22,7 +27,19 @@ from typing import Any
 import pytest
 from proton_broker import ProtonBroker
 from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
-from spark_support import CuttableProxy, drain, fill, new_session, running, spark_environment
+from spark_support import (
+    FAULTS,
+    CuttableProxy,
+    check_orders,
+    drain,
+    fill,
+    fired,
+    new_session,
+    orders,
+    running,
+    spark_environment,
+    standalone_cluster,
+)
 from tls_certs import make_ca, make_cert
 
 import amqp_async
@@ -31,7 +48,7 @@ from amqp_async.broker import BrokerThread
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
-UTC = datetime.timezone.utc
+PROGRAM = [sys.executable, str(ROOT / "tests" / "spark_stream_program.py")]
 
 
 @pytest.fixture(scope="module")
@@ -47,21 +64,14 @@ def broker() -> Iterator[BrokerThread]:
         yield running_broker
 
 
-def orders(spark: Any, count: int, partitions: int = 2) -> Any:
-    """``count`` rows with most message fields set, each a function of its ``n``."""
-    return spark.range(count, numPartitions=partitions).selectExpr(
-        "concat('order-', id) as body",
-        "concat('subject-', id % 7) as subject",
-        "'text/plain' as content_type",
-        "cast(id % 10 as int) as priority",
-        "id % 2 = 0 as durable",
-        "cast(3600000 as bigint) as ttl",  # an hour: the broker expires messages (§3.2.1), none may expire here
-        "timestamp_seconds(1700000000 + id) as creation_time",
-        "concat('group-', id % 3) as group_id",
-        "id as group_sequence",
-        "map('n', cast(id as string), 'kind', 'order') as application_properties",
-        "map('x-opt-shard', cast(id % 4 as string)) as message_annotations",
-    )
+@pytest.fixture
+def faults() -> Iterator[Path]:
+    """The fault points' trigger directory of the session's workers; triggers a test set and did not fire are
+    removed after it (so that they cannot fire in another test)."""
+    directory = Path(FAULTS)
+    yield directory
+    for path in directory.iterdir():
+        path.unlink()
 
 
 def stream_to_memory(spark: Any, url: str, address: str, name: str, tmp_path: Path, **options: Any) -> Any:
@@ -82,56 +92,81 @@ def stream_to_memory(spark: Any, url: str, address: str, name: str, tmp_path: Pa
     return query
 
 
-def check_orders(rows: list[Any], count: int) -> None:
-    """Every order 0..count-1 arrived once, each field as written."""
-    assert len(rows) == count
-    by_n = {int(row.application_properties["n"]): row for row in rows}
-    assert sorted(by_n) == list(range(count))
-    for n, row in by_n.items():
-        assert row.body == f"order-{n}".encode()
-        assert row.body_type == "string"
-        assert row.subject == f"subject-{n % 7}"
-        assert row.content_type == "text/plain"
-        assert row.priority == n % 10
-        assert row.durable is (n % 2 == 0)
-        assert 3_000_000 < row.ttl <= 3_600_000  # the broker passes on the time left (§3.2.1: the reduced ttl)
-        assert row.creation_time.replace(tzinfo=UTC) == datetime.datetime.fromtimestamp(1_700_000_000 + n, UTC)
-        assert row.group_id == f"group-{n % 3}"
-        assert row.group_sequence == n
-        assert row.application_properties == {"n": str(n), "kind": "order"}
-        assert row.message_annotations == {"x-opt-shard": str(n % 4)}
-        assert row.message_id_type == "string"
-
-
 # --- end to end ----------------------------------------------------------------------------------------------------
 
 
-def test_100k_rows_written_in_a_batch_arrive_intact_through_a_streaming_read(
-    spark: Any, broker: BrokerThread, tmp_path: Path
+@pytest.mark.parametrize("receive_on", ["executors", "driver"])
+def test_rows_written_in_a_batch_arrive_intact_through_a_streaming_read(
+    spark: Any, broker: BrokerThread, tmp_path: Path, receive_on: str
 ) -> None:
-    orders(spark, 100_000).write.format("amqp").option("url", broker.url).option("address", "orders").mode(
+    count = 20_000
+    orders(spark, count).write.format("amqp").option("url", broker.url).option("address", "orders").mode(
         "append"
     ).save()
-    query = stream_to_memory(spark, broker.url, "orders", "e2e_embedded", tmp_path, maxMessagesPerBatch=20_000)
-    rows = spark.sql("select * from e2e_embedded").collect()
-    check_orders(rows, 100_000)
-    assert len({row.message_id for row in rows}) == 100_000
+    options: dict[str, Any] = {"maxMessagesPerBatch": 8_000, "numPartitions": 2, "receiveOn": receive_on}
+    if receive_on == "executors":
+        options["logLocation"] = str(tmp_path / "log")
+    query = stream_to_memory(spark, broker.url, "orders", f"e2e_{receive_on}", tmp_path, **options)
+    rows = spark.sql(f"select * from e2e_{receive_on}").collect()
+    check_orders(rows, count)
+    assert len({row.message_id for row in rows}) == count
     assert {row.delivery_count for row in rows} == {0}
-    assert sum(progress["numInputRows"] for progress in query.recentProgress) == 100_000
-    assert drain(broker.url, "orders") == []  # every message was accepted at commit
+    assert [progress["numInputRows"] for progress in query.recentProgress if progress["numInputRows"]] == [
+        8_000,
+        8_000,
+        4_000,
+    ]
+    assert drain(broker.url, "orders") == []  # every message was accepted
+    if receive_on == "executors":
+        # The source's log: every batch committed, its files deleted; only the mark of how far is left.
+        (left,) = [path.name for path in (tmp_path / "log").rglob("*") if path.is_file()]
+        assert re.fullmatch(r"done\.[34]", left)
 
 
 @pytest.mark.interop
-def test_100k_rows_through_rabbitmq(spark: Any, rabbitmq_broker: Any, tmp_path: Path) -> None:  # noqa: F811
-    url = rabbitmq_broker.url
-    orders(spark, 100_000).write.format("amqp").option("url", url).option("address", "/queue/spark-e2e").mode(
-        "append"
-    ).save()
-    assert rabbitmq_broker.wait_queue_depth("spark-e2e", 100_000) == 100_000
-    stream_to_memory(spark, url, "/queue/spark-e2e", "e2e_rabbitmq", tmp_path, maxMessagesPerBatch=20_000)
-    rows = spark.sql("select * from e2e_rabbitmq").collect()
-    check_orders(rows, 100_000)
-    assert rabbitmq_broker.wait_queue_depth("spark-e2e", 0) == 0
+def test_100k_orders_read_on_the_executors_of_a_local_cluster(
+    broker: BrokerThread,
+    rabbitmq_broker: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """On ``local-cluster[2,1,1024]``, against the embedded broker and RabbitMQ 3.10: 100,000 orders written, then
+    read as a stream with 2 partitions in batches of 50,000, every field intact; the streaming source runner (the
+    driver's Python process) never holds a connection to the broker, the executors' Python workers do; each task
+    Spark starts stays small. And the example pipeline, on the same cluster."""
+    out = tmp_path / "findings.json"
+    result = subprocess.run(
+        [*PROGRAM, "cluster", str(out), str(tmp_path), f"embedded={broker.url}", f"rabbitmq={rabbitmq_broker.url}"],
+        env=spark_environment(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    findings = json.loads(out.read_text())
+    for name in ("embedded", "rabbitmq"):
+        finding = findings[name]
+        assert finding["exception"] is None and not finding["active"]
+        assert finding["rows"] == finding["input_rows"] == finding["distinct_ids"] == 100_000
+        assert finding["fields"] == "intact"
+        assert finding["delivery_counts"] == [0]
+        holders = finding["holders"].values()
+        assert finding["samples"] > 10 and holders, "no connection to the broker was seen while the query ran"
+        assert not [line for line in holders if "python_streaming_source_runner" in line]
+        assert all(line.endswith("-m pyspark.daemon pyspark.worker") for line in holders), holders
+    assert drain(broker.url, "spark-cluster") == []
+    assert rabbitmq_broker.wait_queue_depth("spark-cluster", 0) == 0
+    pipeline = findings["pipeline"]
+    assert pipeline[0] == "results queue: 5000 messages (browsed)" and pipeline[1].startswith("parquet: 5000 rows")
+    # Every task Spark started, read tasks of batches of 50,000 included, carries a few KB: Spark's own
+    # description (local properties, the stage's references) and a partition of a few hundred bytes.
+    reading = re.findall(r"PHASE read (\w+)\n(.*?)PHASE end", result.stderr, re.S)
+    sizes = [int(size) for _, text in reading for size in re.findall(r"Starting task .*? (\d+) bytes\)", text)]
+    assert len(sizes) >= 4, result.stderr[-3000:]
+    assert max(sizes) < 16_000
+    from amqp_async.spark._stream_task import StreamPartition
+
+    assert len(pickle.dumps(StreamPartition("f" * 32, 123, 1, 25_000, str(tmp_path / "log"), 1.0, "host"))) < 500
 
 
 def test_streaming_write_gives_ids_from_query_batch_partition_and_row(
@@ -266,14 +301,16 @@ def test_a_task_failing_mid_write_is_retried_losing_nothing(spark: Any, broker: 
 def test_a_query_killed_mid_batch_restarts_from_its_checkpoint_losing_nothing(
     broker: BrokerThread, tmp_path: Path
 ) -> None:
+    """The driver (and its workers) killed with SIGKILL while the sink writes batch 2, before Spark commits it:
+    restarted from the checkpoint, batch 2 is replayed from the log (its messages were accepted when it was
+    received), the sink gets it again, and nothing else comes twice."""
     count = 5_000
     fill(broker.url, "killed", [amqp_async.Message(body=f"k{n}", id=f"k-{n}") for n in range(count)])
-    program = [sys.executable, str(ROOT / "tests" / "spark_stream_program.py")]
-    arguments = [broker.url, "killed", str(tmp_path / "checkpoint"), str(tmp_path / "out.txt")]
+    arguments = ["restart", broker.url, "killed", str(tmp_path / "checkpoint"), str(tmp_path / "out.txt")]
     marker = tmp_path / "stalled"
     environment = spark_environment()
     process = subprocess.Popen(
-        [*program, *arguments, "--stall-at-batch", "2", str(marker)],
+        [*PROGRAM, *arguments, "--stall-at-batch", "2", str(marker)],
         env=environment,
         start_new_session=True,
         stdout=subprocess.PIPE,
@@ -281,73 +318,147 @@ def test_a_query_killed_mid_batch_restarts_from_its_checkpoint_losing_nothing(
         text=True,
     )
     with running(process):
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300
         while not marker.exists():
             assert process.poll() is None, process.stdout.read() if process.stdout else ""
             assert time.monotonic() < deadline, "the program never reached batch 2"
             time.sleep(0.2)
         os.killpg(process.pid, signal.SIGKILL)  # driver, runner and workers: mid-batch, before Spark's commit
         process.wait(30)
-    killed_lines = (tmp_path / "out.txt").read_text().split("\n")
+    killed_lines = (tmp_path / "out.txt").read_text().splitlines()
     interrupted = {line.split()[1] for line in killed_lines if line.startswith("2 ")}
     assert len(interrupted) == int(marker.read_text()) == 1000
+    assert len(drain(broker.url, "killed", accept=False)) == count - 3000  # batches 0-2 were accepted
 
     finished = subprocess.run(
-        [*program, *arguments], env=environment, capture_output=True, text=True, timeout=300, check=False
+        [*PROGRAM, *arguments], env=environment, capture_output=True, text=True, timeout=300, check=False
     )
-    assert "done" in finished.stdout, finished.stdout + finished.stderr
+    assert "done" in finished.stdout, finished.stdout + finished.stderr[-5000:]
     lines = [line.split() for line in (tmp_path / "out.txt").read_text().splitlines()]
     seen = collections.Counter(message_id for _, message_id in lines)
     assert set(seen) == {f"k-{n}" for n in range(count)}  # 0 lost
     duplicates = {message_id for message_id, times in seen.items() if times > 1}
     assert duplicates == interrupted  # exactly the interrupted batch, once more
+    replayed = {message_id for batch, message_id in lines[len(killed_lines) :] if batch == "2"}
+    assert replayed == interrupted  # ... as batch 2 again: the same messages, from the log
     assert all(times <= 2 for times in seen.values())
     assert len(lines) == count + len(interrupted)
     assert drain(broker.url, "killed") == []
 
 
-def test_a_dropped_connection_fails_the_query_and_a_restart_loses_nothing(
-    spark: Any, broker: BrokerThread, tmp_path: Path
-) -> None:
-    count = 3_000
-    fill(broker.url, "dropped", [amqp_async.Message(body=f"d{n}", id=f"d-{n}") for n in range(count)])
-    host, port = broker.url.removeprefix("amqp://").rsplit(":", 1)
+def _stream_to_list(spark: Any, url: str, address: str, tmp_path: Path, **options: Any) -> tuple[Any, list[Any]]:
+    """Start reading ``address`` to its end (Trigger.AvailableNow) into a list of (batch id, message id)."""
     seen: list[tuple[int, str]] = []
-    with CuttableProxy(host, int(port)) as proxy:
 
-        def sink(batch: Any, batch_id: int) -> None:
-            seen.extend((batch_id, row.message_id) for row in batch.select("message_id").collect())
-            if batch_id == 1:
-                proxy.cut()  # the network fails while the batch is being written
+    def sink(batch: Any, batch_id: int) -> None:
+        seen.extend((batch_id, row.message_id) for row in batch.select("message_id").collect())
 
-        def start() -> Any:
-            return (
-                spark.readStream.format("amqp")
-                .option("url", proxy.url())
-                .option("address", "dropped")
-                .option("maxMessagesPerBatch", 500)
-                .load()
-                .writeStream.foreachBatch(sink)
-                .option("checkpointLocation", str(tmp_path / "checkpoint"))
-                .trigger(availableNow=True)
-                .start()
-            )
+    reader = spark.readStream.format("amqp").option("url", url).option("address", address)
+    for key, value in {"logLocation": str(tmp_path / "log"), **options}.items():
+        reader = reader.option(key, value)
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    return query, seen
 
-        first = start()
-        with pytest.raises(Exception, match=r"amqp:connection|connection"):
-            first.awaitTermination(120)
-        assert first.exception() is not None
-        before = len(seen)
-        second = start()
-        second.awaitTermination(120)
-        assert second.exception() is None
+
+def test_python_workers_killed_at_each_step_of_a_read_lose_nothing(
+    spark: Any, broker: BrokerThread, faults: Path, tmp_path: Path
+) -> None:
+    """SIGKILL to the Python worker of one task of each of four batches, each at another step: after it received
+    and before its log write; after the log write and before the choice; after the choice and before accepting;
+    after accepting and before returning the rows. Spark retries each task. Nothing is lost, and only the third
+    costs duplicates: its entry was chosen, so the retry returns it, but its deliveries were never accepted and
+    the broker delivers them again, each exactly once more."""
+    count = 4_000
+    fill(broker.url, "faults", [amqp_async.Message(body="f", id=f"f-{n}") for n in range(count)])
+    points = {"received@0.0": "kill", "logged@1.1": "kill", "chosen@2.0": "kill", "settled@3.1": "kill"}
+    for name, action in points.items():
+        (faults / name).write_text(action)
+    query, seen = _stream_to_list(spark, broker.url, "faults", tmp_path, maxMessagesPerBatch=1000, numPartitions=2)
+    query.awaitTermination(300)
+    assert query.exception() is None and not query.isActive
+    assert all(fired(str(faults), name) for name in points)  # four workers died, four tasks were retried
     counted = collections.Counter(message_id for _, message_id in seen)
-    assert set(counted) == {f"d-{n}" for n in range(count)}  # 0 lost
+    assert set(counted) == {f"f-{n}" for n in range(count)}  # 0 lost
     duplicated = {message_id for message_id, times in counted.items() if times > 1}
-    in_flight = {message_id for batch_id, message_id in seen[:before] if batch_id == 1}
-    assert duplicated <= in_flight and len(in_flight) == 500  # only the batch the drop interrupted, at most once
-    assert all(times <= 2 for times in counted.values())
-    assert drain(broker.url, "dropped") == []
+    assert len(duplicated) == 500 and {counted[message_id] for message_id in duplicated} == {2}
+    in_batch_2 = {message_id for batch, message_id in seen if batch == 2}
+    assert duplicated <= in_batch_2  # batch 2's partition 0, again in a later batch
+    assert len(seen) == count + 500
+    assert drain(broker.url, "faults") == []
+
+
+def test_a_connection_cut_under_a_read_is_retried_losing_nothing(
+    spark: Any, broker: BrokerThread, faults: Path, tmp_path: Path
+) -> None:
+    """The network drops every connection to the broker twice: while the task of batch 0 has received (before its
+    choice: the retry receives afresh, nothing comes twice) and while the task of batch 1 has chosen its entry
+    (before it accepted: the retry returns the entry, and its 500 messages come again, once)."""
+    count = 2_000
+    fill(broker.url, "cut", [amqp_async.Message(body="c", id=f"c-{n}") for n in range(count)])
+    host, port = broker.url.removeprefix("amqp://").rsplit(":", 1)
+    points = ("received@0.0", "chosen@1.0")
+    for name in points:
+        (faults / name).write_text("sleep 3")
+    with CuttableProxy(host, int(port)) as proxy:
+        query, seen = _stream_to_list(spark, proxy.url(), "cut", tmp_path, maxMessagesPerBatch=500, numPartitions=1)
+        for name in points:
+            deadline = time.monotonic() + 180
+            while not fired(str(faults), name):
+                assert time.monotonic() < deadline and query.isActive, f"{name} never fired"
+                time.sleep(0.05)
+            proxy.cut()  # while the task stalls at the point, holding its deliveries
+        query.awaitTermination(300)
+    assert query.exception() is None and not query.isActive
+    counted = collections.Counter(message_id for _, message_id in seen)
+    assert set(counted) == {f"c-{n}" for n in range(count)}  # 0 lost
+    duplicated = {message_id for message_id, times in counted.items() if times > 1}
+    assert len(duplicated) == 500 and {counted[message_id] for message_id in duplicated} == {2}, (
+        collections.Counter(batch for batch, _ in seen),
+        os.listdir(faults),
+    )
+    assert duplicated == {message_id for batch, message_id in seen if batch == 1}
+    assert drain(broker.url, "cut") == []
+
+
+@pytest.mark.interop
+def test_a_speculative_copy_of_a_slow_read_task_wins_and_nothing_is_accepted_twice(
+    broker: BrokerThread, tmp_path: Path
+) -> None:
+    """``spark.speculation`` on a standalone cluster of two workers on distinct hosts; the first attempt of batch
+    1's partition 0 stalls after it received. Spark runs a copy on the other host, whose entry is chosen (its name
+    says attempt 1); the stalled attempt is killed (or finds the choice made) and its deliveries go back. Every
+    message reaches the sink once: none accepted twice, none lost."""
+    count = 3_000
+    fill(broker.url, "spec", [amqp_async.Message(body="s", id=f"s-{n}") for n in range(count)])
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "received@1.0").write_text("sleep 25")
+    environment = {**spark_environment(), "AMQP_ASYNC_SPARK_FAILPOINTS": str(faults)}
+    out = tmp_path / "seen.json"
+    with standalone_cluster(tmp_path) as master:
+        result = subprocess.run(
+            [*PROGRAM, "speculation", master, broker.url, "spec", str(tmp_path), str(out)],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    findings = json.loads(out.read_text())
+    assert findings["exception"] is None and not findings["active"]
+    assert fired(str(faults), "received@1.0")
+    assert re.search(r"Marking task 0 in stage \d+\.\d+ .* as speculatable", result.stderr)  # slow, Spark saw...
+    assert [name for name in findings["chosen"]["1"] if name.startswith("chosen.1-")]  # ... and its copy won
+    counted = collections.Counter(message_id for _, message_id in findings["seen"])
+    assert counted == collections.Counter(f"s-{n}" for n in range(count))  # each once: 0 lost, 0 twice
+    assert drain(broker.url, "spec") == []
 
 
 @pytest.mark.interop
@@ -407,16 +518,30 @@ def test_bad_options_and_columns_are_refused_before_anything_runs(spark: Any, br
         spark.readStream.format("amqp").option("url", broker.url).option("adress", "q").load()
     with pytest.raises(Exception, match="option 'credit' must be a whole number"):
         spark.read.format("amqp").option("address", "q").option("credit", "lots").load()
+    with pytest.raises(Exception, match="option 'logLocation' must be an absolute path or a URI"):
+        spark.readStream.format("amqp").option("address", "q").option("logLocation", "relative/dir").load()
+    with pytest.raises(Exception, match="option 'receiveOn' must be one of executors, driver"):
+        spark.readStream.format("amqp").option("address", "q").option("receiveOn", "both").load()
+    with pytest.raises(Exception, match="'logLocation' applies to receiveOn=executors only"):
+        spark.readStream.format("amqp").option("address", "q").option("receiveOn", "driver").option(
+            "logLocation", "/tmp/log"
+        ).load()
     with pytest.raises(Exception, match="column 'colour' is not a message field"):
         good.selectExpr("body", "'red' as colour").write.format("amqp").option("address", "q").mode("append").save()
     with pytest.raises(Exception, match="cannot be overwritten"):
         good.write.format("amqp").option("address", "q").mode("overwrite").save()
     with pytest.raises(Exception, match="option 'readMode' does not apply to a write"):
         good.write.format("amqp").option("address", "q").option("readMode", "consume").mode("append").save()
+    with pytest.raises(Exception, match="'transactional' needs deliveryMode at-least-once"):
+        good.write.format("amqp").option("address", "q").option("transactional", "true").option(
+            "deliveryMode", "at-most-once"
+        ).mode("append").save()
     assert drain(broker.url, "q") == []
 
 
-def test_stopping_a_query_gives_its_uncommitted_messages_back(spark: Any, broker: BrokerThread, tmp_path: Path) -> None:
+def test_stopping_a_query_that_receives_on_the_driver_gives_its_uncommitted_messages_back(
+    spark: Any, broker: BrokerThread, tmp_path: Path
+) -> None:
     fill(broker.url, "held", [amqp_async.Message(body=f"h{n}") for n in range(1000)])
     committed: list[int] = []
 
@@ -428,6 +553,7 @@ def test_stopping_a_query_gives_its_uncommitted_messages_back(spark: Any, broker
         spark.readStream.format("amqp")
         .option("url", broker.url)
         .option("address", "held")
+        .option("receiveOn", "driver")
         .option("maxMessagesPerBatch", 100)
         .option("credit", 300)
         .load()
@@ -453,41 +579,132 @@ def test_stopping_a_query_gives_its_uncommitted_messages_back(spark: Any, broker
     assert len({m.body for m in left}) == len(left)
 
 
-# --- past one machine ------------------------------------------------------------------------------------------------
+def test_a_continuous_query_stopped_and_restarted_loses_nothing(
+    spark: Any, broker: BrokerThread, tmp_path: Path
+) -> None:
+    """A query without AvailableNow: it follows the queue (an idle one gives empty micro-batches, each task
+    waiting pollWaitMs for a first message), takes messages sent while it runs, is stopped in the middle of a
+    batch and restarted from its checkpoint: every message arrives, and only the batch the stop interrupted twice
+    (its messages were accepted when received, and the restart replays it from the log)."""
+    seen: list[tuple[int, str]] = []
+
+    def sink(batch: Any, batch_id: int) -> None:
+        seen.extend((batch_id, row.message_id) for row in batch.select("message_id").collect())
+        time.sleep(0.5)
+
+    def start() -> Any:
+        return (
+            spark.readStream.format("amqp")
+            .option("url", broker.url)
+            .option("address", "followed")
+            .option("maxMessagesPerBatch", 200)
+            .option("numPartitions", 2)
+            .option("pollWaitMs", 300)
+            .option("logLocation", str(tmp_path / "log"))
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .start()
+        )
+
+    query = start()
+    deadline = time.monotonic() + 120
+    while len(query.recentProgress) < 2 and time.monotonic() < deadline:  # idle: empty micro-batches
+        time.sleep(0.1)
+    assert query.isActive and len(query.recentProgress) >= 2 and not seen
+    fill(broker.url, "followed", [amqp_async.Message(body="x", id=f"x-{n}") for n in range(1000)])
+    while len(seen) < 400 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
+    before = len(seen)
+    assert 400 <= before < 1000
+    restarted = start()
+    while len({message_id for _, message_id in seen}) < 1000 and time.monotonic() < deadline + 60:
+        time.sleep(0.1)
+    restarted.stop()
+    counted = collections.Counter(message_id for _, message_id in seen)
+    assert set(counted) == {f"x-{n}" for n in range(1000)}  # 0 lost
+    duplicated = {message_id for message_id, times in counted.items() if times > 1}
+    last_batch = max(batch for batch, _ in seen[:before])
+    assert duplicated <= {message_id for batch, message_id in seen[:before] if batch == last_batch}
+    assert all(times <= 2 for times in counted.values())
+    assert drain(broker.url, "followed") == []
 
 
-def test_the_example_pipeline_on_a_local_cluster(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "spark_pipeline.py"),
-            "--master",
-            "local-cluster[2,1,1024]",
-            "--orders",
-            "5000",
-            "--parquet",
-            str(tmp_path / "orders.parquet"),
-            "--checkpoint",
-            str(tmp_path / "checkpoint"),
-        ],
-        env=spark_environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+# --- transactional writes ------------------------------------------------------------------------------------------
+
+
+def test_a_transactional_write_task_killed_mid_write_leaves_none_of_its_rows(
+    spark: Any, broker: BrokerThread, faults: Path
+) -> None:
+    """The Python worker of partition 1 is killed with SIGKILL after every one of its rows was sent and accepted
+    within its transaction, before the commit: none of them reaches the queue (the broker rolls back the
+    transaction of a connection that ends), and Spark's retry writes each row once."""
+    (faults / "write-settled@1").write_text("kill")
+    count = 20_000
+    rows = spark.range(count, numPartitions=2).selectExpr("cast(id as string) as body")
+    rows.write.format("amqp").option("url", broker.url).option("address", "txn").option("transactional", "true").mode(
+        "append"
+    ).save()
+    assert fired(str(faults), "write-settled@1")
+    received = drain(broker.url, "txn")
+    assert collections.Counter(m.body for m in received) == collections.Counter(str(n) for n in range(count))
+
+
+def test_a_plain_write_task_killed_the_same_way_leaves_its_rows_twice(
+    spark: Any, broker: BrokerThread, faults: Path
+) -> None:
+    """The contrast: without a transaction the killed task's rows were on the queue already, and the retry sends
+    them again (with the same message ids)."""
+    (faults / "write-settled@1").write_text("kill")
+    count = 2_000
+    rows = spark.range(count, numPartitions=2).selectExpr("cast(id as string) as body")
+    rows.write.format("amqp").option("url", broker.url).option("address", "plain").mode("append").save()
+    assert fired(str(faults), "write-settled@1")
+    received = drain(broker.url, "plain")
+    ids = collections.Counter(m.id for m in received)
+    assert len(received) == count + count // 2 and len(ids) == count
+    assert {message_id.split(":")[1] for message_id, times in ids.items() if times == 2} == {"1"}
+
+
+@pytest.mark.interop
+def test_a_transactional_write_to_rabbitmq_3_is_refused_at_save_and_start(
+    spark: Any,
+    rabbitmq_broker: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    rows = spark.range(10, numPartitions=1).selectExpr("cast(id as string) as body")
+    refusal = r"option 'transactional'.*RabbitMQ 3\.x.*no transaction coordinator"
+    with pytest.raises(Exception, match=refusal):
+        rows.write.format("amqp").option("url", rabbitmq_broker.url).option("address", "/queue/txn").option(
+            "transactional", "true"
+        ).mode("append").save()
+    # A streaming write: Spark makes the data source when the query starts, after start() returned; the query
+    # ends there, with the refusal, before its first micro-batch writes anything.
+    stream = spark.readStream.format("rate").load().selectExpr("cast(value as string) as body")
+    query = (
+        stream.writeStream.format("amqp")
+        .option("url", rabbitmq_broker.url)
+        .option("address", "/queue/txn")
+        .option("transactional", "true")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
     )
-    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
-    assert "results queue: 5000 messages" in result.stdout
-    assert "parquet: 5000 rows" in result.stdout
+    with pytest.raises(Exception, match=refusal):
+        query.awaitTermination(120)
+    assert query.lastProgress is None  # no micro-batch ran
+    assert rabbitmq_broker.queue_depth("txn") in (None, 0)
 
+
+# --- the driver-side mode's runner ----------------------------------------------------------------------------------
 
 _HOLDING_RUNNER = """
 import sys, time
 from pyspark.sql.streaming.datasource import ReadMaxRows
-from amqp_async.spark import MESSAGE_SCHEMA, AmqpStreamReader
+from amqp_async.spark import MESSAGE_SCHEMA, AmqpDriverStreamReader
 from amqp_async.spark._options import parse_options
 
-reader = AmqpStreamReader(parse_options({"url": sys.argv[1], "address": "held"}), MESSAGE_SCHEMA)
+reader = AmqpDriverStreamReader(parse_options({"url": sys.argv[1], "address": "held"}), MESSAGE_SCHEMA)
 start = reader.initialOffset()
 end = reader.latestOffset(start, ReadMaxRows(10))
 print("holding", len(reader.partitions(start, end)[0].batch), flush=True)

@@ -26,7 +26,14 @@ from pyspark.sql.types import (
 )
 
 from amqp_async import codec
-from amqp_async.spark import MESSAGE_SCHEMA, AmqpDataSource, OptionError, SchemaError
+from amqp_async.spark import (
+    MESSAGE_SCHEMA,
+    AmqpDataSource,
+    AmqpDriverStreamReader,
+    AmqpStreamReader,
+    OptionError,
+    SchemaError,
+)
 from amqp_async.spark._options import OPTIONS, READ, STREAM_READ, WRITE, parse_options
 from amqp_async.spark._schema import MessageBuilder, RowBuilder, read_schema
 from amqp_async.types import ulong
@@ -80,6 +87,43 @@ def test_options_of_another_operation_are_refused_when_it_starts() -> None:
     with pytest.raises(OptionError, match="needs the option 'address'"):
         parse_options({"url": "amqp://h"}).check_for(STREAM_READ)
     parse_options({"url": "amqp://h"}).check_for(WRITE)  # a write may route by each row's 'to'
+
+
+def test_a_streaming_read_receives_on_the_executors_unless_told_and_options_of_the_other_mode_are_refused() -> None:
+    executors = AmqpDataSource({"address": "q", "logLocation": "s3://bucket/log?region=eu-west-1"})
+    assert isinstance(executors.streamReader(MESSAGE_SCHEMA), AmqpStreamReader)
+    driver = AmqpDataSource({"address": "q", "receiveOn": "Driver", "credit": "500"})
+    assert isinstance(driver.streamReader(MESSAGE_SCHEMA), AmqpDriverStreamReader)
+    with pytest.raises(OptionError, match="'logLocation' applies to receiveOn=executors only"):
+        AmqpDataSource({"address": "q", "receiveOn": "driver", "logLocation": "/log"})
+    with pytest.raises(OptionError, match=r"'subscriptionName' .* needs receiveOn=driver"):
+        AmqpDataSource({"address": "t", "subscriptionName": "s1"}).streamReader(MESSAGE_SCHEMA)
+    AmqpDataSource({"address": "t", "subscriptionName": "s1", "receiveOn": "driver"}).streamReader(MESSAGE_SCHEMA)
+
+
+@pytest.mark.parametrize("location", ["relative/log", "log", "./log"])
+def test_a_log_location_that_is_not_absolute_is_refused(location: str) -> None:
+    with pytest.raises(OptionError, match="option 'logLocation' must be an absolute path or a URI"):
+        parse_options({"address": "q", "logLocation": location})
+
+
+def test_transactional_is_a_write_option_that_needs_at_least_once() -> None:
+    assert parse_options({"address": "q", "transactional": "TRUE"}).get("transactional") is True
+    with pytest.raises(OptionError, match="'transactional' does not apply to a streaming read"):
+        parse_options({"address": "q", "transactional": "true"}).check_for(STREAM_READ)
+    with pytest.raises(OptionError, match="'transactional' needs deliveryMode at-least-once"):
+        parse_options({"address": "q", "transactional": "true", "deliveryMode": "at-most-once"})
+
+
+def test_a_stream_reader_pickles_without_its_planning_state() -> None:
+    reader = AmqpDataSource({"address": "q", "logLocation": "/tmp/amqp-log"}).streamReader(MESSAGE_SCHEMA)
+    start = reader.initialOffset()
+    assert start == {"source": start["source"], "batch": 0} and len(start["source"]) == 32
+    assert reader.initialOffset() == start  # asked again by Spark before the first batch: the same source
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._source is None and copy._log is None
+    with pytest.raises(ValueError, match="receiveOn=driver"):
+        reader.latestOffset({"messages": 10}, None)
 
 
 def test_load_path_is_the_address_and_spark_own_keys_are_taken() -> None:

@@ -8,11 +8,15 @@
 Needs PySpark 4.0 or later and pyarrow (``pip install amqp-async[spark]``). The options, the schema, the delivery
 guarantees and how to deploy are in docs/spark.md. In short:
 
-- a streaming read receives in Spark's streaming source runner on the driver, and accepts a micro-batch's
-  messages only once the sink has committed it (:mod:`._stream_reader`): nothing is lost when a query fails;
+- a streaming read receives in the executors' tasks, each partition of each micro-batch on a connection of its
+  own, and writes what it received to a write-ahead log before it accepts it (:mod:`._stream_reader`,
+  :mod:`._stream_task`, :mod:`._log`): at-least-once across any failure, with the driver never touching a
+  message. ``receiveOn=driver`` receives in Spark's streaming source runner instead, and accepts a micro-batch's
+  messages once the sink has committed it (:mod:`._driver_stream_reader`);
 - a batch read browses a queue (or consumes it, ``readMode=consume``) from the executors (:mod:`._batch_reader`);
 - a write sends each partition from its executor and succeeds only once every message is accepted
-  (:mod:`._writer`), with deterministic message ids to detect the resends of retried tasks.
+  (:mod:`._writer`), with deterministic message ids to detect the resends of retried tasks; with
+  ``transactional=true`` each task's messages are sent in one AMQP transaction, so a failed task leaves none.
 
 The class is pickled by reference, so every executor imports ``amqp_async``: install the package on the nodes
 (or ship it with ``--py-files``). Every connection is made lazily, in the process that uses it.
@@ -32,6 +36,7 @@ from collections.abc import MutableMapping
 from pyspark.sql.types import StructType
 
 from ._batch_reader import AmqpBatchReader
+from ._driver_stream_reader import AmqpDriverStreamReader
 from ._options import READ, STREAM_READ, WRITE, AmqpOptions, OptionError, parse_options
 from ._schema import MESSAGE_SCHEMA, SchemaError, read_schema
 from ._stream_reader import AmqpStreamReader
@@ -41,6 +46,7 @@ __all__ = [
     "MESSAGE_SCHEMA",
     "AmqpBatchReader",
     "AmqpDataSource",
+    "AmqpDriverStreamReader",
     "AmqpStreamReader",
     "AmqpStreamWriter",
     "AmqpWriter",
@@ -59,6 +65,8 @@ class AmqpDataSource(DataSource):
         OptionError: an unknown option, a malformed value, or one that does not apply to the operation.
         SchemaError: a read schema that does not narrow the message schema, or a DataFrame that cannot be
             written (no ``body`` column, an unknown column, a column of the wrong type).
+        TransactionError: ``transactional=true`` with a peer that has no transaction coordinator (at ``save()``;
+            a streaming write's query fails with it as it starts, before its first micro-batch).
     """
 
     def __init__(self, options: MutableMapping[str, str]) -> None:
@@ -79,10 +87,13 @@ class AmqpDataSource(DataSource):
         self.amqp_options.check_for(READ)
         return AmqpBatchReader(self.amqp_options, read_schema(schema))
 
-    def streamReader(self, schema: StructType) -> AmqpStreamReader:
-        """A streaming read."""
-        self.amqp_options.check_for(STREAM_READ)
-        return AmqpStreamReader(self.amqp_options, read_schema(schema))
+    def streamReader(self, schema: StructType) -> AmqpStreamReader | AmqpDriverStreamReader:
+        """A streaming read: received on the executors (default) or, with ``receiveOn=driver``, on the driver."""
+        options = self.amqp_options
+        options.check_for(STREAM_READ)
+        if options.receive_on == "driver":
+            return AmqpDriverStreamReader(options, read_schema(schema))
+        return AmqpStreamReader(options, read_schema(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> AmqpWriter:
         """A batch write (mode append; an AMQP node cannot be overwritten)."""

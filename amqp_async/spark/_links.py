@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 from ..client import Connection, Receiver, Sender, connect
-from ..errors import ConnectionError
+from ..codec.delivery_states import Accepted, Released
+from ..errors import ConnectionError, TransactionError
+from ..protocol.delivery import Delivery as EngineDelivery
 from ._options import AmqpOptions
 
-__all__ = ["close_quietly", "open_receiver", "open_sender", "wait_sent"]
+__all__ = [
+    "check_alive",
+    "check_transactions",
+    "close_quietly",
+    "open_receiver",
+    "open_sender",
+    "receive_batch",
+    "settle_all",
+    "wait_sent",
+]
+
+
+_ACCEPTED = Accepted()
+_RELEASED = Released()
 
 
 def _describe(options: AmqpOptions) -> str:
@@ -124,6 +140,192 @@ async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None)
                 await connection._wait_state()
         if silence.cancelled_caught:
             return  # quiet for that long: nothing more to come now
+
+
+async def receive_batch(
+    receiver: Receiver,
+    budget: int,
+    window: int,
+    first_wait: float,
+    quiet: float,
+    taken: list[EngineDelivery] | None = None,
+) -> tuple[list[EngineDelivery], bool]:
+    """Up to ``budget`` deliveries: what the sender has now. Returns them, and True when the sender was found to
+    have no more (drained: fewer than ``budget`` came because there were no more). ``taken``: the list to append
+    them to as they come (another thread may read it meanwhile: appends are atomic).
+
+    The deliveries are the engine's (``.payload``, settled with :func:`settle_all`): a task handles tens of
+    thousands at a time, and the awaitable API's per-delivery object and settlement would double the cost of
+    receiving. Deliveries the sender aborted (§2.6.14) are dropped: they carry no message.
+
+    With ``first_wait`` > 0 it waits that long for a first delivery (none: an idle source, drained). Then it keeps
+    up to ``window`` credit out, topped up as deliveries come, so that the sender streams without waiting for a round
+    trip, and never more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
+    When no transfer comes for a moment it asks the sender whether it has more (:func:`_nothing_more`).
+    """
+    link = receiver._engine_link
+    connection = receiver.connection
+    drains = not _drain_breaks(connection)
+    if taken is None:
+        taken = []
+    incoming = link.incoming
+
+    def take() -> None:
+        while incoming and len(taken) < budget:
+            delivery = incoming.popleft()
+            if not delivery.aborted:
+                taken.append(delivery)
+
+    def top_up() -> None:
+        """Grant credit up to the window once half of it is used (one flow frame per half window)."""
+        wanted = min(window, budget - len(taken)) - len(incoming)
+        if wanted > link.link_credit and 2 * link.link_credit <= wanted:
+            link.grant_credit(wanted, drain=link.drain)  # a drain asked for stays asked for
+            connection._kick()
+
+    if first_wait > 0:
+        top_up()
+        with anyio.move_on_after(first_wait):
+            while not incoming:
+                receiver._check()
+                await connection._wait_state()
+        if not incoming:
+            _stop_credit(receiver)
+            return taken, True
+    drained = False
+    while True:
+        take()
+        if len(taken) >= budget:
+            break
+        if await _nothing_more(receiver, quiet, drains, top_up):
+            take()
+            drained = len(taken) < budget
+            break
+    _stop_credit(receiver)
+    return taken, drained
+
+
+#: Seconds without a transfer after which a receiver asks the sender whether it has more.
+_PAUSE = 0.05
+#: Seconds without a transfer after which a sender that keeps saying it has more is taken to have none.
+_PATIENCE = 30.0
+
+
+async def _nothing_more(receiver: Receiver, quiet: float, drains: bool, top_up: Callable[[], None]) -> bool:
+    """Wait for the next transfer; True when the sender has nothing more to send now. ``top_up`` grants credit up
+    to the window: called before each wait (a drain may have taken the credit back meanwhile).
+
+    The receiver streams with plain credit, and only after a pause of :data:`_PAUSE` seconds without a transfer asks
+    the sender (draining all the while would cost a round trip each time a busy sender runs short):
+
+    - with a drain (§2.6.7): the sender sends what it has and gives back the rest of the credit. Giving credit back
+      is not by itself "nothing more": a sender also gives back what its session window (§2.5.6) held back (the
+      embedded broker does), so only a drain that brought not one message, with our window open, means it;
+    - with a peer whose drains are broken (:func:`_drain_breaks`), a flow with echo (§2.7.4): an answer with
+      ``available`` 0 (RabbitMQ 3 reports its queue's ready messages there; the answer follows every transfer it
+      sent before) means it. One that says more are available, or does not answer within ``quiet`` seconds (a busy
+      peer), is asked again.
+
+    Either way, :data:`_PATIENCE` seconds without a transfer end the wait.
+    """
+    link = receiver._engine_link
+    connection = receiver.connection
+    seen = len(link.incoming)
+    started = anyio.current_time()
+
+    def transfer() -> bool:
+        return len(link.incoming) > seen
+
+    async def wait_until(ready: Any, timeout: float) -> bool:
+        with anyio.move_on_after(timeout):
+            while not ready():
+                receiver._check()
+                await connection._wait_state()
+            return True
+        return False
+
+    while True:
+        top_up()
+        if await wait_until(transfer, _PAUSE):
+            return False
+        if drains:
+            link.drained_credit = 0
+            link.grant_credit(link.link_credit, drain=True)
+            connection._kick()
+            answered = await wait_until(lambda: not link.drain or transfer(), _PATIENCE)
+            if transfer():
+                return False
+            if answered and link.drained_credit:
+                return True
+        else:
+            link.available = -1  # no flow has answered yet (a flow always sets it, to 0 when it says nothing)
+            link._write_flow(echo=True)
+            connection._kick()
+            answered = await wait_until(lambda: link.available >= 0 or transfer(), quiet)
+            if transfer():
+                return False
+            if answered and link.available == 0:
+                return True
+        if anyio.current_time() - started >= _PATIENCE:
+            return True  # nothing for that long, whatever the sender says
+
+
+def _stop_credit(receiver: Receiver) -> None:
+    """Take back the credit still out (a sender that has not used it could send more than was asked)."""
+    link = receiver._engine_link
+    if link.link_credit and not receiver.is_closed:
+        link.grant_credit(0)
+        receiver.connection._kick()
+
+
+async def check_alive(receiver: Receiver) -> None:
+    """Raise the error that ended ``receiver``'s link, session or connection, if one has (settling would fail)."""
+    receiver._check()
+
+
+async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accept: bool) -> None:
+    """Accept every delivery of :func:`receive_batch` (§3.4.2), or release it (§3.4.4: not processed; the broker
+    delivers it again, and its delivery-count does not grow): settled at once (receiver settle mode first), in
+    dispositions that cover runs of them.
+
+    Raises:
+        LinkDetached, ConnectionError...: the link or its connection has ended (the peer settles them: it delivers
+            them again).
+    """
+    receiver._check()
+    link = receiver._engine_link
+    state = _ACCEPTED if accept else _RELEASED
+    for delivery in deliveries:
+        link.settle(delivery, state)
+    receiver.connection._kick()
+
+
+async def check_transactions(options: AmqpOptions) -> None:
+    """Make sure the peer has a transaction coordinator (§4.2): declare a transaction and roll it back.
+
+    Raises:
+        TransactionError: it has none (RabbitMQ 3.x), or refused the declare; the message says what to do.
+        ConnectionError: the peer cannot be reached.
+    """
+    connection = await _connect(options)
+    try:
+        with anyio.fail_after(options.connect_timeout):
+            transaction = await connection.transaction()
+            await transaction.rollback()
+    except TransactionError as exc:
+        raise TransactionError(
+            f"option 'transactional': the peer at {_describe(options)} cannot run AMQP transactions ({exc}); "
+            "RabbitMQ 3.x, for one, has no transaction coordinator. Write without 'transactional' (at-least-once, "
+            "with deterministic message ids to drop duplicates)",
+            condition=exc.condition,
+        ) from exc
+    except TimeoutError:
+        raise TransactionError(
+            f"option 'transactional': the peer at {_describe(options)} did not answer a transaction declare within "
+            f"connectTimeoutMs ({options.connect_timeout:g} s)"
+        ) from None
+    finally:
+        await close_quietly(connection)
 
 
 async def close_quietly(connection: Connection | None) -> None:

@@ -72,6 +72,20 @@ class LoopThread:
             future.cancel()  # interrupted here (KeyboardInterrupt, a signal handler's exception): stop it there too
             raise
 
+    def submit(self, function: Callable[..., Awaitable[T]], *args: Any) -> concurrent.futures.Future[T]:
+        """Start ``function(*args)`` on the loop and return its future at once (the caller works meanwhile).
+
+        Raises:
+            RuntimeError: the loop is closed.
+        """
+        if self.closed:
+            raise RuntimeError("the AMQP event loop thread has stopped")
+
+        async def run() -> T:
+            return await function(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self._loop)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop the loop and wait for its thread (idempotent)."""
         if self.closed:

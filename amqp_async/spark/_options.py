@@ -90,6 +90,16 @@ def _choice(*choices: str) -> Callable[[str, str], str]:
     return parse
 
 
+def _location(name: str, value: str) -> str:
+    """A directory every node can reach: an absolute local path, or a URI with a scheme (hdfs://, s3://...)."""
+    location = value.strip()
+    if not (location.startswith("/") or "://" in location):
+        raise OptionError(
+            f"option {name!r} must be an absolute path or a URI (file://, hdfs://, s3://, gs://, abfs://...): {value!r}"
+        )
+    return location
+
+
 @attrs.frozen
 class _Spec:
     name: str
@@ -118,6 +128,8 @@ OPTIONS: tuple[_Spec, ...] = (
     _Spec("sslVerify", _boolean, _ALL, "check the peer's certificate and host name (default true)"),
     _Spec("connectTimeoutMs", _positive_int, _ALL, "how long connecting and attaching may take (default 30000)"),
     _Spec("credit", _positive_int, _READS, "link credit: messages prefetched and not yet handed to Spark"),
+    _Spec("receiveOn", _choice("executors", "driver"), (STREAM_READ,), "streaming read: executors (default) or driver"),
+    _Spec("logLocation", _location, (STREAM_READ,), "the write-ahead log's directory (a pyarrow.fs path or URI)"),
     _Spec("selector", _text, _READS, "JMS message selector (a source filter)"),
     _Spec("subscriptionName", _text, _READS, "durable subscription: the link name, with a durable source"),
     _Spec("maxMessagesPerBatch", _positive_int, (STREAM_READ,), "most messages in one micro-batch"),
@@ -128,6 +140,7 @@ OPTIONS: tuple[_Spec, ...] = (
     _Spec("deliveryMode", _choice("at-least-once", "at-most-once"), (WRITE,), "default at-least-once"),
     _Spec("maxInFlight", _positive_int, (WRITE,), "unsettled messages per task (default 1000)"),
     _Spec("durable", _boolean, (WRITE,), "mark every message durable (a durable column wins)"),
+    _Spec("transactional", _boolean, (WRITE,), "each task sends its rows in one AMQP transaction (default false)"),
 )
 _BY_KEY = {spec.name.lower(): spec for spec in OPTIONS}
 #: Keys Spark itself puts among a data source's options; they are taken, not refused.
@@ -168,6 +181,17 @@ class AmqpOptions:
                 )
         if operation in _READS and not self.address:
             raise OptionError(f"a {operation} needs the option 'address' (the node to read from)")
+
+        if operation == STREAM_READ and self.receive_on == "executors" and "subscriptionName" in self.values:
+            raise OptionError(
+                "option 'subscriptionName' (a durable subscription: one link) needs receiveOn=driver: on the "
+                "executors every task attaches a link of its own"
+            )
+
+    @property
+    def receive_on(self) -> str:
+        """Where a streaming read receives: ``executors`` (default) or ``driver``."""
+        return str(self.values.get("receiveOn", "executors"))
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`amqp_async.connect` (reconnecting off: Spark retries and restarts).
@@ -238,6 +262,11 @@ def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
         if value is None:
             raise OptionError(f"option {spec.name!r} has no value")
         values[spec.name] = spec.parse(spec.name, str(value))
+    # Options that contradict each other, whatever the operation.
+    if values.get("receiveOn") == "driver" and "logLocation" in values:
+        raise OptionError("option 'logLocation' applies to receiveOn=executors only (the driver keeps no log)")
+    if values.get("transactional") and values.get("deliveryMode") == "at-most-once":
+        raise OptionError("option 'transactional' needs deliveryMode at-least-once (the default)")
     options = AmqpOptions(values)
     # The URL list and credentials are checked as connect() checks them, here, on the driver. The TLS files are
     # read where connections are made (they may exist only on the executors).

@@ -398,9 +398,12 @@ class MessageBuilder:
             the batches of one task: deterministic, so a retried task resends the same ids.
         durable: mark every message durable unless its ``durable`` column says otherwise.
         need_to: every row must have a ``to`` address (the sender is an anonymous relay).
+        partition: the Spark partition the rows belong to (for the write's logs and fault points).
     """
 
-    def __init__(self, schema: StructType, id_prefix: str, *, durable: bool = False, need_to: bool = False) -> None:
+    def __init__(
+        self, schema: StructType, id_prefix: str, *, durable: bool = False, need_to: bool = False, partition: int = 0
+    ) -> None:
         check_write_schema(schema)
         if need_to and "to" not in schema.fieldNames():
             raise SchemaError("without the option 'address', a write needs a 'to' column (each row's address)")
@@ -408,6 +411,7 @@ class MessageBuilder:
         self._id_prefix = id_prefix
         self._durable = durable
         self._need_to = need_to
+        self.partition = partition
         self.rows = 0
 
     def messages(self, batch: pa.RecordBatch) -> Iterator[Message]:

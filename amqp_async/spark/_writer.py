@@ -9,7 +9,15 @@ Spark retries it or aborts the job. A retried task sends its rows again: at-leas
 ``{query}:{batch}:{partition}:{row}`` for a streaming one, so a sink with duplicate detection (or a reader, by
 ``message_id``) can drop the resent ones.
 
-Nothing can be taken back from a queue: Spark's ``abort`` only reports what had been sent.
+With ``transactional=true`` each task declares one AMQP transaction (§4) on its connection, sends every row
+within it, and commits it once the peer has accepted them all; a task that fails rolls it back (and a task that
+dies leaves it to the peer, which rolls back the transactions of a connection that ends, §4.2). So a failed task
+leaves none of its rows on the queue, and Spark's retry sends each row once. One window stays: a task that dies
+after its commit and before Spark records its success is run again, and its rows come twice (with the same ids).
+A peer without a transaction coordinator (RabbitMQ 3.x) is refused when the write starts (at ``save()``; a
+streaming query fails with it as it starts): :func:`~._links.check_transactions`.
+
+Otherwise nothing can be taken back from a queue: Spark's ``abort`` only reports what had been sent.
 """
 
 from __future__ import annotations
@@ -25,9 +33,10 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from ..client import Connection, Sender, Tracker
+from ..client import Connection, Sender, Tracker, Transaction
 from ..message import Message
-from ._links import close_quietly, open_sender
+from ._failpoints import failpoint
+from ._links import check_transactions, close_quietly, open_sender
 from ._loop import LoopThread
 from ._options import AmqpOptions, OptionError
 from ._schema import MessageBuilder, check_write_schema
@@ -54,19 +63,37 @@ class _Window:
         self.sender = sender
         self.size = size
         self.trackers: collections.deque[Tracker] = collections.deque()
+        #: the transaction every message is sent in (``transactional=true``), else None.
+        self.transaction: Transaction | None = None
+
+    async def begin(self) -> None:
+        """Declare the transaction the messages go in (§4.3)."""
+        self.transaction = await self.sender.connection.transaction()
 
     async def submit(self, payloads: list[bytes]) -> None:
         trackers = self.trackers
         sender = self.sender
+        transaction = self.transaction
         for payload in payloads:
             while trackers and (trackers[0].done or len(trackers) >= self.size):
                 await trackers.popleft()  # raises MessageRejected, MessageReleased... : the task fails
-            trackers.append(await sender.submit(payload))
+            trackers.append(await sender.submit(payload, transaction=transaction))
 
     async def settle_all(self) -> None:
         trackers = self.trackers
         while trackers:
             await trackers.popleft()
+
+    async def commit(self) -> None:
+        """Commit the transaction, if any: its messages reach the queue now (§4.4)."""
+        if self.transaction is not None:
+            await self.transaction.commit()
+
+    async def roll_back(self) -> None:
+        """Roll the transaction back, if one is active: none of its messages reach the queue."""
+        transaction = self.transaction
+        if transaction is not None and transaction.state == "active":
+            await transaction.rollback()
 
 
 async def _open(options: AmqpOptions) -> tuple[Connection, _Window]:
@@ -91,19 +118,38 @@ def _payloads(builder: MessageBuilder, batches: Iterable[pa.RecordBatch]) -> Ite
 def send_partition(options: AmqpOptions, builder: MessageBuilder, batches: Iterable[pa.RecordBatch]) -> int:
     """Send the rows of ``batches`` and wait until the peer has accepted each; return how many were sent.
 
+    With the ``transactional`` option, every message goes in one transaction, committed once all are accepted
+    and rolled back when anything fails.
+
     Raises:
         SchemaError: a row cannot become a message (nothing after it is sent).
         MessageRejected, MessageReleased, MessageModified: the peer did not accept a message.
         ConnectionError, LinkError, DeliveryInDoubt: the connection or link failed.
+        TransactionError: the transaction could not be declared, or was rolled back instead of committed
+            (TransactionRolledBack), or its outcome is unknown (TransactionInDoubt).
     """
     loop = LoopThread("amqp-async-spark-write")
     connection: Connection | None = None
+    window: _Window | None = None
+    partition = builder.partition
     try:
         connection, window = loop.call(_open, options, timeout=options.connect_timeout * 2 + 5)
+        if options.get("transactional"):
+            loop.call(window.begin, timeout=options.connect_timeout * 2 + 5)
         for chunk in _payloads(builder, batches):
             loop.call(window.submit, chunk)
+            failpoint("write-chunk", partition)
         loop.call(window.settle_all)
+        failpoint("write-settled", partition)
+        loop.call(window.commit)
         return builder.rows
+    except BaseException:
+        if window is not None and connection is not None:
+            try:
+                loop.call(window.roll_back, timeout=10)
+            except Exception as exc:  # the error that stopped the write is the one to report
+                log.warning("rolling back the write's transaction failed (the peer rolls it back): %r", exc)
+        raise
     finally:
         if connection is not None:
             loop.call(close_quietly, connection, timeout=10)
@@ -127,6 +173,7 @@ class AmqpWriter(DataSourceArrowWriter):
     def __init__(self, options: AmqpOptions, schema: StructType) -> None:
         check_write_schema(schema)
         MessageBuilder(schema, "", need_to=options.address is None)  # refuse a missing 'to' column at save()
+        refuse_without_transactions(options)
         self._options = options
         self._schema = schema
         #: made once, on the driver: a retried task sends the same ids.
@@ -138,7 +185,11 @@ class AmqpWriter(DataSourceArrowWriter):
         prefix = f"{self._write_id}:{partition}"
         options = self._options
         builder = MessageBuilder(
-            self._schema, prefix, durable=bool(options.get("durable")), need_to=options.address is None
+            self._schema,
+            prefix,
+            durable=bool(options.get("durable")),
+            need_to=options.address is None,
+            partition=partition,
         )
         count = send_partition(options, builder, iterator)
         log.info("partition %d (attempt %d) sent %d messages", partition, attempt, count)
@@ -161,6 +212,7 @@ class AmqpStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: AmqpOptions, schema: StructType) -> None:
         check_write_schema(schema)
         MessageBuilder(schema, "", need_to=options.address is None)
+        refuse_without_transactions(options)
         self._options = options
         self._schema = schema
 
@@ -178,6 +230,7 @@ class AmqpStreamWriter(DataSourceStreamArrowWriter):
             f"{query}:{batch}:{partition}",
             durable=bool(options.get("durable")),
             need_to=options.address is None,
+            partition=partition,
         )
         return SentMessages(partition, send_partition(options, builder, iterator))
 
@@ -188,6 +241,24 @@ class AmqpStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Micro-batch ``batchId`` failed; what its successful tasks sent stays sent (at-least-once)."""
         log.warning("batch %d aborted; %d messages stay sent", batchId, _sent(messages))
+
+
+def refuse_without_transactions(options: AmqpOptions) -> None:
+    """With ``transactional=true``, make sure on the driver, as the write starts (at ``save()``; for a streaming
+    write when its query starts, before the first micro-batch), that the peer has a transaction coordinator, rather
+    than in every task.
+
+    Raises:
+        TransactionError: it has none (RabbitMQ 3.x), or refused a declare.
+        ConnectionError: it cannot be reached.
+    """
+    if not options.get("transactional"):
+        return
+    loop = LoopThread("amqp-async-spark-check")
+    try:
+        loop.call(check_transactions, options, timeout=options.connect_timeout * 3 + 5)
+    finally:
+        loop.close()
 
 
 def refuse_overwrite(overwrite: bool) -> None:
