@@ -1,36 +1,89 @@
 """Development sessions.
 
 `python3 -m nox` runs tests, lint and typecheck; `python3 -m nox -s bench` runs the benchmarks,
-`python3 -m nox -s docs` builds the documentation site. Every session
-builds its own virtualenv with the interpreter that runs nox. Development dependencies live in the PEP 735
+`python3 -m nox -s docs` builds the documentation site. Development dependencies live in the PEP 735
 ``[dependency-groups]`` table of pyproject.toml and are read here with ``nox.project.dependency_groups``, so
 any pip can install them (pip's own ``--group`` option needs pip >= 25.1).
+
+The tests run on each supported Python found on the machine (``tests-3.10`` ... ``tests-3.13``): the whole suite
+on :data:`FULL_SUITE_PYTHON`, the tests of :data:`SUBSET` on the others (docs/development.md says what each runs and
+why). Interpreters are looked up on PATH and among pyenv's builds; one that is missing is skipped with a note, and
+fails the run when ``CI=true``. The other sessions run on the interpreter that runs nox.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import nox
 
-nox.needs_version = ">=2024.10.9"  # nox.project.dependency_groups
+nox.needs_version = ">=2025.10.14"  # nox.project.dependency_groups; @nox.session(download_python=...)
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
+# A developer's machine may lack an interpreter: its session is skipped (nox prints why). CI must test all four.
+nox.options.error_on_missing_interpreters = os.environ.get("CI", "").lower() == "true"
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 LINT_PATHS = ("amqp_async", "tests", "benchmarks", "examples", "noxfile.py")
+
+#: Every Python the package supports (pyproject.toml's classifiers).
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+#: The interpreter that runs the whole suite: the python3 of the development and CI machines (where the suite's
+#: timings were measured, and what a plain `pytest` in a developer's venv runs), and the fastest of the four here.
+FULL_SUITE_PYTHON = "3.11"
+#: What every other interpreter runs: all but the tests that spend their time in other programs (RabbitMQ, rhea,
+#: Qpid Proton C, Spark's JVM) or in long fuzzing runs, whose Python side the subset already covers: the codec,
+#: the engine, the client on asyncio, uvloop and trio, the proton API, the broker and the command line.
+SUBSET = "not interop and not slow and not spark and not network_fuzz"
+
+
+def _add_pyenv_builds_to_path() -> None:
+    """Append to PATH the bin directory of pyenv's newest build of each of :data:`PYTHONS`.
+
+    pyenv's shims run only the versions that ``pyenv global`` (or a .python-version file) selects, so
+    ``python3.12`` fails on a machine where 3.12 is built but not selected. Appended, not prepended: an interpreter
+    already on PATH keeps precedence, and ``python3`` stays what it was.
+    """
+    versions = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    if not versions.is_dir():
+        return
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    for python in PYTHONS:
+        builds = [
+            build
+            for build in versions.glob(f"{python}.*")
+            if re.fullmatch(rf"{re.escape(python)}\.\d+", build.name) and (build / "bin" / f"python{python}").exists()
+        ]
+        if not builds:
+            continue
+        newest = max(builds, key=lambda build: int(build.name.rsplit(".", 1)[1]))
+        if str(newest / "bin") not in path:
+            path.append(str(newest / "bin"))
+    os.environ["PATH"] = os.pathsep.join(path)
+
+
+_add_pyenv_builds_to_path()
 
 
 def _group(*names: str) -> tuple[str, ...]:
     return nox.project.dependency_groups(PYPROJECT, *names)
 
 
-@nox.session
+@nox.session(python=PYTHONS, download_python="never")
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pass pytest arguments after `--`)."""
+    """Run the tests on each Python (pass pytest arguments after `--`: `nox -s tests-3.12 -- -k codec -x`).
+
+    The whole suite on FULL_SUITE_PYTHON, the SUBSET on the others."""
+    if session.python == FULL_SUITE_PYTHON:
+        session.install(".[spark]", *_group("test"))  # PySpark only here: the spark tests run here only
+        session.run("pytest", *session.posargs)
+        return
     session.install(".", *_group("test"))
-    session.run("pytest", *session.posargs)
+    session.log(f"Python {session.python} runs the subset -m {SUBSET!r}; the whole suite runs on {FULL_SUITE_PYTHON}")
+    session.run("pytest", "-m", SUBSET, *session.posargs)
 
 
 @nox.session

@@ -6,6 +6,11 @@ shared CI machines have noisy timings), selected when the environment variable `
 
 At the end of the session, a python-qpid-proton reactor thread still running fails the run with its name (see
 :func:`pytest_sessionfinish`).
+
+Markers that a whole file gets for what it needs rather than what it tests are given here (:data:`FILE_MARKERS`):
+noxfile.py runs the whole suite on one interpreter and ``-m "not interop and not slow and not spark and not
+network_fuzz"`` on the others (docs/development.md), so a file that needs PySpark, or that only repeats a long
+fuzzing run, must carry the marker that keeps it to that one interpreter.
 """
 
 from __future__ import annotations
@@ -22,6 +27,22 @@ settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev")
 _default = "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+
+#: file name -> (marker, why the file carries it).
+FILE_MARKERS: dict[str, tuple[str, str]] = {
+    "test_spark_units.py": ("spark", "imports pyspark and pyarrow, installed for the full-suite interpreter only"),
+    "test_network_fuzz.py": ("network_fuzz", "mutated recorded sessions against our broker: long, version-neutral"),
+    "test_network_fuzz_client.py": ("network_fuzz", "mutated recorded sessions against our client"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give each test of a file in :data:`FILE_MARKERS` that file's marker (before ``-m`` deselects)."""
+    for item in items:
+        entry = FILE_MARKERS.get(item.path.name)
+        if entry is not None:
+            item.add_marker(entry[0])
 
 
 def _proton_threads() -> list[str]:
