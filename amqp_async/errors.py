@@ -1,29 +1,60 @@
 """Errors raised on purpose by amqp_async.
 
 Every error the library raises deliberately is an :class:`AMQPError`, and every :class:`AMQPError` carries an
-AMQP error condition (a symbolic name such as ``amqp:decode-error``, spec §2.8.15) and a description, so that the
+error condition (a symbolic name such as ``amqp:decode-error``, spec §2.8.15) and a description, so that the
 error a caller sees can be put on the wire unchanged, and an error received from a peer surfaces with the peer's
-own words.
+own words. Where no AMQP condition applies (the network failed before any frame, the application used what it had
+closed), the condition is one of this library's own, prefixed ``amqp-async:`` (:data:`IO_ERROR`,
+:data:`TLS_ERROR`, :data:`CLOSED_BY_APPLICATION`), never one of the spec's names.
+
+The connection's errors, by type (docs/client.md, "Errors", has the table)::
+
+    ConnectionError                 also the builtin ConnectionError (an OSError)
+        ConnectError                could not be established
+            NameResolutionError
+            ConnectionRefused       also the builtin ConnectionRefusedError
+            ConnectTimeout          also the builtin TimeoutError
+            TLSError
+                CertificateVerifyFailed
+            AuthenticationError
+        ConnectionClosed            the peer closed it (its condition and description)
+        ConnectionLost              the network failed while it was open (or reconnecting gave up)
+    ClosedByApplication             used after the application closed it (connection, session, link, delivery)
 """
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 __all__ = [
+    "CLOSED_BY_APPLICATION",
+    "IO_ERROR",
+    "TLS_ERROR",
     "AMQPError",
     "AuthenticationError",
+    "CertificateVerifyFailed",
+    "ClosedByApplication",
+    "ConnectError",
+    "ConnectTimeout",
+    "ConnectionClosed",
     "ConnectionError",
+    "ConnectionLost",
+    "ConnectionRefused",
     "DecodeError",
+    "DeliveryAlreadySettled",
     "DeliveryError",
     "DeliveryInDoubt",
     "EncodeError",
+    "InvalidURL",
     "LinkDetached",
     "LinkError",
     "MessageModified",
     "MessageRejected",
     "MessageReleased",
+    "NameResolutionError",
     "SessionError",
+    "TLSError",
     "TransactionError",
     "TransactionInDoubt",
     "TransactionRolledBack",
@@ -84,13 +115,145 @@ class EncodeError(AMQPError, ValueError):
     default_condition = "amqp:invalid-field"
 
 
-class ConnectionError(AMQPError):  # noqa: A001 - the AMQP layer's own name, exported as amqp_async.ConnectionError
-    """The connection failed or was closed with an error (by the peer, by us, or by the transport)."""
+class InvalidURL(AMQPError, ValueError):
+    """A connection URL (or a URL part) that cannot be used: unknown scheme, bad port, no host.
+
+    It is also a :class:`ValueError`, because it is raised for bad arguments.
+    """
+
+    default_condition = "amqp:invalid-field"
+
+
+# --- the connection's errors --------------------------------------------------------------------------------------
+#
+# Conditions of our own, for failures where no AMQP frame was exchanged (so no AMQP condition applies), named as
+# python-qpid-proton names its own ("proton:io"): a vendor prefix, never one of the spec's ``amqp:`` names.
+
+#: The network failed: a name that does not resolve, a refused or unreachable port, a reset or ended socket.
+IO_ERROR = "amqp-async:io"
+#: The TLS handshake failed (the certificate was not trusted, the peer does not speak TLS, ...).
+TLS_ERROR = "amqp-async:tls"
+#: The application closed the connection, session or link, and then used it.
+CLOSED_BY_APPLICATION = "amqp-async:closed-by-application"
+
+
+class ConnectionError(AMQPError, builtins.ConnectionError):  # noqa: A001 - deliberately the builtin's name
+    """The connection could not be made, or it ended: every waiter on it raises one (see the subclasses).
+
+    It is also the builtin :class:`ConnectionError` (so an :class:`OSError`): ``except ConnectionError`` catches
+    it whichever of the two names is in scope, and ``errno`` holds the errno of the OS error behind it, if any
+    (that error is chained as ``__cause__``).
+
+    Attributes:
+        url: the URL of the peer (its password hidden), when known.
+        host, port: the peer's host and port, when known.
+        errno: the ``errno`` of the underlying :class:`OSError` (None when there is none).
+        strerror: that error's text (None when there is none).
+    """
 
     default_condition = "amqp:connection:forced"
 
+    def __init__(
+        self,
+        description: str = "",
+        *,
+        condition: str | None = None,
+        info: dict[Any, Any] | None = None,
+        url: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(description, condition=condition, info=info)
+        self.url = url
+        self.host = host
+        self.port = port
+        if cause is not None:
+            self.__cause__ = cause
+            underlying = _os_error_in(cause)
+            if underlying is not None:
+                self.errno = underlying.errno
+                self.strerror = underlying.strerror
 
-class AuthenticationError(ConnectionError):
+    def __reduce__(self) -> tuple[Any, ...]:
+        # OSError keeps errno and strerror outside __dict__: carry them over a pickle too.
+        return (type(self), self.args, {**self.__dict__, "errno": self.errno, "strerror": self.strerror})
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The first OS error with an errno along ``error``'s chain of causes (``error`` itself included)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        current = current.__cause__
+    return None
+
+
+class ConnectError(ConnectionError):
+    """The connection could not be established: the peer was not reached, or did not let us in.
+
+    Raised by :func:`amqp_async.connect`, and as the ``__cause__`` of the :class:`ConnectionLost` that ends a
+    reconnect which gave up (the last attempt's error). A failure that no subclass names (a host or network that
+    is unreachable, a proxy or a WebSocket upgrade that refused us, a peer that dropped the socket before its
+    open) is this class itself.
+    """
+
+    default_condition = IO_ERROR
+
+
+class NameResolutionError(ConnectError):
+    """The host name does not resolve (DNS): ``errno`` is the resolver's (``socket.EAI_NONAME``...)."""
+
+
+class ConnectionRefused(ConnectError, builtins.ConnectionRefusedError):
+    """Nothing listens at the peer's address: the TCP connect was refused (``errno`` ``ECONNREFUSED``).
+
+    Also the builtin :class:`ConnectionRefusedError`.
+    """
+
+
+class ConnectTimeout(ConnectError, builtins.TimeoutError):
+    """The attempt took longer than ``connect_timeout``: the TCP connect, the TLS handshake, SASL, or the wait for
+    the peer's open (condition ``amqp:resource-limit-exceeded``). Also the builtin :class:`TimeoutError`."""
+
+    default_condition = "amqp:resource-limit-exceeded"
+
+
+class TLSError(ConnectError):
+    """The TLS handshake failed: the peer does not speak TLS there, or no protocol version or cipher suits both.
+
+    Its ``__cause__`` is the :class:`ssl.SSLError`.
+    """
+
+    default_condition = TLS_ERROR
+
+
+class CertificateVerifyFailed(TLSError):
+    """The peer's certificate was refused: not signed by a CA the TLS context trusts, expired, or not naming the
+    host connected to (its ``__cause__`` is the :class:`ssl.SSLCertVerificationError`).
+
+    Attributes:
+        verify_code: OpenSSL's verification error code (None when unknown).
+        verify_message: OpenSSL's words for it ("self-signed certificate"...), or None.
+    """
+
+    def __init__(
+        self,
+        description: str = "",
+        *,
+        verify_code: int | None = None,
+        verify_message: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(description, **kwargs)
+        self.verify_code = verify_code
+        self.verify_message = verify_message
+
+
+class AuthenticationError(ConnectError):
     """SASL authentication failed (§5.3.3.6): wrong credentials, or no mechanism both sides accept.
 
     Attributes:
@@ -99,9 +262,43 @@ class AuthenticationError(ConnectionError):
 
     default_condition = "amqp:unauthorized-access"
 
-    def __init__(self, description: str = "", *, sasl_code: int | None = None, condition: str | None = None) -> None:
-        super().__init__(description, condition=condition)
+    def __init__(self, description: str = "", *, sasl_code: int | None = None, **kwargs: Any) -> None:
+        super().__init__(description, **kwargs)
         self.sasl_code = sasl_code
+
+
+class ConnectionClosed(ConnectionError):
+    """The peer closed the connection with a close frame (§2.4.3): its decision, never retried.
+
+    ``condition``, ``description`` and ``info`` are the peer's own; ``str()`` adds where.
+    """
+
+    def __str__(self) -> str:
+        where = f"{self.url} closed the connection" if self.url else "the peer closed the connection"
+        text = f"{self.condition}: {where}"
+        return f"{text}: {self.description}" if self.description else text
+
+
+class ConnectionLost(ConnectionError):
+    """The network failed while the connection was open: the socket broke or ended without a close frame, or the
+    peer fell silent past our idle timeout (condition ``amqp:resource-limit-exceeded``, §2.4.5).
+
+    With reconnect on, raised once reconnecting gave up: its ``__cause__`` is then the last attempt's
+    :class:`ConnectError` (and ``errno`` that attempt's).
+    """
+
+    default_condition = IO_ERROR
+
+
+class ClosedByApplication(AMQPError):
+    """A connection, session, link or delivery was used after the application closed it (or closed what it
+    belongs to): a mistake in the program, not a failure of the peer or the network.
+
+    Its condition is ``amqp-async:closed-by-application``: no AMQP condition applies (``amqp:connection:forced``
+    would claim the peer forced it), so it is one of this library's own.
+    """
+
+    default_condition = CLOSED_BY_APPLICATION
 
 
 class SessionError(AMQPError):
@@ -173,3 +370,18 @@ class TransactionInDoubt(TransactionError):
     have committed or rolled back."""
 
     default_condition = "amqp:connection:forced"
+
+
+class DeliveryAlreadySettled(AMQPError):
+    """A received delivery was settled a second time (``accept()``, ``reject()``, ``release()`` or ``modify()``
+    after one of them already ran): a delivery has one outcome (§3.4), and the first one stands.
+
+    Attributes:
+        outcome: the outcome the delivery was settled with first (None when it was settled without one).
+    """
+
+    default_condition = "amqp:illegal-state"
+
+    def __init__(self, description: str = "", *, outcome: Any = None) -> None:
+        super().__init__(description)
+        self.outcome = outcome

@@ -23,17 +23,51 @@ Encoding and decoding take fast paths: each list section is written straight fro
 
 from __future__ import annotations
 
+import json as _json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 
 from .codec import sections as _sections
 from .codec._decoder import _DECODERS, decode_value
 from .codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
-from .errors import DecodeError, EncodeError
+from .codec.values import AMQPValue
+from .errors import AMQPError, DecodeError, EncodeError
 from .protocol.payload import Gathered
 from .types import Described, char, symbol, timestamp, ubyte, uint, ulong
 
-__all__ = ["Message"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["Message", "MessageBodyError", "MessageFields", "MessageId"]
+
+MessageId: TypeAlias = ulong | uuid.UUID | bytes | str
+"""A message-id or correlation-id as a message holds it (§3.2.11-3.2.15): a ulong, a UUID, bytes or a str."""
+
+_M = TypeVar("_M", bound="Message")
+
+#: The content type :meth:`Message.from_json` sets.
+JSON_CONTENT_TYPE = symbol("application/json")
+
+
+def _data_bytes(section: AMQPValue) -> bytes:
+    value = section.value if isinstance(section, _sections.Data) else None
+    return value if isinstance(value, bytes) else b""
+
+
+def _short_repr(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+class MessageBodyError(AMQPError, ValueError):
+    """A message body that is not what it was read as: :meth:`Message.json` on a body that does not hold JSON text.
+
+    Condition ``amqp:decode-error``; it is also a :class:`ValueError`. Its description names what the body holds.
+    The ``json`` or Unicode error that found it is chained (``__cause__``), with the position of the fault.
+    """
+
+    default_condition = "amqp:decode-error"
+
 
 # A bytes body at least this large is sent by reference (see Message._encode_payload), not copied into the
 # encoding: below it, one copy costs less than the extra buffer does on its way to the socket.
@@ -172,13 +206,42 @@ def _check_property_keys(properties: dict[Any, Any]) -> dict[Any, Any]:
     return checked
 
 
+class MessageFields(TypedDict, total=False):
+    """The keyword arguments of :class:`Message` and :meth:`Message.from_json`: the message's fields, each typed
+    as its attribute takes it (for a wrapper of your own: ``**fields: Unpack[MessageFields]``)."""
+
+    durable: bool
+    priority: int
+    ttl: float
+    first_acquirer: bool
+    delivery_count: int
+    instructions: dict[Any, Any] | None
+    annotations: dict[Any, Any] | None
+    id: int | uuid.UUID | bytes | str | None
+    user_id: bytes | str | None
+    address: str | None
+    subject: str | None
+    reply_to: str | None
+    correlation_id: int | uuid.UUID | bytes | str | None
+    content_type: str | None
+    content_encoding: str | None
+    expiry_time: float
+    creation_time: float
+    group_id: str | None
+    group_sequence: int
+    reply_to_group_id: str | None
+    properties: dict[str, Any] | None
+    footer: dict[Any, Any] | None
+    inferred: bool
+
+
 class Message:
     """A mutable AMQP message, compatible with ``proton.Message``.
 
     Args:
         body: the message body (see the module documentation for how each type is carried).
-        **properties: any of the message's attributes (``subject="x"``, ``durable=True``, ``ttl=1.5``, ...);
-            an unknown name raises AttributeError, as in proton.
+        **fields: any of the message's attributes (``subject="x"``, ``durable=True``, ``ttl=1.5``, ...), typed
+            as :class:`MessageFields` says; an unknown name raises AttributeError, as in proton.
     """
 
     DEFAULT_PRIORITY = _DEFAULT_PRIORITY
@@ -186,10 +249,30 @@ class Message:
     # Defaults live on the class, so a new message costs no attribute writes and ``decode`` resets every field
     # with one ``__dict__.clear()``. ``_props`` holds the properties section's 13 fields in spec order; the
     # shared default is an immutable tuple, replaced by a list on the first write.
-    body: Any = None
+    if TYPE_CHECKING:
+        # For type checkers, ``body`` and ``properties`` read as what a message can hold (what decoding gives)
+        # and take anything a caller may put there (the encoder refuses what AMQP cannot carry, with an
+        # EncodeError). At run time they stay plain attributes: nothing per message for the types.
+        @property
+        def body(self) -> AMQPValue:
+            """The body: ``bytes`` for one data section, the value of an amqp-value section, a list for one
+            amqp-sequence section, or a list of :class:`~amqp_async.codec.sections.Data` (or ``AmqpSequence``)
+            sections for several."""
+
+        @body.setter
+        def body(self, value: object) -> None: ...
+
+        @property
+        def properties(self) -> dict[str, AMQPValue] | None:
+            """The application properties (§3.2.5): a dict with str keys, or None."""
+
+        @properties.setter
+        def properties(self, value: dict[str, Any] | None) -> None: ...
+
+    else:
+        body = None
+        properties = None
     _durable: bool = False
-    #: application properties (§3.2.5): a dict with str keys, or None.
-    properties: dict[str, Any] | None = None
     #: the footer section (§3.2.9): a dict of annotations, or None.
     footer: dict[Any, Any] | None = None
     _priority: int = _DEFAULT_PRIORITY
@@ -201,13 +284,61 @@ class Message:
     _props: Any = (None,) * 13
     _inferred: bool | None = None
 
-    def __init__(self, body: Any = None, **properties: Any) -> None:
+    def __init__(self, body: object = None, **fields: Unpack[MessageFields]) -> None:
         if body is not None:
             self.body = body
-        for name, value in properties.items():
+        for name, value in fields.items():
             if name.startswith("_") or not hasattr(Message, name):
                 raise AttributeError(f"'Message' object has no attribute {name!r}")
             setattr(self, name, value)
+
+    # --- JSON bodies ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls: type[_M], value: object, **fields: Unpack[MessageFields]) -> _M:
+        """A message whose body is ``value`` as JSON: one data section of UTF-8 JSON text, with the content type
+        ``application/json`` (RFC 8259), as other AMQP clients read it.
+
+        ``json.dumps`` writes it: compact (no spaces), non-ASCII characters as they are (UTF-8, not ``\\u``
+        escapes). ``fields`` are the message's other fields, as for :class:`Message` (``subject=``,
+        ``properties=``...); a ``content_type`` among them replaces ``application/json``.
+
+        Raises:
+            TypeError: ``value`` holds something JSON cannot carry (``json.dumps``'s error).
+            ValueError: ``value`` holds a float that is not finite (NaN or infinity: not JSON), or a cycle.
+        """
+        text = _json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        message = cls(text.encode("utf-8"), **fields)
+        if message.content_type is None:
+            message.content_type = JSON_CONTENT_TYPE
+        return message
+
+    def json(self) -> Any:
+        """The body read as JSON (``json.loads``): from a data section (or several, joined), or from an amqp-value
+        section holding a string or binary.
+
+        The content type is not looked at: JSON in a message some producer labelled otherwise (or not at all)
+        reads as well.
+
+        Returns:
+            What the JSON text holds: a dict, list, str, int, float, bool or None.
+
+        Raises:
+            MessageBodyError: the body is not JSON text (another type, such as a map in an amqp-value section;
+                bytes that are not UTF-8; text that does not parse); the ``json`` error is chained.
+        """
+        body = self.body
+        if isinstance(body, list) and body and all(isinstance(section, _Data) for section in body):
+            body = b"".join(_data_bytes(section) for section in body)  # several data sections: one text
+        if not isinstance(body, (bytes, bytearray, memoryview, str)):
+            raise MessageBodyError(
+                f"the body is not JSON text: it holds {type(body).__name__} {_short_repr(body)} (message.json() "
+                "reads a data section, or an amqp-value string or binary)"
+            )
+        try:
+            return _json.loads(body if isinstance(body, str) else bytes(body))
+        except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+            raise MessageBodyError(f"the body is not JSON: {exc}") from exc
 
     def clear(self) -> None:
         """Reset every field to its default."""
@@ -270,7 +401,7 @@ class Message:
     # --- annotations (§3.2.2, §3.2.3) --------------------------------------------------------------------
 
     @property
-    def instructions(self) -> dict[Any, Any] | None:
+    def instructions(self) -> dict[AMQPValue, AMQPValue] | None:
         """Delivery annotations: a dict with symbol (or ulong) keys; str keys are made symbols."""
         return self._instructions
 
@@ -279,7 +410,7 @@ class Message:
         self._instructions = _annotation_keys(value, "instructions")
 
     @property
-    def annotations(self) -> dict[Any, Any] | None:
+    def annotations(self) -> dict[AMQPValue, AMQPValue] | None:
         """Message annotations: a dict with symbol (or ulong) keys; str keys are made symbols."""
         return self._annotations
 
@@ -290,12 +421,12 @@ class Message:
     # --- properties (§3.2.4) -----------------------------------------------------------------------------
 
     @property
-    def id(self) -> Any:
+    def id(self) -> MessageId | None:
         """The message-id: a ulong, uuid.UUID, bytes or str (a Python int is stored as ulong)."""
-        return self._props[_ID]
+        return self._props[_ID]  # type: ignore[no-any-return]
 
     @id.setter
-    def id(self, value: Any) -> None:
+    def id(self, value: int | uuid.UUID | bytes | str | None) -> None:
         self._set_property(_ID, _message_id(value, "id"))
 
     @property
@@ -341,12 +472,12 @@ class Message:
         self._set_property(_REPLY_TO, _optional_str(value, "reply_to"))
 
     @property
-    def correlation_id(self) -> Any:
-        """The correlation-id: a ulong, uuid.UUID, bytes or str."""
-        return self._props[_CORRELATION_ID]
+    def correlation_id(self) -> MessageId | None:
+        """The correlation-id: a ulong, uuid.UUID, bytes or str (a Python int is stored as ulong)."""
+        return self._props[_CORRELATION_ID]  # type: ignore[no-any-return]
 
     @correlation_id.setter
-    def correlation_id(self, value: Any) -> None:
+    def correlation_id(self, value: int | uuid.UUID | bytes | str | None) -> None:
         self._set_property(_CORRELATION_ID, _message_id(value, "correlation_id"))
 
     @property
@@ -491,7 +622,7 @@ class Message:
         if properties is not None:
             buf += b"\x00\x53\x74"
             _enc_map(buf, _check_property_keys(properties))
-        body = self.body
+        body: Any = self.body  # dispatched on its exact class below (faster than isinstance): not narrowed
         body_class = body.__class__
         if (body_class is bytes or body_class is bytearray or body_class is memoryview) and self._inferred is not False:
             # A data section (§3.2.6); the body is copied once, into the result.

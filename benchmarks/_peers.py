@@ -1,6 +1,6 @@
 """Real peers for the benchmarks: the Qpid Proton C examples, and our C sink, installed and built on demand.
 
-DESIGN.md ("Real peers"): Debian's ``libqpid-proton11-dev`` and ``libqpid-proton11-dev-examples`` put the C examples
+Debian's ``libqpid-proton11-dev`` and ``libqpid-proton11-dev-examples`` put the C examples
 in ``/usr/share/proton/examples/c/``; each builds with ``gcc -O2 X.c -o X -lqpid-proton -lpthread``. This module
 installs the packages when they are missing (as root, with apt-get), builds the examples into a cache directory
 (rebuilding when a source is newer than its binary), and starts them on free ports.

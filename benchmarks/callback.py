@@ -32,7 +32,7 @@ stops at the last. Rates are N / elapsed. Connection set-up and attach are outsi
 Our ``Container.run()`` runs on uvloop when it is installed (python-qpid-proton has its own C loop), so the awaitable
 API runs on that same loop here: the callback/awaitable ratio compares the two APIs, not two event loops.
 
-The issue's goals, reported per row: the callback API at least 2x python-qpid-proton's own Container, and at most
+The goals, reported per row: the callback API at least 2x python-qpid-proton's own Container, and at most
 25% more costly than the awaitable API (callback rate >= 0.8 x awaitable rate).
 """
 

@@ -5,7 +5,7 @@ Run: ``python benchmarks/codec.py`` (or ``nox -s bench``). Each client does the 
 - encode: turn an already-built message object into its wire bytes;
 - decode: turn wire bytes into a new message object whose fields can be read (a fresh message each time).
 
-Two messages: the small one of DESIGN.md's table (148 bytes: id, subject, content_type, durable, two
+Two messages: a small one (148 bytes: id, subject, content_type, durable, two
 application properties, a 48-character string body) and a 1 MiB binary body. Timing: the best of several
 repeats of a timed loop (the usual ``timeit`` practice: the minimum is the run least disturbed by the rest of
 the machine), after a warm-up loop, for every client alike; the clients take turns, one loop each per repeat, so

@@ -16,7 +16,7 @@ ceiling). Each script also runs alone; this one imports them and makes the same 
 the same run sizes (default or ``--quick``).
 
 Writes the table (with the machine and the command) into ``docs/benchmarks.md``, between its latest-figures
-markers, and ``docs/benchmarks.png`` (the ratios as bars, with the issue's targets marked) when matplotlib is
+markers, and ``docs/benchmarks.png`` (the ratios as bars, with the targets marked) when matplotlib is
 installed. A section that fails (or takes
 more than 5 minutes) is reported on stderr and under the table, and the others still run; the exit status is 0
 unless ``--strict``.
@@ -199,7 +199,7 @@ def latest_section(rows: list[Row], failures: list[str], seconds: float, command
         f"{_versions()}.",
         "",
         "**x proton** is how many times better than proton (rates: ours / proton; times and bytes: proton / ours), so",
-        "above 1 is ahead; **target** is the issue's goal for that ratio. In the spark rows the reference column holds",
+        "above 1 is ahead; **target** is the ratio aimed at (the project's goal). In the spark rows the reference column holds",
         "the awaitable client's own rate through the same broker (not proton's), and the ratio is Spark's share of it.",
         "Likewise in the websocket rows the reference is our client over plain TCP (the ratio: WebSocket's share of",
         "it), and in the tracing rows the same client without the tracing hook (off) or with tracing off (on).",

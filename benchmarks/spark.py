@@ -1,5 +1,5 @@
 """The Spark data source (``amqp_async.spark``) beside the awaitable client, through our embedded broker, with
-Spark's own ceiling on the same machine (issue 13's performance requirement).
+Spark's own ceiling on the same machine (the data source's performance goal).
 
 Run: ``python benchmarks/spark.py [--quick] [--messages N] [--batches 10000,20000,50000]`` (Java 17 and PySpark
 4 with pyarrow installed; the Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise).

@@ -12,6 +12,10 @@ place: noxfile.py runs the whole suite on one interpreter and ``-m SUBSET`` on t
 so a file that needs PySpark, or a test that repeats on every interpreter what one run proves, carries the marker
 that keeps it to the full-suite interpreter, and an interop file that is the Python-version-sensitive test of an
 area carries ``matrix``, which brings it into the subset.
+
+Installs: what the fixtures install for themselves (RabbitMQ, Java, Qpid Proton's examples, rhea) is announced on
+the terminal as it starts and listed in the summary; ``AMQP_ASYNC_TEST_NO_INSTALL=1`` skips the tests that need
+what is missing instead (tests/installs.py).
 """
 
 from __future__ import annotations
@@ -21,9 +25,15 @@ import sys
 import threading
 import traceback
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
+
+try:
+    import installs
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import installs
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev")
@@ -87,6 +97,21 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
         for name, (marker, why) in MARKERS.items()
         if "::" not in name and _deselected_by_markexpr(config, marker)
     ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    installs.configure(config)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """List what the fixtures installed during the run (each was announced as it started)."""
+    done = installs.installed_this_run()
+    if done:
+        terminalreporter.section("installed by the tests")
+        for line in done:
+            terminalreporter.write_line(line)
+    if not installs.installs_allowed():
+        terminalreporter.write_line(f"{installs.NO_INSTALL} is set: tests needing what is missing were skipped")
 
 
 def _proton_threads() -> list[str]:

@@ -30,6 +30,9 @@ How it works
    must never leave a stray service running on a CI machine. With the service start forbidden, the install
    behaves the same on every machine and the only node we run is our own.
 
+   The install is announced on the terminal before it starts; with ``AMQP_ASYNC_TEST_NO_INSTALL=1`` nothing is
+   installed and the RabbitMQ tests are skipped, saying so (tests/installs.py).
+
    When the install is impossible (not root, no apt-get, apt fails), every RabbitMQ test is *skipped* with the
    full apt error in the reason (shown by ``-ra`` in the summary) and a `pytest.PytestWarning` is emitted too.
    Once installed, a node that does not start is an *error*, never a skip.
@@ -90,6 +93,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+try:
+    import installs
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import installs
 
 __all__ = ["RabbitMQNode", "RabbitMQUnavailable", "ensure_installed", "rabbitmq_broker", "start_node"]
 
@@ -162,6 +170,13 @@ def ensure_installed() -> float:
         raise RabbitMQUnavailable("rabbitmq-server is not installed and there is no apt-get to install it")
     if os.geteuid() != 0:
         raise RabbitMQUnavailable("rabbitmq-server is not installed and installing it needs root (apt-get)")
+    command = ["apt-get", "install", "-y", "--no-install-recommends", "rabbitmq-server"]
+    # said on the terminal first; skipped instead with AMQP_ASYNC_TEST_NO_INSTALL=1 (tests/installs.py)
+    seconds: float = installs.install("rabbitmq-server", "the RabbitMQ interop tests", command, run=_install)
+    return seconds
+
+
+def _install() -> float:
     started = time.monotonic()
     with INSTALL_LOCK.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be installing right now

@@ -1,7 +1,8 @@
 """What the Spark tests share: Java, a Spark session, a TCP proxy that can cut connections, queue helpers.
 
 Spark 4 runs on Java 17: :func:`ensure_java` installs Debian's ``openjdk-17-jre-headless`` when no ``java`` is on
-the PATH (as root, idempotent, under a file lock), so a fresh machine needs nothing done by hand. The Python
+the PATH (as root, idempotent, under a file lock, announced first; skipped with ``AMQP_ASYNC_TEST_NO_INSTALL=1``),
+so a fresh machine needs nothing done by hand. The Python
 workers Spark starts run the interpreter of the tests (``PYSPARK_PYTHON``), so they import this checkout's
 ``amqp_async``.
 """
@@ -23,6 +24,11 @@ import anyio
 
 import amqp_async
 
+try:
+    import installs
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import installs
+
 _INSTALL_LOCK = "/tmp/amqp_async-java-install.lock"
 
 
@@ -31,16 +37,20 @@ def ensure_java() -> str:
     java = shutil.which("java")
     if java:
         return java
-    with open(_INSTALL_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        java = shutil.which("java")
-        if java:
-            return java
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        command = ["apt-get", "install", "-y", "--no-install-recommends", "openjdk-17-jre-headless"]
-        if subprocess.run(command, env=env, check=False).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, check=True)
-            subprocess.run(command, env=env, check=True)
+    command = ["apt-get", "install", "-y", "--no-install-recommends", "openjdk-17-jre-headless"]
+
+    def run() -> None:
+        with open(_INSTALL_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if shutil.which("java"):
+                return
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            if subprocess.run(command, env=env, check=False).returncode != 0:
+                subprocess.run(["apt-get", "update"], env=env, check=True)
+                subprocess.run(command, env=env, check=True)
+
+    # said on the terminal first; skipped instead with AMQP_ASYNC_TEST_NO_INSTALL=1 (tests/installs.py)
+    installs.install("Java 17 (openjdk-17-jre-headless)", "the Spark tests", command, run=run)
     java = shutil.which("java")
     assert java, "openjdk-17-jre-headless was installed but java is not on the PATH"
     return java

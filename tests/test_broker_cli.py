@@ -1,14 +1,18 @@
 """``python -m amqp_async.broker``: the embedded broker's command line, run as a subprocess.
 
-Checked: it prints ``listening on amqp://127.0.0.1:PORT`` (with ``--port 0`` the real port), serves our client and
-proton's, logs a line per connection and link opened and closed on stderr, and exits with code 0 on SIGTERM and
-on SIGINT within a few seconds (also with a client connected); ``--user``, ``--users-file`` (lines or JSON),
-``--max-queue-depth``, ``--dead-letter-queue`` and ``--tls-cert/--tls-key`` do what they say; bad arguments
-fail with a usage message. Every wait is bounded.
+Checked: it prints ``listening on amqp://127.0.0.1:PORT`` once, on stdout only (with ``--port 0`` the real port),
+serves our client and proton's, logs a line per connection and link opened and closed on stderr, and exits with
+code 0 on SIGTERM and on SIGINT within a few seconds (also with a client connected); ``--user``, ``--users-file``
+(lines or JSON), ``--max-queue-depth``, ``--dead-letter-queue`` and ``--tls-cert/--tls-key`` do what they say.
+What cannot start (a port in use, a host that does not resolve, a missing or bad certificate, key or users file, a
+data directory that cannot be made, a bad option) ends with exactly one line on stderr and exit code 1 or 2, no
+traceback (one with ``--debug``); every option has help; ``--version``; sizes with units; ``amqp-async broker``
+says its own name. Every wait is bounded.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -29,6 +33,8 @@ import pytest
 
 import amqp_async
 from amqp_async import AuthenticationError, Message, MessageRejected
+from amqp_async.broker import DEFAULT_MAX_MEMORY, Broker
+from amqp_async.broker.__main__ import build_parser, parse_arguments, parse_size
 from amqp_async.codec.delivery_states import Accepted
 
 try:
@@ -123,7 +129,7 @@ def broker_process(tmp_path: Path, *arguments: str) -> Iterator[BrokerProcess]:
         broker.stop()
 
 
-def run_cli(*arguments: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+def run_cli(*arguments: str, timeout: float = TIMEOUT, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.run(
         [sys.executable, "-m", "amqp_async.broker", *arguments],
@@ -131,6 +137,7 @@ def run_cli(*arguments: str, timeout: float = TIMEOUT) -> subprocess.CompletedPr
         text=True,
         env=env,
         timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -216,15 +223,145 @@ def test_exits_cleanly_on_a_signal_with_a_client_connected(tmp_path: Path, signu
             client.close()
 
 
-def test_a_port_in_use_is_a_clear_failure(tmp_path: Path) -> None:
+@contextmanager
+def taken_port() -> Iterator[int]:
+    """A port some other socket listens on."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
+        yield taken.getsockname()[1]
+
+
+def one_error_line(result: subprocess.CompletedProcess[str], prog: str = "python -m amqp_async.broker") -> str:
+    """The single line a failed start writes on stderr (nothing on stdout, no traceback); returns its message."""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"{prog}: error: "), result.stderr
+    assert result.stdout == "", result.stdout
+    return lines[0][len(f"{prog}: error: ") :]
+
+
+def test_a_port_in_use_is_one_line_and_exit_code_1() -> None:
+    with taken_port() as port:
         result = run_cli("--port", str(port))
-    assert result.returncode != 0
-    assert "listening on" not in result.stdout
-    assert str(port) in result.stderr or "in use" in result.stderr.lower()
+    assert result.returncode == 1
+    assert one_error_line(result) == (
+        f"cannot listen on 127.0.0.1:{port}: address already in use (another broker? choose another port, "
+        "or 0 for a free one)"
+    )
+
+
+def test_debug_adds_the_traceback_of_a_failure() -> None:
+    with taken_port() as port:
+        result = run_cli("--port", str(port), "--debug")
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "ListenError" in result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"python -m amqp_async.broker: error: cannot listen on 127.0.0.1:{port}: address")
+
+
+def test_a_websocket_port_in_use_is_one_line_too() -> None:
+    pytest.importorskip("wsproto", reason="the websocket extra (wsproto) is in the test dependency group")
+    with taken_port() as port:
+        result = run_cli("--port", "0", "--ws-port", str(port))
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"cannot listen on 127.0.0.1:{port}: address already in use")
+
+
+def test_a_host_that_does_not_resolve_is_one_line() -> None:
+    result = run_cli("--host", "no-such-host.invalid", "--port", "0")
+    assert result.returncode == 1
+    message = one_error_line(result)
+    assert message.startswith("cannot listen on no-such-host.invalid:0: the host 'no-such-host.invalid' does not")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (["--tls-cert", "missing.pem"], "cannot read --tls-cert missing.pem: no such file or directory"),
+        (["--tls-cert", "garbage.pem"], "cannot load --tls-cert garbage.pem: "),
+        (["--tls-cert", "garbage.pem", "--tls-key", "missing.key"], "cannot read --tls-key missing.key: "),
+        (["--users-file", "missing.txt"], "cannot read --users-file missing.txt: no such file or directory"),
+        (["--users-file", "bad.json"], "--users-file bad.json is not valid JSON: "),
+        (["--user", "alice"], "--user takes NAME:PASSWORD, got 'alice'"),
+    ],
+    ids=["missing-cert", "garbage-cert", "missing-key", "missing-users-file", "bad-json", "user-without-password"],
+)
+def test_an_unreadable_file_is_one_line_and_exit_code_2(tmp_path: Path, arguments: list[str], expected: str) -> None:
+    (tmp_path / "garbage.pem").write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n")
+    (tmp_path / "bad.json").write_text("{not json")
+    result = run_cli("--port", "0", *arguments, cwd=tmp_path)
+    assert result.returncode == 2
+    assert one_error_line(result).startswith(expected), result.stderr
+
+
+def test_a_data_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = run_cli("--port", "0", "--data-dir", str(blocker / "store"))
+    assert result.returncode == 1
+    assert one_error_line(result).startswith(f"cannot use --data-dir {blocker / 'store'}: ")
+
+
+def test_prints_the_listening_line_once_and_not_in_the_log(tmp_path: Path) -> None:
+    """One line per listener, on stdout only (stderr is the log): a script reads the first line of stdout."""
+    with broker_process(tmp_path) as broker:
+        assert broker.signal(signal.SIGTERM) == 0
+        assert broker.process.stdout is not None
+        rest = broker.process.stdout.read().decode()
+        assert rest == "", rest  # nothing after the listening line
+        assert "listening" not in broker.stderr()
+
+
+def test_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"python -m amqp_async.broker (amqp_async {amqp_async.__version__})"
+
+
+def test_every_option_has_help() -> None:
+    parser = build_parser()
+    options = [action for action in parser._actions if action.option_strings]
+    assert len(options) == 23  # help and version included
+    missing = [action.option_strings[0] for action in options if not action.help]
+    assert missing == []
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for action in options:
+        assert action.option_strings[-1] in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("1048576", 1 << 20),
+        ("512KiB", 512 << 10),
+        ("256MiB", 256 << 20),
+        ("1GiB", 1 << 30),
+        ("1.5G", 1_500_000_000),
+        ("10 mb", 10_000_000),
+        ("0", None),
+        ("unlimited", None),
+        ("none", None),
+    ],
+)
+def test_sizes(text: str, size: int | None) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "-1", "1 parsec", "", "1e3"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text)
+
+
+def test_max_memory_defaults_to_the_brokers_default_and_takes_unlimited() -> None:
+    assert parse_arguments([]).max_memory == DEFAULT_MAX_MEMORY
+    assert parse_arguments(["--max-memory", "0"]).max_memory is None
+    assert parse_arguments(["--max-memory", "unlimited"]).max_memory is None
+    assert parse_arguments(["--max-memory", "64MiB"]).max_memory == 64 << 20
+    assert Broker().max_memory == DEFAULT_MAX_MEMORY <= 1 << 30
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -330,33 +467,72 @@ async def test_tls_cert_and_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "arguments",
+    ("arguments", "expected"),
     [
-        ["--port", "not-a-number"],
-        ["--no-such-option"],
-        ["--max-queue-depth", "many"],
-        ["--max-memory", "lots"],
-        ["--when-full", "drop"],
-        ["stray"],
+        (["--port", "not-a-number"], "argument --port: 'not-a-number' is not a port number"),
+        (["--port", "70000"], "argument --port: 70000 is not a port number (0-65535; 0: a free port)"),
+        (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["--max-queue-depth", "many"], "argument --max-queue-depth: 'many' is not a whole number"),
+        (["--max-queue-depth", "0"], "argument --max-queue-depth: 0 is not above 0"),
+        (["--max-memory", "lots"], "argument --max-memory: 'lots' is not a size"),
+        (["--when-full", "drop"], "argument --when-full: invalid choice: 'drop'"),
+        (["--transaction-timeout", "-1"], "argument --transaction-timeout: '-1' is not above 0 seconds"),
+        (["--tls-key", "key.pem"], "--tls-key needs --tls-cert"),
+        (["--ws-path", "/ws"], "--ws-path needs --ws-port"),
+        (["--quiet", "--debug"], "argument --debug: not allowed with argument --quiet"),
+        (["stray"], "unrecognized arguments: stray"),
     ],
-    ids=["bad-port", "unknown-option", "bad-depth", "bad-memory", "bad-when-full", "positional"],
+    ids=[
+        "bad-port",
+        "port-range",
+        "unknown-option",
+        "bad-depth",
+        "zero-depth",
+        "bad-memory",
+        "bad-when-full",
+        "negative-timeout",
+        "key-without-cert",
+        "path-without-ws-port",
+        "quiet-and-debug",
+        "positional",
+    ],
 )
-def test_a_bad_argument_fails_with_usage(arguments: list[str]) -> None:
+def test_a_bad_argument_is_one_line_and_exit_code_2(arguments: list[str], expected: str) -> None:
     result = run_cli(*arguments)
     assert result.returncode == 2
-    assert "usage: python -m amqp_async.broker" in result.stderr
-    assert "listening on" not in result.stdout
+    message = one_error_line(result)
+    assert message.startswith(expected), message
+    assert message.endswith("(--help lists the options)")
 
 
-def test_a_user_without_a_password_is_refused() -> None:
-    result = run_cli("--port", "0", "--user", "alice")
-    assert result.returncode != 0
-    assert "NAME:PASSWORD" in result.stderr
-    assert "listening on" not in result.stdout
+# ---------------------------------------------------------------------------------------------------------------
+# amqp-async broker: the same command line under its own name
+
+AMQP_ASYNC = Path(sys.executable).parent / "amqp-async"
 
 
-def test_help() -> None:
-    result = run_cli("--help")
+def run_amqp_async(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """``amqp-async ARGUMENTS...``: the installed console script, else ``python -m amqp_async`` (a checkout)."""
+    pytest.importorskip("click", reason="the cli extra (click, rich) is in the test dependency group")
+    command = [str(AMQP_ASYNC)] if AMQP_ASYNC.exists() else [sys.executable, "-m", "amqp_async"]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([*command, *arguments], capture_output=True, text=True, env=env, timeout=TIMEOUT)
+
+
+def test_amqp_async_broker_names_itself_in_its_usage_and_errors() -> None:
+    result = run_amqp_async("broker", "--help")
     assert result.returncode == 0
-    for option in ("--host", "--port", "--user", "--users-file", "--tls-cert", "--tls-key", "--max-queue-depth"):
-        assert option in result.stdout
+    assert result.stdout.startswith("usage: amqp-async broker ")
+    assert "python -m amqp_async.broker" not in result.stdout
+    with taken_port() as port:
+        busy = run_amqp_async("broker", "--port", str(port))
+        debug = run_amqp_async("--debug", "broker", "--port", str(port))  # the group's --debug is the broker's
+    assert busy.returncode == 1
+    assert one_error_line(busy, prog="amqp-async broker").startswith(f"cannot listen on 127.0.0.1:{port}: address")
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
+    bad = run_amqp_async("broker", "--max-memory", "lots")
+    assert bad.returncode == 2
+    assert one_error_line(bad, prog="amqp-async broker").startswith("argument --max-memory: 'lots' is not a size")
+    version = run_amqp_async("broker", "--version")
+    assert version.stdout.strip() == f"amqp-async broker (amqp_async {amqp_async.__version__})"

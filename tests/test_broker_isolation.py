@@ -20,7 +20,7 @@ import pytest
 import amqp_async
 from amqp_async import ConnectionError, Message
 from amqp_async.broker import Broker
-from amqp_async.broker import _server as server
+from amqp_async.broker import _connection as server
 from amqp_async.protocol.link import SenderLink
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +48,7 @@ def connect(broker: Broker, container_id: str) -> Any:
     return amqp_async.connect(broker.url, container_id=container_id, reconnect=False)
 
 
-def is_victim(connection: server._ServerConnection) -> bool:
+def is_victim(connection: server.ServerConnection) -> bool:
     remote_open = connection.engine.remote_open
     return remote_open is not None and remote_open.container_id == VICTIM
 
@@ -87,14 +87,14 @@ async def test_a_failure_in_one_connections_handling_closes_only_that_connection
 ) -> None:
     """The victim holds 10 unsettled messages when its handling fails: it is closed with amqp:internal-error, the
     failure is logged once, the 10 messages return to the queue in order, and the bystander goes on."""
-    handle_outcomes = server._ServerConnection._on_outcomes
+    handle_outcomes = server.ServerConnection._on_outcomes
 
-    def failing(self: server._ServerConnection, event: Any) -> None:
+    def failing(self: server.ServerConnection, event: Any) -> None:
         if is_victim(self):
             raise Injected("a bug in the broker")
         handle_outcomes(self, event)
 
-    monkeypatch.setattr(server._ServerConnection, "_on_outcomes", failing)
+    monkeypatch.setattr(server.ServerConnection, "_on_outcomes", failing)
     caplog.set_level(logging.INFO, logger="amqp_async.broker")
     with anyio.fail_after(TIMEOUT):
         async with serving() as broker, connect(broker, "bystander") as bystander:
@@ -156,15 +156,15 @@ async def test_a_consumer_failing_while_another_connection_dispatches_keeps_the_
 async def test_a_failed_connections_transaction_rolls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """The victim published within a transaction and took a message within it; its handling fails before the
     discharge: the publication is gone, the taken message is back."""
-    handle_flow = server._ServerConnection._on_flow
+    handle_flow = server.ServerConnection._on_flow
     armed = False
 
-    def failing(self: server._ServerConnection, event: Any) -> None:
+    def failing(self: server.ServerConnection, event: Any) -> None:
         if armed and is_victim(self):
             raise Injected("a bug in the broker")
         handle_flow(self, event)
 
-    monkeypatch.setattr(server._ServerConnection, "_on_flow", failing)
+    monkeypatch.setattr(server.ServerConnection, "_on_flow", failing)
     with anyio.fail_after(TIMEOUT):
         async with serving() as broker, connect(broker, "bystander") as bystander:
             await send_numbers(bystander, "in", range(2))

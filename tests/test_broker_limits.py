@@ -5,7 +5,10 @@
 - with ``max_memory`` the bytes of the messages held never pass it, whichever queues the producers fill;
 - a consumer that does not read (its process stopped) with a large credit: the broker queues at most its output
   limit for the socket, and the rest waits in the queue; none is lost once it reads again;
-- our client buffers no more than the credit it grants.
+- our client buffers no more than the credit it grants;
+- ``python -m amqp_async.broker`` flooded with no consumer (with ``--max-memory 96MiB``, and with its default
+  bound in a slow test): its RSS, sampled every 0.1 s, levels off below the bound while the producers wait for
+  credit, and a consumer that comes then receives every message, exactly once.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,8 +30,9 @@ import pytest
 
 import amqp_async
 from amqp_async import Message
-from amqp_async.broker import Broker
-from amqp_async.broker._server import OUTPUT_LIMIT
+from amqp_async.broker import DEFAULT_MAX_MEMORY, Broker
+from amqp_async.broker._connection import OUTPUT_LIMIT
+from amqp_async.broker._nodes import ENTRY_OVERHEAD
 from amqp_async.codec.delivery_states import Accepted
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,7 +135,7 @@ async def test_max_memory_bounds_the_bytes_held_across_queues_and_producers_resu
             async with anyio.create_task_group() as group:
                 for address in ("a", "b", "c"):
                     group.start_soon(flood, broker.url, address, 200, body, accepted)
-                size = len(Message(body=body).encode())
+                size = len(Message(body=body).encode()) + ENTRY_OVERHEAD  # what the broker counts per message
                 await settled_at(lambda: flow.held_bytes, lambda: flow.held_count == limit // size)
                 assert sum(len(broker.queues[address]) for address in "abc") == limit // size
                 # consumers of all three (one alone could wait forever: the others' messages fill the memory)
@@ -222,3 +227,127 @@ async def test_our_receiver_buffers_no_more_than_the_credit_it_grants() -> None:
                 await anyio.sleep(0.3)  # the broker sends what the last top-up granted, and no more
                 assert receiver.queued + receiver.credit <= 50
                 assert len(broker.queues["prefetch"]) + 100 + receiver.queued + receiver.credit == 1000
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The memory bound of `python -m amqp_async.broker` (the default one too), under a flood with no consumer
+
+
+def rss(pid: int) -> int:
+    """The resident memory of process ``pid``, in bytes (Linux: /proc)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def numbered(number: int, size: int) -> Message:
+    return Message(body=f"{number:08d}".encode().ljust(size, b"."))
+
+
+class Producer:
+    """Sends ``numbers`` to ``address`` with a window of unconfirmed sends; counts what was accepted."""
+
+    def __init__(self, numbers: range) -> None:
+        self.numbers = numbers
+        self.accepted = 0
+        self.sender: amqp_async.Sender | None = None
+
+    async def run(self, url: str, address: str, size: int) -> None:
+        async with amqp_async.connect(url, reconnect=False) as conn:
+            self.sender = await conn.open_sender(address)
+            pending: deque[amqp_async.Tracker] = deque()
+            for number in self.numbers:
+                pending.append(await self.sender.submit(numbered(number, size)))
+                if len(pending) >= 200:
+                    assert isinstance(await pending.popleft(), Accepted)
+                    self.accepted += 1
+            while pending:
+                assert isinstance(await pending.popleft(), Accepted)
+                self.accepted += 1
+
+
+async def flood_until_it_levels_off(
+    limit: int, *arguments: str, total: int, size: int = 4096, producers: int = 2
+) -> tuple[list[int], int]:
+    """Start ``python -m amqp_async.broker ARGUMENTS``, flood it with ``total`` messages from ``producers``
+    connections and no consumer, sampling its RSS every 0.1 s; once the producers have waited for credit for
+    2 s (none left, nothing accepted), check that RSS levelled off below ``limit``, then receive every message.
+    Returns the RSS samples and the number accepted before a consumer came."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads the broker's RSS from /proc (Linux)")
+    try:
+        from test_broker_cli import BrokerProcess
+    except ImportError:  # pragma: no cover - tests/ imported as a package
+        from tests.test_broker_cli import BrokerProcess
+    broker = BrokerProcess(Path(os.environ.get("TMPDIR", "/tmp")), "--port", "0", "--quiet", *arguments)
+    samples: list[int] = []
+    each = total // producers
+    flooders = [Producer(range(index * each, (index + 1) * each)) for index in range(producers)]
+    try:
+        samples.append(rss(broker.process.pid))
+        async with anyio.create_task_group() as group:
+
+            async def sample() -> None:
+                while True:
+                    samples.append(rss(broker.process.pid))
+                    await anyio.sleep(0.1)
+
+            group.start_soon(sample)
+            for flooder in flooders:
+                group.start_soon(flooder.run, broker.url, "flood", size)
+            with anyio.fail_after(120):
+                quiet_since, seen = time.monotonic(), -1
+                while time.monotonic() - quiet_since < 2.0:
+                    await anyio.sleep(0.1)
+                    accepted = sum(flooder.accepted for flooder in flooders)
+                    blocked = all(flooder.sender is not None and flooder.sender.credit == 0 for flooder in flooders)
+                    if accepted != seen or not blocked:
+                        quiet_since, seen = time.monotonic(), accepted
+            waited = len(samples)
+            await anyio.sleep(1.5)  # still no consumer: RSS must stay where it levelled off
+            plateau = samples[waited:]
+            assert seen < total, "the flood fitted: nothing was held back"
+            assert max(samples) < limit, f"RSS reached {max(samples) / 2**20:.1f} MiB (limit {limit / 2**20} MiB)"
+            assert max(plateau) - min(plateau) < 2 << 20, [round(value / 2**20, 1) for value in plateau]
+            assert sum(flooder.accepted for flooder in flooders) == seen  # producers still waiting for credit
+            # A consumer arrives: it receives everything, and every producer's last sends complete.
+            received: set[int] = set()
+            with anyio.fail_after(180):
+                async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                    receiver = await conn.open_receiver("flood", credit=500)
+                    while len(received) < total:
+                        delivery = await receiver.receive()
+                        received.add(int(bytes(delivery.message.body[:8])))
+                        await delivery.accept()
+                    assert await _nothing_more(receiver)
+            group.cancel_scope.cancel()
+        assert received == set(range(total))
+        assert [flooder.accepted for flooder in flooders] == [each] * producers
+        return samples, seen
+    finally:
+        broker.stop()
+
+
+async def _nothing_more(receiver: amqp_async.Receiver) -> bool:
+    await receiver.drain()
+    return receiver.receive_nowait() is None
+
+
+@pytest.mark.anyio
+async def test_a_flood_with_no_consumer_levels_off_under_max_memory_and_a_consumer_then_gets_everything() -> None:
+    """A small explicit bound (``--max-memory 96MiB`` for the whole process) keeps it quick."""
+    limit = 96 << 20
+    samples, held_back = await flood_until_it_levels_off(limit, "--max-memory", "96MiB", total=20_000)
+    assert 5_000 < held_back < 20_000  # the messages' share (96 MiB less the process's own) filled, not more
+    assert max(samples) > limit // 2  # it did fill most of it: the bound, not the flood, stopped it
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_with_default_options_a_flood_levels_off_under_the_default_max_memory() -> None:
+    """Default options: 256 MiB for the whole broker process (DEFAULT_MAX_MEMORY)."""
+    samples, held_back = await flood_until_it_levels_off(DEFAULT_MAX_MEMORY, total=70_000)
+    assert 30_000 < held_back < 70_000
+    assert max(samples) > 128 << 20  # it did fill most of it: the bound, not the flood, stopped it

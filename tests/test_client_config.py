@@ -252,8 +252,12 @@ def test_defaults_without_url_or_file(isolated: dict[str, Path]) -> None:
     assert o.sasl_enabled is True
     assert o.allowed_mechs is None
     assert o.allow_insecure_mechs is True  # as proton's Container
-    assert o.heartbeat is None and o.max_frame_size is None
+    assert o.max_frame_size is None
+    # Nothing waits for ever by default (docs/client.md, "Defaults and their bounds"):
+    assert o.heartbeat == 30.0  # our idle timeout: a peer silent for 30 s is gone
+    assert o.connect_timeout == 30.0
     assert isinstance(o.reconnect, Backoff)
+    assert (o.reconnect.max_tries, o.reconnect.max_time) == (None, 60.0)  # reconnecting gives up after 60 s
     assert o.ssl_context is None
     assert o.virtual_host is None and o.virtual_host_for(o.urls[0]) == "localhost"
     assert o.sni is None and o.sni_for(o.urls[0]) == "localhost"
@@ -685,6 +689,10 @@ def test_backoff_default_jitter_bounds() -> None:
         ({"max_tries": 1.5}, TypeError),
         ({"initial": "1"}, TypeError),
         ({"factor": True}, TypeError),
+        ({"max_time": 0}, ValueError),
+        ({"max_time": -1}, ValueError),
+        ({"max_time": "60"}, TypeError),
+        ({"max_time": True}, TypeError),
     ],
 )
 def test_backoff_validation(kwargs: dict[str, Any], error: type[Exception]) -> None:
@@ -693,4 +701,16 @@ def test_backoff_validation(kwargs: dict[str, Any], error: type[Exception]) -> N
 
 
 def test_backoff_repr() -> None:
-    assert repr(Backoff(max_tries=2)) == "Backoff(initial=0.1, factor=2.0, maximum=10.0, jitter=0.1, max_tries=2)"
+    assert (
+        repr(Backoff(max_tries=2))
+        == "Backoff(initial=0.1, factor=2.0, maximum=10.0, jitter=0.1, max_tries=2, max_time=60.0)"
+    )
+
+
+def test_unlimited_reconnect_and_no_idle_timeout_are_explicit_choices() -> None:
+    o = resolve_options("h", {"heartbeat": None, "connect_timeout": None, "reconnect": Backoff(max_time=None)})
+    assert (o.heartbeat, o.connect_timeout) == (None, None)
+    assert isinstance(o.reconnect, Backoff)
+    assert (o.reconnect.max_tries, o.reconnect.max_time) == (None, None)
+    assert Backoff(max_time=float("inf")).max_time is None
+    assert resolve_options("h", {"reconnect": True}).reconnect.max_time == 60.0  # type: ignore[union-attr]

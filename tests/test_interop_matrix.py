@@ -64,9 +64,11 @@ from amqp_async.errors import AMQPError, AuthenticationError, LinkError, Session
 from amqp_async.errors import ConnectionError as AMQPConnectionError
 
 try:
+    import installs
     from proton_broker import ProtonBroker
     from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
 except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import installs
     from tests.proton_broker import ProtonBroker
     from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
 
@@ -347,8 +349,18 @@ def _skip_loudly(reason: str) -> None:
 
 
 def _c_broker_binary() -> Path:
+    peers = _load_bench_peers()
+
+    def build() -> Path:
+        return Path(peers.build_c_examples(("broker",))["broker"])  # apt-get installs the examples if missing
+
     try:
-        return _load_bench_peers().build_c_examples(("broker",))["broker"]
+        if (peers.EXAMPLES / "broker.c").exists():
+            return build()
+        # said on the terminal first; skipped instead with AMQP_ASYNC_TEST_NO_INSTALL=1 (tests/installs.py)
+        command = ["apt-get", "install", "-y", "--no-install-recommends", *peers.PACKAGES]
+        binary: Path = installs.install("Qpid Proton's C examples", "the Proton C interop tests", command, run=build)
+        return binary
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         _skip_loudly(f"Proton C interop SKIPPED: the C broker example cannot be installed or built: {exc}")
         raise  # unreachable
@@ -362,21 +374,22 @@ def _npm_install(package: str, spec: str) -> None:
     npm = shutil.which("npm")
     if npm is None:
         _skip_loudly(f"rhea interop SKIPPED: {package} is missing and npm is not installed to install it")
-    RHEA_CACHE.mkdir(parents=True, exist_ok=True)
-    with (RHEA_CACHE / ".install.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (RHEA_CACHE / "node_modules" / package / "package.json").exists():
-            result = subprocess.run(
-                [str(npm), "install", "--no-audit", "--no-fund", "--prefix", str(RHEA_CACHE), spec],
-                capture_output=True,
-                text=True,
-                timeout=300,
-                check=False,
-            )
-            if result.returncode != 0:
-                _skip_loudly(
-                    f"rhea interop SKIPPED: npm install {spec} failed ({result.returncode}):\n{result.stderr[-2000:]}"
-                )
+    command = [str(npm), "install", "--no-audit", "--no-fund", "--prefix", str(RHEA_CACHE), spec]
+
+    def run() -> None:
+        RHEA_CACHE.mkdir(parents=True, exist_ok=True)
+        with (RHEA_CACHE / ".install.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (RHEA_CACHE / "node_modules" / package / "package.json").exists():
+                result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+                if result.returncode != 0:
+                    _skip_loudly(
+                        f"rhea interop SKIPPED: npm install {spec} failed ({result.returncode}):\n"
+                        f"{result.stderr[-2000:]}"
+                    )
+
+    # said on the terminal first; skipped instead with AMQP_ASYNC_TEST_NO_INSTALL=1 (tests/installs.py)
+    installs.install(f"{spec} (npm, into {RHEA_CACHE})", "the rhea interop tests", command, run=run)
 
 
 def _rhea_env(*, websocket: bool = False) -> dict[str, str]:

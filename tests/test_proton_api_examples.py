@@ -490,18 +490,32 @@ def test_tx_send_tx_recv(runner: Runner, scenario: Scenario) -> None:
 # tx_recv_interactive.py reads commands from stdin while its container runs in a thread: fed at once, they would
 # race the broker's answers (a fetch before the transaction is declared crashes it), so a small driver (run in the
 # flavour's environment, from the scenario's directory, which is ``runs/KEY`` beside the rewritten examples in
-# ``ours``) waits two seconds, then writes them 0.6 s apart.
-INTERACTIVE_COMMANDS = ["fetch", "fetch", "abort", "fetch", "commit", "quit"]
+# ``ours``) writes each command once the example has printed the line that must come before it (echoing what the
+# example prints), never on a timer: a loaded machine only makes it slower.
+INTERACTIVE_STEPS = [
+    ("transaction declared", "fetch"),
+    ("{'sequence': 1}", "fetch"),
+    ("{'sequence': 2}", "abort"),
+    ("transaction declared", "fetch"),
+    ("{'sequence': 1}", "commit"),
+    ("transaction declared", "quit"),
+]
 INTERACTIVE_DRIVER = f"""
-import subprocess, sys, time
+import subprocess, sys
 example = "../../ours/tx_recv_interactive.py"
-child = subprocess.Popen([sys.executable, example], stdin=subprocess.PIPE)
-time.sleep(2.0)
-for command in {INTERACTIVE_COMMANDS!r}:
-    child.stdin.write(command.encode() + b"\\n")
+child = subprocess.Popen([sys.executable, "-u", example], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+for awaited, command in {INTERACTIVE_STEPS!r}:
+    for line in child.stdout:
+        print(line, end="", flush=True)
+        if line.strip() == awaited:
+            break
+    else:
+        break  # the example ended early: its output (and exit status) tell the test what went wrong
+    child.stdin.write(command + "\\n")
     child.stdin.flush()
-    time.sleep(0.6)
 child.stdin.close()
+for line in child.stdout:
+    print(line, end="", flush=True)
 sys.exit(child.wait())
 """
 

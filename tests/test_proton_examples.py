@@ -33,8 +33,10 @@ from typing import Any
 import pytest
 
 try:
+    import installs
     from proton_examples_support import _bring_loopback_up, _stop, launch_program, run_steps
 except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import installs
     from tests.proton_examples_support import _bring_loopback_up, _stop, launch_program, run_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,11 +134,19 @@ def _examples() -> tuple[Path | None, str]:
     if root is None or not shutil.which("apt-get"):
         return None, f"{EXAMPLES} is missing and apt-get cannot install {PACKAGE} here (no apt-get, or not root)"
     install = [*root, "apt-get", "install", "-y", "--no-install-recommends", PACKAGE]
+    if not installs.installs_allowed():
+        return None, f"{EXAMPLES} is missing and {installs.NO_INSTALL} is set (to install it: {shlex.join(install)})"
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    result = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
-    if result.returncode != 0:  # perhaps the package lists were never fetched
-        subprocess.run([*root, "apt-get", "update"], capture_output=True, env=env, timeout=600)
+
+    def run() -> subprocess.CompletedProcess[str]:
         result = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
+        if result.returncode != 0:  # perhaps the package lists were never fetched
+            subprocess.run([*root, "apt-get", "update"], capture_output=True, env=env, timeout=600)
+            result = subprocess.run(install, capture_output=True, text=True, env=env, timeout=600)
+        return result
+
+    what = f"{PACKAGE} (Qpid Proton's examples)"
+    result = installs.install(what, "the proton examples tests", install, run=run)
     if (EXAMPLES / "helloworld.py").is_file():
         return EXAMPLES, ""
     return None, f"`{' '.join(install)}` failed (exit {result.returncode}): {result.stderr.strip()[-500:]}"

@@ -7,8 +7,29 @@ tests; never a replacement for a real broker in production. See :class:`Broker` 
 
 from __future__ import annotations
 
+from ._deadletter import CONDITION, COUNT, DESCRIPTION, REASON, SOURCE, TIME
 from ._nodes import Queue, Topic
-from ._server import TOPIC_PREFIX, Broker
+from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, TOPIC_PREFIX, Broker, ListenError
 from ._thread import BrokerThread
 
-__all__ = ["TOPIC_PREFIX", "Broker", "BrokerThread", "Queue", "Topic"]
+#: The message annotations of a dead-lettered message (see :mod:`amqp_async.broker._deadletter`), by name.
+DEAD_LETTER_ANNOTATIONS = {
+    "reason": REASON,
+    "condition": CONDITION,
+    "description": DESCRIPTION,
+    "source": SOURCE,
+    "time": TIME,
+    "count": COUNT,
+}
+
+__all__ = [
+    "DEAD_LETTER_ANNOTATIONS",
+    "DEFAULT_EXPIRY_INTERVAL",
+    "DEFAULT_MAX_MEMORY",
+    "TOPIC_PREFIX",
+    "Broker",
+    "BrokerThread",
+    "ListenError",
+    "Queue",
+    "Topic",
+]

@@ -9,8 +9,10 @@ up when it falls below half. With limits, a window is never larger than the room
   that come back, released or from a consumer gone, return to their queue even above it: the credit then waits.)
 - ``max_memory``: all producers together get at most the room left in bytes, counted in messages of the larger of
   the average size held and the last size seen (the limit, less the bytes of the messages held, less the credit
-  every producer holds); before the first message, one credit. With messages of one size the bytes held never
-  pass the limit; with mixed sizes, by at most the difference the estimate made.
+  every producer holds); before the first message, a size of :data:`UNSEEN_SIZE` is assumed (a full window under
+  a roomy limit, one credit under a tight one). With messages of one size the bytes held never pass the limit; with
+  mixed sizes, by at most the difference the estimate made. A message counts its bytes and a fixed bookkeeping
+  estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a few large ones.
 
 A producer refused a full window is *starved*: once consumers take messages or settle them (:meth:`Flow.freed`)
 it gets credit again, as soon as the room is worth a window (half of one, or half of the limit when that is
@@ -32,6 +34,8 @@ __all__ = ["WINDOW", "Flow", "Producer"]
 
 #: The credit a producer holds at most (and gets again once it used half).
 WINDOW = 500
+#: The size a message is assumed to take before the broker has seen one (for the memory limit's first credit).
+UNSEEN_SIZE = 64 << 10
 
 
 class Producer:
@@ -140,10 +144,13 @@ class Flow:
                     room = min(room, queue.max_depth - len(queue.entries) - promised)
                     worth = min(worth, max(1, queue.max_depth // 2))
         if self.max_memory is not None:
-            if not self.last_size:
-                return 1, 1  # no message seen yet: one, to learn the size
-            # Counted in messages of the larger of the average size held and the last one seen.
-            size = max(self.last_size, self.held_bytes // self.held_count if self.held_count else 0, 1)
+            # Counted in messages of the larger of the average size held and the last one seen; before the first
+            # message, of UNSEEN_SIZE: a full window where the room is ample, one credit (to learn the size) where
+            # the limit is tight.
+            if self.last_size:
+                size = max(self.last_size, self.held_bytes // self.held_count if self.held_count else 0, 1)
+            else:
+                size = UNSEEN_SIZE
             promised = sum(other.credit() for other in self.producers if other is not producer)
             room = min(room, (self.max_memory - self.held_bytes) // size - promised)
             worth = min(worth, max(1, self.max_memory // size // 2))

@@ -8,8 +8,14 @@ undeliverable-here). Browsers (distribution-mode ``copy``) see every message onc
 
 Messages sent to a consumer wait, unsettled, in the consumer's ``unsettled`` map until its outcome: accepted drops
 them; released and modified put them back at the head (modified with delivery-failed counts the attempt in the
-header's delivery-count); rejected drops them or moves them to the dead-letter queue. When a consumer goes away,
-its unsettled messages return to the head of their queue in their original order.
+header's delivery-count, and gives the message up at the delivery limit); rejected drops them or moves them to
+the dead-letter queue. When a consumer goes away, its unsettled messages return to the head of their queue in their
+original order.
+
+Expiry (§3.2.1 ttl, §3.2.4 absolute-expiry-time): each entry knows when it expires (from its arrival); a queue
+knows its earliest expiry, so a dispatch takes the expired messages out first (an expired message is never
+delivered) and the broker's periodic sweep (:meth:`Queue.expire`) frees them when nobody consumes. A message
+given up (expired, at the delivery limit) goes to the broker's dead-letter handling, or is dropped.
 
 A queue counts the messages it holds (queued, or delivered and not settled) in the broker's :class:`Flow` (the
 memory limit), and, when it is kept across restarts, writes its durable messages to the :class:`Store` on arrival
@@ -19,12 +25,14 @@ and removes them on settlement (:meth:`Queue.release`).
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError
 from ..message import Message
+from ._sections import NO_TTL, cannot_expire, delivery_failed, expiry, merge_annotations, with_ttl, with_ttl_at
 from ._store import is_durable
 
 if TYPE_CHECKING:
@@ -32,29 +40,85 @@ if TYPE_CHECKING:
     from ._store import Store
     from .selector import Selector
 
-__all__ = ["Consumer", "ConsumerFailed", "Entry", "Queue", "Topic"]
+__all__ = ["ENTRY_OVERHEAD", "Consumer", "ConsumerFailed", "DeadLetter", "Entry", "Queue", "Topic"]
 
 _sequence = itertools.count()
 
+#: Bytes of bookkeeping counted per message held, beside its payload (its Entry, the bytes object's header, its
+#: place in the queue; measured with tracemalloc, rounded up), so that ``max_memory`` bounds many small messages
+#: as well as a few large ones.
+ENTRY_OVERHEAD = 256
+
+#: What the broker does with a message its queue gives up: ``dead_letter(queue, entry, reason, description)``,
+#: with reason ``"expired"`` or ``"delivery-limit"``; the entry is still counted by the queue (see
+#: :meth:`Queue.release`).
+DeadLetter = Callable[["Queue", "Entry", str, str], None]
+
 
 class Entry:
-    """One message in a queue: its bytes, and what the broker learned about it."""
+    """One message in a queue: its bytes, and what the broker learned about it.
 
-    __slots__ = ("_junk", "_message", "dirty", "excluded", "payload", "sequence", "size", "stored")
+    Args:
+        payload: the encoded message, as its producer sent it.
+        message: the message decoded already, if it was.
+        arrived: when it arrived (seconds since the epoch; default now): a header ttl counts from then.
+    """
 
-    def __init__(self, payload: bytes, message: Message | None = None) -> None:
+    __slots__ = (
+        "_junk",
+        "_message",
+        "dirty",
+        "excluded",
+        "expires",
+        "payload",
+        "sequence",
+        "size",
+        "stored",
+        "ttl_at",
+    )
+
+    def __init__(self, payload: bytes, message: Message | None = None, *, arrived: float | None = None) -> None:
         self.payload = payload
         self.sequence = next(_sequence)
         self._message = message
         self._junk = False  # the payload was found not to decode
         #: consumers that said undeliverable-here (by identity).
         self.excluded: set[int] | None = None
-        #: the size counted in the memory limit.
-        self.size = len(payload)
+        #: the size counted in the memory limit: the payload and the bookkeeping that holds it.
+        self.size = len(payload) + ENTRY_OVERHEAD
         #: its id in the store (0: not stored).
         self.stored = 0
         #: the payload changed since it was counted and stored.
         self.dirty = False
+        try:
+            # Sections are in order (§3.2): a first section past the properties means neither a header nor
+            # properties, so no expiry (one byte read: the usual message is decided here).
+            plain = payload[2] > 0x73
+        except IndexError:
+            plain = True
+        if plain or cannot_expire(payload):
+            #: when it expires (seconds since the epoch, §3.2.1 ttl and §3.2.4 absolute-expiry-time), or None.
+            self.expires: float | None = None
+            #: where its header's ttl is (see :func:`._sections.expiry`; 0: none): a delivery rewrites it to the time
+            #: left (§3.2.1).
+            self.ttl_at = NO_TTL
+        else:
+            self.expires, self.ttl_at = expiry(payload, time.time() if arrived is None else arrived)
+
+    def copy(self) -> Entry:
+        """A copy for another queue (a topic's subscriptions): the same bytes and expiry, a place of its own."""
+        entry = Entry.__new__(Entry)
+        entry.payload = self.payload
+        entry.sequence = next(_sequence)
+        entry._message = self._message
+        entry._junk = self._junk
+        entry.excluded = None
+        entry.size = self.size
+        entry.stored = 0
+        entry.dirty = False
+        entry.expires = self.expires
+        entry.ttl_at = self.ttl_at
+        return entry
 
     @property
     def message(self) -> Message:
@@ -75,26 +139,56 @@ class Entry:
                 self._junk = True
         return not self._junk
 
-    def annotate(self, annotations: dict[Any, Any]) -> None:
-        """Combine ``annotations`` into the message annotations (a modified outcome's, §3.4.5), re-encoding it;
-        a payload that does not decode is left as it is."""
-        if not self.decodes:
-            return
-        message = self.message
-        message.annotations = {**(message.annotations or {}), **annotations}
-        self.payload = message.encode()
-        self.dirty = True
+    def expired(self, now: float) -> bool:
+        """Whether the message has expired at ``now`` (seconds since the epoch)."""
+        expires = self.expires
+        return expires is not None and expires <= now
 
-    def failed_attempt(self) -> None:
-        """Count a failed delivery attempt in the header (§3.4.5 delivery-failed), re-encoding the message; a
-        payload that does not decode is left as it is."""
-        if not self.decodes:
-            return
-        message = self.message
-        message.delivery_count = message.delivery_count + 1
-        message.first_acquirer = False
-        self.payload = message.encode()
+    def outgoing(self) -> bytes:
+        """The bytes to deliver: the payload, its header's ttl reduced to the time left when it has one.
+
+        §3.2.1: "When a message is transmitted by an intermediary that was received with a ttl, the transmitted
+        message's header SHOULD contain a ttl that is computed as the difference between the current time and
+        the formerly computed message expiration time, i.e., the reduced ttl, so that messages will eventually
+        die if they end up in a delivery loop."
+        """
+        at = self.ttl_at
+        if at == NO_TTL or self.expires is None:
+            return self.payload
+        left = max(int((self.expires - time.time()) * 1000), 1)
+        if at > 0:
+            return with_ttl_at(self.payload, at, left)  # the usual encoding: four octets overwritten
+        try:
+            return with_ttl(self.payload, left)
+        except DecodeError:
+            return self.payload
+
+    def _changed(self, payload: bytes) -> None:
+        self.payload = payload
+        self._message = None  # decoded again when needed
         self.dirty = True
+        if self.ttl_at != NO_TTL:
+            self.ttl_at = expiry(payload, 0.0)[1]  # the ttl may have moved
+
+    def annotate(self, annotations: dict[Any, Any]) -> None:
+        """Combine ``annotations`` into the message annotations (a modified outcome's, §3.4.5; dead-lettering's),
+        the other sections' bytes unchanged; a payload that does not decode is left as it is."""
+        try:
+            self._changed(merge_annotations(self.payload, annotations))
+        except DecodeError:
+            self._junk = True
+
+    def failed_attempt(self) -> int | None:
+        """Count a failed delivery attempt in the header (§3.4.5 delivery-failed: delivery-count + 1,
+        first-acquirer false), the other sections' bytes unchanged; return the new delivery-count (None for a
+        payload that does not decode, left as it is)."""
+        try:
+            payload, count = delivery_failed(self.payload)
+        except DecodeError:
+            self._junk = True
+            return None
+        self._changed(payload)
+        return count
 
 
 class ConsumerFailed(Exception):
@@ -149,6 +243,9 @@ class Queue:
         dynamic: made for a dynamic source; deleted when its link detaches.
         store: where its durable messages are kept (None: in memory only).
         flow: the broker's accounting of the messages held (None: not counted).
+        delivery_limit: the failed deliveries after which a message is given up (None: no limit).
+        dead_letter: what the broker does with a message given up (expired, or at the delivery limit); None drops
+            it.
     """
 
     def __init__(
@@ -159,18 +256,26 @@ class Queue:
         dynamic: bool = False,
         store: Store | None = None,
         flow: Flow | None = None,
+        delivery_limit: int | None = None,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.name = name
         self.max_depth = max_depth
         self.dynamic = dynamic
         self.store = store
         self.flow = flow
+        self.delivery_limit = delivery_limit
+        self.dead_letter = dead_letter
         self.entries: deque[Entry] = deque()
         self.consumers: list[Consumer] = []
         #: the links that send to it (for their credit, :mod:`._flow`).
         self.producers: set[Producer] = set()
         self._next = 0
         self.durable_subscription = False
+        #: how many of its entries have an expiry.
+        self.expiring = 0
+        #: the earliest expiry among its entries (or earlier: the entry may have left), None when none expires.
+        self.next_expiry: float | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -184,6 +289,11 @@ class Queue:
         """The queues its producers fill: itself."""
         return [self]
 
+    def _will_expire(self, expires: float) -> None:
+        self.expiring += 1
+        if self.next_expiry is None or expires < self.next_expiry:
+            self.next_expiry = expires
+
     def put(self, entry: Entry) -> None:
         """Append a message (counted; stored when durable and the queue is kept) and offer it to the consumers."""
         flow = self.flow
@@ -193,7 +303,17 @@ class Queue:
         if store is not None and is_durable(entry.payload):
             store.insert(entry, self.name)
         self.entries.append(entry)
+        if entry.expires is not None:
+            self._will_expire(entry.expires)
         self.dispatch()
+
+    def load(self, entry: Entry) -> None:
+        """Append a message loaded from the store (counted; not stored again, not dispatched yet)."""
+        if self.flow is not None:
+            self.flow.hold(entry.size)
+        self.entries.append(entry)
+        if entry.expires is not None:
+            self._will_expire(entry.expires)
 
     def put_back(self, entries: list[Entry]) -> None:
         """Return messages to the head of the queue, keeping their order (released, or from a gone consumer)."""
@@ -201,12 +321,69 @@ class Queue:
             if entry.dirty:
                 self._changed(entry)
             self.entries.appendleft(entry)
+            if entry.expires is not None:
+                self._will_expire(entry.expires)
         self.dispatch()
+
+    def failed(self, entries: list[Entry]) -> None:
+        """Return messages whose delivery failed (modified with delivery-failed, a rolled-back transaction):
+        their header's delivery-count goes up (§3.2.1); those that reach the delivery limit are given up (to the
+        dead-letter queue, or dropped), the others go back to the head of the queue in order."""
+        kept = []
+        limit = self.delivery_limit
+        for entry in entries:
+            count = entry.failed_attempt()
+            if limit is not None and count is not None and count >= limit:
+                self.give_up(entry, "delivery-limit", f"{count} failed deliveries (the limit is {limit})")
+            else:
+                kept.append(entry)
+        if kept:
+            self.put_back(kept)
+
+    def give_up(self, entry: Entry, reason: str, description: str) -> None:
+        """A message this queue holds (no longer in :attr:`entries`) is given up: dead-lettered, or dropped."""
+        if self.dead_letter is not None:
+            self.dead_letter(self, entry, reason, description)
+        else:
+            self.release(entry)
+
+    def expire(self, now: float) -> int:
+        """Take the messages expired at ``now`` out of the queue (§3.2.1: "Messages that live longer than their
+        expiration time will be discarded (or dead lettered)") and give them up; return how many.
+
+        Called when a dispatch finds the earliest expiry passed, and by the broker's periodic sweep, so that
+        expired messages free their memory and depth even when nobody consumes.
+        """
+        entries = self.entries
+        kept: list[Entry] = []
+        expired: list[Entry] = []
+        earliest: float | None = None
+        for entry in entries:
+            expires = entry.expires
+            if expires is None:
+                kept.append(entry)
+            elif expires <= now:
+                expired.append(entry)
+            else:
+                kept.append(entry)
+                if earliest is None or expires < earliest:
+                    earliest = expires
+        self.expiring = len([entry for entry in kept if entry.expires is not None]) if earliest is not None else 0
+        self.next_expiry = earliest
+        if expired:
+            entries.clear()
+            entries.extend(kept)
+            for entry in expired:
+                self.give_up(entry, "expired", "expired (ttl or absolute-expiry-time) before it was delivered")
+            flow = self.flow
+            if flow is not None and flow.starved:
+                flow.freed()
+        return len(expired)
 
     def _changed(self, entry: Entry) -> None:
         """A held message's bytes changed: count and store the new ones."""
         entry.dirty = False
-        size = len(entry.payload)
+        size = len(entry.payload) + ENTRY_OVERHEAD
         if self.flow is not None:
             self.flow.resize(size - entry.size)
         entry.size = size
@@ -225,6 +402,8 @@ class Queue:
         """The queue is deleted: release every message still in it."""
         entries = list(self.entries)
         self.entries.clear()
+        self.expiring = 0
+        self.next_expiry = None
         for entry in entries:
             self.release(entry)
 
@@ -243,10 +422,16 @@ class Queue:
             self.put_back(pending)
 
     def dispatch(self) -> None:
-        """Offer queued messages to consumers with credit, round-robin among competing consumers."""
+        """Offer queued messages to consumers with credit, round-robin among competing consumers (those expired
+        first taken out: an expired message is never delivered)."""
         consumers = self.consumers
         if not consumers or not self.entries:
             return
+        next_expiry = self.next_expiry
+        if next_expiry is not None and next_expiry <= time.time():
+            self.expire(time.time())
+            if not self.entries:
+                return
         for browser in [consumer for consumer in consumers if consumer.browse]:
             for entry in list(self.entries):
                 if browser.credit() <= 0:
@@ -285,6 +470,11 @@ class Queue:
                 if not competing:
                     return
                 continue
+            if entry.expires is not None:
+                self.expiring -= 1
+                if self.expiring <= 0:  # none left to expire: no sweep of this queue until one comes
+                    self.expiring = 0
+                    self.next_expiry = None
             if token is not None:
                 chosen.unsettled[token] = entry
             else:
@@ -299,13 +489,20 @@ class Topic:
 
     Each subscription is a private queue; a durable subscription (terminus durable, expiry-policy never) keeps its
     queue, and the messages published meanwhile, after its link detaches, for as long as the broker runs.
+
+    Args:
+        name: the address.
+        delivery_limit: that of its subscriptions' queues (see :class:`Queue`).
+        dead_letter: that of its subscriptions' queues (see :class:`Queue`).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, delivery_limit: int | None = None, dead_letter: DeadLetter | None = None) -> None:
         self.name = name
         self.subscriptions: dict[str, Queue] = {}
         #: the links that send to it (for their credit, :mod:`._flow`).
         self.producers: set[Producer] = set()
+        self.delivery_limit = delivery_limit
+        self.dead_letter = dead_letter
 
     def queues(self) -> list[Queue]:
         """The queues its producers fill: its subscriptions."""
@@ -315,7 +512,7 @@ class Topic:
         """Copy a message to every subscription (one that is full misses it)."""
         for queue in self.subscriptions.values():
             if not queue.full:
-                queue.put(Entry(entry.payload, entry._message))
+                queue.put(entry.copy())
 
     def subscription(
         self,
@@ -331,7 +528,12 @@ class Topic:
         if queue is None:
             name = f"{self.name}#{key}"
             queue = self.subscriptions[key] = Queue(
-                name, max_depth=max_depth, store=store if durable else None, flow=flow
+                name,
+                max_depth=max_depth,
+                store=store if durable else None,
+                flow=flow,
+                delivery_limit=self.delivery_limit,
+                dead_letter=self.dead_letter,
             )
             if durable and store is not None:
                 store.add_queue(name, self.name, key)

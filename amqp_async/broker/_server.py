@@ -6,25 +6,24 @@ source gets a temporary queue, deleted when its link detaches. ANONYMOUS-RELAY i
 target routes each message by its ``to`` address.
 
 All connections run on one event loop; a message routed by one connection is transferred by another connection's
-engine directly (synchronously, on the loop thread), which then wakes that connection's writer.
+engine directly (synchronously, on the loop thread), which then wakes that connection's writer. Each connection is
+a :class:`~._connection.ServerConnection`.
 
-Isolation: whatever a client sends, the engine answers it within the protocol (it closes the connection, ends the
-session or detaches the link with the condition that names the breach). An exception in the broker's own handling
-of one connection (a bug of ours) closes that connection alone, with ``amqp:internal-error``, logs it once with its
-traceback, rolls back its transactions and returns its unsettled messages to their queues; the broker and every
-other connection go on (see :meth:`_ServerConnection.fail`).
-
-Producers get credit from the broker's :class:`~._flow.Flow` (the queue depth and memory limits); with a data
-directory the :class:`~._store.Store` keeps queues and durable messages, and a durable message's outcome waits
-for its commit.
+Producers get credit from the broker's :class:`~._flow.Flow` (the queue depth and memory limits, the memory one on
+by default: :data:`DEFAULT_MAX_MEMORY`); with a data directory the :class:`~._store.Store` keeps queues and durable
+messages, and a durable message's outcome waits for its commit. Messages expire (§3.2.1 ttl, §3.2.4
+absolute-expiry-time): never delivered once expired, swept every :data:`DEFAULT_EXPIRY_INTERVAL` seconds; what is
+given up (rejected, expired, at the delivery limit, refused by a full queue) goes to the dead-letter queue with
+annotations saying why (:mod:`._deadletter`), or is dropped.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
+import socket
 import ssl
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,53 +31,42 @@ import anyio
 import anyio.abc
 from anyio.streams.tls import TLSListener
 
-from .. import protocol
 from ..codec import conditions
-from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
-from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
-from ..codec.terminus import COPY, NEVER, Source, Target
-from ..codec.transactions import (
-    LOCAL_TRANSACTIONS,
-    MULTI_SESSIONS_PER_TXN,
-    MULTI_TXNS_PER_SSN,
-    Coordinator,
-    Declare,
-    Declared,
-    Discharge,
-    TransactionalState,
-)
-from ..errors import DecodeError
-from ..io.driver import EngineDriver
+from ..codec.delivery_states import Accepted, Modified, Rejected, Released
+from ..codec.performatives import Error
 from ..io.websocket import require_wsproto, server_handshake
-from ..message import Message
-from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
-from ..protocol.errors import LocalProtocolError
-from ..protocol.sasl import SaslServer
 from ..protocol.sasl_scram import InMemoryCredentialStore
 from ..types import symbol
-from ._flow import WINDOW, Flow, Producer
-from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
-from ._store import Store, is_durable
-from ._transactions import Coordinator as TransactionCoordinator
-from .selector import SelectorError, compile_selector
+from ._connection import ServerConnection
+from ._deadletter import DeadLetters
+from ._flow import Flow
+from ._nodes import Consumer, Entry, Queue, Topic
+from ._store import Store
 
-__all__ = ["Broker"]
+__all__ = ["DEFAULT_EXPIRY_INTERVAL", "DEFAULT_MAX_MEMORY", "TOPIC_PREFIX", "Broker", "ListenError"]
 
 log = logging.getLogger("amqp_async.broker")
 
 TOPIC_PREFIX = "topic://"
-INCOMING_CREDIT = WINDOW
-#: The most output a connection queues for its socket before its consumers wait (a slow reader).
-OUTPUT_LIMIT = 1 << 20
-_SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
-_ACCEPTED = Accepted()
 #: Seconds a WebSocket client has to send its upgrade request (one that connects and stays silent is dropped).
 WEBSOCKET_HANDSHAKE_TIMEOUT = 30.0
+#: The memory messages may take by default (``max_memory``): a development broker stays bounded, as RabbitMQ does
+#: with its memory watermark; ``max_memory=None`` (``--max-memory 0``) lifts it.
+DEFAULT_MAX_MEMORY = 256 << 20
+#: Seconds between two sweeps of expired messages out of the queues.
+DEFAULT_EXPIRY_INTERVAL = 1.0
 
 
 def _error(condition: str, description: str) -> Error:
     return Error(condition=symbol(condition), description=description)
+
+
+class ListenError(OSError):
+    """The broker cannot listen on its address: the port is in use, the host does not resolve or is not this
+    machine's, the port needs privileges. ``errno`` is the operating system's; the message names the address."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 class Broker:
@@ -96,13 +84,19 @@ class Broker:
         max_connections: refuse connections beyond this many (``amqp:resource-limit-exceeded``).
         max_queue_depth: the most messages waiting in a queue: producers get no more credit than the room left
             (or, with ``when_full="reject"``, messages beyond it are refused with ``amqp:resource-limit-exceeded``).
-        max_memory: the most bytes of messages held (queued, or delivered and not settled): producers get no more
-            credit than the room left.
+        max_memory: the most memory the messages held may take (queued, or delivered and not settled: their bytes
+            and :data:`~._nodes.ENTRY_OVERHEAD` each): producers get no more credit than the room left. By default
+            :data:`DEFAULT_MAX_MEMORY`; None: no limit.
         when_full: ``"block"`` (withhold credit, the default) or ``"reject"``: what a full queue does to producers.
         data_dir: keep queues, durable subscriptions and durable messages in this directory (SQLite), across
             restarts; a durable message is accepted once it is stored. None: in memory only.
         max_message_size: the largest message accepted (announced in attach; larger ones are rejected).
-        dead_letter_queue: where rejected messages go (None: they are dropped).
+        dead_letter_queue: where messages given up go, annotated with why (rejected, expired, at the delivery
+            limit, refused by a full queue; see :mod:`amqp_async.broker._deadletter`); None: they are dropped.
+        delivery_limit: give a message up after this many failed deliveries (its header's delivery-count: modified
+            with delivery-failed, rolled-back transactions); None: no limit.
+        expiry_interval: seconds between sweeps of expired messages out of the queues (expired messages are also
+            taken out whenever a queue delivers).
         transaction_timeout: roll back transactions open longer than this many seconds (checked when they are
             next used or discharged, which then fail with ``amqp:transaction:timeout``); None: no limit.
         container_id: the broker's container id.
@@ -127,12 +121,20 @@ class Broker:
         container_id: str = "amqp_async-broker",
         ws_port: int | None = None,
         ws_path: str | None = None,
-        max_memory: int | None = None,
+        max_memory: int | None = DEFAULT_MAX_MEMORY,
         when_full: str = "block",
         data_dir: str | Path | None = None,
+        delivery_limit: int | None = None,
+        expiry_interval: float = DEFAULT_EXPIRY_INTERVAL,
     ) -> None:
         if when_full not in ("block", "reject"):
             raise ValueError(f"when_full must be 'block' or 'reject', not {when_full!r}")
+        if max_memory is not None and max_memory <= 0:
+            raise ValueError(f"max_memory must be above 0 (None: no limit), not {max_memory!r}")
+        if delivery_limit is not None and delivery_limit <= 0:
+            raise ValueError(f"delivery_limit must be above 0 (None: no limit), not {delivery_limit!r}")
+        if not expiry_interval > 0:
+            raise ValueError(f"expiry_interval must be above 0 seconds, not {expiry_interval!r}")
         self.host = host
         self.port = port
         self.users = users
@@ -142,6 +144,10 @@ class Broker:
         self.max_queue_depth = max_queue_depth
         self.max_message_size = max_message_size
         self.dead_letter_queue = dead_letter_queue
+        self.delivery_limit = delivery_limit
+        self.expiry_interval = expiry_interval
+        #: the dead-letter handling (counts of what it moved and dropped, by reason).
+        self.dead_letters = DeadLetters(dead_letter_queue, self.queue)
         self.transaction_timeout = transaction_timeout
         self.container_id = container_id
         self.ws_port = ws_port
@@ -153,17 +159,21 @@ class Broker:
         self.storage: Store | None = None
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
-        self.connections: set[_ServerConnection] = set()
+        self.connections: set[ServerConnection] = set()
         self._store = InMemoryCredentialStore(users) if users else None
         self._dynamic_names = itertools.count(1)
         self._group: anyio.abc.TaskGroup | None = None
         self._listener: anyio.abc.Listener[Any] | None = None
 
     @property
+    def _netloc_host(self) -> str:
+        return f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address, as URLs write it
+
+    @property
     def url(self) -> str:
         """The URL clients connect to (with the real port once listening)."""
         scheme = "amqps" if self.ssl_context is not None else "amqp"
-        return f"{scheme}://{self.host}:{self.port}"
+        return f"{scheme}://{self._netloc_host}:{self.port}"
 
     @property
     def ws_url(self) -> str | None:
@@ -171,7 +181,7 @@ class Broker:
         if self.ws_port is None:
             return None
         scheme = "wss" if self.ssl_context is not None else "ws"
-        return f"{scheme}://{self.host}:{self.ws_port}{self.ws_path or '/'}"
+        return f"{scheme}://{self._netloc_host}:{self.ws_port}{self.ws_path or '/'}"
 
     # --- nodes -------------------------------------------------------------------------------------------
 
@@ -181,7 +191,13 @@ class Broker:
         if queue is None:
             store = None if dynamic else self.storage
             queue = self.queues[name] = Queue(
-                name, max_depth=self.max_queue_depth, dynamic=dynamic, store=store, flow=self.flow
+                name,
+                max_depth=self.max_queue_depth,
+                dynamic=dynamic,
+                store=store,
+                flow=self.flow,
+                delivery_limit=self.delivery_limit,
+                dead_letter=self.dead_letters,
             )
             if store is not None:
                 store.add_queue(name)
@@ -199,11 +215,11 @@ class Broker:
                 )
             else:
                 queue = self.queue(stored.name)
-            for identifier, payload in stored.messages:
+            for identifier, payload, expires in stored.messages:
                 entry = Entry(payload)
                 entry.stored = identifier
-                self.flow.hold(entry.size)
-                queue.entries.append(entry)
+                entry.expires = expires  # computed at its arrival: a restart neither extends nor forgets it
+                queue.load(entry)
                 loaded += 1
         log.info("store %s: %d queues, %d messages loaded", store.path, len(self.queues), loaded)
         return store
@@ -212,7 +228,7 @@ class Broker:
         """The topic named ``name``, made on first use."""
         topic = self.topics.get(name)
         if topic is None:
-            topic = self.topics[name] = Topic(name)
+            topic = self.topics[name] = Topic(name, delivery_limit=self.delivery_limit, dead_letter=self.dead_letters)
         return topic
 
     def _is_topic(self, address: str, capabilities: Any = None) -> bool:
@@ -225,7 +241,11 @@ class Broker:
             return None
         queue = self.queue(address)
         if queue.full:
-            return _error(conditions.RESOURCE_LIMIT_EXCEEDED, f"queue {address!r} is full ({queue.max_depth})")
+            description = f"queue {address!r} is full ({queue.max_depth})"
+            condition = conditions.RESOURCE_LIMIT_EXCEEDED
+            # the producer hears of it (rejected); with a dead-letter queue the message is kept there too
+            self.dead_letters(None, entry, "queue-full", description, condition=condition, source=address)
+            return _error(condition, description)
         queue.put(entry)
         return None
 
@@ -245,27 +265,62 @@ class Broker:
         elif isinstance(state, Modified):
             if state.message_annotations:
                 entry.annotate(state.message_annotations)  # §3.4.5: combined with the message's annotations
-            if state.delivery_failed:
-                entry.failed_attempt()
             if state.undeliverable_here and consumer is not None:
                 entry.excluded = (entry.excluded or set()) | {id(consumer)}
-            queue.put_back([entry])
-        elif isinstance(state, Rejected) and self.dead_letter_queue:
-            queue.release(entry)
-            self.queue(self.dead_letter_queue).put(entry)
+            if state.delivery_failed:
+                queue.failed([entry])  # delivery-count + 1; given up at the delivery limit
+            else:
+                queue.put_back([entry])
+        elif isinstance(state, Rejected):
+            # §3.4.3: "the receiving node has rejected the message ... the message is considered invalid"
+            error = state.error
+            condition = str(error.condition) if error is not None and error.condition else None
+            description = error.description if error is not None and error.description else ""
+            self.dead_letters(queue, entry, "rejected", description, condition=condition)
         else:
-            queue.release(entry)  # accepted, or rejected with nowhere to go: done with
+            queue.release(entry)  # an outcome of another kind: done with
 
     def _temporary_address(self) -> str:
         return f"temp-queue://{self.container_id}/{next(self._dynamic_names)}"
 
     # --- serving -----------------------------------------------------------------------------------------
 
+    def expire_messages(self, now: float | None = None) -> int:
+        """Take the messages expired at ``now`` (default: now) out of every queue and topic subscription, and give
+        them up (dead-lettered or dropped); return how many. The broker calls it every ``expiry_interval``."""
+        now = time.time() if now is None else now
+        expired = 0
+        queues = list(self.queues.values())
+        for topic in self.topics.values():
+            queues.extend(topic.subscriptions.values())
+        for queue in queues:
+            next_expiry = queue.next_expiry
+            if next_expiry is not None and next_expiry <= now:
+                expired += queue.expire(now)
+        return expired
+
+    async def _sweep_expired(self) -> None:
+        while True:
+            await anyio.sleep(self.expiry_interval)
+            try:
+                self.expire_messages()
+            except Exception:  # a bug of ours must not stop the sweeps (nor the broker)
+                log.exception("sweeping expired messages")
+
     async def _listen(self, port: int | None = None) -> anyio.abc.Listener[Any]:
         websocket = port is not None
-        listener: anyio.abc.Listener[Any] = await anyio.create_tcp_listener(
-            local_host=self.host, local_port=self.port if port is None else port
-        )
+        local_port = self.port if port is None else port
+        try:
+            listener: anyio.abc.Listener[Any] = await anyio.create_tcp_listener(
+                local_host=self.host, local_port=local_port
+            )
+        except OSError as exc:
+            where = f"{self._netloc_host}:{local_port}"
+            reason = exc.strerror or str(exc)
+            reason = reason[:1].lower() + reason[1:]
+            if isinstance(exc, socket.gaierror):
+                reason = f"the host {self.host!r} does not resolve ({reason})"
+            raise ListenError(exc.errno, f"cannot listen on {where}: {reason}") from exc
         local_port = listener.extra(anyio.abc.SocketAttribute.local_port)
         if websocket:
             self.ws_port = local_port
@@ -276,30 +331,38 @@ class Broker:
         return listener
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen and serve until cancelled (with a ``data_dir``, the store is loaded first)."""
-        store = self._open_store() if self.data_dir is not None and self.storage is None else self.storage
+        """Listen and serve until cancelled (with a ``data_dir``, the store is loaded before the first client is
+        served).
+
+        Raises:
+            ListenError: the broker cannot listen on its address (before ``task_status.started()``).
+        """
+        if self.ws_port is not None:
+            require_wsproto()
         listener = self._listener = await self._listen()
-        log.info("listening on %s", self.url)
+        ws_listener = None
+        store = None
         try:
+            if self.ws_port is not None:
+                ws_listener = await self._listen(self.ws_port)
+            store = self._open_store() if self.data_dir is not None and self.storage is None else self.storage
+            # debug: `python -m amqp_async.broker` prints these on stdout, once
+            log.debug("listening on %s%s", self.url, f" and {self.ws_url}" if ws_listener is not None else "")
             async with anyio.create_task_group() as group:
                 if store is not None:
                     await group.start(store.run)
-                ws_listener = None
-                if self.ws_port is not None:
-                    require_wsproto()
-                    ws_listener = await self._listen(self.ws_port)
-                    log.info("listening on %s", self.ws_url)
+                group.start_soon(self._sweep_expired)
                 task_status.started()
-                async with listener:
-                    if ws_listener is None:
-                        await listener.serve(self._handle)
-                    else:
-                        async with ws_listener:
-                            group.start_soon(ws_listener.serve, self._handle_websocket)
-                            await listener.serve(self._handle)
+                if ws_listener is not None:
+                    group.start_soon(ws_listener.serve, self._handle_websocket)
+                await listener.serve(self._handle)
         finally:
             if store is not None:
                 store.close()
+            with anyio.CancelScope(shield=True):
+                await listener.aclose()
+                if ws_listener is not None:
+                    await ws_listener.aclose()
 
     async def _handle_websocket(self, stream: anyio.abc.ByteStream) -> None:
         """A WebSocket client: its upgrade request answered (bounded in time), then an AMQP connection as any."""
@@ -314,7 +377,7 @@ class Broker:
         await self._handle(websocket)
 
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
-        connection = _ServerConnection(self, stream)
+        connection = ServerConnection(self, stream)
         self.connections.add(connection)
         try:
             await connection.run()
@@ -327,534 +390,26 @@ class Broker:
             connection.release()
 
     async def __aenter__(self) -> Broker:
-        self._group = anyio.create_task_group()
-        await self._group.__aenter__()
-        await self._group.start(self.serve)
+        """Start serving; returns once the broker listens.
+
+        Raises:
+            ListenError: the broker cannot listen on its address.
+        """
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        try:
+            await group.start(self.serve)
+        except BaseException as exc:
+            group.cancel_scope.cancel()
+            try:
+                await group.__aexit__(type(exc), exc, exc.__traceback__)
+            except BaseException:
+                pass  # the same failure, wrapped by the task group: the caller gets it unwrapped
+            raise
+        self._group = group
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         assert self._group is not None
         self._group.cancel_scope.cancel()
         await self._group.__aexit__(None, None, None)
-
-
-class _Inbound:
-    """What the broker keeps for a link on which a client sends: its target address (None: anonymous relay), and
-    the link as the flow control sees it."""
-
-    def __init__(self, link: protocol.ReceiverLink, address: str | None, producer: Producer) -> None:
-        self.link = link
-        self.address = address
-        self.producer = producer
-
-
-class _ControlLink:
-    """What the broker keeps for a link to its transaction coordinator (nothing: transactions are the
-    connection's)."""
-
-
-class _Outbound:
-    """What the broker keeps for a link on which a client receives: its queue and consumer."""
-
-    def __init__(
-        self, link: protocol.SenderLink, queue: Queue, consumer: Consumer, owner: Topic | None, key: str | None
-    ) -> None:
-        self.link = link
-        self.queue = queue
-        self.consumer = consumer
-        self.topic = owner
-        self.key = key
-
-
-class _ServerConnection:
-    """One client connection: the engine in the server role and the tasks that drive it."""
-
-    def __init__(self, broker: Broker, stream: anyio.abc.ByteStream) -> None:
-        self.broker = broker
-        self.stream = stream
-        try:
-            address = stream.extra(anyio.abc.SocketAttribute.remote_address)
-            self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
-        except anyio.TypedAttributeLookupError:
-            self.peer = "?"
-        mechanisms = []
-        if broker.users:
-            mechanisms += ["SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN"]
-        if broker.allow_anonymous:
-            mechanisms.append("ANONYMOUS")
-        self.engine = protocol.Connection(
-            role=protocol.SERVER,
-            container_id=broker.container_id,
-            sasl=SaslServer(mechanisms, broker._store),
-            require_sasl=not broker.allow_anonymous,
-            offered_capabilities=["ANONYMOUS-RELAY", LOCAL_TRANSACTIONS],
-        )
-        self._driver = EngineDriver(self.engine, stream, self._on_events, on_error=self.fail)
-        self._outbound: list[_Outbound] = []
-        #: our handling of this connection failed (see :meth:`fail`): its events are ignored from then on.
-        self.failed = False
-        self._inbound: list[_Inbound] = []
-        self._group: anyio.abc.TaskGroup | None = None
-        self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
-        self.transactions = TransactionCoordinator(
-            broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
-        )
-
-    def kick(self) -> None:
-        """Wake the writer: the engine has output."""
-        self._driver.kick()
-
-    async def run(self) -> None:
-        """Serve the connection until it ends."""
-        async with anyio.create_task_group() as group:
-            self._group = group  # for the wait on a slow socket (_resume_output), started only when needed
-            await self._driver.run()
-            group.cancel_scope.cancel()
-
-    def _consumer_credit(self, link: protocol.SenderLink) -> int:
-        """A consumer's credit as dispatch sees it: none while transfers wait for the client's session window
-        (dispatch resumes at its next flow), nor while more than OUTPUT_LIMIT bytes wait for the socket (the rest
-        goes once the socket took enough): a slow reader must not make us buffer without bound."""
-        credit = link.link_credit
-        if (
-            credit <= 0
-            or self._output_waiting  # too much output waits for the socket (_pause_output)
-            or link.session.remote_incoming_window <= 0  # §2.5.6: the next transfer would wait in the session
-            or link.local_state is not EndpointState.ACTIVE
-        ):
-            return 0
-        return credit
-
-    def _pause_output(self) -> None:
-        """More than OUTPUT_LIMIT bytes wait for the socket: pause the consumers until it took enough."""
-        if not self._output_waiting and self._group is not None:
-            self._output_waiting = True
-            self._group.start_soon(self._resume_output)
-
-    async def _resume_output(self) -> None:
-        try:
-            await self._driver.wait_output_below(OUTPUT_LIMIT // 2, lambda: None)
-        finally:
-            self._output_waiting = False
-        for outbound in list(self._outbound):
-            outbound.queue.dispatch()
-        self.kick()
-
-    def _on_events(self, events: list[ev.Event]) -> None:
-        for event in events:
-            if self.failed:
-                return
-            self._on_event(event)
-
-    def fail(self, exc: BaseException) -> None:
-        """Our handling of this connection raised ``exc`` (a bug of ours, not the peer's): log it once, close the
-        connection with ``amqp:internal-error`` and stop its driver; once stopped, the connection is released (its
-        transactions roll back, its unsettled messages return to their queues). Nothing of it is handled any more;
-        the broker and the other connections go on."""
-        if self.failed:
-            return
-        self.failed = True
-        log.error("connection %s: internal error, closing the connection", self.peer, exc_info=exc)
-        try:
-            self.engine.close(_error(conditions.INTERNAL_ERROR, f"internal error in the broker: {type(exc).__name__}"))
-        except Exception:
-            pass
-        # The driver stops; once it has, _handle releases the connection (transactions, unsettled messages): not
-        # here, as this may run inside another connection's dispatch to one of our consumers.
-        self._driver.give_up()
-
-    def release(self) -> None:
-        """The connection is gone: its open transactions roll back, and its consumers' unsettled messages go back
-        to their queues."""
-        self.transactions.rollback_all()
-        for outbound in self._outbound:
-            self._unsubscribe(outbound)
-        self._outbound.clear()
-        for inbound in self._inbound:
-            self.broker.flow.remove(inbound.producer)
-        self._inbound.clear()
-
-    # --- events ------------------------------------------------------------------------------------------
-
-    def _on_event(self, event: ev.Event) -> None:
-        if isinstance(event, ev.DeliveriesReceived):
-            self._on_deliveries(event.link)  # type: ignore[arg-type]
-        elif isinstance(event, ev.DeliveriesUpdated):
-            self._on_outcomes(event)
-        elif isinstance(event, ev.FlowReceived):
-            self._on_flow(event)
-        elif isinstance(event, ev.LinkAttached):
-            if not event.link.locally_attached:
-                self._on_attach(event.link)
-        elif isinstance(event, ev.LinkDetached):
-            self._on_detach(event.link)
-        elif isinstance(event, ev.SessionBegun):
-            if not event.session.locally_begun:
-                event.session.begin()
-        elif isinstance(event, ev.SessionEnded):
-            # The session's links end with it (the engine has forgotten them): their consumers go too.
-            for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
-                self._on_detach(outbound.link)
-            for inbound in [inbound for inbound in self._inbound if inbound.link.session is event.session]:
-                self._on_detach(inbound.link)
-        elif isinstance(event, ev.ConnectionOpened):
-            self._on_open(event)
-        elif isinstance(event, ev.ConnectionClosed):
-            log.info("connection %s closed%s", self.peer, f": {event.error}" if event.error else "")
-            self.release()
-
-    def _on_open(self, event: ev.ConnectionOpened) -> None:
-        broker = self.broker
-        log.info("connection %s opened (container %s)", self.peer, event.open.container_id)
-        self.engine.open()
-        self._driver.wake_timer()  # the client's idle timeout may need our first heartbeat soon
-        if broker.max_connections is not None and len(broker.connections) > broker.max_connections:
-            self.engine.close(
-                _error(
-                    conditions.RESOURCE_LIMIT_EXCEEDED, f"the broker takes at most {broker.max_connections} connections"
-                )
-            )
-
-    def _on_attach(self, link: protocol.Link) -> None:
-        if isinstance(link, protocol.ReceiverLink):
-            self._attach_inbound(link)
-        else:
-            assert isinstance(link, protocol.SenderLink)
-            self._attach_outbound(link)
-
-    def _refuse(self, link: protocol.Link, condition: str, description: str) -> None:
-        """§2.6.3: refuse a link by attaching with a null terminus and detaching at once with the error."""
-        log.info("link %r refused: %s", link.name, description)
-        if isinstance(link, protocol.SenderLink):
-            link.attach(source=None, target=link.remote_target)
-        else:
-            link.attach(source=link.remote_source, target=None)
-        link.detach(closed=True, error=_error(condition, description))
-
-    def _attach_inbound(self, link: protocol.ReceiverLink) -> None:
-        target = link.remote_target
-        if isinstance(target, Coordinator):
-            self._attach_coordinator(link)
-            return
-        broker = self.broker
-        if isinstance(target, Target) and target.dynamic:
-            address: str | None = broker._temporary_address()
-            broker.queue(address, dynamic=True)  # type: ignore[arg-type]
-        elif isinstance(target, Target) or target is None:
-            address = None if target is None else target.address
-        else:
-            self._refuse(link, conditions.NOT_IMPLEMENTED, f"targets of type {type(target).__name__} are not supported")
-            return
-        node: Queue | Topic | None = None
-        if address is not None:
-            if broker._is_topic(address):
-                node = broker.topic(address)
-            elif not broker._is_topic(address, getattr(target, "capabilities", None)):
-                node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
-
-        def grant(room: int) -> None:
-            if link.local_state is EndpointState.ACTIVE:
-                link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
-                self.kick()
-
-        # Its credit counts the messages received and not routed yet: they take room that is not taken yet.
-        inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node))
-        link.user_data = inbound
-        answer = Target(address=address, dynamic=bool(getattr(target, "dynamic", False)))
-        link.attach(
-            source=link.remote_source,
-            target=answer,
-            snd_settle_mode=link.remote_snd_settle_mode,
-            rcv_settle_mode=link.remote_rcv_settle_mode,
-            max_message_size=self.broker.max_message_size,
-        )
-        link.max_message_size = self.broker.max_message_size
-        self._inbound.append(inbound)
-        broker.flow.add(inbound.producer)  # its first credit: a window, or the room the limits leave
-        log.info("link %r attached: %s sends to %s", link.name, self.peer, address or "(anonymous relay)")
-
-    def _attach_coordinator(self, link: protocol.ReceiverLink) -> None:
-        """A link to the transaction coordinator (§4.1): declares and discharges arrive on it."""
-        link.user_data = _ControlLink()
-        link.attach(
-            source=link.remote_source,
-            # §4.5.1: the coordinator's capabilities are the txn-capabilities it supports (§4.5.7)
-            target=Coordinator(capabilities=(LOCAL_TRANSACTIONS, MULTI_TXNS_PER_SSN, MULTI_SESSIONS_PER_TXN)),
-            snd_settle_mode=link.remote_snd_settle_mode,
-            rcv_settle_mode=link.remote_rcv_settle_mode,
-        )
-        link.grant_credit(INCOMING_CREDIT)
-        log.info("link %r attached: %s controls transactions", link.name, self.peer)
-
-    def _on_control(self, link: protocol.ReceiverLink) -> None:
-        """Declares and discharges (§4.3, §4.4): each is answered, settled, with its outcome."""
-        second = link.rcv_settle_mode == RCV_SECOND
-        while link.incoming:
-            delivery = link.incoming.popleft()
-            if delivery.aborted:
-                continue
-            state = self._control(bytes(delivery.payload))
-            storage = self.broker.storage
-            if storage is not None and state is _ACCEPTED:
-                # a discharge: what the commit (or rollback) changed is stored before the client hears of it
-                storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
-                continue
-            link.settle(delivery, state, settled=not second)
-        if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
-            link.grant_credit(INCOMING_CREDIT)
-
-    def _control(self, payload: bytes) -> Any:
-        """The outcome of one message sent to the coordinator."""
-        try:
-            message = Message()
-            message.decode(payload)
-        except DecodeError as exc:
-            return Rejected(error=_error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}"))
-        body = message.body
-        if isinstance(body, Declare):
-            if body.global_id is not None:
-                return Rejected(error=_error(conditions.NOT_IMPLEMENTED, "distributed transactions are not supported"))
-            transaction = self.transactions.declare()
-            log.info("transaction %r declared (%s)", transaction.txn_id, self.peer)
-            return Declared(txn_id=transaction.txn_id)  # §4.3: the declared outcome carries the new txn-id
-        if isinstance(body, Discharge):
-            error = self.transactions.discharge(body.txn_id, bool(body.fail))
-            log.info(
-                "transaction %r %s (%s)",
-                body.txn_id,
-                f"failed: {error.condition}" if error else "rolled back" if body.fail else "committed",
-                self.peer,
-            )
-            # §4.4: a discharge that cannot be done is rejected with the transaction-error saying why
-            return _ACCEPTED if error is None else Rejected(error=error)
-        return Rejected(
-            error=_error(conditions.NOT_ALLOWED, "the coordinator takes declare and discharge bodies (§4.5.2, §4.5.3)")
-        )
-
-    def _attach_outbound(self, link: protocol.SenderLink) -> None:
-        broker = self.broker
-        source = link.remote_source
-        if not isinstance(source, Source):
-            self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
-            return
-        selector = None
-        for value in (source.filter or {}).values():
-            descriptor = getattr(value, "descriptor", None)
-            if descriptor in _SELECTOR_DESCRIPTORS:
-                try:
-                    selector = compile_selector(str(value.value))
-                except SelectorError as exc:
-                    self._refuse(link, conditions.INVALID_FIELD, f"invalid selector: {exc.description}")
-                    return
-        owner: Topic | None = None
-        key: str | None = None
-        if source.dynamic:
-            address = broker._temporary_address()
-            queue = broker.queue(address, dynamic=True)
-        elif source.address is None:
-            self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
-            return
-        else:
-            address = str(source.address)
-            if broker._is_topic(address, source.capabilities):
-                owner = broker.topic(address)
-                durable = bool(source.durable) and source.expiry_policy == NEVER
-                remote_open = self.engine.remote_open
-                container = remote_open.container_id if remote_open is not None else self.peer
-                key = f"{container}/{link.name}" if durable else f"{id(link)}"
-                queue = owner.subscription(
-                    key, max_depth=broker.max_queue_depth, durable=durable, store=broker.storage, flow=broker.flow
-                )
-            else:
-                queue = broker.queue(address)
-        browse = source.distribution_mode == COPY
-        settled = link.remote_snd_settle_mode == SND_SETTLED
-
-        engine = self.engine
-
-        def send(entry: Entry) -> Any:
-            # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
-            try:
-                delivery = link.send(entry.payload, settled=settled)
-            except Exception as exc:
-                self.fail(exc)
-                raise ConsumerFailed from exc
-            self.kick()
-            if engine.output_buffered > OUTPUT_LIMIT:
-                self._pause_output()
-            return None if settled or browse else delivery
-
-        consumer = Consumer(send, functools.partial(self._consumer_credit, link), selector=selector, browse=browse)
-        outbound = _Outbound(link, queue, consumer, owner, key)
-        link.user_data = outbound
-        self._outbound.append(outbound)
-        answer = Source(
-            address=address,
-            durable=source.durable,
-            expiry_policy=source.expiry_policy,
-            timeout=source.timeout,
-            dynamic=source.dynamic,
-            distribution_mode=source.distribution_mode,
-            filter=source.filter if selector is not None else None,
-            default_outcome=source.default_outcome,
-            outcomes=source.outcomes,
-            capabilities=source.capabilities,
-        )
-        link.attach(
-            source=answer,
-            target=link.remote_target,
-            snd_settle_mode=link.remote_snd_settle_mode,
-            rcv_settle_mode=link.remote_rcv_settle_mode,
-        )
-        log.info(
-            "link %r attached: %s receives from %s%s", link.name, self.peer, address, " (browsing)" if browse else ""
-        )
-        queue.subscribe(consumer)
-
-    def _on_deliveries(self, link: protocol.ReceiverLink) -> None:
-        inbound = link.user_data
-        if isinstance(inbound, _ControlLink):
-            self._on_control(link)
-            return
-        if not isinstance(inbound, _Inbound):
-            return
-        broker = self.broker
-        storage = broker.storage
-        second = link.rcv_settle_mode == RCV_SECOND
-        while link.incoming:
-            delivery = link.incoming.popleft()
-            if delivery.aborted:
-                continue
-            refusal = None
-            transaction = None
-            txn_state = delivery.remote_state
-            if isinstance(txn_state, TransactionalState):
-                transaction = self.transactions.get(txn_state.txn_id)
-            payload = bytes(delivery.payload)
-            if isinstance(txn_state, TransactionalState) and transaction is None:
-                refusal = self.transactions.refusal(txn_state.txn_id)  # unknown-id, or timeout (§4.5.8)
-            elif broker.max_message_size and len(payload) > broker.max_message_size:
-                refusal = _error(
-                    conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than {broker.max_message_size}"
-                )
-            else:
-                entry = Entry(payload)
-                address = inbound.address
-                if address is None:
-                    try:
-                        address = entry.message.address
-                    except DecodeError as exc:
-                        refusal = _error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}")
-                    else:
-                        if address is None:
-                            refusal = _error(conditions.NOT_FOUND, "anonymous relay needs the message's to address")
-                if refusal is None and address is not None:
-                    if transaction is not None:
-                        transaction.publish(address, entry)  # §4.4.1: visible at commit, gone at rollback
-                    else:
-                        refusal = broker.route(address, entry)
-            if delivery.remote_settled:
-                continue
-            state: Any = _ACCEPTED if refusal is None else Rejected(error=refusal)
-            if transaction is not None:
-                # §4.4.1: the outcome of a transactional transfer is given within the transaction
-                if refusal is None:
-                    state = transaction.accepted
-                else:
-                    state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
-            elif refusal is None and storage is not None and is_durable(payload):
-                # a durable message is accepted once it is stored: after the commit of the batch now open
-                storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
-                continue
-            link.settle(delivery, state, settled=not second)
-        if link.local_state is EndpointState.ACTIVE:
-            broker.flow.top_up(inbound.producer)
-
-    def _settle_stored(self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool) -> None:
-        """Send the outcome that waited for the store's commit (unless the link has gone meanwhile: the client
-        then holds the message in doubt)."""
-        if link.local_state is not EndpointState.ACTIVE or self.engine.closed:
-            return
-        try:
-            link.settle(delivery, state, settled=settled)
-        except LocalProtocolError:
-            return  # its session ended meanwhile
-        self.kick()
-
-    def _on_flow(self, event: ev.FlowReceived) -> None:
-        link = event.link
-        if not isinstance(link, protocol.SenderLink):
-            if event.session.remote_incoming_window > 0:
-                # the client's session window may have opened for consumers that waited on it
-                for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
-                    outbound.queue.dispatch()
-                self.kick()
-            return
-        outbound = link.user_data
-        if isinstance(outbound, _Outbound):
-            outbound.queue.dispatch()
-        if link.drain and link.local_state is EndpointState.ACTIVE:
-            link.drained()  # §2.6.7: what could be sent was sent; give back the rest
-        self.kick()
-
-    def _on_outcomes(self, event: ev.DeliveriesUpdated) -> None:
-        touched = False
-        unknown: list[tuple[protocol.Link, Any]] = []
-        for delivery in event.deliveries:
-            outbound = delivery.link.user_data
-            if not isinstance(outbound, _Outbound):
-                continue
-            state = delivery.remote_state
-            transaction = None
-            if isinstance(state, TransactionalState):
-                transaction = self.transactions.get(state.txn_id)
-                if transaction is None:
-                    unknown.append((delivery.link, state.txn_id))
-                    continue
-                state = state.outcome
-                if state is None and delivery.remote_settled:
-                    state = _ACCEPTED  # settled within the transaction without an outcome: consumed at commit
-            if isinstance(state, Received) or (state is None and not delivery.remote_settled):
-                continue  # not an outcome yet
-            entry = outbound.consumer.unsettled.pop(delivery, None)
-            if entry is None:
-                continue
-            if transaction is not None:
-                # §4.4.2: the outcome takes effect when the transaction commits; a rollback returns the message
-                transaction.acquire(outbound.queue, outbound.consumer, entry, state)
-                continue
-            self.broker._settle_entry(outbound.queue, outbound.consumer, entry, state)
-            touched = True
-        for link, txn_id in unknown:
-            if link.local_state is EndpointState.ACTIVE:
-                link.detach(error=self.transactions.refusal(txn_id))  # unknown-id, or timeout (§4.5.8)
-                self._on_detach(link)
-                touched = True
-        if touched:
-            self.kick()
-
-    def _on_detach(self, link: protocol.Link) -> None:
-        outbound = link.user_data
-        if isinstance(outbound, _Outbound):
-            self._unsubscribe(outbound)
-            if outbound in self._outbound:
-                self._outbound.remove(outbound)
-            link.user_data = None
-            log.info("link %r detached (%s)", link.name, self.peer)
-        elif isinstance(outbound, _Inbound):
-            link.user_data = None
-            self.broker.flow.remove(outbound.producer)
-            if outbound in self._inbound:
-                self._inbound.remove(outbound)
-            log.info("link %r detached (%s)", link.name, self.peer)
-
-    def _unsubscribe(self, outbound: _Outbound) -> None:
-        broker = self.broker
-        queue = outbound.queue
-        queue.unsubscribe(outbound.consumer)
-        gone = queue.dynamic and not queue.consumers and broker.queues.pop(queue.name, None) is not None
-        topic, key = outbound.topic, outbound.key
-        if topic is not None and key is not None and not queue.durable_subscription:
-            gone = topic.subscriptions.pop(key, None) is not None
-        if gone:
-            queue.clear()  # a deleted node: its messages are dropped

@@ -16,14 +16,18 @@ Removals are not waited for: a message whose settlement was not committed yet wh
 again after the restart (at-least-once). A message inserted and removed before its batch was written is never
 written at all.
 
-The layout: ``queues(name, topic, subscription)`` and ``messages(id, queue, payload)``; a queue's messages load
-in ``id`` order, which is their arrival order.
+The layout: ``queues(name, topic, subscription)`` and ``messages(id, queue, payload, expires)``; a queue's
+messages load in ``id`` order, which is their arrival order. ``expires`` is when the message expires (seconds
+since the epoch; NULL: never), computed once at its arrival (§3.2.1: a ttl counts from the arrival at the
+intermediary), so that a restart neither extends nor forgets it. A store written before ``expires`` existed gets
+the column when it is opened, each message's expiry computed from its bytes then.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import anyio.to_thread
+
+from ._sections import expiry
 
 if TYPE_CHECKING:
     from ._nodes import Entry
@@ -41,7 +47,9 @@ log = logging.getLogger("amqp_async.broker")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, topic TEXT, subscription TEXT);
-CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY, queue TEXT NOT NULL, payload BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY, queue TEXT NOT NULL, payload BLOB NOT NULL, expires REAL
+);
 """
 
 # §3.2.1: the header section (descriptor 0x70) comes first; its first field is durable (a boolean).
@@ -65,6 +73,21 @@ def is_durable(payload: bytes) -> bool:
     return False  # list0: no fields
 
 
+def _add_expiry(db: sqlite3.Connection) -> None:
+    """Give a store written before expiry was kept its ``expires`` column, each message's computed now."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(messages)")}
+    if "expires" in columns:
+        return
+    now = time.time()
+    db.execute("BEGIN")
+    db.execute("ALTER TABLE messages ADD COLUMN expires REAL")
+    rows = db.execute("SELECT id, payload FROM messages").fetchall()
+    updates = [(expires, identifier) for identifier, payload in rows if (expires := expiry(bytes(payload), now)[0])]
+    db.executemany("UPDATE messages SET expires = ? WHERE id = ?", updates)
+    db.execute("COMMIT")
+    log.info("store: expiry column added (%d of %d messages expire)", len(updates), len(rows))
+
+
 def _boolean(payload: bytes, offset: int) -> bool:
     code = payload[offset]
     return code == _TRUE or (code == _BOOLEAN and len(payload) > offset + 1 and payload[offset + 1] == 1)
@@ -79,8 +102,8 @@ class StoredQueue:
         self.name = name
         self.topic = topic
         self.subscription = subscription
-        #: (id, payload) in arrival order.
-        self.messages: list[tuple[int, bytes]] = []
+        #: (id, payload, expires) in arrival order.
+        self.messages: list[tuple[int, bytes, float | None]] = []
 
 
 class _Batch:
@@ -90,8 +113,8 @@ class _Batch:
 
     def __init__(self) -> None:
         self.queues: list[tuple[str, str | None, str | None]] = []
-        #: id -> (queue, payload): rows to insert or replace.
-        self.writes: dict[int, tuple[str, bytes]] = {}
+        #: id -> (queue, payload, expires): rows to insert or replace.
+        self.writes: dict[int, tuple[str, bytes, float | None]] = {}
         #: ids first inserted by this batch (a removal then cancels the insert: nothing to write).
         self.fresh: set[int] = set()
         self.deletes: list[int] = []
@@ -122,6 +145,7 @@ class Store:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={synchronous}")
         db.executescript(_SCHEMA)
+        _add_expiry(db)
         self._next_id: int = 1 + db.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
         self._db: sqlite3.Connection | None = db
         self._batch = _Batch()
@@ -141,12 +165,14 @@ class Store:
             queues[name] = StoredQueue(name, topic, subscription)
             self._known_queues.add(name)
         orphans = 0
-        for identifier, queue, payload in db.execute("SELECT id, queue, payload FROM messages ORDER BY id"):
+        for identifier, queue, payload, expires in db.execute(
+            "SELECT id, queue, payload, expires FROM messages ORDER BY id"
+        ):
             stored = queues.get(queue)
             if stored is None:
                 orphans += 1  # cannot happen through the broker (queues are written before their messages)
                 continue
-            stored.messages.append((identifier, bytes(payload)))
+            stored.messages.append((identifier, bytes(payload), expires))
         if orphans:
             log.warning("store %s: %d messages of unknown queues ignored", self.path, orphans)
         return list(queues.values())
@@ -167,13 +193,13 @@ class Store:
         self._next_id = identifier + 1
         entry.stored = identifier
         batch = self._batch
-        batch.writes[identifier] = (queue, entry.payload)
+        batch.writes[identifier] = (queue, entry.payload, entry.expires)
         batch.fresh.add(identifier)
         self._wake_writer()
 
     def update(self, entry: Entry, queue: str) -> None:
         """A kept message changed (annotations, delivery-count): write its new bytes."""
-        self._batch.writes[entry.stored] = (queue, entry.payload)
+        self._batch.writes[entry.stored] = (queue, entry.payload, entry.expires)
         self._wake_writer()
 
     def delete(self, entry: Entry) -> None:
@@ -235,8 +261,8 @@ class Store:
                 db.executemany("INSERT OR IGNORE INTO queues VALUES (?, ?, ?)", batch.queues)
             if batch.writes:
                 db.executemany(
-                    "INSERT OR REPLACE INTO messages VALUES (?, ?, ?)",
-                    [(identifier, queue, payload) for identifier, (queue, payload) in batch.writes.items()],
+                    "INSERT OR REPLACE INTO messages (id, queue, payload, expires) VALUES (?, ?, ?, ?)",
+                    [(identifier, *row) for identifier, row in batch.writes.items()],
                 )
             if batch.deletes:
                 db.executemany("DELETE FROM messages WHERE id = ?", [(identifier,) for identifier in batch.deletes])

@@ -175,6 +175,5 @@ class Coordinator:
         transaction.acquired.clear()
         for queue, entries in by_queue.values():
             entries.sort(key=lambda entry: entry.sequence)
-            for entry in entries:
-                entry.failed_attempt()  # it was delivered, and the attempt came to nothing (§3.2.1 delivery-count)
-            queue.put_back(entries)
+            # they were delivered, and the attempt came to nothing (§3.2.1 delivery-count; the delivery limit)
+            queue.failed(entries)

@@ -24,7 +24,9 @@ class ExitCode(enum.IntEnum):
     FAILURE = 1
     #: bad arguments or input: an unknown option, a bad URL, an invalid connect.json or JSON line.
     USAGE = 2
-    #: the connection could not be made or was lost: refused, unreachable, TLS, closed by the peer.
+    #: the connection could not be made or ended (a :class:`~amqp_async.ConnectionError`): a name that does not
+    #: resolve, refused, unreachable, timed out connecting (a ConnectTimeout, though also a TimeoutError), TLS or
+    #: certificate, closed by the peer, lost.
     CONNECTION = 3
     #: the peer refused the credentials (SASL), or no SASL mechanism suits both sides.
     AUTHENTICATION = 4
@@ -49,7 +51,9 @@ class CommandFailed(Exception):
 def exit_code_for(error: BaseException) -> ExitCode:
     """The exit code for an error that ended a command.
 
-    Subclasses come before their bases: an :class:`AuthenticationError` is also a :class:`ConnectionError`.
+    Subclasses come before their bases: an :class:`AuthenticationError` is also a :class:`ConnectionError`, and a
+    :class:`~amqp_async.ConnectTimeout` (a connection failure) also a :class:`TimeoutError`. A
+    :class:`~amqp_async.ClosedByApplication` (a program's mistake) is a plain failure.
     """
     if isinstance(error, CommandFailed):
         return error.code

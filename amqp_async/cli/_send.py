@@ -5,12 +5,12 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Iterator
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import anyio
 import click
 
-from ..client import Tracker, connect
+from ..client import DeliveryMode, Tracker, connect
 from ..message import Message
 from ._bodies import FORMATS, InputError, MessageTemplate, message_stream, parse_property
 from ._connect import connect_arguments, connection_options, split_connection_options
@@ -65,9 +65,9 @@ async def _send_all(
     quiet: bool,
 ) -> None:
     async with connect(url, **options) as connection:
-        sender = await connection.open_sender(address, delivery=delivery)
+        sender = await connection.open_sender(address, delivery=cast(DeliveryMode, delivery))  # a click choice
         confirmed = delivery != "at-most-once"
-        pending: deque[tuple[Tracker, int]] = deque()
+        pending: deque[tuple[Tracker[Any], int]] = deque()
         with RunProgress("sent", total, quiet=quiet) as progress:
             started = anyio.current_time()
             number = 0

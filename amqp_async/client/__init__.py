@@ -7,21 +7,40 @@ installed) and on trio.
 from __future__ import annotations
 
 from ._backoff import Backoff
-from ._connection import Connection, connect
+from ._capabilities import PeerCapabilities
+from ._connect import connect
+from ._connect_options import ConnectOptions
+from ._connection import Connection
 from ._delivery import Delivery
-from ._links import Receiver, Sender, Tracker, selector
+from ._link_options import DeliveryMode, DistributionMode, ExpiryPolicy, OnError, Outcome
+from ._links import Receiver, Sender, SendManyError, selector
+from ._opening import Opening
 from ._session import Session
-from ._transaction import Transaction
+from ._state import ConnectionState, StateChange
+from ._tracker import Tracker
+from ._transaction import Transaction, TransactionState
 
 __all__ = [
     "Backoff",
+    "ConnectOptions",
     "Connection",
+    "ConnectionState",
     "Delivery",
+    "DeliveryMode",
+    "DistributionMode",
+    "ExpiryPolicy",
+    "OnError",
+    "Opening",
+    "Outcome",
+    "PeerCapabilities",
     "Receiver",
+    "SendManyError",
     "Sender",
     "Session",
+    "StateChange",
     "Tracker",
     "Transaction",
+    "TransactionState",
     "connect",
     "selector",
 ]

@@ -25,6 +25,8 @@ from ._url import Address, InvalidURL, parse_url
 
 __all__ = [
     "CONNECT_FILE_ENV",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_HEARTBEAT",
     "ConnectConfigError",
     "ResolvedOptions",
     "connect_config_paths",
@@ -78,8 +80,14 @@ OPTION_NAMES = frozenset(
 
 #: Seconds a connection attempt may take, from the TCP connect to the peer's open frame (TLS and SASL included),
 #: unless ``connect_timeout`` says otherwise: a peer that accepts the socket and then says nothing (or not enough)
-#: must not hold ``connect`` (or a reconnect) for ever.
-DEFAULT_CONNECT_TIMEOUT = 60.0
+#: must not hold ``connect`` (or a reconnect) for ever. Two attempts fit in the reconnect's default ``max_time``.
+DEFAULT_CONNECT_TIMEOUT = 30.0
+
+#: Our idle timeout in seconds (``heartbeat``) unless the caller says otherwise (None: none): a peer silent for
+#: that long is declared gone (§2.4.5), so that a peer stopped with its socket open (a frozen process or host)
+#: does not hold the connection's waiters for ever. We ask the peer for a frame every half of it (§2.4.5: "the
+#: value in idle-time-out SHOULD be half the peer's actual timeout threshold"), as proton does.
+DEFAULT_HEARTBEAT = 30.0
 
 
 class ConnectConfigError(AMQPError, ValueError):
@@ -194,7 +202,7 @@ class ResolvedOptions:
         sasl_enabled: whether a SASL layer is used.
         allowed_mechs: space-separated SASL mechanism names allowed, or None for the library's default.
         allow_insecure_mechs: whether mechanisms sending secrets in clear (PLAIN) may be used without TLS.
-        heartbeat: the idle timeout to advertise, in seconds, or None for none.
+        heartbeat: our idle timeout, in seconds (the peer is asked for a frame every half of it), or None for none.
         connect_timeout: the seconds one connection attempt may take, from the TCP connect to the peer's open
             frame, or None for no limit.
         reconnect: the reconnect delays, or False when reconnecting is disabled.
@@ -219,7 +227,7 @@ class ResolvedOptions:
     sasl_enabled: bool = True
     allowed_mechs: str | None = None
     allow_insecure_mechs: bool = DEFAULT_ALLOW_INSECURE_MECHS
-    heartbeat: float | None = None
+    heartbeat: float | None = DEFAULT_HEARTBEAT
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT
     reconnect: Backoff | Literal[False] = attrs.field(factory=Backoff)
     max_frame_size: int | None = None
@@ -582,7 +590,7 @@ def resolve_options(
         allow_insecure_mechs=_opt_bool(
             "allow_insecure_mechs", opts.get("allow_insecure_mechs", DEFAULT_ALLOW_INSECURE_MECHS)
         ),
-        heartbeat=_heartbeat(opts.get("heartbeat")),
+        heartbeat=_heartbeat(opts.get("heartbeat", DEFAULT_HEARTBEAT)),
         connect_timeout=_connect_timeout(opts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
         reconnect=_reconnect(opts.get("reconnect")),
         max_frame_size=_max_frame_size(opts.get("max_frame_size")),

@@ -14,38 +14,66 @@ a timer for heartbeats and idle timeouts.
 
 Reconnect: when the transport fails and reconnect is on, the task connects again (the next URL of the failover
 list, after the Backoff's delay), re-begins the sessions and re-attaches the links; deliveries that were sent but
-not settled are reported to their trackers as :class:`DeliveryInDoubt` — never resent silently.
+not settled are reported to their trackers as :class:`DeliveryInDoubt` — never resent silently. It gives up after
+the Backoff's ``max_time`` (60 s by default) or ``max_tries``: every waiter then raises a :class:`ConnectionLost`
+whose ``__cause__`` is the last attempt's error.
+
+Errors and state: each way a connection fails has its own error class (``amqp_async.errors``; the transport's in
+``_transport``), and each change of :attr:`Connection.state` is published to ``conn.state_changes()``
+(``_state``) and logged on ``amqp_async.connection``.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import ssl
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .. import protocol
 from ..codec import conditions
 from ..codec.performatives import Error
-from ..errors import AMQPError, AuthenticationError, ConnectionError
+from ..errors import (
+    AMQPError,
+    AuthenticationError,
+    ClosedByApplication,
+    ConnectError,
+    ConnectionClosed,
+    ConnectionError,
+    ConnectionLost,
+)
 from ..io import driver as _driver
 from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
-from ._config import ResolvedOptions, resolve_options
+from ._attempts import Attempts, failed_before_open, first_connect_failure, lost
+from ._capabilities import PeerCapabilities
+from ._config import ResolvedOptions
+from ._link_options import ReceiverOptions, SenderOptions, _fields, _symbols
+from ._links import Receiver, Sender
+from ._opener import LinkOpener
+from ._opening import Opening
+from ._session import Session
+from ._state import DEFAULT_STATE_BUFFER, ConnectionState, StateChange, StatePublisher, log_change
+from ._threadsafe import LoopHandle
 from ._trace import FrameTracer
-from ._transport import open_stream
+from ._transport import ATTEMPT_ERRORS, attempt_failure, open_stream, where
 from ._url import Address
 
 if TYPE_CHECKING:
+    from ..codec.values import AMQPValue
+    from ..types import symbol
     from ._tracing import MessageTracing
     from ._transaction import Transaction
 
-__all__ = ["HIGH_WATER", "Connection", "connect"]
+__all__ = ["HIGH_WATER", "Connection"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("amqp_async.connection")
 
@@ -86,7 +114,11 @@ def _spawn_system_task(function: Callable[[], Coroutine[Any, Any, None]]) -> Non
 _BACKGROUND: set[Any] = set()
 
 
-class Connection:
+class _DriverEnded(Exception):
+    """The driver a caller waited on has ended (the connection was lost): stop waiting on it."""
+
+
+class Connection(LinkOpener):
     """An open AMQP connection. Get one with :func:`connect`.
 
     Use :meth:`open_sender`, :meth:`open_receiver` (on the connection's default session) or :meth:`open_session`.
@@ -112,8 +144,8 @@ class Connection:
         self._opened = False
         self._closing = False
         self._error: AMQPError | None = None
-        self._sessions: list[Any] = []
-        self._default_session: Any = None
+        self._sessions: list[Session] = []
+        self._default_session: Session | None = None
         self._controller: Any = None  # the link to the peer's transaction coordinator, made on first use
         self._controller_lock: anyio.Lock | None = None
         self._tracer = FrameTracer.from_environment()
@@ -127,15 +159,18 @@ class Connection:
         self._reconnects = 0
         self._transport_failed = False
         self._reconnecting = False
-        self._reconnect_attempts: Iterator[tuple[float, Address]] | None = None
+        self._attempts = Attempts(options)
+        self._loss: ConnectionLost | None = None  # how the connection was last lost
         self._opened_at: float | None = None  # when the current connection opened (for the Backoff's restart)
         self._close_seen = False  # the engine reported the end of the current connection
-        self._attempt_started = 0.0  # when the current connection attempt began (for connect_timeout)
         self._open_timed_out = False  # the peer did not open the current connection within connect_timeout
+        self._state = ConnectionState.DISCONNECTED  # OPEN once the first connection opened (connect() returns)
+        self._publisher = StatePublisher()
         self._open_watch: anyio.CancelScope | None = None
         # The background task's scope: cancelled to abort the connection (a cancelled connect or close).
         self._run_scope = anyio.CancelScope()
         self._loop: Any = None
+        self._loop_handle = LoopHandle.current()  # for run_threadsafe, from other threads
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -157,29 +192,88 @@ class Connection:
         return self._finished or self._closing or self._error is not None
 
     @property
+    def state(self) -> ConnectionState:
+        """Where the connection stands: OPEN, DISCONNECTED or RECONNECTING (an outage, while reconnect goes on),
+        FAILED or CLOSED. See :meth:`state_changes`."""
+        return self._state
+
+    @property
+    def error(self) -> AMQPError | None:
+        """The error the connection failed with (what every waiter raises), or None while it has not failed."""
+        return self._error
+
+    def state_changes(self, max_buffer: float = DEFAULT_STATE_BUFFER) -> MemoryObjectReceiveStream[StateChange]:
+        """A stream of this connection's state changes from now on, one :class:`StateChange` each, ending after
+        the final one (FAILED or CLOSED; at once if the connection is already there)::
+
+            async with conn.state_changes() as changes:
+                async for change in changes:
+                    if change.state is ConnectionState.DISCONNECTED:
+                        ...  # change.error says why
+
+        An anyio memory object stream: close it (or leave its ``with``) when done with it. It holds up to
+        ``max_buffer`` changes not yet taken; changes beyond that are dropped for it (and a warning logged),
+        never waited for. Each call gives an independent stream.
+
+        Raises:
+            ValueError: ``max_buffer`` below 1.
+        """
+        return self._publisher.subscribe(max_buffer, ended=self._state.final)
+
+    def _set_state(
+        self, state: ConnectionState, *, error: AMQPError | None = None, address: Address | None = None
+    ) -> None:
+        """Enter ``state``: log it and publish the change (a final state is never left)."""
+        previous = self._state
+        if previous.final or (state is previous and state is not ConnectionState.DISCONNECTED):
+            return
+        self._state = state
+        reconnecting = state in (ConnectionState.RECONNECTING, ConnectionState.DISCONNECTED)
+        attempt = self._attempts.count if reconnecting else 0
+        url = str(address) if address is not None else None
+        change = StateChange(state, previous, error, url, attempt, anyio.current_time())
+        log_change(change, self._attempts, opened=self._opened)
+        self._publisher.publish(change)
+        if state.final:
+            self._publisher.close()
+
+    def _closed_error(self) -> ClosedByApplication:
+        return ClosedByApplication(f"the connection to {self._address} was closed by the application")
+
+    @property
     def remote_container_id(self) -> str | None:
         """The peer's container id, from its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return None if remote is None else remote.container_id
 
     @property
-    def remote_properties(self) -> dict[Any, Any] | None:
+    def remote_properties(self) -> dict[str, AMQPValue] | None:
         """The peer's connection properties, from its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return None if remote is None else remote.properties
 
     @property
-    def remote_offered_capabilities(self) -> tuple[Any, ...]:
+    def remote_offered_capabilities(self) -> tuple[symbol, ...]:
         """The capabilities the peer offered in its open frame."""
         remote = self._engine.remote_open if self._engine is not None else None
         return tuple(remote.offered_capabilities or ()) if remote is not None else ()
 
+    @property
+    def peer_capabilities(self) -> PeerCapabilities:
+        """What the peer can do, from its open frame, in typed form (anonymous relay, transactions, dynamic
+        nodes...: see :class:`~amqp_async.PeerCapabilities` for what is known when)."""
+        return PeerCapabilities.from_open(self._engine.remote_open if self._engine is not None else None)
+
     def _check(self) -> None:
-        """Raise the connection's error if it has one (or if it is closed)."""
-        if self._error is not None:
-            raise self._error
+        """Raise the connection's error if it has one (or :class:`ClosedByApplication` if the application closed
+        it)."""
+        error = self._error
+        if error is not None:
+            # One error object for every waiter, raised again and again: each raise starts a fresh traceback, else
+            # it would grow by the frames of every call that raised it (and keep those frames alive).
+            raise error.with_traceback(None)
         if self._closing or self._finished:
-            raise ConnectionError("the connection is closed")
+            raise self._closed_error()
 
     # --- opening -----------------------------------------------------------------------------------------
 
@@ -236,6 +330,8 @@ class Connection:
             hostname=hostname,
             max_frame_size=options.max_frame_size or 65536,
             idle_timeout=options.heartbeat,
+            # §2.4.5: "the value in idle-time-out SHOULD be half the peer's actual timeout threshold"
+            advertised_idle_timeout=options.heartbeat / 2 if options.heartbeat else None,
             properties=options.properties,
             offered_capabilities=options.offered_capabilities,
             desired_capabilities=options.desired_capabilities,
@@ -248,39 +344,47 @@ class Connection:
         """Open a TCP, TLS or WebSocket stream (``_transport``) to the first address that answers.
 
         The first connection tries each URL once and fails fast (the caller owns retries of ``connect``); a
-        reconnect follows the Backoff policy across the failover list, as proton's reconnect does.
+        reconnect follows the Backoff policy across the failover list, as proton's reconnect does, until its
+        ``max_tries`` or ``max_time``.
+
+        Raises:
+            ConnectError: (first connection) no URL answered: the last one's error, naming every URL tried.
+            ConnectionLost: (reconnect) reconnecting gave up; its cause is the last attempt's error.
         """
-        options = self._options
-        last_error: BaseException | None = None
-        if first:
-            attempts: Iterator[tuple[float, Address]] = iter([(0.0, address) for address in options.urls])
-        else:
-            # One Backoff sequence across reconnect cycles, restarted only once a connection opens (_on_opened):
-            # a peer that accepts TCP and then drops us is retried with growing delays, not in a tight loop.
-            if self._reconnect_attempts is None:
-                self._reconnect_attempts = options.attempts()
-            attempts = self._reconnect_attempts
-        for delay, address in attempts:
+        attempts = self._attempts
+        failures: list[ConnectError] = []
+        out_of_time = False
+        for delay, address in attempts.first() if first else attempts.reconnecting():
+            if not first and attempts.out_of_time(delay):
+                out_of_time = True  # no attempt could start in time
+                break
             if delay:
                 await anyio.sleep(delay)
             if self._closing:
-                break
-            self._attempt_started = anyio.current_time()
+                return
+            attempt = attempts.start(address, reconnecting=not first)
+            if not first:
+                self._set_state(ConnectionState.RECONNECTING, address=address)
             try:
-                with anyio.fail_after(options.connect_timeout):  # TimeoutError is an OSError
+                with anyio.fail_after(attempt.timeout):  # TimeoutError is an OSError
                     stream = await self._open_stream(address)
-            except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
-                last_error = exc
-                log.debug("connecting to %s failed: %r", address, exc)
+            except ATTEMPT_ERRORS as exc:
+                failure = attempt_failure(exc, address, attempt.timeout, attempt.limit)
+                failures.append(failure)
+                if first:
+                    log.debug("%s", failure)
+                else:
+                    attempts.last_error = failure
+                    self._set_state(ConnectionState.DISCONNECTED, error=failure, address=address)
                 continue
             self._stream = stream
             self._address = address
             self._engine = self._new_engine(address)
             log.info("connected to %s", address)
             return
-        targets = ", ".join(str(address) for address in options.urls)
-        reason = last_error if last_error is not None else "no attempt left"
-        raise ConnectionError(f"cannot connect to {targets}: {reason}") from last_error
+        if first:
+            raise first_connect_failure(failures)
+        raise attempts.gave_up(self._loss, self._address, out_of_time=out_of_time)
 
     async def _open_stream(self, address: Address) -> anyio.abc.ByteStream:
         return await open_stream(address, self._options)
@@ -296,15 +400,20 @@ class Connection:
                         break
                     await self._reconnect()
         except AMQPError as exc:
-            self._error = exc  # e.g. reconnecting gave up: the waiters learn why
+            if not self._closing:
+                self._fail(exc)  # e.g. reconnecting gave up: the waiters learn why
         except Exception as exc:  # the driver must never die silently: its waiters learn why
             if self._error is None:
-                self._error = ConnectionError(f"connection driver failed: {exc!r}")
+                self._fail(
+                    ConnectionError(
+                        f"the driver of the connection to {self._address} failed: {exc!r}", **where(self._address)
+                    )
+                )
             log.exception("connection driver failed")
         finally:
             await self._close_stream()
             if self._error is None and not self._closing:
-                self._error = ConnectionError("the connection ended")
+                self._fail(ConnectionLost(f"connection to {self._address} ended", **where(self._address)))
             self._fail_all()
             self._finished = True
             if self._done is not None:
@@ -324,20 +433,22 @@ class Connection:
         self._open_timed_out = False
         driver = self._driver = EngineDriver(engine, self._stream, self._dispatch, tracer=self._tracer)
         driver.closing = self._closing
-        timeout = self._options.connect_timeout
-        if timeout is None or engine.remote_open is not None:
+        attempt = self._attempts.current
+        deadline = attempt.deadline if attempt is not None else None
+        if deadline is None or engine.remote_open is not None:
             await driver.run()
         else:
             async with anyio.create_task_group() as group:
-                group.start_soon(self._watch_open, driver, self._attempt_started + timeout)
+                group.start_soon(self._watch_open, driver, deadline)
                 await driver.run()
                 group.cancel_scope.cancel()
         if not self._close_seen:
             self._transport_failed = driver.transport_failed and not self._closing
 
     async def _watch_open(self, driver: EngineDriver, deadline: float) -> None:
-        """Abort the transport when the peer has not opened the connection by ``deadline`` (connect_timeout: TLS,
-        SASL and the open exchange of one attempt). Ends as soon as the peer's open arrives."""
+        """Abort the transport when the peer has not opened the connection by ``deadline`` (connect_timeout, or the
+        end of the reconnect's max_time: TLS, SASL and the open exchange of one attempt). Ends as soon as the
+        peer's open arrives."""
         with anyio.CancelScope() as scope:
             self._open_watch = scope
             await anyio.sleep_until(deadline)
@@ -349,22 +460,11 @@ class Connection:
     def _should_reconnect(self) -> bool:
         return bool(self._options.reconnect) and self._opened and self._transport_failed and not self._closing
 
-    def _stable_after(self) -> float:
-        """How long a connection must have stayed open for the Backoff to start again from its first, immediate
-        attempt: its longest delay, and at least a second. A peer that drops each connection sooner (accepts,
-        opens, and goes) is no better than one that refuses it: the delays go on growing, and ``max_tries``
-        bounds the attempts."""
-        reconnect = self._options.reconnect
-        return max(1.0, reconnect.maximum) if reconnect is not False else 1.0
-
     async def _reconnect(self) -> None:
         """Connect again and restore sessions and links (the links report in-doubt deliveries first)."""
         self._reconnects += 1
-        log.warning("connection to %s lost; reconnecting", self._address)
-        opened_at = self._opened_at
+        self._attempts.restart_if_stable(self._opened_at)
         self._opened_at = None
-        if opened_at is not None and anyio.current_time() - opened_at >= self._stable_after():
-            self._reconnect_attempts = None  # the lost connection had worked: the delays start again
         self._reconnecting = True
         for session in self._sessions:
             session._on_transport_lost()
@@ -374,6 +474,7 @@ class Connection:
         for session in list(self._sessions):
             session._restore()
         self._kick()
+        self._notify()  # waiters on the old links and sessions find them replaced
 
     async def _close_stream(self) -> None:
         if self._stream is not None:
@@ -409,12 +510,25 @@ class Connection:
         await changed.wait()
 
     async def _wait_writable(self) -> None:
-        """Wait while the queued output is above :data:`HIGH_WATER`."""
-        if self._driver is not None:
-            await self._driver.wait_output_below(HIGH_WATER, self._check)
+        """Wait while the queued output is above :data:`HIGH_WATER`, or until the connection is lost (the caller
+        then finds out what to wait for next)."""
+        driver = self._driver
+        if driver is None:
+            return
+
+        def check() -> None:
+            self._check()
+            if driver.ended:
+                raise _DriverEnded
+
+        try:
+            await driver.wait_output_below(HIGH_WATER, check)
+        except _DriverEnded:
+            pass
 
     async def _wait_flushed(self) -> None:
-        """Wait until everything queued before this call has been written to the socket."""
+        """Wait until everything queued before this call has been written to the socket, or until the connection
+        is lost (what it had not written is lost with it: at-most-once)."""
         driver = self._driver
         if driver is not None:
             await driver.wait_flushed(driver.flush_epoch, self._check)
@@ -432,6 +546,10 @@ class Connection:
             self._driver.wake_timer()  # the peer's idle timeout may need our first heartbeat soon
         if self._open_watch is not None:
             self._open_watch.cancel()
+        if self._opened:
+            self._set_state(ConnectionState.OPEN, address=self._address)  # reconnected
+        else:
+            self._state = ConnectionState.OPEN  # connect() returns it: nobody can have subscribed before
         self._opened = True
         self._opened_at = anyio.current_time()
         self._reconnecting = False
@@ -449,41 +567,73 @@ class Connection:
             and event.error.condition == conditions.RESOURCE_LIMIT_EXCEEDED
             and event.sasl_code is None
         )
+        # This connection had opened (else: an attempt that failed before the peer's open).
+        opened = self._engine is not None and self._engine.remote_open is not None
         # Network faults: the transport broke or ended without a close frame (this includes an attempt aborted by
         # connect_timeout), or the peer fell silent past our idle timeout. Everything else is final: a close
         # frame from the peer (its deliberate decision), a failed authentication, and the close we sent because
         # the peer broke the protocol (decode or framing error, a frame out of place): a peer that did so once
         # will do so again.
-        if (event.transport_ended or idle_expired) and self._options.reconnect and self._opened and not self._closing:
+        network_fault = event.transport_ended or idle_expired
+        if network_fault and self._options.reconnect and self._opened and not self._closing:
             # The network failed: the driver reconnects, and callers keep waiting rather than fail.
             self._transport_failed = True
             self._reconnecting = True
+            if opened:
+                self._loss = self._lost(idle_expired)
+                self._set_state(ConnectionState.DISCONNECTED, error=self._loss, address=self._address)
+            else:
+                failure = self._attempts.last_error = self._failed_before_open()
+                self._set_state(ConnectionState.DISCONNECTED, error=failure, address=self._address)
             return
         self._transport_failed = False
-        if self._open_timed_out:
-            timeout = self._options.connect_timeout
-            self._error = ConnectionError(
-                f"the peer did not open the connection within connect_timeout ({timeout} s)",
-                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
-            )
+        located = where(self._address)
+        if network_fault:
+            self._fail(self._lost(idle_expired) if opened else self._failed_before_open())
             return
         if event.sasl_code is not None or (
             event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote
         ):
             # A failed SASL outcome, or no mechanism both sides accept: an authentication error either way.
             condition, description = _error_text(event.error)
-            self._error = AuthenticationError(description, sasl_code=event.sasl_code, condition=condition)
+            self._fail(
+                AuthenticationError(
+                    f"cannot connect to {self._address}: {description}",
+                    sasl_code=event.sasl_code,
+                    condition=condition,
+                    **located,
+                )
+            )
             return
         if event.error is not None and not (self._closing and not event.remote):
             condition, description = _error_text(event.error)
-            transport_error = self._driver.transport_error if self._driver is not None else None
-            if event.transport_ended and transport_error:
-                description = f"{description}: {transport_error}"
-            self._error = ConnectionError(description, condition=condition, info=event.error.info)
+            if event.remote:
+                self._fail(ConnectionClosed(description, condition=condition, info=event.error.info, **located))
+            else:  # we closed it: the peer broke the protocol (the condition names the breach)
+                self._fail(
+                    ConnectionError(
+                        f"closed the connection to {self._address}: {description}",
+                        condition=condition,
+                        info=event.error.info,
+                        **located,
+                    )
+                )
+
+    def _lost(self, idle_expired: bool) -> ConnectionLost:
+        return lost(self._address, self._options.heartbeat if idle_expired else None, self._driver)
+
+    def _failed_before_open(self) -> ConnectError:
+        return failed_before_open(self._address, self._attempts.current, self._driver, timed_out=self._open_timed_out)
+
+    def _fail(self, error: AMQPError) -> None:
+        """The connection failed for good with ``error``: what every waiter raises from now on."""
+        self._error = error
+        self._set_state(ConnectionState.FAILED, error=error, address=self._address)
 
     def _fail_all(self) -> None:
+        error = self._error if self._error is not None else self._closed_error()
         for session in self._sessions:
-            session._on_connection_failed(self._error)
+            session._on_connection_failed(error)
 
     def _on_session_event(self, event: Any) -> None:
         owner = event.session.user_data
@@ -519,32 +669,60 @@ class Connection:
 
     # --- public API --------------------------------------------------------------------------------------
 
-    async def open_session(self, **options: Any) -> Any:
-        """Begin a session; use it as an async context manager to end it.
+    def open_session(
+        self,
+        *,
+        incoming_window: int | None = None,
+        handle_max: int | None = None,
+        offered_capabilities: str | Sequence[str] | None = None,
+        desired_capabilities: str | Sequence[str] | None = None,
+        properties: Mapping[str, object] | None = None,
+    ) -> Opening[Session]:
+        """Begin a session (§2.5): ``await`` it for the :class:`Session`, or ``async with`` it to end the session
+        (and its links) at the end of the block.
 
         Args:
-            **options: ``incoming_window``, the session's incoming window in frames (default 2048).
-        """
-        from ._session import Session
+            incoming_window: the session's incoming window, in transfer frames (§2.5.6); default: the engine's
+                (2048).
+            handle_max: the highest link handle the session accepts (§2.7.2); default: 2**32 - 1.
+            offered_capabilities: the capabilities the session offers (symbols; a str is one).
+            desired_capabilities: the capabilities the session desires of the peer.
+            properties: the session's properties (str keys are sent as symbols).
 
+        Raises:
+            ConnectionError: (when awaited) the connection has ended.
+        """
+        options: dict[str, Any] = {}
+        if incoming_window is not None:
+            options["incoming_window"] = incoming_window
+        if handle_max is not None:
+            options["handle_max"] = handle_max
+        if offered_capabilities is not None:
+            options["offered_capabilities"] = _symbols(offered_capabilities, "offered_capabilities")
+        if desired_capabilities is not None:
+            options["desired_capabilities"] = _symbols(desired_capabilities, "desired_capabilities")
+        if properties is not None:
+            options["properties"] = _fields(properties, "properties")
+        return Opening(self._begin_session(options))
+
+    async def _begin_session(self, options: dict[str, Any]) -> Session:
         self._check()
         session = Session(self, options)
         self._sessions.append(session)
         await session._begin()
         return session
 
-    async def _session(self) -> Any:
+    async def _session(self) -> Session:
         if self._default_session is None or self._default_session.is_closed:
-            self._default_session = await self.open_session()
+            self._default_session = await self._begin_session({})
         return self._default_session
 
-    async def open_sender(self, target: str | None, **options: Any) -> Any:
-        """Attach a sender on the connection's default session: see :meth:`Session.open_sender`."""
-        return await (await self._session()).open_sender(target, **options)
+    async def _attach_sender(self, options: SenderOptions) -> Sender[Any]:
+        # Links opened on the connection go on its default session, begun with the first of them.
+        return await (await self._session())._attach_sender(options)
 
-    async def open_receiver(self, source: str | None, **options: Any) -> Any:
-        """Attach a receiver on the connection's default session: see :meth:`Session.open_receiver`."""
-        return await (await self._session()).open_receiver(source, **options)
+    async def _attach_receiver(self, options: ReceiverOptions) -> Receiver:
+        return await (await self._session())._attach_receiver(options)
 
     def transaction(self) -> Transaction:
         """A local transaction (§4) on this connection, declared when it is awaited or entered.
@@ -574,6 +752,7 @@ class Connection:
             return
         if not self._closing:
             self._closing = True
+            self._set_state(ConnectionState.CLOSED, address=self._address)
             driver = self._driver
             engine = self._engine
             if driver is not None and driver.engine is engine and engine is not None and not engine.closed:
@@ -590,12 +769,21 @@ class Connection:
             if not self._finished:  # cancelled, or the driver overran its bounds: end it now
                 await self._abort()
 
-    def run_threadsafe(self, coroutine: Awaitable[Any]) -> Any:
-        """Run a coroutine of this connection from another thread (asyncio): returns a concurrent Future."""
-        import asyncio
+    def run_threadsafe(self, coroutine: Awaitable[_T]) -> Future[_T]:
+        """Run an awaitable of this connection (``sender.send(...)``, ``receiver.receive()``...) on the
+        connection's event loop, from another thread: asyncio or trio alike.
 
-        loop = self._loop
-        return asyncio.run_coroutine_threadsafe(coroutine, loop)  # type: ignore[arg-type]  # an awaitable works
+        Returns at once a :class:`concurrent.futures.Future` of its result: ``.result(timeout)`` waits for it in the
+        calling thread (never call that on the loop's own thread: it would wait for itself); ``.cancel()`` cancels
+        the awaitable.
+
+        Raises:
+            RuntimeError: the connection's event loop has ended (or it was not made on one).
+        """
+        handle = self._loop_handle
+        if handle is None:
+            raise RuntimeError("the connection was not made on a running event loop: nothing runs its work")
+        return handle.run(coroutine)
 
     async def __aenter__(self) -> Connection:
         return self
@@ -604,8 +792,7 @@ class Connection:
         await self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.is_closed else "open"
-        return f"<amqp_async.Connection {self._address} {state}>"
+        return f"<amqp_async.Connection {self._address} {self._state.value}>"
 
 
 _EVENT_HANDLERS: dict[type, Callable[[Connection, Any], None]] = {
@@ -619,55 +806,3 @@ _EVENT_HANDLERS: dict[type, Callable[[Connection, Any], None]] = {
     ev.DeliveriesReceived: Connection._on_link_event,
     ev.DeliveriesUpdated: Connection._on_updated,
 }
-
-
-class _Connect:
-    """What :func:`connect` returns: awaitable (gives the :class:`Connection`) and an async context manager."""
-
-    def __init__(self, url: str | None, options: dict[str, Any]) -> None:
-        self._url = url
-        self._options = options
-        self._connection: Connection | None = None
-
-    async def _connect(self) -> Connection:
-        resolved = resolve_options(self._url, self._options)
-        connection = Connection(resolved)
-        try:
-            import asyncio
-
-            connection._loop = asyncio.get_running_loop()
-        except RuntimeError:  # trio
-            pass
-        await connection._establish()
-        return connection
-
-    def __await__(self) -> Generator[Any, None, Connection]:
-        return self._connect().__await__()
-
-    async def __aenter__(self) -> Connection:
-        self._connection = await self._connect()
-        return self._connection
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._connection is not None:
-            await self._connection.close()
-
-
-def connect(url: str | None = None, **options: Any) -> _Connect:
-    """Connect to an AMQP 1.0 peer.
-
-    ``await connect(url)`` gives an open :class:`Connection`; ``async with connect(url) as conn`` also closes it
-    at the end. Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
-    ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
-    ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``) plus
-    ``ssl_context``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or False for none;
-    default: the https_proxy/http_proxy/no_proxy environment variables) and ``tracing`` (OpenTelemetry: True for
-    the global tracer provider, or a TracerProvider; off by default); a ``connect.json`` is honoured as proton
-    honours it. ``url`` is ``amqp://``, ``amqps://``, ``ws://`` or ``wss://`` (AMQP over WebSocket, the URL
-    naming the WebSocket endpoint).
-
-    Raises:
-        ConnectionError: no URL could be reached, or the peer refused or closed the connection.
-        AuthenticationError: SASL authentication failed.
-    """
-    return _Connect(url, options)

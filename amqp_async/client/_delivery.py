@@ -2,24 +2,61 @@
 
 from __future__ import annotations
 
+import logging
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import RCV_SECOND, Error
-from ..errors import LinkDetached
+from ..codec.transactions import TransactionalState
+from ..errors import AMQPError, DeliveryAlreadySettled, LinkDetached
 from ..message import Message
 from ..protocol.endpoint import EndpointState
 from ..types import symbol
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
     from ..protocol.delivery import Delivery as EngineDelivery
+    from ._link_options import Outcome
     from ._links import Receiver
     from ._transaction import Transaction
 
 __all__ = ["Delivery"]
 
+log = logging.getLogger("amqp_async.connection")
+
 _ACCEPTED = Accepted()
 _RELEASED = Released()
+_FAILED = Modified(delivery_failed=True)
+_MODIFIED = Modified.descriptor_name
+
+#: How long leaving ``async with delivery`` on an exception may wait for the sender's settlement (receiver settle
+#: mode second) before it lets the exception go on: the outcome is sent either way.
+_SETTLE_ON_ERROR_TIMEOUT = 10.0
+#: The longest error description a rejection made from an exception carries (a frame must fit the peer's
+#: max-frame-size, at least 512 bytes, §2.7.1).
+_MAX_DESCRIPTION = 400
+
+
+class _Unsettled:
+    """The outcome slot of a delivery nobody settled yet."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<unsettled>"
+
+
+_UNSETTLED: Any = _Unsettled()
+
+
+def _outcome_name(state: object) -> str:
+    if isinstance(state, TransactionalState):
+        return f"{_outcome_name(state.outcome)} within a transaction"
+    return "settled by the sender" if state is None else type(state).__name__.lower()
 
 
 class Delivery:
@@ -30,17 +67,28 @@ class Delivery:
     ``accept()`` (or the other three) returns once the sender has settled: the message is then neither lost nor
     duplicated.
 
+    A delivery has one outcome: settling it a second time (``accept()`` twice, ``reject()`` after ``accept()``...)
+    raises :class:`~amqp_async.DeliveryAlreadySettled`. A delivery the sender settled already (at-most-once: it
+    arrives settled) takes its first settlement quietly, nothing being sent (§2.6.12), so that code written for
+    confirmed deliveries runs unchanged; a second one raises as well.
+
+    ``async with delivery:`` settles it when the block ends: accepted when it ends normally; when it raises, by the
+    receiver's ``on_error`` (modified with delivery-failed by default; released when the sender's source lists no
+    modified outcome, §3.5.3, as RabbitMQ 3.x's does not), and the exception goes on; when it is cancelled (or ends
+    by KeyboardInterrupt or SystemExit), released. A block that settled the delivery itself is left as it settled
+    it.
+
     Attributes:
-        tag: the delivery tag.
-        payload: the encoded message bytes.
+        receiver: the receiver it came on.
     """
 
-    __slots__ = ("_delivery", "_message", "receiver")
+    __slots__ = ("_delivery", "_message", "_outcome", "receiver")
 
     def __init__(self, receiver: Receiver, delivery: EngineDelivery) -> None:
         self.receiver = receiver
         self._delivery = delivery
         self._message: Message | None = None
+        self._outcome: Any = _UNSETTLED
 
     @property
     def message(self) -> Message:
@@ -72,15 +120,15 @@ class Delivery:
         return self._delivery.aborted
 
     @property
-    def span(self) -> Any:
+    def span(self) -> Span | None:
         """The OpenTelemetry span of this delivery's receipt when the connection traces messages
         (``connect(..., tracing=True)``), else None: see docs/client.md, "Tracing"."""
         return None
 
     @property
-    def state(self) -> Any:
-        """The outcome we gave it, if any."""
-        return self._delivery.state
+    def state(self) -> Outcome | TransactionalState | None:
+        """The outcome we gave it, if any (within a transaction: the transactional state carrying it)."""
+        return self._delivery.state  # type: ignore[no-any-return]
 
     async def accept(self, *, transaction: Transaction | None = None) -> None:
         """Accept the message (§3.4.2): it was processed.
@@ -88,6 +136,10 @@ class Delivery:
         With ``transaction`` (a declared :class:`~amqp_async.Transaction` of this connection), the acceptance
         is within it (§4.4.2): the message is consumed only if the transaction commits, and returned to its
         source if it rolls back.
+
+        Raises:
+            DeliveryAlreadySettled: the delivery was settled already (by one of the four settling methods).
+            LinkDetached: the link it came on is gone (the peer delivers it again).
         """
         await self._settle(_ACCEPTED, transaction)
 
@@ -95,21 +147,21 @@ class Delivery:
         self,
         condition: str = "amqp:internal-error",
         description: str | None = None,
-        info: dict[Any, Any] | None = None,
+        info: dict[str, Any] | None = None,
         *,
         transaction: Transaction | None = None,
     ) -> None:
         """Reject the message (§3.4.3): it is invalid and must not be delivered again; the error says why.
-        ``transaction``: as for :meth:`accept`."""
+        ``transaction``, errors: as for :meth:`accept`."""
         error = Error(condition=symbol(condition), description=description, info=info)
         await self._settle(Rejected(error=error), transaction)
 
     async def release(self, delivered: bool = False, *, transaction: Transaction | None = None) -> None:
         """Release the message (§3.4.4): not processed, deliver it again (to anyone). With ``delivered=True``, as
         proton's ``release(delivered=True)``, it is a modified outcome with delivery-failed set.
-        ``transaction``: as for :meth:`accept`."""
+        ``transaction``, errors: as for :meth:`accept`."""
         if delivered:
-            await self._settle(Modified(delivery_failed=True), transaction)
+            await self._settle(_FAILED, transaction)
         else:
             await self._settle(_RELEASED, transaction)
 
@@ -117,12 +169,13 @@ class Delivery:
         self,
         delivery_failed: bool = True,
         undeliverable_here: bool = False,
-        annotations: dict[Any, Any] | None = None,
+        annotations: dict[str, Any] | None = None,
         *,
         transaction: Transaction | None = None,
     ) -> None:
         """Modify the message (§3.4.5): not processed; count a failed attempt, keep it away from this receiver,
-        and/or add message annotations before it is delivered again. ``transaction``: as for :meth:`accept`."""
+        and/or add message annotations before it is delivered again. ``transaction``, errors: as for
+        :meth:`accept`."""
         await self._settle(
             Modified(
                 delivery_failed=delivery_failed,
@@ -135,8 +188,12 @@ class Delivery:
     async def _settle(self, state: Any, transaction: Transaction | None = None) -> None:
         delivery = self._delivery
         receiver = self.receiver
-        if delivery.settled:
-            return
+        if self._outcome is not _UNSETTLED:
+            raise DeliveryAlreadySettled(
+                f"delivery {delivery.tag!r} is settled already ({_outcome_name(self._outcome)}): "
+                "a delivery has one outcome (§3.4)",
+                outcome=self._outcome,
+            )
         if transaction is not None:
             if transaction.connection is not receiver.connection:
                 raise ValueError("the transaction belongs to another connection")
@@ -144,9 +201,16 @@ class Delivery:
             state = transaction._outcome_state(state)
         link = delivery.link
         if link is not receiver._engine_link or link.local_state is not EndpointState.ACTIVE:
-            raise LinkDetached(
+            receiver._check()  # closed by the application (ClosedByApplication), or failed: that error
+            gone = LinkDetached(
                 "the link this delivery came on is gone (detached or reconnected): the peer will deliver it again"
             )
+            if link is not receiver._engine_link:
+                gone.__cause__ = receiver.connection._loss  # reconnected: the loss that took the old link
+            raise gone
+        self._outcome = state
+        if delivery.settled:
+            return  # settled without us (nothing is left to say)
         connection = receiver.connection
         if delivery.remote_settled:
             delivery.settled = True  # the sender settled first (at-most-once): nothing to say
@@ -159,8 +223,61 @@ class Delivery:
             # §2.6.12: mode second: wait for the sender's settlement, then settle (nothing more is sent).
             while not delivery.remote_settled:
                 receiver._check()
+                if link is not receiver._engine_link:  # reconnected: the sender's settlement will never come
+                    lost = LinkDetached(
+                        "the connection was lost before the sender settled the delivery: whether the outcome took "
+                        "effect is unknown; the peer may deliver the message again"
+                    )
+                    lost.__cause__ = connection._loss
+                    raise lost
                 await connection._wait_state()
             delivery.settled = True
+
+    # --- as a context manager ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Delivery:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if self._outcome is not _UNSETTLED:
+            return  # the block settled it
+        if exc is None:
+            await self._settle(_ACCEPTED)
+            return
+        # The block failed: settle as the receiver says, shielded from a cancellation (and bounded), then let the
+        # exception go on. A cancellation, Ctrl-C or exit is no fault of the message: it is released.
+        state = self._failure_outcome(exc) if isinstance(exc, Exception) else _RELEASED
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_ON_ERROR_TIMEOUT):
+            try:
+                await self._settle(state)
+            except AMQPError as settle_error:  # the link is gone: the peer delivers it again anyway
+                log.debug("delivery %r not settled on leaving its block: %s", self.tag, settle_error)
+
+    def _failure_outcome(self, exc: Exception) -> Modified | Released | Rejected:
+        on_error = self.receiver._options.on_error
+        if on_error == "release":
+            return _RELEASED
+        if on_error == "modify":
+            # §3.5.3: only an outcome the sender's source lists may be chosen (RabbitMQ 3.x lists no modified, and
+            # ends the session on one): released, then, which also has the message delivered again.
+            return _FAILED if self._source_supports(_MODIFIED) else _RELEASED
+        if isinstance(exc, AMQPError):
+            condition, text = exc.condition, exc.description
+        else:
+            condition, text = "amqp:internal-error", str(exc)
+        description = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        if len(description) > _MAX_DESCRIPTION:
+            description = f"{description[: _MAX_DESCRIPTION - 3]}..."
+        return Rejected(error=Error(condition=symbol(condition), description=description))
+
+    def _source_supports(self, outcome: str) -> bool:
+        """Whether the sender's source allows ``outcome`` (a descriptor name); a source that lists none allows
+        the standard ones."""
+        source = self.receiver._engine_link.remote_source
+        outcomes = getattr(source, "outcomes", None)
+        return not outcomes or outcome in outcomes
 
     def __repr__(self) -> str:
         return f"<amqp_async.Delivery tag={self.tag!r} settled={self.settled}>"

@@ -1,35 +1,26 @@
-"""Senders, receivers and trackers of the awaitable API."""
+"""Senders and receivers of the awaitable API (trackers: ``_tracker``; link options: ``_link_options``)."""
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 
-from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
-from ..codec.performatives import RCV_FIRST, RCV_SECOND, SND_SETTLED, SND_UNSETTLED, Error
-from ..codec.terminus import Source, Target
-from ..codec.transactions import TransactionalState
-from ..errors import (
-    AMQPError,
-    DeliveryInDoubt,
-    LinkDetached,
-    LinkError,
-    MessageModified,
-    MessageRejected,
-    MessageReleased,
-)
+from ..codec.delivery_states import Accepted
+from ..codec.performatives import Error
+from ..errors import AMQPError, ClosedByApplication, DeliveryError, LinkDetached, LinkError, SessionError
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
 from ..protocol.errors import LocalProtocolError
-from ..types import Described, symbol
+from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
+from ._tracker import Tracker, _TracedTracker
 
 if TYPE_CHECKING:
-    from ..protocol.delivery import Delivery as EngineDelivery
+    from typing_extensions import TypeVar
+
     from ..protocol.link import Link as EngineLink
     from ..protocol.link import ReceiverLink, SenderLink
     from ..protocol.session import Session as EngineSession
@@ -38,31 +29,14 @@ if TYPE_CHECKING:
     from ._tracing import MessageTracing
     from ._transaction import Transaction
 
-__all__ = ["Receiver", "Sender", "Tracker", "selector"]
+    # What send() gives: Accepted on a confirmed sender (the default), None on an at-most-once one (see Tracker).
+    _R = TypeVar("_R", default=Accepted)
+else:
+    from typing import TypeVar
 
-# Delivery guarantees (§3.4 and §2.6.12) as settle modes.
-_GUARANTEES = {
-    "at-most-once": (SND_SETTLED, RCV_FIRST),
-    "at-least-once": (SND_UNSETTLED, RCV_FIRST),
-    "exactly-once": (SND_UNSETTLED, RCV_SECOND),
-}
-_TERMINUS_OPTIONS = ("durable", "expiry_policy", "timeout", "dynamic", "dynamic_node_properties")
+    _R = TypeVar("_R")
 
-
-def _terminus_fields(options: dict[str, Any]) -> dict[str, Any]:
-    """Pop the terminus options; ``durable=True`` means unsettled-state durability (2, as proton's
-    DurableSubscription sets it) and ``False`` none (0), §3.5.5."""
-    fields = {key: options.pop(key) for key in _TERMINUS_OPTIONS if key in options}
-    durable = fields.get("durable")
-    if isinstance(durable, bool):
-        fields["durable"] = 2 if durable else 0
-    return fields
-
-
-def selector(expression: str) -> dict[symbol, Described]:
-    """A source filter map holding a JMS message selector (``apache.org:selector-filter:string``), as proton's
-    ``Selector`` builds it: pass it as ``filter=`` to :meth:`Session.open_receiver` (or use ``selector=``)."""
-    return {symbol("selector"): Described(symbol("apache.org:selector-filter:string"), expression)}
+__all__ = ["Receiver", "SendManyError", "Sender", "Tracker", "selector"]
 
 
 def _link_error(error: Error | None, default: str) -> AMQPError:
@@ -71,13 +45,16 @@ def _link_error(error: Error | None, default: str) -> AMQPError:
     return LinkError(error.description or "", condition=str(error.condition), info=error.info)
 
 
-def _settle_modes(options: dict[str, Any]) -> tuple[int, int]:
-    guarantee = options.pop("delivery", "at-least-once")
-    try:
-        snd, rcv = _GUARANTEES[guarantee]
-    except KeyError:
-        raise ValueError(f"delivery must be one of {sorted(_GUARANTEES)}, got {guarantee!r}") from None
-    return options.pop("snd_settle_mode", snd), options.pop("rcv_settle_mode", rcv)
+def _not_a_message(message: object) -> TypeError:
+    """The error for a send of something that is neither a Message nor encoded message bytes."""
+    shown = repr(message)
+    if len(shown) > 60:
+        shown = f"{shown[:57]}..."
+    hint = " (or Message.from_json(...) for JSON)" if isinstance(message, (dict, list)) else ""
+    return TypeError(
+        "a message to send is an amqp_async.Message, or the bytes of an encoded message (Message.encode()); got "
+        f"{type(message).__name__} {shown}. To send it as the message's body: Message(body=...){hint}"
+    )
 
 
 class _Link:
@@ -85,11 +62,10 @@ class _Link:
 
     _engine_link: EngineLink
 
-    def __init__(self, session: Session, options: dict[str, Any], kind: str) -> None:
+    def __init__(self, session: Session, name: str) -> None:
         self.session = session
         self.connection = session.connection
-        self._options = dict(options)
-        self.name: str = self._options.pop("name", None) or f"{self.connection.container_id}-{kind}-{uuid.uuid4()}"
+        self.name = name
         self._error: AMQPError | None = None
         self._closed = False
         self._detaching = False  # close() was called: our own detach
@@ -104,21 +80,43 @@ class _Link:
         if self._error is not None:
             raise self._error
         if self._closed:
+            if self._detaching:
+                raise ClosedByApplication(f"link {self.name!r} was closed by the application")
             raise LinkDetached(f"link {self.name!r} is detached")
 
+    @property
+    def _closed_by_application(self) -> bool:
+        """The application closed the link, its session or its connection: nothing more is handed out."""
+        return self._detaching or self.session._closing or self.connection._closing
+
     async def _wait_attached(self) -> None:
-        link = self._engine_link
         self.connection._kick()
-        while link.remote_state is EndpointState.UNINIT:
+        try:
+            # The engine link is read again on each wake-up: a reconnect meanwhile attaches a new one (_restore),
+            # and the old one never hears from the peer again.
+            while self._engine_link.remote_state is EndpointState.UNINIT:
+                self._check()
+                await self.connection._wait_state()
+            link = self._engine_link
+            # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
+            refused = (link.role and link.remote_source is None) or (
+                not link.role and link.remote_target is None and self._target_address_expected()
+            )
+            while refused and link.remote_state is EndpointState.ACTIVE and self._error is None:
+                if link is not self._engine_link:
+                    break  # reconnected meanwhile: the new link's attach is what counts
+                await self.connection._wait_state()
             self._check()
-            await self.connection._wait_state()
-        # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
-        refused = (self._engine_link.role and link.remote_source is None) or (
-            not self._engine_link.role and link.remote_target is None and self._target_address_expected()
-        )
-        while refused and link.remote_state is EndpointState.ACTIVE and self._error is None:
-            await self.connection._wait_state()
-        self._check()
+        except (LinkError, SessionError) as exc:
+            # The peer refused the link (detached it, or ended its session): say which link, with its words.
+            what = self._describe()
+            raise type(exc)(
+                f"the peer refused the {what}: {exc.description}", condition=exc.condition, info=exc.info
+            ) from exc
+
+    def _describe(self) -> str:
+        """The link in words, for errors: its kind and address."""
+        return f"link {self.name!r}"
 
     def _target_address_expected(self) -> bool:
         return True
@@ -160,143 +158,62 @@ class _Link:
         await self.close()
 
 
-class Tracker:
-    """The outcome of one sent message, to await later (:meth:`Sender.submit`).
+class SendManyError(AMQPError):
+    """Messages of a :meth:`Sender.send_many` batch were not accepted (or not sent): every message's result is
+    kept, in order, so that none is lost track of.
 
-    ``await tracker`` returns the outcome (``Accepted()``) or raises :class:`MessageRejected`,
-    :class:`MessageReleased`, :class:`MessageModified`, or :class:`DeliveryInDoubt` when the connection or link
-    ended before the outcome was known.
+    The condition and description are those of the first failure; the description also counts them.
+
+    Attributes:
+        results: one entry per message, in the order given: its outcome (as ``send()`` returns it) when it was
+            accepted, else the error: a :class:`~amqp_async.DeliveryError` (``MessageRejected``,
+            ``MessageReleased``, ``MessageModified``, or ``DeliveryInDoubt`` when the connection or link ended
+            before its outcome came), or, for a message never transferred, the error that kept it back: the
+            engine's refusal of that message (e.g. ``amqp:link:message-size-exceeded``; the batch goes on), or the
+            error of the link or connection that failed midway (a ``LinkError`` or ``ConnectionError``; the rest
+            are not sent). A message never transferred is safe to send again.
+        errors: ``(index, error)`` for each message that failed, in order.
+        outcomes: the outcomes of the messages that were accepted, by index.
     """
 
-    __slots__ = ("_error", "_sender", "_waiters", "delivery", "done", "outcome")
-
-    def __init__(self, sender: Sender | None, delivery: EngineDelivery | None) -> None:
-        self._sender = sender
-        self.delivery = delivery
-        self.done = False
-        self.outcome: Any = None
-        self._error: AMQPError | None = None
-        # One wake-up per waiting task (a bare future on asyncio: a tenth of the cost of an event), made only
-        # once someone waits.
-        self._waiters: list[asyncio.Future[None] | anyio.Event] | None = None
-
-    @property
-    def tag(self) -> bytes | None:
-        """The delivery tag."""
-        return None if self.delivery is None else self.delivery.tag
-
-    @property
-    def settled(self) -> bool:
-        """True once the delivery is settled (and the outcome known)."""
-        return self.done and self._error is None
-
-    def _update(self, delivery: EngineDelivery) -> None:
-        state = delivery.remote_state
-        if state.__class__ is TransactionalState:
-            # §4.4.1: the outcome of a transfer within a transaction, provisional until the discharge
-            state = state.outcome
-            if state is None and not delivery.remote_settled:
-                return
-        if not (delivery.remote_settled or delivery.settled) and (state is None or isinstance(state, Received)):
-            return  # not final yet (a received state, or an unsettled disposition without outcome)
-        self._finish(state, _outcome_error(state))
-
-    def _finish(self, outcome: Any, error: AMQPError | None) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.outcome = outcome
-        self._error = error
-        if self.delivery is not None:
-            self.delivery.user_data = None
-        if self._sender is not None:
-            self._sender._pending.discard(self)
-        waiters = self._waiters
-        if waiters is not None:
-            self._waiters = None
-            for waiter in waiters:
-                if isinstance(waiter, anyio.Event):
-                    waiter.set()
-                elif not waiter.done():
-                    waiter.set_result(None)
-
-    def _in_doubt(self, reason: str) -> None:
-        self._finish(None, DeliveryInDoubt(reason))
-
-    async def wait(self) -> Any:
-        """Wait for the outcome: return it, or raise the error it stands for."""
-        return await self
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        # A generator rather than a coroutine: ``await tracker`` (as ``send()`` does on every confirmed message)
-        # then suspends one frame deep, on the waiter itself.
-        if not self.done:
-            loop = None if self._sender is None else self._sender.connection._loop
-            waiter = anyio.Event() if loop is None else loop.create_future()  # no loop: not asyncio (trio)
-            waiters = self._waiters
-            if waiters is None:
-                waiters = self._waiters = []
-            waiters.append(waiter)
-            try:
-                yield from (waiter.wait().__await__() if isinstance(waiter, anyio.Event) else waiter.__await__())
-            finally:
-                if not self.done:  # cancelled: forget this waiter (a task may wait again and again, in timeouts)
-                    waiters.remove(waiter)
-        if self._error is not None:
-            raise self._error
-        return self.outcome
-
-
-class _TracedTracker(Tracker):
-    """A :class:`Tracker` whose outcome also ends the message's send span (tracing on: ``_tracing``)."""
-
-    __slots__ = ("_size", "_span", "_tracing")
-
-    def __init__(self, sender: Sender, delivery: EngineDelivery, tracing: MessageTracing, span: Any, size: int) -> None:
-        super().__init__(sender, delivery)
-        self._tracing = tracing
-        self._span = span
-        self._size = size
-
-    def _finish(self, outcome: Any, error: AMQPError | None) -> None:
-        if self.done:
-            return
-        super()._finish(outcome, error)
-        self._tracing.end_send(self._span, outcome, error, self._size)
-
-
-def _outcome_error(state: Any) -> AMQPError | None:
-    if state is None or isinstance(state, Accepted):
-        return None
-    if isinstance(state, Rejected):
-        error = state.error
-        if error is None:
-            return MessageRejected("the message was rejected", outcome=state, condition="amqp:rejected")
-        return MessageRejected(error.description or "", outcome=state, condition=str(error.condition))
-    if isinstance(state, Released):
-        return MessageReleased("the message was released", outcome=state)
-    if isinstance(state, Modified):
-        return MessageModified(
-            f"the message was modified (delivery_failed={bool(state.delivery_failed)}, "
-            f"undeliverable_here={bool(state.undeliverable_here)})",
-            outcome=state,
+    def __init__(self, results: list[Accepted | AMQPError | None]) -> None:
+        self.results = results
+        self.errors: list[tuple[int, AMQPError]] = [
+            (index, result) for index, result in enumerate(results) if isinstance(result, AMQPError)
+        ]
+        self.outcomes: dict[int, Accepted | None] = {
+            index: result for index, result in enumerate(results) if not isinstance(result, AMQPError)
+        }
+        index, first = self.errors[0]
+        super().__init__(
+            f"{len(self.errors)} of {len(results)} messages failed; the first, #{index}: {first}",
+            condition=first.condition,
+            info=first.info,
         )
-    return None  # other outcomes (transactional states...) are reported as they are
 
 
-class Sender(_Link):
+class Sender(_Link, Generic[_R]):
     """Sends messages on one link. Get one with :meth:`Connection.open_sender` or :meth:`Session.open_sender`.
 
+    ``Sender[Accepted]`` (plain ``Sender``) is a confirmed sender: :meth:`send` returns ``Accepted()`` once the
+    peer accepted the message, and raises otherwise; ``Sender[None]`` (``delivery="at-most-once"``) sends
+    settled messages, and :meth:`send` returns None once the transfer is written.
+
     Safe to share between tasks: concurrent :meth:`send` calls each wait for credit and are transferred in turn.
+
+    Attributes:
+        name: the link's name.
+        target: the target address it was opened with (None: anonymous; :attr:`address` for the one in use).
+        session: its session; connection: its connection.
     """
 
     _engine_link: SenderLink
 
-    def __init__(self, session: Session, target: str | None, options: dict[str, Any]) -> None:
-        super().__init__(session, options, "sender")
-        self.target = target
-        self._snd_settle_mode, self._rcv_settle_mode = _settle_modes(self._options)
-        self._pending: set[Tracker] = set()
+    def __init__(self, session: Session, options: SenderOptions) -> None:
+        super().__init__(session, options.link_name(session.connection.container_id, "sender"))
+        self._options = options
+        self.target: str | None = options.address
+        self._pending: set[Tracker[_R]] = set()
         self._tracing: MessageTracing | None = self.connection._tracing
 
     @property
@@ -315,18 +232,11 @@ class Sender(_Link):
     def _target_address_expected(self) -> bool:
         return True
 
+    def _describe(self) -> str:
+        return f"sender to {self.target!r}" if self.target else "sender with no target (the anonymous relay)"
+
     def _attach_arguments(self) -> dict[str, Any]:
-        options = dict(self._options)
-        target_fields = _terminus_fields(options)
-        capabilities = options.pop("capabilities", None)
-        source = options.pop("source", None)
-        return {
-            "target": Target(address=self.target, capabilities=capabilities, **target_fields),
-            "source": source if isinstance(source, Source) else Source(address=source),
-            "snd_settle_mode": self._snd_settle_mode,
-            "rcv_settle_mode": self._rcv_settle_mode,
-            **options,
-        }
+        return self._options.attach_arguments()
 
     async def _attach(self) -> None:
         engine_session = self.session._engine_session
@@ -350,25 +260,31 @@ class Sender(_Link):
                 self.connection._kick()
 
     def _on_transport_lost(self) -> None:
-        self._doubt_pending("the connection was lost before the outcome was known; the message may be resent")
+        self._doubt_pending(
+            f"the connection to {self.connection.address} was lost before the outcome was known; the message may "
+            "have arrived or not",
+            self.connection._loss,
+        )
 
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         super()._on_connection_failed(error)
-        self._doubt_pending(f"the connection ended before the outcome was known: {error}")
+        self._doubt_pending(
+            f"the connection to {self.connection.address} ended before the outcome was known: {error}", error
+        )
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
         self._doubt_pending("the session ended before the outcome was known")
 
-    def _doubt_pending(self, reason: str) -> None:
+    def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending
         self._pending = set()
         for tracker in pending:
-            tracker._in_doubt(reason)
+            tracker._in_doubt(reason, cause)
 
     _waiting = 0
 
-    async def submit(self, message: Message | bytes, *, transaction: Transaction | None = None) -> Tracker:
+    async def submit(self, message: Message | bytes, *, transaction: Transaction | None = None) -> Tracker[_R]:
         """Wait for credit, transfer the message, and return a :class:`Tracker` of its outcome.
 
         ``message`` is a :class:`Message` or already encoded message bytes. An anonymous sender (target None)
@@ -377,6 +293,10 @@ class Sender(_Link):
 
         Cancellation: cancelled while it waits for credit, nothing was sent. Once it returns, the message is on
         its way; cancelling ``await tracker`` leaves the outcome to be learned from the tracker later.
+
+        Raises:
+            TypeError: ``message`` is neither a Message nor bytes (the error names what it is).
+            TransactionError, LinkError, ConnectionError: as for :meth:`send`.
         """
         tracker = await self._transfer(message, transaction)
         self.connection._kick()
@@ -384,11 +304,16 @@ class Sender(_Link):
 
     async def _transfer(
         self, message: Message | bytes, transaction: Transaction | None = None, traced: bool = True
-    ) -> Tracker:
+    ) -> Tracker[_R]:
         """Wait for credit and hand the message to the engine, without waking the writer (the caller does)."""
         if self._tracing is not None and traced and isinstance(message, Message):
             return await self._traced_transfer(message, transaction)
-        payload = message._encode_payload() if isinstance(message, Message) else bytes(message)
+        if isinstance(message, Message):
+            payload = message._encode_payload()
+        elif isinstance(message, (bytes, bytearray, memoryview)):
+            payload = bytes(message)
+        else:
+            raise _not_a_message(message)
         if transaction is not None:
             if transaction.connection is not self.connection:
                 raise ValueError("the transaction belongs to another connection")
@@ -414,6 +339,7 @@ class Sender(_Link):
         except LocalProtocolError:
             self._check()  # the link, session or connection ended: raise what ended it
             raise  # a refusal with its own condition (e.g. amqp:link:message-size-exceeded)
+        tracker: Tracker[_R]
         if delivery.settled:
             tracker = Tracker(None, delivery)
             tracker._finish(None, None)
@@ -423,7 +349,7 @@ class Sender(_Link):
             self._pending.add(tracker)
         return tracker
 
-    async def _traced_transfer(self, message: Message, transaction: Transaction | None) -> Tracker:
+    async def _traced_transfer(self, message: Message, transaction: Transaction | None) -> Tracker[_R]:
         """:meth:`_transfer` with a send span (``_tracing``): its context goes into the message before it is
         encoded, and the span ends with the outcome (the tracker's), or with the error that stopped the transfer."""
         tracing = self._tracing
@@ -440,7 +366,7 @@ class Sender(_Link):
         if tracker._sender is None:  # settled on sending (at-most-once)
             tracing.end_send(span, None, None, size)
             return tracker
-        traced = _TracedTracker(self, delivery, tracing, span, size)
+        traced: Tracker[_R] = _TracedTracker(self, delivery, tracing, span, size)
         delivery.user_data = traced
         self._pending.discard(tracker)
         self._pending.add(traced)
@@ -459,15 +385,15 @@ class Sender(_Link):
                 ready = link.remote_state is EndpointState.ACTIVE and not connection._reconnecting
                 if link.link_credit > 0 and ready:
                     await connection._wait_writable()
-                    if link.link_credit > 0:
+                    if link.link_credit > 0 and link is self._engine_link and not connection._reconnecting:
                         return
-                    continue
+                    continue  # no credit left, or the connection was lost meanwhile: wait again
                 await connection._wait_state()
         finally:
             self._waiting -= 1
 
     @property
-    def unsettled(self) -> list[Tracker]:
+    def unsettled(self) -> list[Tracker[_R]]:
         """The trackers of messages sent and not settled yet (their outcome is still to come).
 
         A ``send()`` cancelled while it waited for the outcome leaves its tracker here: ``await`` it to learn the
@@ -475,17 +401,20 @@ class Sender(_Link):
         """
         return list(self._pending)
 
-    async def send(self, message: Message | bytes, *, transaction: Transaction | None = None) -> Any:
+    async def send(self, message: Message | bytes, *, transaction: Transaction | None = None) -> _R:
         """Send a message and wait for its outcome.
 
-        With ``transaction`` (a declared :class:`~amqp_async.Transaction` of this connection), the message is
-        sent within it (§4.4.1): its node gets it only if the transaction commits; the outcome returned is the
-        provisional one the receiver gave within the transaction.
+        ``message`` is a :class:`Message` (``Message(body=...)``, ``Message.from_json(...)``) or the bytes of an
+        encoded one (``Message.encode()``). With ``transaction`` (a declared :class:`~amqp_async.Transaction` of
+        this connection), the message is sent within it (§4.4.1): its node gets it only if the transaction
+        commits; the outcome returned is the provisional one the receiver gave within the transaction.
 
         Returns:
-            The outcome (``Accepted()``); on an at-most-once sender, None once the transfer is written.
+            The outcome (``Accepted()``); on an at-most-once sender (``Sender[None]``), None once the transfer is
+            written.
 
         Raises:
+            TypeError: ``message`` is neither a Message nor bytes (the error names what it is).
             TransactionError: ``transaction`` is not active (committed, rolled back, or its connection ended).
             MessageRejected, MessageReleased, MessageModified: the receiver did not accept it.
             DeliveryInDoubt: the connection or link ended before the outcome was known.
@@ -496,10 +425,72 @@ class Sender(_Link):
         connection._write_eagerly()  # the caller waits on this transfer: it need not wait for the writer's turn
         if tracker._sender is None:  # settled on sending (at-most-once): done once it is written
             await connection._wait_flushed()
-            return None
+            return None  # type: ignore[return-value]  # _R is None on an at-most-once sender
         return await tracker
 
-    async def __aenter__(self) -> Sender:
+    async def send_many(
+        self, messages: Iterable[Message | bytes], *, transaction: Transaction | None = None
+    ) -> list[_R]:
+        """Send messages pipelined (each transferred as soon as there is credit, without waiting for the outcome
+        of the ones before), and wait until every one is settled.
+
+        Returns:
+            The outcomes, in the order of ``messages``: ``Accepted()`` each (None each on an at-most-once sender,
+            once all are written).
+
+        Raises:
+            TypeError: one of ``messages`` is neither a Message nor bytes; raised before anything is sent.
+            SendManyError: some messages were not accepted, or not sent at all: its ``results`` hold, in order,
+                the outcome of each message that was accepted and the error of each that was not (rejected,
+                released, modified, in doubt, or never transferred). It is raised once every message sent has its
+                outcome.
+            LinkError, ConnectionError, TransactionError: nothing could be sent (the link or connection is gone,
+                the transaction is not active).
+
+        Cancellation: messages not transferred yet are not sent; the trackers of those sent stay in
+        :attr:`unsettled`.
+        """
+        batch = list(messages)
+        for message in batch:
+            if not isinstance(message, (Message, bytes, bytearray, memoryview)):
+                raise _not_a_message(message)
+        sent: list[Tracker[_R] | AMQPError] = []
+        connection = self.connection
+        for message in batch:
+            try:
+                sent.append(await self._transfer(message, transaction))
+            except AMQPError as exc:
+                if not (self.is_closed or connection.is_closed):
+                    sent.append(exc)  # refused for itself (e.g. larger than the peer's max-message-size): go on
+                    continue
+                if not sent:
+                    raise  # the link or connection is gone and nothing was sent: the error is the call's
+                sent.extend([exc] * (len(batch) - len(sent)))  # the rest are not sent
+                break
+            connection._kick()
+        results: list[Accepted | AMQPError | None] = []
+        failed = False
+        unconfirmed = False
+        for tracker in sent:
+            if isinstance(tracker, AMQPError):
+                results.append(tracker)
+                failed = True
+            elif tracker._sender is None:  # at-most-once: nothing to wait for
+                results.append(None)
+                unconfirmed = True
+            else:
+                try:
+                    results.append(await tracker)  # type: ignore[arg-type]  # _R is Accepted on a confirmed sender
+                except DeliveryError as exc:
+                    results.append(exc)
+                    failed = True
+        if unconfirmed:
+            await connection._wait_flushed()  # at-most-once: done once all are written
+        if failed:
+            raise SendManyError(results)
+        return results  # type: ignore[return-value]  # no error among them: each is an outcome (_R)
+
+    async def __aenter__(self) -> Sender[_R]:
         return self
 
     def __repr__(self) -> str:
@@ -509,20 +500,25 @@ class Sender(_Link):
 class Receiver(_Link):
     """Receives messages on one link. Get one with :meth:`Connection.open_receiver` or :meth:`Session.open_receiver`.
 
-    ``async for delivery in receiver`` yields :class:`Delivery` objects until the peer detaches the link without
-    an error (with one, the loop raises :class:`LinkError`). With ``credit=N`` (default 100) the receiver keeps N
-    messages' credit granted, topped up as deliveries are taken: at most N messages are ever buffered.
+    ``async for delivery in receiver`` yields :class:`Delivery` objects until the application closes the receiver,
+    its session or its connection, or the peer closes the link without an error; it raises :class:`LinkError`
+    when the peer detaches it with one, and the connection's error when the connection fails. With ``credit=N``
+    (default 100) the receiver keeps N messages' credit granted, topped up as deliveries are taken: at most N
+    messages are ever buffered.
+
+    Attributes:
+        name: the link's name.
+        source: the source address it was opened with (:attr:`address` for the one in use).
+        session: its session; connection: its connection.
     """
 
     _engine_link: ReceiverLink
 
-    def __init__(self, session: Session, source: str | None, options: dict[str, Any]) -> None:
-        super().__init__(session, options, "receiver")
-        self.source = source
-        self._snd_settle_mode, self._rcv_settle_mode = _settle_modes(self._options)
-        self._prefetch: int = int(self._options.pop("credit", 100))
-        if self._prefetch < 0:
-            raise ValueError("credit must be >= 0")
+    def __init__(self, session: Session, options: ReceiverOptions) -> None:
+        super().__init__(session, options.link_name(session.connection.container_id, "receiver"))
+        self._options = options
+        self.source: str | None = options.address
+        self._prefetch = options.credit
         self._tracing: MessageTracing | None = self.connection._tracing
 
     @property
@@ -538,36 +534,24 @@ class Receiver(_Link):
         """The credit the sender has on this link."""
         return self._engine_link.credit
 
+    def _describe(self) -> str:
+        if self._options.source.dynamic:
+            return "dynamic receiver (a node the peer makes)"
+        return f"receiver from {self.source!r}"
+
     @property
     def queued(self) -> int:
         """Deliveries received and not yet taken."""
         return len(self._engine_link.incoming)
 
+    @property
+    def on_error(self) -> OnError:
+        """What ``async with delivery:`` does with a delivery of this receiver when its block raises (the
+        ``on_error`` option of ``open_receiver``): ``"modify"``, ``"release"`` or ``"reject"``."""
+        return self._options.on_error
+
     def _attach_arguments(self) -> dict[str, Any]:
-        options = dict(self._options)
-        source_fields = _terminus_fields(options)
-        filters = options.pop("filter", None)
-        expression = options.pop("selector", None)
-        if expression is not None:
-            filters = {**(filters or {}), **selector(expression)}
-        distribution_mode = options.pop("distribution_mode", None)
-        target = options.pop("target", None)
-        source = Source(
-            address=self.source,
-            capabilities=options.pop("capabilities", None),
-            filter=filters,
-            distribution_mode=symbol(distribution_mode) if distribution_mode else None,
-            default_outcome=options.pop("default_outcome", None),
-            outcomes=options.pop("outcomes", None),
-            **source_fields,
-        )
-        return {
-            "source": source,
-            "target": target if isinstance(target, Target) else Target(address=target),
-            "snd_settle_mode": self._snd_settle_mode,
-            "rcv_settle_mode": self._rcv_settle_mode,
-            **options,
-        }
+        return self._options.attach_arguments()
 
     async def _attach(self) -> None:
         engine_session = self.session._engine_session
@@ -617,11 +601,15 @@ class Receiver(_Link):
         self._check()
         link = self._engine_link
         link.grant_credit(link.link_credit, drain=True)
-        self.connection._kick()
-        while link.drain and link.local_state is EndpointState.ACTIVE:
-            self._check()
-            await self.connection._wait_state()
-        self._check()  # the link (or its session) may have ended instead of draining
+        connection = self.connection
+        connection._kick()
+        while True:
+            self._check()  # the link, its session or the connection may have ended instead of draining
+            if link is not self._engine_link:
+                return  # reconnected meanwhile: the old link's credit went with it
+            if not (link.drain and link.local_state is EndpointState.ACTIVE) and not connection._reconnecting:
+                return
+            await connection._wait_state()
 
     def receive_nowait(self) -> Delivery | None:
         """Take the next delivery if one is queued, else None (never waits)."""
@@ -649,6 +637,8 @@ class Receiver(_Link):
         while True:
             incoming = self._engine_link.incoming
             if incoming:
+                if self._closed_by_application:
+                    self._check()  # ClosedByApplication: what is queued is not handed out after a close
                 tracing = self._tracing
                 if tracing is None:
                     delivery = Delivery(self, incoming.popleft())
@@ -659,13 +649,65 @@ class Receiver(_Link):
             self._check()
             await self.connection._wait_state()
 
+    async def receive_many(self, max_count: int, *, timeout: float | None = None) -> list[Delivery]:
+        """Take up to ``max_count`` deliveries: those queued at once, then those that arrive, until there are
+        ``max_count`` or ``timeout`` seconds have passed; then return what there is, possibly nothing (an empty
+        list). ``timeout=None`` waits for ``max_count``.
+
+        Credit stays bounded: a receiver with a prefetch (``credit=N``) keeps its N; one with manual credit
+        (``credit=0``) is granted what it lacks for ``max_count`` (credit plus queued deliveries), and keeps what
+        remains granted once it returns (at most ``max_count`` deliveries more may arrive for a later call).
+
+        Like :meth:`receive`, it never loses a delivery: a cancelled call leaves the ones not returned queued.
+        Once some deliveries are taken, an error of the link or connection ends the call with them (the next
+        call raises it); with none taken it raises, as :meth:`receive` does.
+
+        Raises:
+            ValueError: ``max_count`` is below 1.
+            LinkDetached: the link was detached (without error) and no delivery is left.
+            LinkError, SessionError, ConnectionError: the link, session or connection failed.
+        """
+        if max_count < 1:
+            raise ValueError(f"max_count must be at least 1, got {max_count!r}")
+        link = self._engine_link
+        if not self._prefetch and link.local_state is EndpointState.ACTIVE:
+            wanted = max_count - len(link.incoming) - link.link_credit
+            if wanted > 0:
+                try:
+                    self.add_credit(wanted)
+                except AMQPError:
+                    pass  # the link is gone: what is queued is still returned, and receive() raises after it
+        deliveries: list[Delivery] = []
+        self._take_queued(deliveries, max_count)
+        if len(deliveries) == max_count:
+            return deliveries
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
+            while len(deliveries) < max_count:
+                try:
+                    deliveries.append(await self.receive())
+                except AMQPError:
+                    if deliveries:
+                        break  # the next call raises it
+                    raise
+                self._take_queued(deliveries, max_count)
+        return deliveries
+
+    def _take_queued(self, deliveries: list[Delivery], max_count: int) -> None:
+        while len(deliveries) < max_count:
+            delivery = self.receive_nowait()
+            if delivery is None:
+                return
+            deliveries.append(delivery)
+
     def __aiter__(self) -> Receiver:
         return self
 
     async def __anext__(self) -> Delivery:
+        # Ends quietly once the application closed the receiver, its session or its connection, or the peer
+        # closed the link without an error; raises when the peer detached it with one, or the connection failed.
         try:
             return await self.receive()
-        except LinkDetached:
+        except (LinkDetached, ClosedByApplication):
             raise StopAsyncIteration from None
 
     async def __aenter__(self) -> Receiver:

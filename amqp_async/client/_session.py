@@ -7,25 +7,31 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..codec.performatives import Error
-from ..errors import AMQPError, ConnectionError, SessionError
+from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError
 from ..protocol import events as ev
 from ..protocol.endpoint import EndpointState
+from ._link_options import (
+    ReceiverOptions,
+    SenderOptions,
+)
+from ._links import Receiver, Sender
+from ._opener import LinkOpener
 
 if TYPE_CHECKING:
     from ..protocol.session import Session as EngineSession
     from ._connection import Connection
-    from ._links import Receiver, Sender
 
 __all__ = ["Session"]
 
 
-class Session:
+class Session(LinkOpener):
     """A session (§2.5) of a :class:`Connection`; get one with :meth:`Connection.open_session`.
 
     An async context manager: leaving it ends the session (and its links).
     """
 
     def __init__(self, connection: Connection, options: dict[str, Any]) -> None:
+        #: The connection the session belongs to.
         self.connection = connection
         self._options = options
         self._engine_session: EngineSession | None = None
@@ -44,6 +50,8 @@ class Session:
         if self._error is not None:
             raise self._error
         if self._ended:
+            if self._closing:
+                raise ClosedByApplication("the session was closed by the application")
             raise SessionError("the session has ended")
 
     async def _begin(self) -> None:
@@ -52,7 +60,8 @@ class Session:
         engine_session.user_data = self
         self._engine_session = engine_session
         connection._kick()
-        while engine_session.remote_state is EndpointState.UNINIT:
+        # Read again on each wake-up: a reconnect meanwhile begins a new engine session (_restore).
+        while self._engine_session.remote_state is EndpointState.UNINIT:
             self._check()
             await connection._wait_state()
         self._check()
@@ -87,43 +96,16 @@ class Session:
             for link in self._links:
                 link._on_session_ended(self._error)
 
-    async def open_sender(self, target: str | None, **options: Any) -> Sender:
-        """Attach a sender to ``target`` (None: an anonymous sender, routing by each message's address).
-
-        Options: ``name``, ``delivery`` ("at-most-once", "at-least-once" (default), "exactly-once"),
-        ``snd_settle_mode`` / ``rcv_settle_mode`` (instead of ``delivery``), ``source`` (address),
-        ``durable`` (0, 1, 2 or True), ``expiry_policy``, ``timeout``, ``capabilities`` (target capabilities),
-        ``desired_capabilities``, ``offered_capabilities``, ``properties``, ``max_message_size``,
-        ``dynamic`` with ``dynamic_node_properties``.
-
-        Raises:
-            LinkError: the peer refused the link (its detach carries the condition, e.g. ``amqp:not-found``).
-        """
-        from ._links import Sender
-
+    async def _attach_sender(self, options: SenderOptions) -> Sender[Any]:
         self._check()
-        sender = Sender(self, target, options)
+        sender: Sender[Any] = Sender(self, options)
         self._links.append(sender)
         await sender._attach()
         return sender
 
-    async def open_receiver(self, source: str | None, **options: Any) -> Receiver:
-        """Attach a receiver from ``source`` (None with ``dynamic=True``: a node the peer creates).
-
-        Options: ``credit`` (prefetch kept topped up, default 100; 0 for manual credit with
-        :meth:`Receiver.add_credit`), ``name``, ``delivery`` ("at-most-once", "at-least-once" (default),
-        "exactly-once"), ``dynamic``, ``dynamic_node_properties``, ``durable``, ``expiry_policy``, ``timeout``,
-        ``distribution_mode`` ("move" or "copy"), ``filter`` (a map, e.g. from :func:`selector`), ``selector`` (a
-        JMS selector string), ``capabilities``, ``default_outcome``, ``outcomes``, ``properties``,
-        ``max_message_size``, ``target``.
-
-        Raises:
-            LinkError: the peer refused the link.
-        """
-        from ._links import Receiver
-
+    async def _attach_receiver(self, options: ReceiverOptions) -> Receiver:
         self._check()
-        receiver = Receiver(self, source, options)
+        receiver = Receiver(self, options)
         self._links.append(receiver)
         await receiver._attach()
         return receiver

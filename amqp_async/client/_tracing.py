@@ -105,7 +105,7 @@ class MessageTracing:
 
     # --- send --------------------------------------------------------------------------------------------
 
-    def start_send(self, sender: Sender, message: Message) -> Any:
+    def start_send(self, sender: Sender[Any], message: Message) -> Any:
         """Start the send span of ``message`` and put its context in the message (unless it carries one)."""
         destination = sender.address or message.address
         attributes = self._common("send", destination)

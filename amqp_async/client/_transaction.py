@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import anyio
 
@@ -34,6 +35,7 @@ from ..errors import (
     TransactionRolledBack,
 )
 from ..message import Message
+from ._link_options import sender_options
 from ._links import Sender
 
 if TYPE_CHECKING:
@@ -44,11 +46,18 @@ if TYPE_CHECKING:
 
 __all__ = ["Transaction"]
 
+TransactionState: TypeAlias = Literal[
+    "new", "declaring", "active", "discharging", "committed", "rolled back", "failed", "in doubt"
+]
+"""The states of a :class:`Transaction` (its ``state`` attribute)."""
+
+_R = TypeVar("_R")
+
 # The conditions of a commit that did not happen and was rolled back (§4.5.8).
 _ROLLED_BACK = (str(conditions.TRANSACTION_ROLLBACK), str(conditions.TRANSACTION_TIMEOUT))
 
 
-class _Controller(Sender):
+class _Controller(Sender[Any]):
     """The connection's link to the peer's transaction coordinator."""
 
     def _attach_arguments(self) -> dict[str, Any]:
@@ -76,7 +85,7 @@ async def _controller(connection: Connection) -> _Controller:
             return controller
         session: Session = await connection._session()
         name = f"{connection.container_id}-txn-ctrl-{uuid.uuid4()}"
-        controller = _Controller(session, None, {"name": name})
+        controller = _Controller(session, sender_options(None, name=name))
         session._links.append(controller)
         try:
             await controller._attach()
@@ -112,7 +121,7 @@ class Transaction:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.txn_id: bytes | None = None
-        self.state = "new"
+        self.state: TransactionState = "new"
         self._controller: _Controller | None = None
         self._link: EngineLink | None = None  # the controller's engine link it was declared on
         self._sending_state: TransactionalState | None = None
@@ -199,7 +208,7 @@ class Transaction:
         """The state a disposition within the transaction carries: the outcome it will have at commit (§4.4.2)."""
         return TransactionalState(txn_id=self._require_active(), outcome=outcome)
 
-    async def send(self, sender: Sender, message: Message | bytes) -> Any:
+    async def send(self, sender: Sender[_R], message: Message | bytes) -> _R:
         """Send ``message`` on ``sender`` within the transaction: ``sender.send(message, transaction=self)``."""
         return await sender.send(message, transaction=self)
 
@@ -273,7 +282,7 @@ class Transaction:
                 self.state = "rolled back"  # rolled back either way
                 return
             self.state = "in doubt"
-            raise TransactionInDoubt(f"the connection ended during the commit: {exc}") from exc
+            raise TransactionInDoubt(f"the connection ended during the commit: {exc}", condition=exc.condition) from exc
         except DeliveryError as exc:
             self.state = "failed"
             if not fail and exc.condition in _ROLLED_BACK:
@@ -298,7 +307,9 @@ class Transaction:
             await self.declare()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:
             if self.state == "active":
                 await self.commit()

@@ -26,7 +26,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import attrs
 
-from ..errors import AMQPError
+from ..errors import InvalidURL
 
 __all__ = ["DEFAULT_PORTS", "Address", "InvalidURL", "parse_url"]
 
@@ -39,15 +39,6 @@ WEBSOCKET_SCHEMES = frozenset({"ws", "wss"})
 
 #: The host used when a URL names none.
 DEFAULT_HOST = "localhost"
-
-
-class InvalidURL(AMQPError, ValueError):
-    """A connection URL (or a URL part) that cannot be used: unknown scheme, bad port, no host.
-
-    It is also a :class:`ValueError`, because it is raised for bad arguments.
-    """
-
-    default_condition = "amqp:invalid-field"
 
 
 def _check_scheme(_instance: object, _attribute: object, value: str) -> None:

@@ -15,10 +15,12 @@ from ..errors import DecodeError, EncodeError
 from . import delivery_states, performatives, sasl_frames, sections, terminus, transactions
 from ._decoder import MAX_DEPTH, Buffer, decode_value, register_described
 from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
+from .values import AMQPValue
 
 __all__ = [
     "MAX_DEPTH",
     "TYPE_ENCODERS",
+    "AMQPValue",
     "DecodeError",
     "EncodeError",
     "decode",

@@ -47,7 +47,7 @@ from ..protocol.events import Event
 from .direct_stream import DirectStream
 from .read_size import SMALL_READ, next_read_size
 
-__all__ = ["CLOSE_TIMEOUT", "EngineDriver", "describe_transport_error"]
+__all__ = ["CLOSE_TIMEOUT", "EngineDriver", "describe_transport_error", "underlying_error"]
 
 #: Seconds the peer has to answer our close before the stream is closed without its answer (read when the close
 #: is written, so that tests may lower it).
@@ -72,6 +72,16 @@ def describe_transport_error(exc: BaseException) -> str | None:
         if candidate is not None and str(candidate):
             return f"{type(candidate).__name__}: {candidate}"
     return type(exc).__name__
+
+
+def underlying_error(exc: BaseException) -> BaseException | None:
+    """The error behind a stream's end, for the owner to chain: the OS (or TLS) error anyio's wrapper was raised
+    from, the error itself when it is one, or None for a plain end of stream (the peer closed the socket)."""
+    if isinstance(exc, anyio.EndOfStream):
+        return None
+    if isinstance(exc, OSError):
+        return exc
+    return exc.__cause__ or exc.__context__ or exc
 
 
 def _coalesce(buffers: list[bytes | bytearray | memoryview]) -> Iterator[bytes | bytearray | memoryview]:
@@ -124,8 +134,10 @@ class EngineDriver:
     Attributes:
         transport_failed: the stream broke or ended without a close (set before ``on_events`` hears of it).
         transport_error: why, when the stream said.
+        transport_exception: the error behind it (:func:`underlying_error`), None for a plain end of stream.
         failed: ``on_error`` was called (or :meth:`give_up`): the driver stops reading and writes what is left.
         closing: set by the owner once it closes on purpose (the stream ending then is no failure).
+        ended: :meth:`run` has returned: nothing more is written (waiters on this driver's output stop waiting).
         flush_epoch, flushed_epoch: output requested and output written, counted in wake-ups; an owner waits for
             ``flushed_epoch >= epoch`` to know that what it queued was written.
     """
@@ -150,12 +162,14 @@ class EngineDriver:
         "_write_scope",
         "_writing",
         "closing",
+        "ended",
         "engine",
         "failed",
         "flush_epoch",
         "flushed_epoch",
         "stream",
         "transport_error",
+        "transport_exception",
         "transport_failed",
     )
 
@@ -194,7 +208,9 @@ class EngineDriver:
         self.flushed_epoch = 0
         self.transport_failed = False
         self.transport_error: str | None = None
+        self.transport_exception: BaseException | None = None
         self.closing = False
+        self.ended = False
 
     # --- coordination ------------------------------------------------------------------------------------
 
@@ -328,14 +344,19 @@ class EngineDriver:
             flushed = self._flushed = anyio.Event()
         await flushed.wait()
 
-    async def wait_flushed(self, epoch: int, check: Callable[[], None]) -> None:
-        """Wait until the output requested by ``epoch`` is written (``check`` raises if waiting is pointless)."""
+    async def wait_flushed(self, epoch: int, check: Callable[[], None]) -> bool:
+        """Wait until the output requested by ``epoch`` is written (``check`` raises if waiting is pointless);
+        False when the driver ended first (what was not written is lost with its stream)."""
         while self.flushed_epoch < epoch:
+            if self.ended:
+                return False
             check()
             await self._wait_written()
+        return True
 
     async def wait_output_below(self, limit: int, check: Callable[[], None]) -> None:
-        """Wait while more than ``limit`` bytes of output are queued."""
+        """Wait while more than ``limit`` bytes of output are queued (``check`` raises if waiting is pointless:
+        it is called on each wake-up, the last one when :meth:`run` ends)."""
         while self.engine.output_buffered > limit:
             check()
             await self._wait_written()
@@ -356,6 +377,7 @@ class EngineDriver:
                 # The writer stops once it wrote what is left; a writer stuck on a peer that reads nothing is cancelled.
                 group.cancel_scope.deadline = anyio.current_time() + _STOP_GRACE
         finally:
+            self.ended = True
             self._wake_flush_waiters()
             with anyio.CancelScope(shield=True):
                 try:
@@ -385,7 +407,7 @@ class EngineDriver:
             except _STREAM_ERRORS as exc:
                 data = b""
                 self.transport_failed = not self.closing
-                self.transport_error = describe_transport_error(exc)
+                self._transport_ended(exc)
             self._on_input(data)
             if not data:
                 return
@@ -408,9 +430,14 @@ class EngineDriver:
                     self._tick()  # the peer may have said nothing for our whole idle timeout: the engine decides
             except _STREAM_ERRORS as exc:
                 self.transport_failed = not self.closing
-                self.transport_error = describe_transport_error(exc)
+                self._transport_ended(exc)
                 self._on_input(b"")
                 return
+
+    def _transport_ended(self, exc: BaseException) -> None:
+        """Note why the stream ended (the owner reports it)."""
+        self.transport_error = describe_transport_error(exc)
+        self.transport_exception = underlying_error(exc)
 
     def give_up(self) -> None:
         """Stop reading: what the engine has queued (a close) is written, within a grace period, and the stream
@@ -552,7 +579,7 @@ class EngineDriver:
             except _SEND_ERRORS as exc:
                 if not self._stopping:
                     self.transport_failed = not self.closing
-                    self.transport_error = describe_transport_error(exc)
+                    self._transport_ended(exc)
                 await self.stream.aclose()  # the reader sees the end and reports it
                 return False
             finally:

@@ -12,14 +12,16 @@ The classes and their bases among themselves are exactly proton's::
 
 so ``except proton.X`` clauses behave as they do with proton. In addition, every one of them is an
 :class:`amqp_async.AMQPError` (it carries ``condition``, ``description`` and ``info``), so code written against the
-awaitable API catches them too, and the endpoint errors are also the awaitable API's errors of the same layer:
+awaitable API catches them too, and the session and link errors are also the awaitable API's errors of the same
+layer:
 
-* :class:`ConnectionException` and :class:`TransportException` are :class:`amqp_async.ConnectionError`\\ s;
 * :class:`SessionException` is an :class:`amqp_async.SessionError`;
 * :class:`LinkException` is an :class:`amqp_async.LinkError`.
 
 No builtin exception is added as a base (``Timeout`` is not a ``TimeoutError``, which is an ``OSError``: that
-would change what ``except OSError`` catches in proton programs).
+would change what ``except OSError`` catches in proton programs). For the same reason :class:`ConnectionException`
+and :class:`TransportException` are not :class:`amqp_async.ConnectionError`\\ s, which are also the builtin
+``ConnectionError`` (an ``OSError``).
 
 ``str()`` and ``repr()`` are those of a plain ``Exception`` (``str(Timeout("x")) == "x"``), as with proton, and
 not :class:`~amqp_async.AMQPError`'s ``"condition: description"`` form.
@@ -31,7 +33,6 @@ from typing import Any
 
 from .. import message as _message
 from ..errors import AMQPError
-from ..errors import ConnectionError as _ConnectionError
 from ..errors import EncodeError as _EncodeError
 from ..errors import LinkError as _LinkError
 from ..errors import SessionError as _SessionError
@@ -95,8 +96,8 @@ class DataException(ProtonException):
     default_condition = "amqp:invalid-field"
 
 
-class TransportException(ProtonException, _ConnectionError):
-    """An error of the AMQP transport (framing, I/O, SASL); also an :class:`amqp_async.ConnectionError`."""
+class TransportException(ProtonException):
+    """An error of the AMQP transport (framing, I/O, SASL)."""
 
 
 class SSLException(TransportException):
@@ -107,8 +108,8 @@ class SSLUnavailable(SSLException):
     """SSL/TLS is not available."""
 
 
-class ConnectionException(ProtonException, _ConnectionError):
-    """An error related to a connection; also an :class:`amqp_async.ConnectionError`."""
+class ConnectionException(ProtonException):
+    """An error related to a connection."""
 
 
 class SessionException(ProtonException, _SessionError):

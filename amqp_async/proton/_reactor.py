@@ -92,13 +92,16 @@ _CONNECT_OPTIONS = frozenset(
 class Backoff(_ClientBackoff):
     """Reconnect delays with proton's arguments (``initial``, ``factor``, ``max_delay``, ``max_tries``).
 
-    The delays are exactly proton's (no jitter), so a program sees the same timing under both.
+    The delays are exactly proton's (no jitter), so a program sees the same timing under both; and as proton's,
+    reconnecting with it has no time limit (``max_time`` None: see the client's :class:`~amqp_async.Backoff`).
     """
 
     def __init__(
         self, initial: float = 0.1, factor: float = 2.0, max_delay: float = 10.0, max_tries: int | None = None
     ) -> None:
-        super().__init__(initial=initial, factor=factor, maximum=max_delay, jitter=0.0, max_tries=max_tries)
+        super().__init__(
+            initial=initial, factor=factor, maximum=max_delay, jitter=0.0, max_tries=max_tries, max_time=None
+        )
 
 
 # --- link options --------------------------------------------------------------------------------------------
@@ -1063,8 +1066,8 @@ class Container(Reactor):
         options.update({k: v for k, v in kwargs.items() if v is not None})
         if urls:
             options["urls"] = [str(u) for u in urls]
-        if heartbeat:
-            options["heartbeat"] = heartbeat
+        # proton's rule: no idle timeout unless asked for (the awaitable client's default is not proton's)
+        options["heartbeat"] = heartbeat or None
         # The client options validate the rest; the reconnect policy is proton's (see _reconnect.py).
         options["reconnect"] = False if reconnect is False else None
         if ssl_domain is not None:

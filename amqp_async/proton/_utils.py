@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from ..errors import ConnectionError as _AMQPConnectionError
+from ..errors import AMQPError
 from ..errors import LinkDetached as _AMQPLinkDetached
 from ._condition import Condition
 from ._delivery import Delivery
@@ -140,8 +140,9 @@ class ConnectionClosed(ConnectionException):
         self.condition = remote.name if remote else None  # type: ignore[assignment]  # proton's: None if none
 
 
-# also an amqp_async.ConnectionError (through ConnectionException): ``except amqp_async.AMQPError`` catches all.
-assert issubclass(ConnectionClosed, _AMQPConnectionError)
+# also an amqp_async.AMQPError (through ConnectionException): ``except amqp_async.AMQPError`` catches all. Not an
+# amqp_async.ConnectionError: that is also the builtin ConnectionError, an OSError, which proton's is not.
+assert issubclass(ConnectionClosed, AMQPError) and not issubclass(ConnectionClosed, OSError)
 
 
 # --- the container's thread ----------------------------------------------------------------------------------

@@ -21,7 +21,9 @@ async def _connect(options: AmqpOptions) -> Connection:
     try:
         with anyio.fail_after(options.connect_timeout):
             return await connect(**options.connect_kwargs())
-    except TimeoutError:
+    except TimeoutError as exc:
+        if isinstance(exc, ConnectionError):
+            raise  # a ConnectTimeout of connect() itself: it says what timed out
         raise ConnectionError(
             f"connecting to {_describe(options)} took longer than connectTimeoutMs ({options.connect_timeout:g} s)"
         ) from None

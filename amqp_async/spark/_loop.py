@@ -64,6 +64,8 @@ class LoopThread:
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
+            if future.done():
+                raise  # the call itself raised a TimeoutError (a ConnectTimeout...): it did not time out here
             future.cancel()
             raise TimeoutError(f"no answer within {timeout} s") from None
         except BaseException:

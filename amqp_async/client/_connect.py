@@ -1,0 +1,80 @@
+"""``connect()``: the entry point of the awaitable API, and what it returns (awaitable, and an async context
+manager that closes the connection)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, cast
+
+from ._config import resolve_options
+from ._connection import Connection
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # a type checker's name only: typing_extensions is not a dependency
+
+    from ._connect_options import ConnectOptions
+
+__all__ = ["connect"]
+
+
+class _Connect:
+    """What :func:`connect` returns: awaitable (gives the :class:`Connection`) and an async context manager."""
+
+    def __init__(self, url: str | None, options: dict[str, Any]) -> None:
+        self._url = url
+        self._options = options
+        self._connection: Connection | None = None
+
+    async def _connect(self) -> Connection:
+        resolved = resolve_options(self._url, self._options)
+        connection = Connection(resolved)
+        try:
+            import asyncio
+
+            connection._loop = asyncio.get_running_loop()
+        except RuntimeError:  # trio
+            pass
+        await connection._establish()
+        return connection
+
+    def __await__(self) -> Generator[Any, None, Connection]:
+        return self._connect().__await__()
+
+    async def __aenter__(self) -> Connection:
+        self._connection = await self._connect()
+        return self._connection
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+
+
+def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> _Connect:
+    """Connect to an AMQP 1.0 peer.
+
+    ``await connect(url)`` gives an open :class:`Connection`; ``async with connect(url) as conn`` also closes it
+    at the end. Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
+    ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
+    ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``) plus
+    ``ssl_context``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or False for none;
+    default: the https_proxy/http_proxy/no_proxy environment variables) and ``tracing`` (OpenTelemetry: True for
+    the global tracer provider, or a TracerProvider; off by default); a ``connect.json`` is honoured as proton
+    honours it. ``url`` is ``amqp://``, ``amqps://``, ``ws://`` or ``wss://`` (AMQP over WebSocket, the URL
+    naming the WebSocket endpoint).
+
+    Defaults bound every wait (docs/client.md, "Defaults and their bounds"): ``connect_timeout`` 30 s per attempt,
+    ``heartbeat`` 30 s (our idle timeout), and reconnecting after a network failure gives up after 60 s
+    (``reconnect=Backoff(max_time=None)`` reconnects for ever).
+
+    Raises:
+        NameResolutionError: the host name does not resolve.
+        ConnectionRefused: nothing listens there (also the builtin ConnectionRefusedError).
+        ConnectTimeout: the attempt took longer than ``connect_timeout`` (also the builtin TimeoutError).
+        TLSError: the TLS handshake failed (CertificateVerifyFailed: the peer's certificate was refused).
+        AuthenticationError: SASL authentication failed.
+        ConnectError: the peer could not be reached otherwise (all of the above are ConnectErrors; with several
+            URLs, the last one's error, naming every URL tried).
+        ConnectionClosed: the peer refused the connection with a close frame.
+        TypeError, ValueError: an unknown option or a bad value (InvalidURL for a bad URL).
+    """
+    return _Connect(url, cast("dict[str, Any]", options))  # checked by resolve_options at run time

@@ -1,0 +1,42 @@
+"""The Python types an AMQP value decodes to: one alias, :data:`AMQPValue`, for type annotations.
+
+The codec maps AMQP's types to Python's as python-qpid-proton does (see :mod:`amqp_async.types`): the scalars
+whose Python builtin is too wide are subclasses of it (``ulong`` is an ``int``, ``symbol`` a ``str``, ``float32`` a
+``float``, ``decimal128`` ``bytes``), so the alias names the builtins and covers them all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TypeAlias
+
+from ..types import Array, Described
+from .composite import Composite
+from .sections import ValueSection
+
+__all__ = ["AMQPValue"]
+
+AMQPValue: TypeAlias = (
+    bool
+    | int
+    | float
+    | str
+    | bytes
+    | uuid.UUID
+    | Described
+    | Array
+    | Composite
+    | ValueSection
+    | list["AMQPValue"]
+    | dict["AMQPValue", "AMQPValue"]
+    | None
+)
+"""Any value AMQP carries, as the codec decodes it (spec §1.6, §1.3): null (``None``), boolean, the integer types
+(``int`` and its subclasses ``ubyte`` ... ``ulong``, ``byte`` ... ``int32``, ``timestamp``, ``decimal32``,
+``decimal64``), ``float`` (and ``float32``), ``str`` (and ``symbol``, ``char``), ``bytes`` (and ``decimal128``),
+``uuid.UUID``, a list or a map of such values, an :class:`~amqp_async.types.Array`, a
+:class:`~amqp_async.types.Described` value, or, for a described value whose descriptor the codec knows, that type
+(a :class:`~amqp_async.codec.composite.Composite` such as an ``Error``, or a message section).
+
+A message's ``body`` and its application properties are typed with it: narrow a value with ``isinstance`` before
+using it (``if isinstance(body, str): ...``), or read a JSON body with :meth:`~amqp_async.Message.json`."""

@@ -1,0 +1,37 @@
+"""Mistakes the types catch. Each line below is an error both checkers must report: mypy runs with
+``warn_unused_ignores`` (``--strict``) and pyright with ``reportUnnecessaryTypeIgnoreComment``, so a line that stops
+being an error fails the typecheck session. Never run."""
+
+from __future__ import annotations
+
+import amqp_async
+from amqp_async import Accepted, Connection, Delivery, Message, Receiver, Sender
+
+
+def needs_confirmation(sender: Sender[Accepted]) -> None:
+    print(sender.name)
+
+
+async def mistakes(conn: Connection, sender: Sender, receiver: Receiver, delivery: Delivery) -> None:
+    # A misspelt link option (the issue's example): mypy names it, and so does the TypeError at run time.
+    await conn.open_receiver("q", credits=10)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    await conn.open_sender("q", deliver="at-most-once")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue]
+    await conn.open_sender("q", delivery="at-least-twice")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    await conn.open_receiver("q", distribution_mode="share")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    await conn.open_session(incoming_widow=10)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    await amqp_async.connect("amqp://localhost", hearbeat=30)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    await amqp_async.connect("amqp://localhost", heartbeat="30s")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # A typo in a method name.
+    await sender.sned(Message(body="x"))  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    # Only Messages and encoded bytes are sent (a TypeError at run time too).
+    await sender.send("text")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    await sender.send({"a": 1})  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # An unknown message field.
+    Message(body="x", subjet="typo")  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    # An at-most-once sender is not a confirmed one: its send() gives no outcome.
+    unconfirmed = await conn.open_sender("q", delivery="at-most-once")
+    needs_confirmation(unconfirmed)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # The body is what AMQP carries, not Any: narrow it before using it as a str.
+    delivery.message.body.upper()  # type: ignore[union-attr]  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue, reportUnknownMemberType]
+    # receive_many takes its timeout by keyword.
+    await receiver.receive_many(10, 1.0)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
