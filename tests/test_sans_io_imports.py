@@ -329,3 +329,26 @@ def test_dynamic_checker_flags_forbidden_imports(
         assert problems == []
     for wanted in expected:
         assert any(wanted in problem for problem in problems), (wanted, problems)
+
+
+def test_the_run_time_amqp_value_alias_is_the_one_type_checkers_read() -> None:
+    """codec/values.py writes AMQPValue twice: for type checkers, and built on first use at run time (it names
+    uuid.UUID, which the codec must not import when it loads). Both must be the same expression."""
+    tree = ast.parse((package_root() / "codec" / "values.py").read_text(encoding="utf-8"))
+    aliases = [
+        ast.unparse(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and node.value is not None
+        and any(
+            isinstance(t, ast.Name) and t.id == "AMQPValue"
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+    ]
+    assert len(aliases) == 2
+    assert aliases[0] == aliases[1]
+    import uuid
+
+    import amqp_async.codec  # the facade may import it first; what matters is that it resolves
+
+    assert uuid.UUID in amqp_async.codec.AMQPValue.__args__
