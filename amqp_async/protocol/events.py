@@ -8,6 +8,8 @@ per batch of input, and one :class:`DeliveriesUpdated` covers every delivery a d
 
 from __future__ import annotations
 
+# dataclasses rather than attrs: attrs imports platform, which imports subprocess on Python 3.10, and importing the
+# Sans-IO engine loads neither (tests/test_sans_io_imports.py).
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
