@@ -153,15 +153,16 @@ class decimal64(_RangedInt):
 
 
 class decimal128(bytes):
-    """AMQP ``decimal128``: the 16 bytes of an IEEE 754-2008 decimal128."""
+    """AMQP ``decimal128``: the 16 bytes of an IEEE 754-2008 decimal128. Fewer bytes are padded with zero bytes
+    at the end, as proton pads them; more are refused."""
 
     __slots__ = ()
 
     def __new__(cls, value: Any = b"\x00" * 16) -> decimal128:
-        data = bytes.__new__(cls, value)
-        if len(data) != 16:
-            raise EncodeError(f"decimal128 must be 16 bytes, got {len(data)}")
-        return data
+        data = bytes(value)
+        if len(data) > 16:
+            raise EncodeError(f"decimal128 must be at most 16 bytes, got {len(data)}")
+        return bytes.__new__(cls, data.ljust(16, b"\x00"))
 
     def __repr__(self) -> str:
         return f"decimal128({bytes.__repr__(self)})"

@@ -546,13 +546,20 @@ def test_binary_from_memoryview_input_is_a_copy() -> None:
         lambda: T.char("ab"),
         lambda: T.char(""),
         lambda: T.char("\ud800"),
-        lambda: T.decimal128(b"x"),
+        lambda: T.decimal128(b"x" * 17),
         lambda: T.float32(1e39),
     ],
 )
 def test_out_of_range_construction_raises_encode_error(make: Any) -> None:
     with pytest.raises(EncodeError):
         make()
+
+
+def test_short_decimal128_is_padded_as_proton_pads_it() -> None:
+    """Fewer than 16 bytes are padded with zero bytes at the end (python-qpid-proton's ``put_decimal128`` does the
+    same: ``tests/test_proton_data.py`` compares the bytes)."""
+    assert T.decimal128(b"12345") == b"12345" + b"\x00" * 11
+    assert codec.encode(T.decimal128(b"12345")) == b"\x94" + b"12345" + b"\x00" * 11
 
 
 def repr_without_address(value: object) -> str:

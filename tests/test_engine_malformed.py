@@ -256,14 +256,23 @@ def test_bad_header_to_amqp_server(header: bytes) -> None:
 
 
 def test_bad_header_byte_by_byte() -> None:
-    """The header is judged once 8 bytes are in, whatever the chunking."""
+    """A header that begins ``AMQP`` is judged once its 8 bytes are in, whatever the chunking."""
     conn = new_server()
-    data = b"HTTP/1.1 400"
+    data = b"AMQP\x01\x01\x0a\x00"
     for index in range(7):
         events, out = feed(conn, data[index : index + 1])
         assert events == [] and out == b""
     events, out = feed(conn, data[7:8])
     assert_header_refused(conn, events, out, AMQP_HEADER)
+
+
+def test_non_amqp_first_byte_is_refused_at_once() -> None:
+    """Bytes that cannot begin ``AMQP`` are refused as they come (proton does too): a peer that sends three bytes
+    of garbage and waits is not waited for."""
+    conn = new_server()
+    events, out = feed(conn, b"H")
+    assert_header_refused(conn, events, out, AMQP_HEADER)
+    assert events[0].protocol_header == b""
 
 
 @pytest.mark.parametrize(

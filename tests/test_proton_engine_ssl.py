@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from proton_engine_program import SCENARIOS, Side, pump
-from tls_certs import make_ca, make_cert, openssl_available
+from tls_certs import make_ca, make_cert, make_sub_ca, openssl_available
 
 proton = pytest.importorskip("proton")
 
@@ -36,6 +36,9 @@ class Certs:
         self.server = make_cert(directory, "server", self.ca, "localhost", san=["DNS:localhost"])
         # A subject with several fields, in proton's RFC 2253 order once printed.
         self.client = make_cert(directory, "client", self.ca, "test-client/O=Acme, Inc/OU=Eng/C=FR", client=True)
+        # An intermediate CA, and a server certificate it signed (a client trusting only the intermediate).
+        self.sub_ca = make_sub_ca(directory, "sub-ca", self.ca)
+        self.sub_server = make_cert(directory, "sub-server", self.sub_ca, "localhost", san=["DNS:localhost"])
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +58,9 @@ class Config:
         client_cert: bool = False,
         server_verify: str | None = None,
         sasl: str | None = None,
+        server_cert: str | None = "server",
     ) -> None:
+        self.server_cert = server_cert
         self.client_ca = client_ca
         self.client_verify = client_verify
         self.peer_hostname = peer_hostname
@@ -71,7 +76,9 @@ class Config:
         if self.client_cert:
             client_domain.set_credentials(certs.client.cert, certs.client.key, None)
         server_domain = b.mod.SSLDomain(b.mod.SSLDomain.MODE_SERVER)
-        server_domain.set_credentials(certs.server.cert, certs.server.key, None)
+        if self.server_cert is not None:
+            server = getattr(certs, self.server_cert)
+            server_domain.set_credentials(server.cert, server.key, None)
         if self.server_verify is not None:
             server_domain.set_trusted_ca_db(certs.ca.cert)
             server_domain.set_peer_authentication(getattr(b.mod.SSLDomain, self.server_verify), certs.ca.cert)
@@ -79,7 +86,9 @@ class Config:
             a.transport.sasl().allowed_mechs(self.sasl)
             b.transport.sasl().allowed_mechs(self.sasl)
         client_ssl = a.mod.SSL(a.transport, client_domain, None)
-        if self.peer_hostname is not None:
+        if self.peer_hostname == "":
+            client_ssl.peer_hostname = None  # no name at all to check the server's certificate against
+        elif self.peer_hostname is not None:
             client_ssl.peer_hostname = self.peer_hostname
         server_ssl = b.mod.SSL(b.transport, server_domain, None)
         return client_ssl, server_ssl
@@ -106,7 +115,8 @@ def _connect(config: Config, certs: Certs, client: str, server: str) -> dict[str
     a = Side("A", client, False, log)
     b = Side("B", server, True, log)
     client_ssl, server_ssl = config.apply(a, b, certs)
-    a.connection.hostname = "localhost"
+    if config.peer_hostname != "":
+        a.connection.hostname = "localhost"
     a.bind()
     b.bind()
     a.connection.open()
@@ -161,6 +171,13 @@ CONNECT = {
     "unknown_ca": Config(client_ca="other_ca"),
     "wrong_host_name": Config(peer_hostname="wrong.example"),
     "client_certificate_missing": Config(server_verify="VERIFY_PEER"),
+    # A server without a certificate: anonymous ciphers, which only a client that does not verify accepts.
+    "anonymous_ciphers": Config(server_cert=None, client_verify="ANONYMOUS_PEER"),
+    "anonymous_server_refused": Config(server_cert=None),
+    # Trusting an intermediate CA is enough (OpenSSL's partial chains, as proton sets them).
+    "intermediate_ca": Config(client_ca="sub_ca", client_verify="VERIFY_PEER", server_cert="sub_server"),
+    # VERIFY_PEER_NAME without any name to verify against fails.
+    "no_name_to_verify": Config(peer_hostname=""),
 }
 
 
@@ -176,6 +193,14 @@ def test_tls_connect_same_as_proton(
 ) -> None:
     got = _connect(CONNECT[name], certs, client, server)
     reference = connect_references[name]
+    if name == "anonymous_ciphers" and server == OURS and client == PROTON:
+        # Documented difference (docs/proton.md): without DH parameters our server picks an ECDH anonymous suite
+        # (proton's, a DH one); proton's client names the protocol of the suite, "TLSv1.0" for that one.
+        assert got["negotiated"][0] == "TLSv1.0"
+        got["negotiated"] = (reference["negotiated"][0], *got["negotiated"][1:])
+    if name == "no_name_to_verify" and client == OURS:
+        assert got["condition"][1] == ("amqp:connection:framing-error", "SSL Failure: sslv3 alert bad certificate")
+        got["condition"][1] = reference["condition"][1]
     if name == "wrong_host_name" and client == OURS:
         # Documented difference (docs/proton.md): Python's OpenSSL checks the name itself and alerts the server
         # with "bad certificate" where proton's own check ends the handshake with "handshake failure".
@@ -284,3 +309,42 @@ def test_subject_escaping() -> None:
     assert _escape("Acme, Inc") == "Acme\\, Inc"
     assert _escape("#x y ") == "\\#x y\\ "
     assert _escape('a+b"c\\d<e>f;g') == 'a\\+b\\"c\\\\d\\<e\\>f\\;g'
+
+
+# --- TLS session resumption -----------------------------------------------------------------------------------
+
+
+def _resumptions(certs: Certs, client: str, server: str) -> list[Any]:
+    """Three connections with the same two domains: the second resumes the first's session (the same session id
+    given); the third, with another id, does not."""
+    client_mod = Side("A", client, False, []).mod
+    server_mod = Side("B", server, True, []).mod
+    client_domain = client_mod.SSLDomain(client_mod.SSLDomain.MODE_CLIENT)
+    client_domain.set_trusted_ca_db(certs.ca.cert)
+    client_domain.set_peer_authentication(client_mod.SSLDomain.VERIFY_PEER)
+    server_domain = server_mod.SSLDomain(server_mod.SSLDomain.MODE_SERVER)
+    server_domain.set_credentials(certs.server.cert, certs.server.key, None)
+    record: list[Any] = []
+    for session_id in ("first", "first", "other"):
+        log: list[tuple[Any, ...]] = []
+        a = Side("A", client, False, log)
+        b = Side("B", server, True, log)
+        client_ssl = client_mod.SSL(a.transport, client_domain, client_mod.SSLSessionDetails(session_id))
+        server_mod.SSL(b.transport, server_domain, None)
+        a.bind()
+        b.bind()
+        a.connection.open()
+        b.connection.open()
+        pump(a, b, 700)
+        a.connection.close()
+        b.connection.close()
+        pump(a, b, 700)
+        record.append((client_ssl.resume_status(), a.transport.closed, b.transport.closed))
+    return record
+
+
+@pytest.mark.parametrize("client,server", MIXES, ids=MIX_IDS)
+def test_session_resumed_as_with_proton(client: str, server: str, certs: Certs) -> None:
+    reference = _resumptions(certs, PROTON, PROTON)
+    assert [status for status, *_ in reference] == [1, 2, 1]  # new, reused, new (another id)
+    assert _resumptions(certs, client, server) == reference

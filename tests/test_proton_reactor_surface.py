@@ -166,5 +166,5 @@ def test_connection_to_host_connects_when_opened() -> None:
         connection.open()
         container.run()
         [received] = peer.wait_messages(1, address="queue-h")
-    assert seen == [f"amqp://{peer.host}:{peer.port}", b"1", ours.Delivery.ACCEPTED]
+    assert seen == [f"amqp://{peer.host}:{peer.port}", "1", ours.Delivery.ACCEPTED]
     assert received.body == "x"

@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["OPENSSL", "CertFiles", "make_ca", "make_cert", "openssl_available"]
+__all__ = ["OPENSSL", "CertFiles", "make_ca", "make_cert", "make_sub_ca", "openssl_available"]
 
 OPENSSL = shutil.which("openssl") or "/usr/bin/openssl"
 
@@ -71,6 +71,29 @@ def make_ca(directory: Path, name: str, common_name: str | None = None) -> CertF
     _run(
         "req", "-new", "-x509", "-key", str(key), "-out", str(cert), "-days", "30", "-sha256",
         "-config", str(config), "-set_serial", "1", cwd=directory,
+    )  # fmt: skip
+    return CertFiles(str(cert), str(key))
+
+
+def make_sub_ca(directory: Path, name: str, parent: CertFiles) -> CertFiles:
+    """An intermediate certificate authority ``<name>.pem`` / ``<name>.key`` signed by ``parent``: a verifier that
+    trusts only it accepts what it signs only with OpenSSL's partial-chain flag (as proton sets it)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key = _new_key(directory, name)
+    csr = directory / f"{name}.csr"
+    cert = directory / f"{name}.pem"
+    subject = f"/CN=amqp_async test sub-CA {name}"
+    _run("req", "-new", "-key", str(key), "-out", str(csr), "-subj", subject, cwd=directory)
+    extensions = directory / f"{name}.ext"
+    extensions.write_text(
+        "basicConstraints = critical, CA:TRUE\n"
+        "keyUsage = critical, keyCertSign, cRLSign\n"
+        "subjectKeyIdentifier = hash\n"
+        "authorityKeyIdentifier = keyid, issuer\n"
+    )
+    _run(
+        "x509", "-req", "-in", str(csr), "-CA", parent.cert, "-CAkey", parent.key, "-CAcreateserial",
+        "-out", str(cert), "-days", "30", "-sha256", "-extfile", str(extensions), cwd=directory,
     )  # fmt: skip
     return CertFiles(str(cert), str(key))
 

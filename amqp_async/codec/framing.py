@@ -317,12 +317,19 @@ class FrameDecoder:
         return bytes(data[pos : pos + 4]) == b"AMQP"
 
     def next_protocol_header(self) -> ProtocolHeader | None:
-        """Consume and parse the 8-byte protocol header, or return ``None`` if fewer than 8 bytes are buffered.
+        """Consume and parse the 8-byte protocol header, or return ``None`` if fewer than 8 bytes are buffered
+        (and those could still begin one).
 
         Raises:
-            FramingError / UnsupportedProtocolError: as :func:`parse_protocol_header`.
+            FramingError / UnsupportedProtocolError: as :func:`parse_protocol_header`; a FramingError also as soon as
+                the first bytes cannot begin ``AMQP`` (a peer that sends three bytes of garbage is not waited for).
         """
-        if self._avail < 8:
+        avail = self._avail
+        if avail < 8:
+            if avail:
+                start = self._peek(min(avail, 4))
+                if start != b"AMQP"[: len(start)]:
+                    raise FramingError(f"not an AMQP protocol header: {start!r}")
             return None
         data, pos = self._data, self._pos
         if len(data) - pos < 8:

@@ -143,6 +143,8 @@ class Connection(Endpoint):
         "channel_max",
         "container_id",
         "desired_capabilities",
+        "frames_received",
+        "frames_sent",
         "hostname",
         "idle_timeout",
         "incoming_window",
@@ -201,6 +203,9 @@ class Connection(Endpoint):
         self.remote_open: Open | None = None
         #: how the SASL exchange ended (None before, or without SASL).
         self.sasl_outcome: Any = None
+        #: frames read from the peer and written to it (SASL, AMQP and empty frames), for those who watch a link.
+        self.frames_received = 0
+        self.frames_sent = 0
 
         # Output: frames are encoded into ``_out``; a large payload is not copied there but kept by reference in
         # ``_out_parts``, after the bytes written before it (see _write_payload).
@@ -306,6 +311,7 @@ class Connection(Endpoint):
             if now >= due:
                 if not self._out and not self._out_parts:
                     self._out += EMPTY_FRAME
+                    self.frames_sent += 1
                 self._last_sent = now
                 due = now + interval
             deadlines.append(due)
@@ -419,6 +425,29 @@ class Connection(Endpoint):
         """True once no more input will be processed (closed both ways, failed, or the transport ended)."""
         return self._phase == _DONE
 
+    @property
+    def header_sent(self) -> bool:
+        """True once our protocol header is written (the current layer's: after SASL, the AMQP one)."""
+        return self._header_sent
+
+    @property
+    def awaiting_header(self) -> bool:
+        """True while the peer's protocol header (SASL's or AMQP's) is expected."""
+        return self._phase in (_AWAIT_SASL_HEADER, _AWAIT_AMQP_HEADER)
+
+    @property
+    def in_sasl(self) -> bool:
+        """True while the SASL layer is on (§5.3): its header or its frames are expected, the AMQP layer is not
+        started yet."""
+        return self._phase in (_AWAIT_SASL_HEADER, _SASL)
+
+    def fail(self, condition: str, description: str) -> None:
+        """Close the connection because of something this side observed (a layer above that keeps its own idle
+        clock, §2.4.5): in the AMQP layer our close carries ``condition``; no more input is taken. A
+        :class:`ConnectionClosed` (``remote=False``) reports it."""
+        if self._phase != _DONE:
+            self._fail(condition, description)
+
     def _require_open_for_sessions(self) -> None:
         if self.local_state is not EndpointState.ACTIVE:
             raise ConnectionClosedError("the connection is not open on our side")
@@ -462,6 +491,20 @@ class Connection(Endpoint):
             )
         except EncodeError as exc:
             raise LocalProtocolError(f"cannot send {type(performative).__name__}: {exc.description}") from exc
+        self.frames_sent += 1
+
+    def write_empty_frame(self) -> None:
+        """Write an empty frame now (§2.4.5: it keeps the peer's idle timeout from expiring; a layer above that
+        keeps its own clock for heartbeats writes them with this)."""
+        self._out += EMPTY_FRAME
+        self.frames_sent += 1
+
+    def send_header(self) -> None:
+        """Write our protocol header now, before our open (a client may send it as soon as it connects, §2.2; the
+        open follows when :meth:`open` is called). Does nothing once the header is out, and on a server, which
+        answers the client's header."""
+        if self.role == CLIENT and not self._header_sent:
+            self._write_header(SASL_HEADER if self.sasl is not None else AMQP_HEADER)
 
     def _write_payload(self, payload: Payload) -> None:
         """Append a transfer's payload to the output: a large immutable one by reference (no copy), anything else
@@ -531,7 +574,7 @@ class Connection(Endpoint):
                 except UnsupportedProtocolError as exc:
                     header = exc.header.to_bytes()
                 except FramingError:
-                    header = b"non-AMQP"
+                    header = b""  # not an AMQP protocol header at all
                 else:
                     if parsed is None:
                         return
@@ -541,24 +584,26 @@ class Connection(Endpoint):
             raw = decoder.next_raw_frame()
             if raw is None:
                 return
+            self.frames_received += 1
             self._on_raw_frame(*raw)
 
     def _on_protocol_header(self, header: bytes) -> None:
         """§2.2 / §5.3.1: accept the header we expect; otherwise answer with the one we support and stop."""
         expected = SASL_HEADER if self._phase == _AWAIT_SASL_HEADER else AMQP_HEADER
-        if (
-            self.role == SERVER
-            and self._phase == _AWAIT_SASL_HEADER
-            and header == AMQP_HEADER
-            and not self.require_sasl
-        ):
-            expected = AMQP_HEADER  # SASL is offered but optional: go straight to AMQP
-            self._phase = _AWAIT_AMQP_HEADER
+        if self.role == SERVER and self._phase == _AWAIT_SASL_HEADER and not self.require_sasl:
+            # SASL is offered but optional: a client may go straight to AMQP, and one that sends neither header is
+            # answered with AMQP's (§2.2: the protocol supported without conditions).
+            if header == AMQP_HEADER:
+                self._phase = _AWAIT_AMQP_HEADER
+            if header != SASL_HEADER:
+                expected = AMQP_HEADER
         if header != expected:
             if not self._header_sent:
                 self._write_header(expected)
             protocol = header[4] if header[:4] == b"AMQP" else None
-            described = {PROTOCOL_AMQP: "AMQP", PROTOCOL_SASL: "SASL"}.get(protocol or -1, repr(bytes(header)))
+            described = {PROTOCOL_AMQP: "AMQP", PROTOCOL_SASL: "SASL"}.get(
+                -1 if protocol is None else protocol, repr(bytes(header)) if header else "non-AMQP"
+            )
             self._phase = _DONE
             self._emit(
                 ConnectionClosed(
@@ -566,6 +611,7 @@ class Connection(Endpoint):
                         conditions.NOT_ALLOWED, f"unsupported protocol header {described}; {expected!r} expected"
                     ),
                     remote=False,
+                    protocol_header=bytes(header),
                 )
             )
             return

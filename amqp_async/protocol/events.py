@@ -67,12 +67,15 @@ class ConnectionClosed(Event):
             protocol or went idle.
         sasl_code: the SASL outcome code when authentication failed (§5.3.3.6), else None.
         transport_ended: the byte stream ended without a close (the network failed or the peer vanished).
+        protocol_header: when the peer's protocol header was not the one expected (§2.2): the header it sent, or
+            ``b""`` when its first bytes were no AMQP protocol header at all; else None.
     """
 
     error: Error | None = None
     remote: bool = True
     sasl_code: int | None = None
     transport_ended: bool = False
+    protocol_header: bytes | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

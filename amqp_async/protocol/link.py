@@ -329,6 +329,7 @@ class SenderLink(Link):
         settled: bool | None = None,
         message_format: int = 0,
         state: Any = None,
+        more: bool = False,
     ) -> Delivery:
         """Transfer one message (its encoded bytes) as a new delivery (§2.6.12), splitting it across frames
         that fit the peer's max-frame-size; frames beyond the session's outgoing window wait in the session
@@ -342,6 +343,8 @@ class SenderLink(Link):
             message_format: §2.7.5 message-format (0: the AMQP message format).
             state: the delivery state its transfer frames carry (§2.7.5 ``state``): a
                 :class:`~amqp_async.codec.transactions.TransactionalState` sends it within a transaction (§4.4.1).
+            more: ``payload`` is only the start of the message: the rest follows with :meth:`send_more` (its frames
+                are written as the parts come, ``more`` set until the last, §2.7.5).
 
         Returns:
             The delivery: unsettled deliveries stay tracked until the peer settles them.
@@ -377,7 +380,28 @@ class SenderLink(Link):
         self.delivery_count = (self.delivery_count + 1) & MASK
         if self.available:
             self.available -= 1
-        return self.session._send_transfer(self, payload, tag, settled, message_format, state)
+        return self.session._send_transfer(self, payload, tag, settled, message_format, state, more)
+
+    def send_more(self, delivery: Delivery, payload: Payload, *, more: bool = False) -> None:
+        """Add ``payload`` to a delivery started with ``send(..., more=True)``; ``more=False`` (the default) makes it
+        the last part. No credit is used: the delivery used one when it started.
+
+        Raises:
+            LocalProtocolError: the delivery is not one of this link's still being sent (or was aborted).
+        """
+        if delivery.link is not self:
+            raise LocalProtocolError("the delivery does not belong to this link")
+        self.session._send_more(self, delivery, payload, more)
+
+    def set_state(self, delivery: Delivery, state: Any) -> None:
+        """Tell the receiver our state for ``delivery`` without settling it (§2.7.6: a sender's disposition, e.g.
+        the outcome it agrees with before it settles); nothing is sent for a delivery already settled."""
+        if delivery.link is not self:
+            raise LocalProtocolError("the delivery does not belong to this link")
+        if delivery.settled:
+            return
+        delivery.state = state
+        self.session._queue_disposition(SENDER, delivery, False, state)
 
     def settle(self, delivery: Delivery, state: Any = None) -> None:
         """Settle a delivery we sent before the peer did (§2.6.12): the peer learns it in a disposition.

@@ -42,18 +42,25 @@ class SaslResult:
         mechanism: the mechanism used.
         identity: on a server, the authenticated user ("anonymous" for ANONYMOUS); None on a client.
         error: on failure, the error that describes it.
+        authorization: on a server, the identity the client asked to act as (an authzid), or None.
     """
 
-    __slots__ = ("code", "error", "identity", "mechanism", "ok")
+    __slots__ = ("authorization", "code", "error", "identity", "mechanism", "ok")
 
     def __init__(
-        self, code: int, mechanism: str, identity: str | None = None, error: SaslMechanismError | None = None
+        self,
+        code: int,
+        mechanism: str,
+        identity: str | None = None,
+        error: SaslMechanismError | None = None,
+        authorization: str | None = None,
     ) -> None:
         self.code = code
         self.ok = code == SaslCode.OK
         self.mechanism = mechanism
         self.identity = identity
         self.error = error
+        self.authorization = authorization
 
 
 class SaslClient:
@@ -144,6 +151,9 @@ class SaslServer:
         store: the credential check for PLAIN and SCRAM (see :class:`CredentialStore`).
         external: for EXTERNAL, a function giving the identity the channel established when the client chooses
             it (the subject of its TLS certificate), or None; EXTERNAL may be offered only with it.
+        authorize: decides whether an authenticated user may act as the other identity its client asked for
+            (``authorize(user, authzid)``, PLAIN and EXTERNAL); None (the default) refuses any but the user's own.
+            The identity asked for is in the result's ``authorization``.
     """
 
     def __init__(
@@ -152,6 +162,7 @@ class SaslServer:
         store: CredentialStore | None = None,
         *,
         external: Callable[[], str | None] | None = None,
+        authorize: Callable[[str, str], bool] | None = None,
     ) -> None:
         names = mechanisms.split() if isinstance(mechanisms, str) else list(mechanisms)
         known = (*SERVER_MECHANISM_NAMES, "EXTERNAL") if external is not None else SERVER_MECHANISM_NAMES
@@ -163,6 +174,7 @@ class SaslServer:
         self.mechanisms = names
         self.store = store
         self.external = external
+        self.authorize = authorize
         self.mechanism: ServerMechanism | None = None
         self.result: SaslResult | None = None
 
@@ -190,6 +202,7 @@ class SaslServer:
                 self.mechanism = ExternalServer(self.external())
             else:
                 self.mechanism = server_mechanism(name, self.store)  # type: ignore[arg-type]
+            self.mechanism.authorize = self.authorize
             challenge, done = self.mechanism.start(body.initial_response)
         elif isinstance(body, SaslResponse):
             if self.mechanism is None or self.mechanism.done:
@@ -206,5 +219,6 @@ class SaslServer:
             mechanism.name,
             identity=mechanism.identity,
             error=None if code == SaslCode.OK else outcome_error(code),
+            authorization=mechanism.authorization,
         )
         return [SaslOutcome(code=code, additional_data=mechanism.additional_data)]

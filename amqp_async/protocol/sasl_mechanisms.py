@@ -166,6 +166,9 @@ class ServerMechanism(abc.ABC):
         name: the mechanism's name.
         failure_reason: why authentication failed, for the server's log only (never send it to the client,
             as it may say whether the user exists).
+        authorization: the identity the client asked to act as (PLAIN's and EXTERNAL's authzid), or None.
+        authorize: decides whether an authenticated user may act as another identity (``authorize(user, authzid)``);
+            None (the default) refuses any authzid but the user's own.
     """
 
     name: str
@@ -176,6 +179,16 @@ class ServerMechanism(abc.ABC):
         self._identity: str | None = None
         self._additional_data: bytes | None = None
         self.failure_reason: str | None = None
+        self.authorization: str | None = None
+        self.authorize: Callable[[str, str], bool] | None = None
+
+    def _check_authorization(self, user: str, authzid: str) -> None:
+        """Keep the authzid asked for; refuse it unless it is the user's own or :attr:`authorize` allows it."""
+        if not authzid:
+            return
+        self.authorization = authzid
+        if authzid != user and not (self.authorize is not None and self.authorize(user, authzid)):
+            raise SaslMechanismError(f"{self.name}: {user!r} may not act as {authzid!r}")
 
     @property
     def done(self) -> bool:
@@ -419,8 +432,7 @@ class PlainServer(ServerMechanism):
             raise SaslMechanismError("PLAIN: message is not UTF-8") from None
         if not user or not password:
             raise SaslMechanismError("PLAIN: empty user name or password")
-        if authzid and authzid != user:
-            raise SaslMechanismError(f"PLAIN: {user!r} may not act as {authzid!r}")
+        self._check_authorization(user, authzid)
         if not self._store.check_password(user, password):
             raise SaslMechanismError(f"PLAIN: wrong password or unknown user {user!r}")
         return self._succeed(user)
@@ -447,8 +459,7 @@ class ExternalServer(ServerMechanism):
             authzid = (initial_response or b"").decode("utf-8")
         except UnicodeDecodeError:
             raise SaslMechanismError("EXTERNAL: authzid is not UTF-8") from None
-        if authzid and authzid != self._external:
-            raise SaslMechanismError(f"EXTERNAL: {self._external!r} may not act as {authzid!r}")
+        self._check_authorization(self._external, authzid)
         return self._succeed(self._external)
 
 

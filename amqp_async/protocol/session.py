@@ -50,7 +50,7 @@ from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached,
 from .link import Link, ReceiverLink, SenderLink
 from .payload import BY_REFERENCE, payload_slice
 from .serial import MASK
-from .transfer_frames import encode_handle, write_transfer_head
+from .transfer_frames import encode_handle, transfer_head_size, write_transfer_head
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -60,6 +60,9 @@ __all__ = ["Session"]
 # §3.4 terminal outcomes, and §4.5.5 declared: the outcome of a declare
 _TERMINAL_OUTCOMES = (Accepted, Rejected, Released, Modified, Declared)
 _OUTGOING_WINDOW = 0x7FFFFFFF
+# initial_incoming_window of a session whose layer above manages the incoming window: the replenish test in
+# _on_transfer (window <= initial // 2) never passes, since the window never falls below zero.
+_MANUAL_WINDOW = -1
 
 # The largest transfer performative we write (handle, id, a 32-byte tag, format, settled, more, aborted...) plus
 # the frame header: payload per frame is the peer's max-frame-size less this.
@@ -89,6 +92,7 @@ class Session(Endpoint):
         offered_capabilities: Any = None,
         desired_capabilities: Any = None,
         properties: dict[Any, Any] | None = None,
+        manual_window: bool = False,
     ) -> None:
         super().__init__()
         self.connection = connection
@@ -96,7 +100,9 @@ class Session(Endpoint):
         self.remote_channel: int | None = None
         self.remote_begin: Begin | None = None
         self.next_outgoing_id = 0
-        self.initial_incoming_window = incoming_window
+        #: the window replenished to (see the module's policy), or _MANUAL_WINDOW: the layer above sets the window
+        #: (:meth:`set_incoming_window`) and the engine never reopens it by itself.
+        self.initial_incoming_window = _MANUAL_WINDOW if manual_window else incoming_window
         self.incoming_window = incoming_window
         self.outgoing_window = _OUTGOING_WINDOW
         self.next_incoming_id = 0
@@ -121,8 +127,11 @@ class Session(Endpoint):
         self._pending_dispositions: list[tuple[bool, int, bool, Any]] = []
         self._flow_links: dict[Link, None] = {}
         self._session_flow_pending = False
-        # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset, aborted].
+        # Frames of deliveries waiting for the peer's incoming window: [link, delivery, payload, offset, aborted,
+        # final]; ``final`` is False for a part of a delivery that goes on (:meth:`SenderLink.send_more`).
         self._outgoing_queue: deque[list[Any]] = deque()
+        #: deliveries started with ``more=True`` whose last part has not been given yet (see SenderLink.send_more).
+        self._streaming: dict[Delivery, None] = {}
         # Sender links' flows held back until a queued item (by id) is written: see _defer_flow.
         self._flows_after: dict[int, tuple[Link, bool]] = {}
         # The last delivery state sent on a transfer, and its encoding (one per transaction, reused by its sends).
@@ -151,6 +160,19 @@ class Session(Endpoint):
         return [item[1] for item in self._outgoing_queue]
 
     @property
+    def has_backlog(self) -> bool:
+        """True while transfer frames wait for the peer's incoming window (cheaper than :attr:`outgoing_backlog`)."""
+        return bool(self._outgoing_queue)
+
+    def unwritten(self, delivery: Delivery) -> bool:
+        """True while frames of ``delivery`` wait for the peer's incoming window, or more of it is to come
+        (:meth:`SenderLink.send_more`)."""
+        if delivery in self._streaming:
+            return True
+        queue = self._outgoing_queue
+        return bool(queue) and any(item[1] is delivery for item in queue)
+
+    @property
     def unsettled_outgoing(self) -> int:
         """How many deliveries we sent are not settled yet."""
         return len(self._outgoing_unsettled)
@@ -159,6 +181,17 @@ class Session(Endpoint):
     def unsettled_incoming(self) -> int:
         """How many deliveries we received are not settled yet."""
         return len(self._incoming_unsettled)
+
+    def set_incoming_window(self, window: int) -> None:
+        """Set the incoming window (§2.5.6) to ``window`` frames and take it over from the engine's replenish
+        policy: from now on the window only changes here (the layer above reopens it as its application consumes
+        what arrived, proton's session capacity). A begun session tells the peer in a flow frame."""
+        if window < 0 or window > MASK:
+            raise LocalProtocolError(f"incoming window must be in [0, 2**32-1], got {window}")
+        self.initial_incoming_window = _MANUAL_WINDOW
+        self.incoming_window = window
+        if self.local_state is EndpointState.ACTIVE:
+            self._queue_session_flow()
 
     def _require_usable(self) -> None:
         if self.local_state is not EndpointState.ACTIVE:
@@ -222,6 +255,7 @@ class Session(Endpoint):
                 link.local_state = EndpointState.CLOSED
                 link.engine_ended = True  # it ends with the session, not by a command of its own
         self._outgoing_queue.clear()
+        self._streaming.clear()
         self._flows_after.clear()
         self.connection._release_channel(self)
 
@@ -294,10 +328,13 @@ class Session(Endpoint):
                 self._drop_queued_transfers(link)
 
     def _drop_queued_transfers(self, link: Link) -> None:
-        """Forget the transfer frames of ``link`` still waiting for the peer's incoming window."""
+        """Forget the transfer frames of ``link`` still waiting for the peer's incoming window (and its deliveries
+        still being streamed)."""
         if self._outgoing_queue:
             self._outgoing_queue = deque(item for item in self._outgoing_queue if item[0] is not link)
             self._flows_after = {key: held for key, held in self._flows_after.items() if held[0] is not link}
+        if self._streaming:
+            self._streaming = {delivery: None for delivery in self._streaming if delivery.link is not link}
 
     def _drop_unsettled(self, link: Link) -> None:
         """Forget the unsettled deliveries of a link that is gone, so the maps stay bounded."""
@@ -317,7 +354,14 @@ class Session(Endpoint):
         return encode_handle(handle)
 
     def _send_transfer(
-        self, link: SenderLink, payload: Any, tag: bytes, settled: bool, message_format: int, state: Any = None
+        self,
+        link: SenderLink,
+        payload: Any,
+        tag: bytes,
+        settled: bool,
+        message_format: int,
+        state: Any = None,
+        more: bool = False,
     ) -> Delivery:
         delivery_id = self._next_delivery_id
         self._next_delivery_id = (delivery_id + 1) & MASK
@@ -334,16 +378,27 @@ class Session(Endpoint):
             self._outgoing_unsettled[delivery_id] = delivery
         connection = self.connection
         if (
-            not self._outgoing_queue
+            not more
+            and not self._outgoing_queue
             and self.remote_incoming_window > 0
             and len(payload) + len(delivery.transfer_state) <= connection._max_transfer_payload
         ):
             # The common case: one frame, written at once from the link's template.
             self._write_transfer(link, delivery, payload, False)
         else:
-            self._outgoing_queue.append([link, delivery, payload, 0, False])
+            if more:
+                self._streaming[delivery] = None
+            self._outgoing_queue.append([link, delivery, payload, 0, False, not more])
             self._pump_outgoing()
         return delivery
+
+    def _send_more(self, link: SenderLink, delivery: Delivery, payload: Any, more: bool) -> None:
+        if delivery not in self._streaming:
+            raise LocalProtocolError("the delivery is complete: nothing more can be sent on it")
+        if not more:
+            del self._streaming[delivery]
+        self._outgoing_queue.append([link, delivery, payload, 0, False, not more])
+        self._pump_outgoing()
 
     def _write_transfer(
         self, link: SenderLink, delivery: Delivery, payload: Any, more: bool, aborted: bool = False
@@ -367,29 +422,54 @@ class Session(Endpoint):
             connection._out += payload  # a small message, copied into the output: _write_payload's first case
         elif payload:
             connection._write_payload(payload)
+        connection.frames_sent += 1
         self.next_outgoing_id = (self.next_outgoing_id + 1) & MASK
         self.remote_incoming_window -= 1
 
+    def _frame_room(self, link: SenderLink, delivery: Delivery, more: bool) -> int:
+        """The payload one transfer frame of ``delivery`` holds at the peer's max-frame-size (§2.7.1)."""
+        head = transfer_head_size(
+            self.channel or 0,
+            link._transfer_prefix,
+            delivery.delivery_id,
+            delivery.tag,
+            delivery.message_format,
+            delivery.settled,
+            more,
+            delivery.transfer_state,
+        )
+        room = self.connection._remote_max_frame_size - head
+        if room <= 0:
+            raise LocalProtocolError("the peer's max-frame-size leaves no room for a transfer's payload")
+        return room
+
     def _pump_outgoing(self) -> None:
-        """Write queued transfer frames while the peer's incoming window allows."""
+        """Write queued transfer frames while the peer's incoming window allows, each as full as the peer's
+        max-frame-size lets it be."""
         queue = self._outgoing_queue
-        chunk = self.connection._max_transfer_payload
         while queue and self.remote_incoming_window > 0:
             item = queue[0]
-            link, delivery, payload, offset, aborted = item
+            link, delivery, payload, offset, aborted, final = item
             if aborted:
                 queue.popleft()
                 self._write_transfer(link, delivery, b"", False, aborted=True)
                 if self._flows_after:
                     self._release_flow(item)
                 continue
-            end = offset + chunk - len(delivery.transfer_state)
-            if end >= len(payload):
+            remaining = len(payload) - offset
+            if not final and not remaining:
+                queue.popleft()  # a part of a streamed delivery that brought no bytes: nothing to write
+                if self._flows_after:
+                    self._release_flow(item)
+                continue
+            room = self._frame_room(link, delivery, True)
+            if remaining <= (self._frame_room(link, delivery, False) if final else room):
                 queue.popleft()
-                self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, False)
+                self._write_transfer(link, delivery, payload_slice(payload, offset) if offset else payload, not final)
                 if self._flows_after:
                     self._release_flow(item)
             else:
+                end = offset + room
                 item[3] = end
                 self._write_transfer(link, delivery, payload_slice(payload, offset, end), True)
 
@@ -419,8 +499,11 @@ class Session(Endpoint):
                 link._write_flow(echo)
 
     def abort(self, delivery: Delivery) -> None:
-        """Abort a delivery whose frames are not all written yet (§2.6.14); a written one cannot be aborted."""
-        for item in self._outgoing_queue:
+        """Abort a delivery whose frames are not all written yet, or that is still being streamed (§2.6.14); a
+        written one cannot be aborted."""
+        streaming = self._streaming.pop(delivery, 0) is None
+        queue = self._outgoing_queue
+        for index, item in enumerate(queue):
             if item[1] is delivery:
                 # The rest of the payload is dropped; one aborted transfer frame takes its place, in turn and within
                 # the peer's window like any frame. It is written even if no frame went out yet: the delivery used
@@ -428,12 +511,20 @@ class Session(Endpoint):
                 item[2] = b""
                 item[3] = 0
                 item[4] = True
-                self._outgoing_unsettled.pop(delivery.delivery_id, None)
-                delivery.aborted = True
-                delivery.settled = True
-                self._pump_outgoing()
-                return
-        raise LocalProtocolError("the delivery is fully written and cannot be aborted")
+                if index + 1 < len(queue):
+                    # Later parts of a streamed delivery go with it.
+                    self._outgoing_queue = queue = deque(
+                        other for other in queue if other is item or other[1] is not delivery
+                    )
+                break
+        else:
+            if not streaming:
+                raise LocalProtocolError("the delivery is fully written and cannot be aborted")
+            queue.append([delivery.link, delivery, b"", 0, True, True])
+        self._outgoing_unsettled.pop(delivery.delivery_id, None)
+        delivery.aborted = True
+        delivery.settled = True
+        self._pump_outgoing()
 
     def _queue_link_flow(self, link: Link) -> None:
         self._flow_links[link] = None

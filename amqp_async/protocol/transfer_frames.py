@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-__all__ = ["encode_handle", "parse_transfer_fields", "write_transfer", "write_transfer_head"]
+__all__ = ["encode_handle", "parse_transfer_fields", "transfer_head_size", "write_transfer", "write_transfer_head"]
 
 _pack_frame_head = struct.Struct(">IBBHBBBBBB").pack
 _pack_list32_head = struct.Struct(">IBBHBBBBII").pack
@@ -61,11 +61,12 @@ _BIN8_HEADS = [bytes((0xA0, n)) for n in range(256)]
 #: that they need, and the list's field count with them. Trailing default fields are left out (§1.4).
 _FLAG_FIELDS = [
     (b"", 4),  # none set: the list ends at message-format
-    (b"\x42\x42\x40\x40\x40\x41", 10),  # aborted: settled, more, rcv-settle-mode, state, resume; aborted true
+    # aborted: settled, more, rcv-settle-mode, state, resume (null when not set, as proton writes them); aborted true
+    (b"\x40\x40\x40\x40\x40\x41", 10),
     (b"\x42\x41", 6),  # more
-    (b"\x42\x41\x40\x40\x40\x41", 10),
+    (b"\x40\x41\x40\x40\x40\x41", 10),
     (b"\x41", 5),  # settled
-    (b"\x41\x42\x40\x40\x40\x41", 10),
+    (b"\x41\x40\x40\x40\x40\x41", 10),
     (b"\x41\x41", 6),
     (b"\x41\x41\x40\x40\x40\x41", 10),
 ]
@@ -209,3 +210,20 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> list[Any] | N
     if position != list_end:
         return None
     return fields
+
+
+def transfer_head_size(
+    channel: int,
+    handle: bytes,
+    delivery_id: int,
+    tag: bytes,
+    message_format: int,
+    settled: bool,
+    more: bool,
+    state: bytes = b"",
+) -> int:
+    """The size of what :func:`write_transfer_head` writes before the payload (frame header and performative): a
+    frame of the peer's max-frame-size holds that much less payload."""
+    scratch = bytearray()
+    write_transfer_head(scratch, channel, handle, delivery_id, tag, message_format, settled, more, False, 0, state)
+    return len(scratch)

@@ -59,9 +59,11 @@ from ._url import Url
 # configures logging.
 logging.getLogger("proton").addHandler(logging.NullHandler())
 
-#: proton's version constants: the proton API version this module follows.
+#: proton's version constants: the proton API version this module follows (python-qpid-proton 0.40.0's values).
 VERSION_MAJOR = 0
 VERSION_MINOR = 40
+VERSION_POINT = 0
+VERSION = (VERSION_MAJOR, VERSION_MINOR, VERSION_POINT)
 #: proton's language constants: this implementation is Python all the way down.
 API_LANGUAGE = "Python"
 IMPLEMENTATION_LANGUAGE = "Python"
@@ -72,8 +74,10 @@ __all__ = [
     "SASL",
     "SSL",
     "UNDESCRIBED",
+    "VERSION",
     "VERSION_MAJOR",
     "VERSION_MINOR",
+    "VERSION_POINT",
     "AnnotationDict",
     "ApplicationEvent",
     "Array",

@@ -415,6 +415,8 @@ def _format(node: _Node) -> str:
     if kind == TypeCode.MAP:
         items = node.children
         pairs = [_format(items[i]) + "=" + _format(items[i + 1]) for i in range(0, len(items) - 1, 2)]
+        if len(items) & 1:
+            pairs.append(_format(items[-1]) + "=null")  # a key without its value reads as null (get_dict's None)
         return "{" + ", ".join(pairs) + "}"
     if kind == TypeCode.DESCRIBED:
         parts = [_format(child) for child in node.children]

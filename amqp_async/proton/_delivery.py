@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from ..codec import decode, encode
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.transactions import Declared, TransactionalState
+from ..types import Described, ulong
+from . import _engine_links as engine_model
 from ._condition import Condition
 from ._events import Event
 
@@ -99,6 +101,12 @@ def disposition_from_state(state: Any) -> Disposition:
     disposition = Disposition(local=False)
     if state is None:
         return disposition
+    if isinstance(state, Described):
+        # A delivery state this library does not know (an extension's, §3.4): its code and its fields, as proton
+        # gives them.
+        disposition.type = _custom_code(state)
+        disposition.data = state.value if state.value not in (None, []) else None
+        return disposition
     disposition.type = DispositionType.or_int(_CODE_OF_STATE.get(type(state), 0))
     if isinstance(state, Rejected) and state.error is not None:
         disposition.condition = Condition.from_error(state.error)
@@ -152,7 +160,19 @@ def _state_with_fields(code: int, disposition: Disposition) -> Any:
         return Received(section_number=disposition.section_number, section_offset=disposition.section_offset)
     if code == 0x34:
         return _transactional_state(disposition.data)
-    return None
+    if code in _KNOWN_CODES:
+        return None
+    # A delivery state of the application's own: its code as the descriptor, its data as the fields.
+    data = disposition.data
+    return Described(ulong(code), [] if data is None else data)
+
+
+_KNOWN_CODES = frozenset((0, 0x23, 0x24, 0x25, 0x26, 0x27, 0x33))
+
+
+def _custom_code(state: Described) -> int:
+    descriptor = state.descriptor
+    return int(descriptor) if isinstance(descriptor, int) else 0
 
 
 def _transactional_state(data: Any) -> TransactionalState | None:
@@ -190,6 +210,15 @@ class Delivery:
     _payload: bytes | bytearray | memoryview | None = None
     _read = 0
     _transfer_state: Any = None  # an outgoing delivery's state on its transfer (a transaction's, §4.4.1)
+    # proton's engine API (a connection without a container, see _engine_links): a sender's bytes not written yet,
+    # whether it was advanced (a receiver's: whether its last frame came), written entirely, aborted here; how many
+    # of a receiver's bytes the session counts as received.
+    _buffer: bytes | bytearray = b""
+    _done = False
+    _ended = False  # its last part was given to the engine
+    _sent = False
+    _aborted_here = False
+    _counted = 0
 
     def __init__(self, link: Link, tag: bytes, impl: EngineDelivery | None = None) -> None:
         self.link = link
@@ -203,9 +232,14 @@ class Delivery:
         return self.link
 
     @property
-    def tag(self) -> bytes:
-        """The delivery tag: unique among the link's unsettled deliveries."""
-        return self._tag
+    def tag(self) -> str | bytes:
+        """The delivery tag: unique among the link's unsettled deliveries. As proton gives it: decoded from UTF-8
+        (``"1"``, ``"tag"``); a tag that is not UTF-8 is given as its bytes (proton raises ``UnicodeDecodeError``)."""
+        tag = self._tag
+        try:
+            return tag.decode()
+        except UnicodeDecodeError:
+            return tag
 
     @property
     def session(self) -> Session:
@@ -245,17 +279,20 @@ class Delivery:
     @property
     def remote_state(self) -> int:
         """The state the peer last gave the delivery (``Delivery.ACCEPTED``..., 0x33 declared, 0x34
-        transactional, 0: none)."""
+        transactional, another code for a state of its own; 0: none)."""
         impl = self._impl
         if impl is None or impl.remote_state is None:
             return 0
-        return _TYPE_OF_STATE.get(type(impl.remote_state), 0)
+        state = impl.remote_state
+        if isinstance(state, Described):
+            return _custom_code(state)
+        return _TYPE_OF_STATE.get(type(state), 0)
 
     @property
     def settled(self) -> bool:
         """True once the peer has settled the delivery."""
         impl = self._impl
-        return impl is not None and impl.remote_settled
+        return impl is not None and (impl.remote_settled or (impl.aborted and not self.link.is_sender))
 
     @property
     def local_settled(self) -> bool:
@@ -270,19 +307,35 @@ class Delivery:
     @property
     def aborted(self) -> bool:
         """True when the sender aborted the delivery (§2.6.14)."""
+        if self._aborted_here:
+            return True
+        impl = self._impl
+        return impl is not None and impl.aborted
+
+    def _aborted_remote(self) -> bool:
         impl = self._impl
         return impl is not None and impl.aborted
 
     @property
     def partial(self) -> bool:
-        """True for an incoming delivery whose data is not all here (the container hands deliveries over
-        complete; with proton's engine API a delivery is reported as its first frames arrive)."""
+        """True for a delivery not complete: an incoming one whose data is not all here (the container hands
+        deliveries over complete; with proton's engine API a delivery is reported as its first frames arrive), an
+        outgoing one not advanced yet (engine API)."""
+        if self.link._connection._reactor is None:
+            return not self._done and not self.aborted
         impl = self._impl
         return impl is not None and getattr(impl.link, "_current", None) is impl
 
     @property
     def pending(self) -> int:
         """The number of bytes not yet read (incoming) or not yet sent (outgoing)."""
+        if self.link._connection._reactor is None:
+            if self.aborted:
+                return 1  # proton's: an aborted delivery has something pending, so recv() reports the abort
+            if self.link.is_sender:
+                return len(self._buffer)
+            payload = self._payload
+            return 0 if payload is None else len(payload) - self._read
         payload = self._payload
         if payload is not None:
             return len(payload) - self._read
@@ -310,6 +363,8 @@ class Delivery:
     @property
     def buffered(self) -> bool:
         """True for an outgoing delivery still waiting in this process (no credit, or not attached yet)."""
+        if self.link._connection._reactor is None:
+            return self.link.is_sender and not self._sent and (self._done or bool(self._buffer))
         return self.link.is_sender and self._impl is None and not self._settled_here
 
     @property
@@ -329,11 +384,14 @@ class Delivery:
         The disposition is sent with the settlement when :meth:`settle` follows in the same callback (the usual
         ``accept``), else on its own, unsettled, once the callback returns.
         """
+        link = self.link
+        if link._connection._reactor is None:
+            engine_model.update(self, state)
+            return
         self._local_type = state
         local = self._local
         if local is not None:
             local.type = state
-        link = self.link
         link._delivery_updated(self)
         connection = link._connection
         collector = connection._collector
@@ -363,21 +421,16 @@ class Delivery:
         link = self.link
         connection = link._connection
         container = connection._reactor
-        if container is not None and container._loop_thread not in (None, get_ident()):
+        if container is None:
+            engine_model.settle(self)
+            return
+        if container._loop_thread not in (None, get_ident()):
             container._check_thread()  # raises: another thread
         self._settled_here = True
         link._settle(self)
         impl = self._impl
         if impl is not None:
             impl.user_data = None  # as _forget
-        if connection._bound is not None:
-            if link.is_receiver:
-                link._unsettled_count -= 1  # type: ignore[attr-defined]
-            collector = connection._collector
-            if collector is not None and not (
-                collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
-            ):
-                connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
 
     def _forget(self) -> None:
         # Settled here, the engine says no more of it (§2.6.12): drop its link back to us, so that the pair is
@@ -388,6 +441,9 @@ class Delivery:
 
     def abort(self) -> None:
         """Abort an outgoing delivery (§2.6.14): the receiver discards what it got of it."""
+        if self.link._connection._reactor is None:
+            engine_model.abort(self)
+            return
         self.link._abort(self)
 
     def __repr__(self) -> str:

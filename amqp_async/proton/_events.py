@@ -105,7 +105,7 @@ class _Plan:
 
     def __init__(self, root: Any, method: str, role: str | None = None) -> None:
         self.calls: list[Any] = []
-        self.lists: list[tuple[Any, list[Any], int]] = []
+        self.lists: list[tuple[Any, list[Any] | tuple[Any, ...], int]] = []
         self.role = role
         self._add(root, method, 0)
 
@@ -120,12 +120,13 @@ class _Plan:
         elif route == 2:
             self.calls.append(_Unhandled(handler.on_unhandled, method))
         children = getattr(handler, "handlers", None)
-        if isinstance(children, list):
+        if isinstance(children, (list, tuple)):
+            # A list may change between rounds (its owner and length are checked); a tuple is as it was made.
             self.lists.append((handler, children, len(children)))
             for child in children:
                 self._add(child, method, depth + 1)
         elif children:
-            raise TypeError(f"the handlers of {handler!r} must be a list")
+            raise TypeError(f"the handlers of {handler!r} must be a list or a tuple")
 
     def valid(self) -> bool:
         for owner, children, count in self.lists:
@@ -332,7 +333,9 @@ class Event(EventBase):
         context = self._context
         if getattr(context, "_is_connection", False):
             return context  # type: ignore[no-any-return]
-        return getattr(context, "connection", None)
+        connection = getattr(context, "connection", None)
+        # (the container's ``connection`` is a method that makes one: its events have no connection)
+        return connection if getattr(connection, "_is_connection", False) else None
 
     @property
     def transport(self) -> Transport | None:
@@ -346,7 +349,8 @@ class Event(EventBase):
     @property
     def handler(self) -> Any:
         """The handler scoped to the event: the link's, else the session's, else the connection's, else the
-        context's own ``handler`` (a timer task's); None means the container's handlers."""
+        context's own ``handler`` (a timer task's; the container's root handler for the container's events); None
+        means the container's handlers."""
         context = self._context
         if getattr(context, "_is_delivery", False):
             link = context.link
@@ -366,13 +370,16 @@ class Event(EventBase):
         connection = self.connection
         if connection is not None and connection.handler is not None:
             return connection.handler
-        return getattr(context, "handler", None) if not getattr(context, "_is_container", False) else None
+        return getattr(context, "handler", None)
 
     def __getattr__(self, name: str) -> Any:
         # proton: an unknown attribute is looked up on the context (``event.selectable``, ``event.task``...).
         if name.startswith("__"):
             raise AttributeError(name)
-        context = self.__dict__.get("_context")
+        try:
+            context = object.__getattribute__(self, "_context")  # a slot (not in __dict__)
+        except AttributeError:
+            raise AttributeError(name) from None
         if type(context).__name__.lower() == name:
             return context
         return getattr(context, name, None)

@@ -134,6 +134,7 @@ class Channel:
             if options.virtual_host is None:
                 connection.hostname = address.host
             self.container._push(Event.CONNECTION_BOUND, connection)
+            self.container._process()  # proton's handlers see the transport before it connects (idle_timeout...)
             self._head_reported = self._tail_reported = self._end_reported = False
             try:
                 stream = await self._open_stream(options, address)
@@ -165,10 +166,10 @@ class Channel:
 
     def _client_engine(self, options: ResolvedOptions, address: Address) -> protocol.Connection:
         connection = self.connection
-        transport = connection.transport
+        transport = connection._transport
         user, password = options.credentials_for(address)
         user = address.user or connection.user or user
-        password = address.password or connection.password or password
+        password = address.password or connection._password or password
         hostname = connection.hostname or options.virtual_host_for(address)
         sasl = None
         sasl_settings = transport._sasl
@@ -178,7 +179,9 @@ class Channel:
                 password=password,
                 allowed_mechs=(sasl_settings.mechs if sasl_settings and sasl_settings.mechs else options.allowed_mechs),
                 allow_insecure_mechs=(
-                    sasl_settings.allow_insecure_mechs if sasl_settings is not None else options.allow_insecure_mechs
+                    options.allow_insecure_mechs
+                    if sasl_settings is None or sasl_settings._allow_insecure is None
+                    else sasl_settings._allow_insecure
                 ),
                 encrypted=address.tls,
                 hostname=hostname,
@@ -191,6 +194,9 @@ class Channel:
             max_frame_size=transport.max_frame_size or options.max_frame_size or 65536,
             channel_max=transport.channel_max,
             idle_timeout=heartbeat or None,
+            # §2.4.5 advises a peer to send within half the idle timeout it announces: as proton's transport, we
+            # announce half of ours and enforce the whole.
+            advertised_idle_timeout=heartbeat / 2 if heartbeat else None,
             properties=connection.properties if connection.properties is not None else options.properties,
             offered_capabilities=connection.offered_capabilities or options.offered_capabilities,
             desired_capabilities=connection.desired_capabilities or options.desired_capabilities,
@@ -215,8 +221,8 @@ class Channel:
         connection = self.connection
         container = self.container
         connection._tls = stream.extra(TLSAttribute.ssl_object, None)
-        connection.transport.condition = None
-        connection.transport._closed = False
+        connection._transport.condition = None
+        connection._transport._closed = False
         connection._bind(engine)
         if self.options is None:
             container._push(Event.CONNECTION_BOUND, connection)
@@ -226,6 +232,10 @@ class Channel:
             with anyio.CancelScope() as scope:
                 self._cancel = scope
                 container._process()
+                idle_timeout = connection._transport.idle_timeout
+                if idle_timeout and engine.idle_timeout is None and engine.local_state is EndpointState.UNINIT:
+                    # An accepted connection's handlers set it when it was bound (proton's on_connection_bound).
+                    engine.idle_timeout = engine.advertised_idle_timeout = idle_timeout
                 await driver.run()
         finally:
             self._cancel = None
@@ -236,7 +246,7 @@ class Channel:
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass
         if not self._end_reported:
-            transport = connection.transport
+            transport = connection._transport
             push = container._push
             self._end_reported = True
             transport._closed = True
@@ -260,7 +270,7 @@ class Channel:
         """Our close went to the engine: proton reports the output side closed at once."""
         if self._driver is not None and not self._head_reported:
             self._head_reported = True
-            self.container._push(Event.TRANSPORT_HEAD_CLOSED, self.connection.transport)
+            self.container._push(Event.TRANSPORT_HEAD_CLOSED, self.connection._transport)
 
     def _report_failure(self, condition: Condition, error_first: bool = False) -> None:
         """The transport failed before or without a close (refused, authentication, protocol error): proton's
@@ -268,7 +278,7 @@ class Channel:
         if self._end_reported:
             return
         self._end_reported = True
-        transport = self.connection.transport
+        transport = self.connection._transport
         transport.condition = condition
         transport._closed = True
         push = self.container._push
@@ -364,7 +374,7 @@ class Channel:
                 push(Event.SESSION_LOCAL_CLOSE, session)
         elif isinstance(event, ev.ConnectionClosed):
             engine = connection._impl
-            transport = connection.transport
+            transport = connection._transport
             if engine is not None and engine.remote_state is EndpointState.CLOSED:
                 push(Event.CONNECTION_REMOTE_CLOSE, connection)
                 if not self._tail_reported:
@@ -403,8 +413,15 @@ class Listener:
     def close(self) -> None:
         """Stop accepting connections."""
         self.closed = True
-        if self._scope is not None:
-            self._scope.cancel()
+        scope = self._scope
+        if scope is None:
+            return
+        stepper = self.container._stepper
+        if stepper is not None and not stepper.stepping:
+            # Between a stepping container's process() calls no loop runs: the next call stops the listener.
+            self.container.call_threadsafe(scope.cancel)
+            return
+        scope.cancel()
 
     async def run(self) -> None:
         """Accept until closed."""

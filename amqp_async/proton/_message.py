@@ -11,7 +11,9 @@ as the awaitable API does (the peer reads the same message).
 
 from __future__ import annotations
 
+from ..message import _GROUP_ID, _GROUP_SEQUENCE
 from ..message import Message as _Message
+from ..types import uint
 from ._data_tree import _read, _write
 
 __all__ = ["Message"]
@@ -25,6 +27,16 @@ class Message(_Message):
 
     __slots__ = ()
 
+    @property
+    def user_id(self) -> bytes:
+        """The identity of the user who produced the message, as bytes (``b""`` when unset, as proton reads it)."""
+        value = _Message.user_id.fget(self)  # type: ignore[attr-defined]
+        return b"" if value is None else value
+
+    @user_id.setter
+    def user_id(self, value: bytes | str | None) -> None:
+        _Message.user_id.fset(self, value)  # type: ignore[attr-defined]
+
     def encode(self) -> bytes:
         """The message's encoding, byte for byte as proton's: a header and a properties section always (empty
         lists when nothing is set in them), then the sections that are set, their values as proton's ``Data``
@@ -34,7 +46,16 @@ class Message(_Message):
             MessageException: an application property key is not a string.
             EncodeError: another field holds a value AMQP cannot carry.
         """
-        compact = bytes(self._encode(False, True))
+        props = self._props
+        if props[_GROUP_ID] is not None and props[_GROUP_SEQUENCE] is None:
+            # proton writes a group's sequence number, 0 included, whenever the message names a group.
+            props[_GROUP_SEQUENCE] = uint(0)
+            try:
+                compact = bytes(self._encode(False, True))
+            finally:
+                props[_GROUP_SEQUENCE] = None
+        else:
+            compact = bytes(self._encode(False, True))
         out = bytearray()
         offset = 0
         while offset < len(compact):

@@ -155,7 +155,7 @@ class SymbolList(list[Any]):
             super().__setitem__(i, self._check(t))
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, (list, tuple)):
+        if not isinstance(other, (list, tuple, Array)):
             return NotImplemented
         return list.__eq__(self, SymbolList(other, raise_on_error=False))
 

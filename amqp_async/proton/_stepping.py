@@ -42,6 +42,11 @@ class Stepper:
         self._stepping = False
 
     @property
+    def stepping(self) -> bool:
+        """True while a ``process()`` call runs the loop (between calls, no loop runs)."""
+        return self._stepping
+
+    @property
     def finished(self) -> bool:
         """The container's task has ended (and the loop is closed)."""
         return self._loop.is_closed()

@@ -19,6 +19,7 @@ was not verified (``ANONYMOUS_PEER``), as in proton.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._condition import Condition
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["TlsLayer", "certificate_subject", "failure_condition"]
 
 _READ_CHUNK = 65536
+_NO_NAME = "no-peer-name.invalid"
 
 #: OpenSSL's short names for the attributes of a distinguished name (RFC 4514 §3 and OpenSSL's ``obj_dat.h``).
 _SHORT_NAMES = {
@@ -71,16 +73,34 @@ class TlsLayer:
     """
 
     def __init__(
-        self, io: EngineIO, context: ssl.SSLContext, server: bool, hostname: str | None, check_client_name: bool
+        self,
+        io: EngineIO,
+        context: ssl.SSLContext,
+        server: bool,
+        hostname: str | None,
+        check_client_name: bool,
+        session: ssl.SSLSession | None = None,
+        keep_session: Callable[[ssl.SSLSession], None] | None = None,
     ) -> None:
         self.io = io
         self.hostname = hostname
         self.check_client_name = server and check_client_name
+        if not server and context.check_hostname and not hostname:
+            # A client told to check the server's name without a name to check against: proton's verification
+            # fails, where Python's ssl would skip the check. A name that matches no certificate (RFC 6761's
+            # ".invalid") makes OpenSSL fail it in the handshake, as proton's does.
+            hostname = _NO_NAME
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
         self.tls = context.wrap_bio(
-            self.incoming, self.outgoing, server_side=server, server_hostname=None if server else hostname or None
+            self.incoming,
+            self.outgoing,
+            server_side=server,
+            server_hostname=None if server else hostname or None,
+            session=session,
         )
+        #: where a client keeps the session it established, to resume it on a later connection
+        self.keep_session = keep_session
         #: ciphertext waiting to be written.
         self.out = bytearray()
         self.handshaken = False
@@ -138,6 +158,9 @@ class TlsLayer:
                     notified = True
                     break
                 plain += chunk
+            keep = self.keep_session
+            if keep is not None and tls.session is not None:
+                keep(tls.session)  # (with TLS 1.3 the ticket comes after the handshake: kept as it is read)
             if plain:
                 io.push(plain)
             if notified:

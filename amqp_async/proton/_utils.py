@@ -921,7 +921,7 @@ class BlockingConnection(Handler):
             or conn is None
             or state.disconnected is not None
             or state.closed_by_peer
-            or conn.transport.closed
+            or conn._transport.closed
         )
 
     def _check(self, link: Link | None) -> None:

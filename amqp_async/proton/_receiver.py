@@ -1,0 +1,243 @@
+"""proton's ``Receiver``: a link on which this end receives (see :mod:`._links` for what every link has).
+
+With a container, a link's commands go to the engine link (``_impl``) as the application makes them, and incoming
+deliveries are handed over whole; on a connection the program drives (proton's engine API), the link follows
+proton's own model of credit, queued deliveries and deliveries in parts (see :mod:`._engine_links`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ..protocol.endpoint import EndpointState
+from . import _engine_links as engine_model
+from ._delivery import _ACCEPTED, Delivery, local_state_object
+from ._endpoints import (
+    _ENGINE_ACTIVE,
+    _OVERSHOOT_TOLERANCE,
+    _TRANSPORT_EVENT,
+    Session,
+)
+from ._exceptions import LinkException
+from ._links import Link
+
+if TYPE_CHECKING:
+    from ..protocol.link import ReceiverLink as EngineReceiver
+
+__all__ = ["Receiver"]
+
+
+class Receiver(Link):
+    """A link on which this end receives messages.
+
+    Complete deliveries queue here in order; the current one is read with :meth:`recv` and left with
+    :meth:`advance` (``MessagingHandler`` does both and hands over the message).
+    """
+
+    is_receiver = True
+
+    def __init__(self, session: Session, name: str) -> None:
+        super().__init__(session, name)
+        self._incoming: deque[Delivery] = deque()
+        self._unsettled_count = 0
+        self._credit_wanted = 0
+        # proton's engine API (see _engine_links): the credit the application gave (less the deliveries it advanced
+        # past), the credit a drain gave back and not yet read by drained(), and the drain flag.
+        self._credit = 0
+        self._drained = 0
+        self._drain = False
+        self._drain_flag_mode = True
+
+    @property
+    def credit(self) -> int:
+        """The credit the sender has on this link (credit asked for before the attach included)."""
+        if self._connection._reactor is None:
+            return self._credit
+        impl = self._impl
+        if impl is None or impl.local_state is not EndpointState.ACTIVE:
+            return self._credit_wanted
+        credit: int = impl.link_credit
+        return credit
+
+    @property
+    def queued(self) -> int:
+        """Complete deliveries not yet read (advanced past)."""
+        return len(self._incoming)
+
+    @property
+    def unsettled(self) -> int:
+        """Deliveries received and not yet settled on this end."""
+        if self._connection._reactor is None:
+            return self._unsettled_count
+        impl = self._impl
+        return 0 if impl is None or self.session._impl is None else self.session._impl.unsettled_incoming
+
+    def _work(self) -> list[Delivery]:
+        incoming = self._incoming
+        if not incoming:
+            return []
+        return [incoming[0], *(d for d in list(incoming)[1:] if d._updated and not d._settled_here)]
+
+    @property
+    def current(self) -> Delivery | None:
+        """The delivery to read now, if any."""
+        incoming = self._incoming
+        return incoming[0] if incoming else None
+
+    def flow(self, n: int) -> None:
+        """Give the sender ``n`` more credit."""
+        connection = self._connection
+        container = connection._reactor
+        if container is None:
+            engine_model.receiver_flow(self, n)
+            return
+        if n <= 0:
+            return
+        if container is not None:
+            container._check_thread()
+        impl = self._impl
+        if (
+            impl is not None
+            and impl.local_state is _ENGINE_ACTIVE
+            and (
+                # Bound to a transport, the engine session is active when it and the connection are begun and
+                # opened by us: _engine_active's answer, without its two calls (once per message when topping up).
+                (
+                    connection._bound is not None
+                    and (session_impl := self.session._impl) is not None
+                    and session_impl.local_state is _ENGINE_ACTIVE
+                    and (connection_impl := connection._impl) is not None
+                    and connection_impl.local_state is _ENGINE_ACTIVE
+                )
+                or self.session._engine_active()
+            )
+        ):
+            impl.add_credit(n)
+            if container is not None:
+                container._dirty[connection] = None
+        else:
+            self._credit_wanted += n
+        collector = connection._collector
+        if collector is not None and not (
+            collector._tail_context is connection._transport and collector._tail_type is _TRANSPORT_EVENT
+        ):
+            connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
+
+    def drain(self, n: int) -> None:
+        """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
+        if self._connection._reactor is None:
+            engine_model.receiver_drain(self, n)
+            return
+        impl = self._impl
+        if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
+            impl.grant_credit(int(impl.link_credit) + max(n, 0), drain=True)
+            self.connection._touch()
+        else:
+            self._drain_mode = True
+            self._credit_wanted += max(n, 0)
+        self._connection._modified()
+
+    def draining(self) -> bool:
+        """True while a drain asked for is not complete (the sender still has credit)."""
+        if self._connection._reactor is None:
+            return self._drain and self._credit > len(self._incoming)
+        impl = self._impl
+        return impl is not None and bool(impl.drain) and impl.link_credit > 0
+
+    def drained(self) -> int:
+        """The credit the sender gave back by draining, since the last call."""
+        if self._connection._reactor is None:
+            drained, self._drained = self._drained, 0
+            return drained
+        impl = self._impl
+        if impl is None:
+            return 0
+        drained, impl.drained_credit = impl.drained_credit, 0
+        return int(drained)
+
+    def recv(self, limit: int) -> bytes | None:
+        """Read up to ``limit`` bytes of the current delivery; None once it is all read."""
+        if self._connection._reactor is None:
+            return engine_model.recv(self, limit)
+        incoming = self._incoming
+        if not incoming:
+            raise LinkException("no current delivery to read")
+        current = incoming[0]
+        payload = current._payload
+        if payload is None:
+            return None
+        start = current._read
+        size = len(payload)
+        if start >= size:
+            # proton: nothing more yet of a partial delivery (b""), or the end of a complete one (None).
+            return b"" if current.partial else None
+        if start == 0 and limit >= size:
+            # The usual read, ``recv(delivery.pending)``: the whole payload at once (no copy if it is bytes).
+            current._read = size
+            return bytes(payload)
+        end = min(size, start + limit)
+        current._read = end
+        return bytes(payload[start:end])
+
+    def advance(self) -> bool:
+        """Move past the current delivery."""
+        if self._connection._reactor is None:
+            return engine_model.advance_receiver(self)
+        if self._incoming:
+            self._incoming.popleft()
+            return True
+        return False
+
+    # --- engine hooks ------------------------------------------------------------------------------------
+
+    def _after_attach(self) -> None:
+        # proton accepts transfers beyond the credit it gave (RabbitMQ before 4.0 sends a few too many after a
+        # credit top-up); a peer that overshoots by more than this bound is still stopped (§2.6.7).
+        self._impl.overshoot_tolerance = _OVERSHOOT_TOLERANCE
+        wanted, self._credit_wanted = self._credit_wanted, 0
+        if wanted:
+            impl: EngineReceiver = self._impl
+            impl.grant_credit(wanted, drain=self._drain_mode)
+
+    def _unbind(self) -> None:
+        self._impl = None
+        if self._connection._reactor is not None:
+            self._incoming.clear()
+
+    def _delivery_updated(self, delivery: Delivery) -> None:
+        connection = self._connection
+        container = connection._reactor
+        if container is not None:
+            container._updated.append(delivery)
+
+    def _settle(self, delivery: Delivery) -> None:
+        impl = delivery._impl
+        link: EngineReceiver | None = self._impl
+        if (
+            impl is not None
+            and link is not None
+            and impl.link is link
+            and not impl.settled
+            and link.local_state is _ENGINE_ACTIVE
+        ):
+            # Once per message: the usual outcome, accepted, without local_state_object's call.
+            link.settle(impl, _ACCEPTED if delivery._local_type == 0x24 else local_state_object(delivery))
+            container = self.session.connection._reactor
+            if container is not None:
+                container._dirty[self.session.connection] = None
+        incoming = self._incoming
+        if incoming and incoming[0] is delivery:
+            incoming.popleft()
+
+    def _send_state(self, delivery: Delivery) -> None:
+        impl = delivery._impl
+        link: EngineReceiver | None = self._impl
+        if impl is None or link is None or impl.link is not link or impl.settled:
+            return
+        if link.local_state is EndpointState.ACTIVE:
+            link.settle(impl, local_state_object(delivery), settled=False)
+            self.connection._touch()
+
+
+# --- the endpoints the peer started -------------------------------------------------------------------------
