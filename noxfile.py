@@ -1,40 +1,107 @@
 """Development sessions.
 
 `python3 -m nox` runs tests, lint and typecheck; `python3 -m nox -s bench` runs the benchmarks,
-`python3 -m nox -s docs` builds the documentation site. Every session
-builds its own virtualenv with the interpreter that runs nox. Development dependencies live in the PEP 735
+`python3 -m nox -s docs` builds the documentation site. Development dependencies live in the PEP 735
 ``[dependency-groups]`` table of pyproject.toml and are read here with ``nox.project.dependency_groups``, so
 any pip can install them (pip's own ``--group`` option needs pip >= 25.1).
+
+The tests run on each supported Python found on the machine (``tests-3.10`` ... ``tests-3.13``): the whole suite
+on :data:`FULL_SUITE_PYTHON` (the Python that runs nox), the tests of :data:`SUBSET` on the others
+(docs/development.md says what each runs and why). Interpreters are looked up on PATH and among pyenv's builds;
+one that is missing is skipped with a note, and fails the run when ``CI=true``. The other sessions run on the
+interpreter that runs nox.
+
+Sessions run side by side, one per CPU (``nox.options.parallel``; each session's output is printed as a block when
+it ends): the whole suite, mostly one process that also waits for its peers (Spark's JVM, RabbitMQ), keeps about
+one core of two busy, and the other interpreters' subsets, lint and typecheck fill the other. ``--parallel 1``
+runs them one after the other with live output; the benchmarks and the docs build always run alone.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
 import nox
 
-nox.needs_version = ">=2024.10.9"  # nox.project.dependency_groups
+nox.needs_version = ">=2026.8.10"  # sessions in parallel (--parallel); @nox.session(download_python=...)
 nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.reuse_existing_virtualenvs = True
+nox.options.parallel = "auto"  # one session per CPU, for the sessions that allow it
+# A developer's machine may lack an interpreter: its session is skipped (nox prints why). CI must test all four.
+nox.options.error_on_missing_interpreters = os.environ.get("CI", "").lower() == "true"
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 LINT_PATHS = ("amqp_async", "tests", "benchmarks", "examples", "noxfile.py")
+
+#: Every Python the package supports (pyproject.toml's classifiers).
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+#: The interpreter that runs the whole suite: the one running nox (python3: 3.11 on the development and CI
+#: machines), which is there wherever nox runs, and is the Python of the developers' own venvs, where the suite's
+#: timings were measured. 3.11, 3.12 and 3.13 run the suite's CPU-bound tests at the same speed; 3.10 takes 1.6x.
+_RUNNING_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+FULL_SUITE_PYTHON = _RUNNING_PYTHON if _RUNNING_PYTHON in PYTHONS else PYTHONS[-1]
+#: What every other interpreter runs: all but the tests that spend their time in other programs (RabbitMQ, rhea,
+#: Qpid Proton C, Spark's JVM), in long runs, or in exploring with Hypothesis the inputs of code whose behaviour does
+#: not depend on the Python version (``hypothesis`` marks every @given test: a third of the rest's time); the
+#: example-based tests beside them cover the same code on every interpreter: the codec, the engine, the client on
+#: asyncio, uvloop and trio, the proton API, the broker and the command line. tests/conftest.py's MARKERS give the
+#: markers that the test files do not (``matrix``: an interop file that runs here all the same).
+SUBSET = "not (slow or spark or network_fuzz or hypothesis) and (matrix or not interop)"
+
+
+def _add_pyenv_builds_to_path() -> None:
+    """Append to PATH the bin directory of pyenv's newest build of each of :data:`PYTHONS`.
+
+    pyenv's shims run only the versions that ``pyenv global`` (or a .python-version file) selects, so
+    ``python3.12`` fails on a machine where 3.12 is built but not selected. Appended, not prepended: an interpreter
+    already on PATH keeps precedence, and ``python3`` stays what it was.
+    """
+    versions = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    if not versions.is_dir():
+        return
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    for python in PYTHONS:
+        builds = [
+            build
+            for build in versions.glob(f"{python}.*")
+            if re.fullmatch(rf"{re.escape(python)}\.\d+", build.name) and (build / "bin" / f"python{python}").exists()
+        ]
+        if not builds:
+            continue
+        newest = max(builds, key=lambda build: int(build.name.rsplit(".", 1)[1]))
+        if str(newest / "bin") not in path:
+            path.append(str(newest / "bin"))
+    os.environ["PATH"] = os.pathsep.join(path)
+
+
+_add_pyenv_builds_to_path()
 
 
 def _group(*names: str) -> tuple[str, ...]:
     return nox.project.dependency_groups(PYPROJECT, *names)
 
 
-@nox.session
+@nox.session(python=PYTHONS, download_python="never", allow_parallel=True)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pass pytest arguments after `--`)."""
+    """Run the tests on each Python (pass pytest arguments after `--`: `nox -s tests-3.12 -- -k codec -x`).
+
+    The whole suite on FULL_SUITE_PYTHON, the SUBSET on the others."""
+    # Sessions run side by side in one checkout: each keeps its own pytest cache (--lf, --ff).
+    cache = ["-o", f"cache_dir={Path(session.virtualenv.location) / '.pytest_cache'}"]
+    if session.python == FULL_SUITE_PYTHON:
+        session.install(".[spark]", *_group("test"))  # PySpark only here: the spark tests run here only
+        session.run("pytest", *cache, *session.posargs)
+        return
     session.install(".", *_group("test"))
-    session.run("pytest", *session.posargs)
+    session.log(f"Python {session.python} runs the subset -m {SUBSET!r}; the whole suite runs on {FULL_SUITE_PYTHON}")
+    session.run("pytest", *cache, "-m", SUBSET, *session.posargs)
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def lint(session: nox.Session) -> None:
     """Check style and formatting with ruff."""
     session.install(*_group("lint"))
@@ -43,13 +110,15 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", *paths)
 
 
-@nox.session
+@nox.session(allow_parallel=True)
 def typecheck(session: nox.Session) -> None:
-    """Type-check the package with mypy in strict mode, and the user programs of tests/typing (what the typed API
-    promises, with ``assert_type``; negative.py's deliberate errors must stay errors) with mypy --strict and with
-    pyright in strict mode."""
+    """Type-check the package with mypy in strict mode (as the oldest and the newest supported Python), and the user
+    programs of tests/typing (what the typed API promises, with ``assert_type``; negative.py's deliberate errors must
+    stay errors) with mypy --strict and with pyright in strict mode."""
     session.install(".", *_group("typecheck"))
     session.run("mypy", "--strict", "amqp_async")
+    # pyproject.toml checks as Python 3.10 (what the oldest supported Python has); once more as the newest.
+    session.run("mypy", "--strict", "--python-version", PYTHONS[-1], "amqp_async")
     session.run("mypy", "--strict", "tests/typing")
     python = Path(session.virtualenv.location) / ("Scripts" if sys.platform == "win32" else "bin") / "python"
     session.run("pyright", "-p", "tests/typing", "--pythonpath", str(python))

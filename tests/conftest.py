@@ -7,6 +7,12 @@ shared CI machines have noisy timings), selected when the environment variable `
 At the end of the session, a python-qpid-proton reactor thread still running fails the run with its name (see
 :func:`pytest_sessionfinish`).
 
+Markers given here (:data:`MARKERS`) rather than in the test files keep the interpreter matrix's policy in one
+place: noxfile.py runs the whole suite on one interpreter and ``-m SUBSET`` on the others (docs/development.md),
+so a file that needs PySpark, or a test that repeats on every interpreter what one run proves, carries the marker
+that keeps it to the full-suite interpreter, and an interop file that is the Python-version-sensitive test of an
+area carries ``matrix``, which brings it into the subset.
+
 Installs: what the fixtures install for themselves (RabbitMQ, Java, Qpid Proton's examples, rhea) is announced on
 the terminal as it starts and listed in the summary; ``AMQP_ASYNC_TEST_NO_INSTALL=1`` skips the tests that need
 what is missing instead (tests/installs.py).
@@ -18,6 +24,7 @@ import os
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +39,64 @@ settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev")
 _default = "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+
+#: "file" or "file::test" -> (marker, why it carries it).
+MARKERS: dict[str, tuple[str, str]] = {
+    "test_spark_units.py": ("spark", "imports pyspark and pyarrow, installed for the full-suite interpreter only"),
+    "test_network_fuzz.py": ("network_fuzz", "mutated recorded sessions against our broker: long, version-neutral"),
+    "test_network_fuzz_client.py": ("network_fuzz", "mutated recorded sessions against our client"),
+    "test_client_proton.py": ("matrix", "the awaitable client on asyncio, uvloop and trio against proton, in-process"),
+    "test_proton_api.py": ("matrix", "the callback API's Container (threads, asyncio, trio) against proton"),
+    "test_docs.py::test_the_site_builds_in_strict_mode": (
+        "slow",
+        "mkdocs reads the sources without importing them: the same site on every Python",
+    ),
+    "test_broker_durable.py::test_20000_confirmed_durable_sends_survive_two_kill_9"
+    "_with_duplicates_only_of_those_in_doubt": (
+        "slow",
+        "20,000 sends and two kill -9: the store's every path also runs in the file's shorter tests",
+    ),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give the tests of :data:`MARKERS` their markers (before ``-m`` deselects)."""
+    for item in items:
+        for key in (item.path.name, f"{item.path.name}::{getattr(item, 'originalname', item.name)}"):
+            entry = MARKERS.get(key)
+            if entry is not None:
+                item.add_marker(entry[0])
+
+
+def _deselected_by_markexpr(config: pytest.Config, marker: str) -> bool:
+    """Whether ``-m`` deselects a test that carries ``marker`` (and no other marker)."""
+    markexpr = config.option.markexpr
+    if not markexpr:
+        return False
+    try:
+        from _pytest.mark.expression import Expression  # pytest's own -m parser; private, hence the fallback
+    except ImportError:  # pragma: no cover - then the file is collected, and -m deselects its tests
+        return False
+    return not Expression.compile(markexpr).evaluate(lambda name, **_: name == marker)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Do not import a file of :data:`MARKERS` whose marker ``-m`` deselects: test_spark_units.py imports PySpark,
+    which only the full-suite interpreter has. Reported by :func:`pytest_report_collectionfinish`."""
+    entry = MARKERS.get(collection_path.name)
+    if entry is not None and _deselected_by_markexpr(config, entry[0]):
+        return True
+    return None
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """Name the files left out above, so that nothing is left out unsaid."""
+    return [
+        f"not collected (-m deselects their marker): {name} [{marker}: {why}]"
+        for name, (marker, why) in MARKERS.items()
+        if "::" not in name and _deselected_by_markexpr(config, marker)
+    ]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -869,7 +869,8 @@ def test_long_flat_chains_are_fine() -> None:
     ],
 )
 def test_deep_nesting(text: str) -> None:
-    # CPU time, not wall time: the bound catches a parser that goes quadratic, not a loaded machine.
+    # CPU time, not the wall clock: the bound is about the parser's work (no quadratic blow-up), and a loaded
+    # machine stretches the wall clock of a 0.15 s parse past 1 s.
     start = time.process_time()
     error = error_of(text[:MAX_LENGTH])
     assert "deep" in error.description or "complex" in error.description

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
 import click
 
+from ..io import runner
 from ..message import Message
 from ._exit import ExitCode, exit_code_for
 
@@ -33,7 +33,7 @@ def run_command(function: Callable[..., Awaitable[Any]], *args: Any) -> None:
     errors) and exits with its code; no traceback unless ``--debug`` logging shows it.
     """
     try:
-        anyio.run(function, *args)
+        runner.run(function, *args)  # Ctrl-C: KeyboardInterrupt on Python 3.10 too (amqp_async.io.runner)
     except KeyboardInterrupt:
         click.echo("amqp-async: interrupted", err=True)
         sys.exit(ExitCode.INTERRUPTED)

@@ -7,7 +7,7 @@ ends). Nothing here does I/O or reads a clock.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError, EncodeError
 
@@ -15,7 +15,9 @@ from ..errors import DecodeError, EncodeError
 from . import delivery_states, performatives, sasl_frames, sections, terminus, transactions
 from ._decoder import MAX_DEPTH, Buffer, decode_value, register_described
 from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
-from .values import AMQPValue
+
+if TYPE_CHECKING:
+    from .values import AMQPValue
 
 __all__ = [
     "MAX_DEPTH",
@@ -76,3 +78,12 @@ def decode_at(data: Buffer, offset: int = 0) -> tuple[Any, int]:
         DecodeError: the bytes at ``offset`` are not a valid AMQP value.
     """
     return decode_value(data, offset)
+
+
+def __getattr__(name: str) -> Any:
+    """``AMQPValue``, imported when first asked for: see :mod:`.values`."""
+    if name == "AMQPValue":
+        from .values import AMQPValue
+
+        return AMQPValue
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,6 @@ Values come back as the types ``amqp_async.types`` defines (``uint``, ``symbol``
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from ..types import (
     ulong,
     ushort,
 )
+from ._uuid import uuid_class
 
 __all__ = ["MAX_DEPTH", "MAX_ZERO_WIDTH_ELEMENTS", "Buffer", "decode_value", "register_described"]
 
@@ -171,11 +171,21 @@ def _dec_char(data: Any, offset: int, depth: int) -> tuple[Any, int]:
     return _new_str(char, chr(point)), end
 
 
+#: uuid.UUID once the first uuid was decoded (see _uuid.py: importing uuid with the codec loads subprocess on 3.10).
+_UUID: Any = None
+
+
 def _dec_uuid(data: Any, offset: int, depth: int) -> tuple[Any, int]:
+    global _UUID
     end = offset + 16
     if end > len(data):
         raise _truncated(offset, 16, data)
-    return uuid.UUID(bytes=bytes(data[offset:end])), end
+    cls = _UUID
+    if cls is None:
+        cls = _UUID = uuid_class()
+    # The same value as UUID(bytes=...), which converts its 16 bytes with int.from_bytes too; 10% faster without
+    # the copy to bytes and the length check (the bounds are checked above).
+    return cls(int=int.from_bytes(data[offset:end], "big")), end
 
 
 # --- variable-width values ---------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import struct
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +35,7 @@ from ..types import (
     ulong,
     ushort,
 )
+from ._uuid import loaded_uuid_class
 
 __all__ = [
     "TYPE_ENCODERS",
@@ -192,8 +192,8 @@ def _enc_timestamp(buf: bytearray, value: Any) -> None:
 
 
 def _enc_uuid(buf: bytearray, value: Any) -> None:
-    if not isinstance(value, uuid.UUID):
-        raise EncodeError(f"{value!r} is not a uuid.UUID")
+    # Reached through _ENCODERS (the value's class is uuid.UUID, or a subclass) or through TYPE_ENCODERS["uuid"]
+    # (checked by _as_uuid): no check of its own.
     buf.append(0x98)
     buf += value.bytes
 
@@ -556,7 +556,7 @@ _ENCODERS: dict[type, Encoder] = {
     bytes: _enc_binary,
     bytearray: _enc_binary,
     memoryview: _enc_binary,
-    uuid.UUID: _enc_uuid,
+    # uuid.UUID joins on its first value (see _lookup_encoder): importing uuid here would load subprocess on 3.10.
     list: _enc_list,
     tuple: _enc_list,
     dict: _enc_map,
@@ -587,6 +587,10 @@ def _lookup_encoder(value: Any) -> Encoder:
         if encoder is not None:
             _ENCODERS[cls] = encoder
             return encoder
+    uuid_class = loaded_uuid_class()
+    if uuid_class is not None and isinstance(value, uuid_class):
+        _ENCODERS[cls] = _enc_uuid
+        return _enc_uuid
     raise EncodeError(f"cannot encode a value of type {cls.__qualname__} as AMQP: {value!r}")
 
 
@@ -666,7 +670,8 @@ def _as_str(value: Any) -> Any:
 
 
 def _as_uuid(value: Any) -> Any:
-    if not isinstance(value, uuid.UUID):
+    uuid_class = loaded_uuid_class()
+    if uuid_class is None or not isinstance(value, uuid_class):
         raise TypeError("not a uuid.UUID")
     return value
 

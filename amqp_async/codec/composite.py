@@ -29,7 +29,6 @@ decode through the described-type registry.
 from __future__ import annotations
 
 import struct
-import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -52,6 +51,7 @@ from ..types import (
 )
 from ._decoder import register_described
 from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
+from ._uuid import uuid_class
 
 __all__ = [
     "RESTRICTED_TYPES",
@@ -107,7 +107,6 @@ _ACCEPTED: dict[str, frozenset[type]] = {
     "decimal64": _INT_TYPES,
     "decimal128": frozenset({decimal128}),
     "char": _STR_TYPES,
-    "uuid": frozenset({uuid.UUID}),
     "binary": frozenset({bytes}),
     "string": _STR_TYPES,
     "symbol": _STR_TYPES,
@@ -470,6 +469,8 @@ def _build(cls: type[Composite]) -> None:
             accepted: frozenset[type] | None = frozenset({composite})
         elif primitive == "*":
             accepted = None
+        elif primitive == "uuid":  # no spec composite has one; imported lazily all the same (see _uuid.py)
+            accepted = frozenset({uuid_class()})
         else:
             accepted = _ACCEPTED[primitive]
         if field.multiple:

@@ -8,9 +8,10 @@ per batch of input, and one :class:`DeliveriesUpdated` covers every delivery a d
 
 from __future__ import annotations
 
+# dataclasses rather than attrs: attrs imports platform, which imports subprocess on Python 3.10, and importing the
+# Sans-IO engine loads neither (tests/test_sans_io_imports.py).
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import attrs
 
 if TYPE_CHECKING:
     from ..codec.performatives import Error, Open
@@ -33,12 +34,12 @@ __all__ = [
 ]
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
     """Base of every engine event."""
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Authenticated(Event):
     """The SASL exchange succeeded (§5.3). On a server, ``identity`` is the authenticated user ("anonymous" for
     ANONYMOUS); on a client it is None."""
@@ -47,14 +48,14 @@ class Authenticated(Event):
     identity: str | None = None
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ConnectionOpened(Event):
     """The peer's open frame arrived (§2.4.1); ``open`` holds what the peer announced."""
 
     open: Open
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ConnectionClosed(Event):
     """The connection ended.
 
@@ -77,7 +78,7 @@ class ConnectionClosed(Event):
     protocol_header: bytes | None = None
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SessionBegun(Event):
     """The peer's begin frame arrived (§2.5.1): an answer to ours, or a new session the peer started.
 
@@ -87,7 +88,7 @@ class SessionBegun(Event):
     session: Session
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SessionEnded(Event):
     """The session ended (§2.5.1): the peer's end arrived, or the engine ended it for a session error.
 
@@ -99,7 +100,7 @@ class SessionEnded(Event):
     remote: bool = True
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LinkAttached(Event):
     """The peer's attach frame arrived (§2.6.3): an answer to ours, or a new link the peer started.
 
@@ -109,7 +110,7 @@ class LinkAttached(Event):
     link: Link
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LinkDetached(Event):
     """The link was detached (§2.6.4): the peer's detach arrived, or the engine detached it for a link error.
 
@@ -122,7 +123,7 @@ class LinkDetached(Event):
     remote: bool = True
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class FlowReceived(Event):
     """A flow frame arrived (§2.7.4): the session's window, and for ``link`` its credit, may have changed.
 
@@ -135,14 +136,14 @@ class FlowReceived(Event):
     drained: bool = False
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DeliveriesReceived(Event):
     """Complete (or aborted) incoming deliveries are waiting in ``link.incoming``."""
 
     link: Link
 
 
-@attrs.frozen(kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class DeliveriesUpdated(Event):
     """A disposition frame changed the remote state and/or settlement of these deliveries (§2.7.6)."""
 

@@ -26,6 +26,7 @@ import anyio.abc
 from ..client._backoff import Backoff as _ClientBackoff
 from ..client._config import resolve_options
 from ..codec.transactions import TransactionalState
+from ..io import runner
 from ..types import Described, symbol, ulong
 from ._delivery import Delivery
 from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
@@ -704,7 +705,7 @@ class Reactor:
         """Run the event loop until there is nothing left to do or :meth:`stop` is called.
 
         Uses asyncio, with uvloop when it is installed. Exceptions raised by a handler stop the container and are
-        raised here.
+        raised here; Ctrl-C raises :exc:`KeyboardInterrupt`, on Python 3.10 too (see :mod:`amqp_async.io.runner`).
         """
         if self._stepper is not None and not self._stepper.finished:
             raise ProtonException("the container is already running: it is being stepped with process()")
@@ -715,7 +716,7 @@ class Reactor:
             backend_options["use_uvloop"] = True
         except ImportError:
             pass
-        anyio.run(self.run_async, backend="asyncio", backend_options=backend_options)
+        runner.run(self.run_async, backend_options=backend_options)
 
     async def run_async(self) -> None:
         """Run the container on the event loop already running (asyncio or trio): ``await container.run_async()``
