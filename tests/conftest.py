@@ -44,6 +44,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
 #: "file" or "file::test" -> (marker, why it carries it).
 MARKERS: dict[str, tuple[str, str]] = {
     "test_spark_units.py": ("spark", "imports pyspark and pyarrow, installed for the full-suite interpreter only"),
+    "test_spark_log.py": ("spark", "imports pyarrow (the write-ahead log's filesystems), full-suite interpreter only"),
+    "test_spark_stream_task.py": ("spark", "imports pyspark and pyarrow, full-suite interpreter only"),
     "test_network_fuzz.py": ("network_fuzz", "mutated recorded sessions against our broker: long, version-neutral"),
     "test_network_fuzz_client.py": ("network_fuzz", "mutated recorded sessions against our client"),
     "test_client_proton.py": ("matrix", "the awaitable client on asyncio, uvloop and trio against proton, in-process"),
@@ -82,8 +84,9 @@ def _deselected_by_markexpr(config: pytest.Config, marker: str) -> bool:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Do not import a file of :data:`MARKERS` whose marker ``-m`` deselects: test_spark_units.py imports PySpark,
-    which only the full-suite interpreter has. Reported by :func:`pytest_report_collectionfinish`."""
+    """Do not import a file of :data:`MARKERS` whose marker ``-m`` deselects: test_spark_units.py (and the other
+    test_spark_*.py files) import PySpark, which only the full-suite interpreter has. Reported by
+    :func:`pytest_report_collectionfinish`."""
     entry = MARKERS.get(collection_path.name)
     if entry is not None and _deselected_by_markexpr(config, entry[0]):
         return True
