@@ -63,12 +63,36 @@ MARKERS: dict[str, tuple[str, str]] = {
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give the tests of :data:`MARKERS` their markers (before ``-m`` deselects)."""
+    """Give the tests of :data:`MARKERS` their markers (before ``-m`` deselects), then put the long files first."""
     for item in items:
         for key in (item.path.name, f"{item.path.name}::{getattr(item, 'originalname', item.name)}"):
             entry = MARKERS.get(key)
             if entry is not None:
                 item.add_marker(entry[0])
+    items[:] = _long_files_first(items)
+
+
+def _long_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items, file by file, the files that take longest first; each file's own order kept.
+
+    noxfile.py runs the suite with pytest-xdist, one file per worker at a time (``--dist loadfile
+    --no-loadscope-reorder``, which hands out files in this order): the run ends when its longest file ends, so
+    that file must start first. Rank: the Spark files with long runs (``spark`` and ``slow``: a JVM and Spark jobs
+    of minutes), then the files with other ``slow`` tests, then the ``interop`` files (peers to start), then the
+    rest."""
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+
+    def rank(file_items: list[pytest.Item]) -> int:
+        markers = {marker.name for item in file_items for marker in item.iter_markers()}
+        if {"spark", "slow"} <= markers:
+            return 0
+        if "slow" in markers:
+            return 1
+        return 2 if "interop" in markers else 3
+
+    return [item for file_items in sorted(files.values(), key=rank) for item in file_items]
 
 
 def _deselected_by_markexpr(config: pytest.Config, marker: str) -> bool:
@@ -131,11 +155,33 @@ def _proton_threads() -> list[str]:
     return leaked
 
 
+#: What pytest-xdist's workers reported when they ended (:func:`pytest_testnodedown`): leaked proton threads.
+_workers_leaked: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: the controller hears that a worker ended
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Take over what a worker reported from its :func:`pytest_sessionfinish`: its installs, for the summary, and
+    its leaked proton threads, which fail the run here (a worker's own exit status does not)."""
+    output = getattr(node, "workeroutput", {})
+    installs.record(output.get("amqp_async_installed", []))
+    worker = output.get("workerid", "a worker")
+    _workers_leaked.extend(f"{name} (in {worker})" for name in output.get("amqp_async_leaked_threads", []))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run when a real-proton reactor thread outlives the tests: at interpreter exit, proton's cffi
     cleanup frees the handles such a thread still uses and the process aborts (exit -6) after every test passed,
-    with no hint of which test left it. Named here instead."""
+    with no hint of which test left it. Named here instead.
+
+    In a pytest-xdist worker, what it installed and the threads it leaked go to the controller (``workeroutput``),
+    which reports them."""
     leaked = _proton_threads()
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["amqp_async_installed"] = installs.installed_this_run()
+        workeroutput["amqp_async_leaked_threads"] = leaked
+    leaked += _workers_leaked
     if leaked:
         sys.stderr.write("\nthreads running python-qpid-proton outlived the tests (stop the peers you start):\n")
         for description in leaked:

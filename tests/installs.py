@@ -21,13 +21,25 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
-__all__ = ["NO_INSTALL", "InstallFailed", "announce", "install", "installed_this_run", "installs_allowed"]
+try:
+    import terminal
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import terminal
+
+__all__ = [
+    "NO_INSTALL",
+    "InstallFailed",
+    "announce",
+    "install",
+    "installed_this_run",
+    "installs_allowed",
+    "record",
+]
 
 #: The environment variable that turns installs off (the tests that need them are skipped instead).
 NO_INSTALL = "AMQP_ASYNC_TEST_NO_INSTALL"
@@ -56,17 +68,14 @@ def installed_this_run() -> list[str]:
     return list(_installed)
 
 
+def record(lines: Sequence[str]) -> None:
+    """Add to :func:`installed_this_run` what another process of the run installed (a pytest-xdist worker)."""
+    _installed.extend(lines)
+
+
 def announce(line: str) -> None:
     """Write ``line`` to the terminal now, even while pytest captures the output (stderr outside pytest)."""
-    config = _config
-    reporter = config.pluginmanager.getplugin("terminalreporter") if config is not None else None
-    capture = config.pluginmanager.getplugin("capturemanager") if config is not None else None
-    if reporter is None or capture is None:
-        print(line, file=sys.stderr, flush=True)
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.ensure_newline()
-        reporter.write_line(line, yellow=True, bold=True)
+    terminal.write_lines(_config, [line], yellow=True, bold=True)
 
 
 def install(

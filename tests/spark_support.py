@@ -26,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 import amqp_async
+from amqp_async.broker import BrokerThread
 
 try:
     import installs
@@ -35,6 +37,16 @@ except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests import installs
 
 _INSTALL_LOCK = "/tmp/amqp_async-java-install.lock"
+
+#: The program that runs a Spark driver of its own, for the tests that need their own master or kill the driver.
+PROGRAM = [sys.executable, str(Path(__file__).resolve().parent / "spark_stream_program.py")]
+
+
+@pytest.fixture(name="broker")
+def broker_fixture() -> Iterator[BrokerThread]:
+    """The embedded broker, in a thread of the test's process, on a free port."""
+    with BrokerThread() as running_broker:
+        yield running_broker
 
 
 def ensure_java() -> str:

@@ -56,6 +56,7 @@ from typing import Any
 
 import anyio
 import pytest
+from terminal import write_lines
 
 import amqp_async
 from amqp_async import Message
@@ -244,12 +245,7 @@ def interop_matrix(request: pytest.FixtureRequest) -> Iterator[dict[tuple[str, s
         lines.append(f"(written to {DOC.relative_to(ROOT)})")
     else:
         lines.append(f"(partial run: {DOC.relative_to(ROOT)} left as it is)")
-    reporter = request.config.pluginmanager.getplugin("terminalreporter")
-    for line in lines:
-        if reporter is not None:
-            reporter.write_line(line)
-        else:  # pragma: no cover
-            print(line, file=sys.__stdout__)
+    write_lines(request.config, lines)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,19 +1,18 @@
 """The ``amqp`` data source on a real Spark (PySpark 4): end to end, faults with exact counts.
 
 Peers: the embedded broker, RabbitMQ 3.10 (its AMQP 1.0 plugin) and python-qpid-proton's reactor (as a rejecting
-peer). One SparkSession (``local[2,2]``: a failed task is tried once more) serves the module, its JVM started once;
-the tests that need a master of their own run Spark drivers in subprocesses (tests/spark_stream_program.py): the
-100,000-message reads on ``local-cluster[2,1,1024]``, the driver killed and restarted, and speculation on a
-standalone cluster whose workers are distinct hosts. Faults at exact steps of a task come from the fault points
-(``amqp_async.spark._failpoints``), armed by trigger files in ``spark_support.FAULTS``.
+peer). One SparkSession (``local[2,2]``: a failed task is tried once more) serves the module, its JVM started once.
+The tests that need a master of their own run Spark drivers in subprocesses (tests/spark_stream_program.py), in
+files of their own so that pytest-xdist runs them beside this one: tests/test_spark_cluster.py (the
+100,000-message reads on ``local-cluster[2,1,1024]``) and tests/test_spark_drivers.py (the driver killed and
+restarted, speculation on a standalone cluster whose workers are distinct hosts). Faults at exact steps of a task
+come from the fault points (``amqp_async.spark._failpoints``), armed by trigger files in ``spark_support.FAULTS``.
 """
 
 from __future__ import annotations
 
 import collections
-import json
 import os
-import pickle
 import re
 import signal
 import ssl
@@ -30,6 +29,7 @@ from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
 from spark_support import (
     FAULTS,
     CuttableProxy,
+    broker_fixture,  # noqa: F401 -- the fixture "broker"
     check_orders,
     drain,
     fill,
@@ -38,7 +38,6 @@ from spark_support import (
     orders,
     running,
     spark_environment,
-    standalone_cluster,
 )
 from tls_certs import make_ca, make_cert
 
@@ -47,21 +46,12 @@ from amqp_async.broker import BrokerThread
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
-PROGRAM = [sys.executable, str(ROOT / "tests" / "spark_stream_program.py")]
-
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     session = new_session()
     yield session
     session.stop()
-
-
-@pytest.fixture
-def broker() -> Iterator[BrokerThread]:
-    with BrokerThread() as running_broker:
-        yield running_broker
 
 
 @pytest.fixture
@@ -121,52 +111,6 @@ def test_rows_written_in_a_batch_arrive_intact_through_a_streaming_read(
         # The source's log: every batch committed, its files deleted; only the mark of how far is left.
         (left,) = [path.name for path in (tmp_path / "log").rglob("*") if path.is_file()]
         assert re.fullmatch(r"done\.[34]", left)
-
-
-@pytest.mark.interop
-def test_100k_orders_read_on_the_executors_of_a_local_cluster(
-    broker: BrokerThread,
-    rabbitmq_broker: Any,  # noqa: F811
-    tmp_path: Path,
-) -> None:
-    """On ``local-cluster[2,1,1024]``, against the embedded broker and RabbitMQ 3.10: 100,000 orders written, then
-    read as a stream with 2 partitions in batches of 50,000, every field intact; the streaming source runner (the
-    driver's Python process) never holds a connection to the broker, the executors' Python workers do; each task
-    Spark starts stays small. And the example pipeline, on the same cluster."""
-    out = tmp_path / "findings.json"
-    result = subprocess.run(
-        [*PROGRAM, "cluster", str(out), str(tmp_path), f"embedded={broker.url}", f"rabbitmq={rabbitmq_broker.url}"],
-        env=spark_environment(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
-    findings = json.loads(out.read_text())
-    for name in ("embedded", "rabbitmq"):
-        finding = findings[name]
-        assert finding["exception"] is None and not finding["active"]
-        assert finding["rows"] == finding["input_rows"] == finding["distinct_ids"] == 100_000
-        assert finding["fields"] == "intact"
-        assert finding["delivery_counts"] == [0]
-        holders = finding["holders"].values()
-        assert finding["samples"] > 10 and holders, "no connection to the broker was seen while the query ran"
-        assert not [line for line in holders if "python_streaming_source_runner" in line]
-        assert all(line.endswith("-m pyspark.daemon pyspark.worker") for line in holders), holders
-    assert drain(broker.url, "spark-cluster") == []
-    assert rabbitmq_broker.wait_queue_depth("spark-cluster", 0) == 0
-    pipeline = findings["pipeline"]
-    assert pipeline[0] == "results queue: 5000 messages (browsed)" and pipeline[1].startswith("parquet: 5000 rows")
-    # Every task Spark started, read tasks of batches of 50,000 included, carries a few KB: Spark's own
-    # description (local properties, the stage's references) and a partition of a few hundred bytes.
-    reading = re.findall(r"PHASE read (\w+)\n(.*?)PHASE end", result.stderr, re.S)
-    sizes = [int(size) for _, text in reading for size in re.findall(r"Starting task .*? (\d+) bytes\)", text)]
-    assert len(sizes) >= 4, result.stderr[-3000:]
-    assert max(sizes) < 16_000
-    from amqp_async.spark._stream_task import StreamPartition
-
-    assert len(pickle.dumps(StreamPartition("f" * 32, 123, 1, 25_000, str(tmp_path / "log"), 1.0, "host"))) < 500
 
 
 def test_streaming_write_gives_ids_from_query_batch_partition_and_row(
@@ -298,54 +242,6 @@ def test_a_task_failing_mid_write_is_retried_losing_nothing(spark: Any, broker: 
     assert all(int(message_id.split(":")[2]) < 10_000 for message_id in duplicated)
 
 
-def test_a_query_killed_mid_batch_restarts_from_its_checkpoint_losing_nothing(
-    broker: BrokerThread, tmp_path: Path
-) -> None:
-    """The driver (and its workers) killed with SIGKILL while the sink writes batch 2, before Spark commits it:
-    restarted from the checkpoint, batch 2 is replayed from the log (its messages were accepted when it was
-    received), the sink gets it again, and nothing else comes twice."""
-    count = 5_000
-    fill(broker.url, "killed", [amqp_async.Message(body=f"k{n}", id=f"k-{n}") for n in range(count)])
-    arguments = ["restart", broker.url, "killed", str(tmp_path / "checkpoint"), str(tmp_path / "out.txt")]
-    marker = tmp_path / "stalled"
-    environment = spark_environment()
-    process = subprocess.Popen(
-        [*PROGRAM, *arguments, "--stall-at-batch", "2", str(marker)],
-        env=environment,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    with running(process):
-        deadline = time.monotonic() + 300
-        while not marker.exists():
-            assert process.poll() is None, process.stdout.read() if process.stdout else ""
-            assert time.monotonic() < deadline, "the program never reached batch 2"
-            time.sleep(0.2)
-        os.killpg(process.pid, signal.SIGKILL)  # driver, runner and workers: mid-batch, before Spark's commit
-        process.wait(30)
-    killed_lines = (tmp_path / "out.txt").read_text().splitlines()
-    interrupted = {line.split()[1] for line in killed_lines if line.startswith("2 ")}
-    assert len(interrupted) == int(marker.read_text()) == 1000
-    assert len(drain(broker.url, "killed", accept=False)) == count - 3000  # batches 0-2 were accepted
-
-    finished = subprocess.run(
-        [*PROGRAM, *arguments], env=environment, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert "done" in finished.stdout, finished.stdout + finished.stderr[-5000:]
-    lines = [line.split() for line in (tmp_path / "out.txt").read_text().splitlines()]
-    seen = collections.Counter(message_id for _, message_id in lines)
-    assert set(seen) == {f"k-{n}" for n in range(count)}  # 0 lost
-    duplicates = {message_id for message_id, times in seen.items() if times > 1}
-    assert duplicates == interrupted  # exactly the interrupted batch, once more
-    replayed = {message_id for batch, message_id in lines[len(killed_lines) :] if batch == "2"}
-    assert replayed == interrupted  # ... as batch 2 again: the same messages, from the log
-    assert all(times <= 2 for times in seen.values())
-    assert len(lines) == count + len(interrupted)
-    assert drain(broker.url, "killed") == []
-
-
 def _stream_to_list(spark: Any, url: str, address: str, tmp_path: Path, **options: Any) -> tuple[Any, list[Any]]:
     """Start reading ``address`` to its end (Trigger.AvailableNow) into a list of (batch id, message id)."""
     seen: list[tuple[int, str]] = []
@@ -424,41 +320,6 @@ def test_a_connection_cut_under_a_read_is_retried_losing_nothing(
     )
     assert duplicated == {message_id for batch, message_id in seen if batch == 1}
     assert drain(broker.url, "cut") == []
-
-
-@pytest.mark.interop
-def test_a_speculative_copy_of_a_slow_read_task_wins_and_nothing_is_accepted_twice(
-    broker: BrokerThread, tmp_path: Path
-) -> None:
-    """``spark.speculation`` on a standalone cluster of two workers on distinct hosts; the first attempt of batch
-    1's partition 0 stalls after it received. Spark runs a copy on the other host, whose entry is chosen (its name
-    says attempt 1); the stalled attempt is killed (or finds the choice made) and its deliveries go back. Every
-    message reaches the sink once: none accepted twice, none lost."""
-    count = 3_000
-    fill(broker.url, "spec", [amqp_async.Message(body="s", id=f"s-{n}") for n in range(count)])
-    faults = tmp_path / "faults"
-    faults.mkdir()
-    (faults / "received@1.0").write_text("sleep 25")
-    environment = {**spark_environment(), "AMQP_ASYNC_SPARK_FAILPOINTS": str(faults)}
-    out = tmp_path / "seen.json"
-    with standalone_cluster(tmp_path) as master:
-        result = subprocess.run(
-            [*PROGRAM, "speculation", master, broker.url, "spec", str(tmp_path), str(out)],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
-    findings = json.loads(out.read_text())
-    assert findings["exception"] is None and not findings["active"]
-    assert fired(str(faults), "received@1.0")
-    assert re.search(r"Marking task 0 in stage \d+\.\d+ .* as speculatable", result.stderr)  # slow, Spark saw...
-    assert [name for name in findings["chosen"]["1"] if name.startswith("chosen.1-")]  # ... and its copy won
-    counted = collections.Counter(message_id for _, message_id in findings["seen"])
-    assert counted == collections.Counter(f"s-{n}" for n in range(count))  # each once: 0 lost, 0 twice
-    assert drain(broker.url, "spec") == []
 
 
 @pytest.mark.interop
