@@ -25,12 +25,9 @@ mutated chunks themselves (recordings differ from run to run: container ids, lin
 
 from __future__ import annotations
 
-import json
 import os
-import random
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +41,10 @@ from amqp_async import Message
 from amqp_async.broker import Broker
 
 try:
-    from fuzz_mutations import mutate_chunks
+    import fuzz_inputs
     from scripted_server import ScriptedServer, client_tasks, replay
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.fuzz_mutations import mutate_chunks
+    from tests import fuzz_inputs
     from tests.scripted_server import ScriptedServer, client_tasks, replay
 
 pytestmark = pytest.mark.anyio
@@ -67,7 +64,7 @@ SESSION_DEADLINE = 10.0
 SOCKET_GRACE = 3.0
 CONCURRENCY = 8
 
-Chunks = list[tuple[int, bytes]]
+Chunks = fuzz_inputs.Chunks
 
 
 @pytest.fixture
@@ -175,40 +172,8 @@ def recordings() -> dict[str, Chunks]:
 # One session
 
 
-@dataclass
-class FuzzInput:
-    scenario: str
-    linger: bool
-    chunks: Chunks
-    found: str = ""
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "scenario": self.scenario,
-                "linger": self.linger,
-                "found": self.found,
-                "chunks": [[count, data.hex()] for count, data in self.chunks],
-            },
-            indent=1,
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> FuzzInput:
-        raw = json.loads(text)
-        chunks = [(int(count), bytes.fromhex(data)) for count, data in raw["chunks"]]
-        return cls(raw["scenario"], bool(raw["linger"]), chunks, raw.get("found", ""))
-
-
-def fuzz_input(recordings: dict[str, Chunks], seed: int) -> FuzzInput:
-    """The input of ``seed``: a scenario, a linger mode, and its recording mutated, all chosen by the seed."""
-    rng = random.Random(seed)
-    scenario = rng.choice(sorted(recordings))
-    linger = rng.random() < 0.5
-    recorded = recordings[scenario]
-    mutated, applied = mutate_chunks([data for _, data in recorded], rng)
-    chunks = [(count, data) for (count, _), data in zip(recorded, mutated, strict=False)]
-    return FuzzInput(scenario, linger, chunks, f"seed {seed}: {', '.join(applied)}")
+class FuzzInput(fuzz_inputs.FuzzInput):
+    KIND = "scenario"
 
 
 async def run_session(item: FuzzInput) -> tuple[str, str | None]:
@@ -219,7 +184,7 @@ async def run_session(item: FuzzInput) -> tuple[str, str | None]:
         problem: str | None = None
         with anyio.move_on_after(SESSION_DEADLINE) as scope:
             try:
-                await SCENARIOS[item.scenario](server.url)
+                await SCENARIOS[item.name](server.url)
             except amqp_async.AMQPError as exc:
                 outcome = f"{type(exc).__name__} {exc.condition}"
             except Exception as exc:
@@ -233,15 +198,6 @@ async def run_session(item: FuzzInput) -> tuple[str, str | None]:
         return outcome, problem
 
 
-def _save(item: FuzzInput, problem: str, directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    name = item.found.split(":")[0].replace(" ", "-") or "input"
-    path = directory / f"{name}-{item.scenario}-{'linger' if item.linger else 'close'}.json"
-    item.found = f"{item.found} -> {problem}"
-    path.write_text(item.to_json() + "\n")
-    return path
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The tests
 
@@ -253,13 +209,13 @@ async def test_mutated_server_sessions_end_in_an_amqp_error(recordings: dict[str
 
     async def one(seed: int) -> None:
         async with limiter:
-            item = fuzz_input(recordings, seed)
+            item = FuzzInput.seeded(recordings, seed)
             outcome, problem = await run_session(item)
             outcomes[outcome] += 1
             if problem is not None:
-                saved = [_save(item, problem, tmp_path)]
+                saved = [item.save(problem, tmp_path)]
                 if SAVE_CORPUS:
-                    saved.append(_save(item, problem, CORPUS))
+                    saved.append(item.save(problem, CORPUS))
                 failures.append(f"{item.found} (saved to {', '.join(map(str, saved))})")
 
     async with anyio.create_task_group() as group:
@@ -284,8 +240,8 @@ async def test_corpus_input_ends_in_an_amqp_error(path: Path) -> None:
 
 
 def test_mutations_are_reproducible(recordings: dict[str, Chunks]) -> None:
-    assert fuzz_input(recordings, 7) == fuzz_input(recordings, 7)
-    assert fuzz_input(recordings, 7) != fuzz_input(recordings, 8)
+    assert FuzzInput.seeded(recordings, 7) == FuzzInput.seeded(recordings, 7)
+    assert FuzzInput.seeded(recordings, 7) != FuzzInput.seeded(recordings, 8)
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))

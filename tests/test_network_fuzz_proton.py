@@ -32,12 +32,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +49,12 @@ import amqp_async.io.driver
 from amqp_async.broker import Broker
 
 try:
+    import fuzz_inputs
     import proton_fuzz_programs as programs
-    from fuzz_mutations import mutate_chunks
     from scripted_server import ScriptedServer, replay
 except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests import fuzz_inputs
     from tests import proton_fuzz_programs as programs
-    from tests.fuzz_mutations import mutate_chunks
     from tests.scripted_server import ScriptedServer, replay
 
 pytestmark = pytest.mark.anyio
@@ -77,7 +75,7 @@ SESSION_DEADLINE = 15.0
 SOCKET_GRACE = 3.0
 CONCURRENCY = 8
 
-Chunks = list[tuple[int, bytes]]
+Chunks = fuzz_inputs.Chunks
 
 
 @pytest.fixture
@@ -209,40 +207,8 @@ def recordings() -> dict[str, Chunks]:
 # One session
 
 
-@dataclass
-class FuzzInput:
-    program: str
-    linger: bool
-    chunks: Chunks
-    found: str = ""
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "program": self.program,
-                "linger": self.linger,
-                "found": self.found,
-                "chunks": [[count, data.hex()] for count, data in self.chunks],
-            },
-            indent=1,
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> FuzzInput:
-        raw = json.loads(text)
-        chunks = [(int(count), bytes.fromhex(data)) for count, data in raw["chunks"]]
-        return cls(raw["program"], bool(raw["linger"]), chunks, raw.get("found", ""))
-
-
-def fuzz_input(recordings: dict[str, Chunks], seed: int) -> FuzzInput:
-    """The input of ``seed``: a program, a linger mode, and its recording mutated, all chosen by the seed."""
-    rng = random.Random(seed)
-    program = rng.choice(sorted(recordings))
-    linger = rng.random() < 0.5
-    recorded = recordings[program]
-    mutated, applied = mutate_chunks([data for _, data in recorded], rng)
-    chunks = [(count, data) for (count, _), data in zip(recorded, mutated, strict=False)]
-    return FuzzInput(program, linger, chunks, f"seed {seed}: {', '.join(applied)}")
+class FuzzInput(fuzz_inputs.FuzzInput):
+    KIND = "program"
 
 
 async def run_session(item: FuzzInput, implementation: str = IMPLEMENTATION) -> tuple[str, str | None]:
@@ -251,7 +217,7 @@ async def run_session(item: FuzzInput, implementation: str = IMPLEMENTATION) -> 
     api = programs.api(implementation)
     run = programs.Run()
     async with ScriptedServer(replay(item.chunks), linger=item.linger) as server:
-        thread, box = _in_thread(lambda: programs.PROGRAMS[item.program](api, server.url, run), "fuzz-program")
+        thread, box = _in_thread(lambda: programs.PROGRAMS[item.name](api, server.url, run), "fuzz-program")
         ended = await _join(thread, SESSION_DEADLINE)
         problem: str | None = None
         if not ended:
@@ -272,15 +238,6 @@ async def run_session(item: FuzzInput, implementation: str = IMPLEMENTATION) -> 
     if not ended:
         await _join(thread, SESSION_DEADLINE)
     return outcome, problem
-
-
-def _save(item: FuzzInput, problem: str, directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    name = item.found.split(":")[0].replace(" ", "-") or "input"
-    path = directory / f"{name}-{item.program}-{'linger' if item.linger else 'close'}.json"
-    item.found = f"{item.found} -> {problem}"
-    path.write_text(item.to_json() + "\n")
-    return path
 
 
 def _open_fds() -> dict[str, str]:
@@ -342,15 +299,15 @@ async def test_mutated_sessions_end_as_proton_programs_should(recordings: dict[s
     async def one(seed: int) -> None:
         nonlocal longest
         async with limiter:
-            item = fuzz_input(recordings, seed)
+            item = FuzzInput.seeded(recordings, seed)
             began = time.monotonic()
             outcome, problem = await run_session(item)
             longest = max(longest, time.monotonic() - began)
-            outcomes[f"{item.program}: {outcome}"] += 1
+            outcomes[f"{item.name}: {outcome}"] += 1
             if problem is not None:
-                saved = [_save(item, problem, tmp_path)]
+                saved = [item.save(problem, tmp_path)]
                 if SAVE_CORPUS:
-                    saved.append(_save(item, problem, CORPUS))
+                    saved.append(item.save(problem, CORPUS))
                 failures.append(f"{item.found} (saved to {', '.join(map(str, saved))})")
 
     async with anyio.create_task_group() as group:
@@ -387,8 +344,8 @@ async def test_corpus_input_ends_as_proton_would(path: Path) -> None:
 
 
 def test_mutations_are_reproducible(recordings: dict[str, Chunks]) -> None:
-    assert fuzz_input(recordings, 7) == fuzz_input(recordings, 7)
-    assert fuzz_input(recordings, 7) != fuzz_input(recordings, 8)
+    assert FuzzInput.seeded(recordings, 7) == FuzzInput.seeded(recordings, 7)
+    assert FuzzInput.seeded(recordings, 7) != FuzzInput.seeded(recordings, 8)
 
 
 @pytest.mark.parametrize("program", sorted(programs.PROGRAMS))

@@ -9,11 +9,12 @@ Both go to stderr: stdout carries the messages ``receive`` prints. Lines look li
 
 from __future__ import annotations
 
+import abc
 import os
 import sys
 import time
 from types import TracebackType
-from typing import IO
+from typing import IO, Any, TypeVar
 
 from rich.console import Console
 from rich.progress import (
@@ -54,44 +55,39 @@ class _BytesColumn(ProgressColumn):
         return Text(human_bytes(float(task.fields.get("size", 0))))
 
 
-class RunProgress:
-    """Counts messages and bytes and shows them while a command runs, then gives a one-line summary.
+_P = TypeVar("_P", bound="_Progress")
 
-    Args:
-        verb: what is counted (``sent``, ``received``...), the first word of every line.
-        total: the messages expected, for the bar and the ETA; None when unknown.
-        quiet: show nothing while running.
-        stream: where to write (stderr).
-    """
 
-    def __init__(self, verb: str, total: int | None, *, quiet: bool = False, stream: IO[str] | None = None) -> None:
+class _Progress(abc.ABC):
+    """What the progress displays share: a live bar on a terminal (rich: the description, a bar, then ``columns``),
+    else, unless ``quiet``, :meth:`line` printed every ``AMQP_ASYNC_PROGRESS_INTERVAL`` seconds; a context manager
+    (the live bar runs inside it)."""
+
+    def __init__(
+        self,
+        verb: str,
+        total: int | None,
+        columns: tuple[ProgressColumn, ...],
+        *,
+        quiet: bool,
+        stream: IO[str] | None,
+        **fields: Any,
+    ) -> None:
         self.verb = verb
-        self.total = total
-        self.messages = 0
-        self.size = 0
         self._stream = stream if stream is not None else sys.stderr
-        self._console = Console(file=self._stream)
+        console = Console(file=self._stream)
         self._started = time.monotonic()
         self._interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
         self._next_line = self._started + self._interval
+        self._plain = not quiet and not console.is_terminal
         self._live: Progress | None = None
-        self._plain = not quiet and not self._console.is_terminal
-        if not quiet and self._console.is_terminal:
+        if not quiet and console.is_terminal:
             self._live = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                _RateColumn(),
-                _BytesColumn(),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=self._console,
-                transient=True,
+                TextColumn("{task.description}"), BarColumn(), *columns, console=console, transient=True
             )
-            self._task = self._live.add_task(verb, total=total, size=0)
+            self._task = self._live.add_task(verb, total=total, **fields)
 
-    def __enter__(self) -> RunProgress:
+    def __enter__(self: _P) -> _P:
         if self._live is not None:
             self._live.start()
         return self
@@ -107,17 +103,51 @@ class RunProgress:
         """Seconds since the start."""
         return time.monotonic() - self._started
 
-    def advance(self, messages: int = 1, size: int = 0) -> None:
-        """Count ``messages`` more, of ``size`` bytes together."""
-        self.messages += messages
-        self.size += size
+    def _show(self, **changes: Any) -> None:
+        """Update the live bar with ``changes`` (rich's ``Progress.update`` arguments), or print :meth:`line` if
+        the interval has passed."""
         if self._live is not None:
-            self._live.update(self._task, advance=messages, size=self.size)
+            self._live.update(self._task, **changes)
         elif self._plain:
             now = time.monotonic()
             if now >= self._next_line:
                 self._next_line = now + self._interval
                 print(self.line(), file=self._stream, flush=True)
+
+    @abc.abstractmethod
+    def line(self) -> str:
+        """The progress so far, as one plain line."""
+
+
+class RunProgress(_Progress):
+    """Counts messages and bytes and shows them while a command runs, then gives a one-line summary.
+
+    Args:
+        verb: what is counted (``sent``, ``received``...), the first word of every line.
+        total: the messages expected, for the bar and the ETA; None when unknown.
+        quiet: show nothing while running.
+        stream: where to write (stderr).
+    """
+
+    def __init__(self, verb: str, total: int | None, *, quiet: bool = False, stream: IO[str] | None = None) -> None:
+        columns = (
+            MofNCompleteColumn(),
+            _RateColumn(),
+            _BytesColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        super().__init__(verb, total, columns, quiet=quiet, stream=stream, size=0)
+        self.total = total
+        self.messages = 0
+        self.size = 0
+
+    def advance(self, messages: int = 1, size: int = 0) -> None:
+        """Count ``messages`` more, of ``size`` bytes together."""
+        self.messages += messages
+        self.size += size
+        self._show(advance=messages, size=self.size)
 
     def rate(self) -> float:
         """Messages per second so far."""

@@ -8,28 +8,16 @@ A live bar on a terminal (rich's transfer columns), plain lines every few second
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from types import TracebackType
 from typing import IO
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from rich.progress import DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from ._progress import DEFAULT_INTERVAL, INTERVAL_ENV, human_bytes
+from ._progress import _Progress, human_bytes
 
 __all__ = ["TransferProgress"]
 
 
-class TransferProgress:
+class TransferProgress(_Progress):
     """Counts the bytes and files of a run and shows them, then gives a one-line summary.
 
     Args:
@@ -49,46 +37,12 @@ class TransferProgress:
         quiet: bool = False,
         stream: IO[str] | None = None,
     ) -> None:
-        self.verb = verb
+        columns = (DownloadColumn(), TransferSpeedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        super().__init__(verb, total_bytes, columns, quiet=quiet, stream=stream)
         self.total_bytes = total_bytes
         self.total_files = total_files
         self.size = 0
         self.files = 0
-        self._stream = stream if stream is not None else sys.stderr
-        console = Console(file=self._stream)
-        self._started = time.monotonic()
-        self._interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
-        self._next_line = self._started + self._interval
-        self._plain = not quiet and not console.is_terminal
-        self._live: Progress | None = None
-        if not quiet and console.is_terminal:
-            self._live = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                DownloadColumn(),
-                TransferSpeedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=console,
-                transient=True,
-            )
-            self._task = self._live.add_task(verb, total=total_bytes)
-
-    def __enter__(self) -> TransferProgress:
-        if self._live is not None:
-            self._live.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        if self._live is not None:
-            self._live.stop()
-
-    @property
-    def elapsed(self) -> float:
-        """Seconds since the start."""
-        return time.monotonic() - self._started
 
     def naming(self, name: str) -> None:
         """The file now moving (shown on the live bar)."""
@@ -98,13 +52,7 @@ class TransferProgress:
     def advance(self, size: int) -> None:
         """Count ``size`` more bytes."""
         self.size += size
-        if self._live is not None:
-            self._live.update(self._task, advance=size)
-        elif self._plain:
-            now = time.monotonic()
-            if now >= self._next_line:
-                self._next_line = now + self._interval
-                print(self.line(), file=self._stream, flush=True)
+        self._show(advance=size)
 
     def file_done(self) -> None:
         """Count one more file done."""

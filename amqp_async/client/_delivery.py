@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from ..protocol.delivery import Delivery as EngineDelivery
     from ._link_options import Outcome
-    from ._links import Receiver
+    from ._links import Receiver, _ReceivingLink
     from ._transaction import Transaction
 
 __all__ = ["Delivery"]
@@ -59,50 +59,16 @@ def _outcome_name(state: object) -> str:
     return "settled by the sender" if state is None else type(state).__name__.lower()
 
 
-class Delivery:
-    """One received message: ``.message``, and the four ways to settle it.
+class _Settlement:
+    """What every received delivery has: its tag and state, and the four ways to settle it, once (§3.4), also on
+    leaving ``async with``. :class:`Delivery` and :class:`~amqp_async.StreamDelivery` are ones; each sets the three
+    attributes of ``__slots__`` in its own ``__init__`` (none here: a Delivery is made per message received)."""
 
-    With the receiver settle mode *first* (at-most-once and at-least-once), settling sends the outcome and the
-    delivery is done. With mode *second* (``delivery="exactly-once"``), the outcome goes out unsettled and
-    ``accept()`` (or the other three) returns once the sender has settled: the message is then neither lost nor
-    duplicated.
+    __slots__ = ("_delivery", "_outcome", "receiver")
 
-    A delivery has one outcome: settling it a second time (``accept()`` twice, ``reject()`` after ``accept()``...)
-    raises :class:`~amqp_async.DeliveryAlreadySettled`. A delivery the sender settled already (at-most-once: it
-    arrives settled) takes its first settlement quietly, nothing being sent (§2.6.12), so that code written for
-    confirmed deliveries runs unchanged; a second one raises as well.
-
-    ``async with delivery:`` settles it when the block ends: accepted when it ends normally; when it raises, by the
-    receiver's ``on_error`` (modified with delivery-failed by default; released when the sender's source lists no
-    modified outcome, §3.5.3, as RabbitMQ 3.x's does not), and the exception goes on; when it is cancelled (or ends
-    by KeyboardInterrupt or SystemExit), released. A block that settled the delivery itself is left as it settled
-    it.
-
-    Attributes:
-        receiver: the receiver it came on.
-    """
-
-    __slots__ = ("_delivery", "_message", "_outcome", "receiver")
-
-    def __init__(self, receiver: Receiver, delivery: EngineDelivery) -> None:
-        self.receiver = receiver
-        self._delivery = delivery
-        self._message: Message | None = None
-        self._outcome: Any = _UNSETTLED
-
-    @property
-    def message(self) -> Message:
-        """The message, decoded on first access (raises DecodeError for a malformed one)."""
-        message = self._message
-        if message is None:
-            message = self._message = Message()
-            message.decode(self._delivery.payload)
-        return message
-
-    @property
-    def payload(self) -> bytes:
-        """The message's encoded bytes."""
-        return self._delivery.payload
+    receiver: _ReceivingLink
+    _delivery: EngineDelivery
+    _outcome: Any
 
     @property
     def tag(self) -> bytes:
@@ -118,12 +84,6 @@ class Delivery:
     def aborted(self) -> bool:
         """True when the sender aborted the delivery (its payload is empty)."""
         return self._delivery.aborted
-
-    @property
-    def span(self) -> Span | None:
-        """The OpenTelemetry span of this delivery's receipt when the connection traces messages
-        (``connect(..., tracing=True)``), else None: see docs/client.md, "Tracing"."""
-        return None
 
     @property
     def state(self) -> Outcome | TransactionalState | None:
@@ -235,9 +195,6 @@ class Delivery:
 
     # --- as a context manager ----------------------------------------------------------------------------
 
-    async def __aenter__(self) -> Delivery:
-        return self
-
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
@@ -256,7 +213,7 @@ class Delivery:
                 log.debug("delivery %r not settled on leaving its block: %s", self.tag, settle_error)
 
     def _failure_outcome(self, exc: Exception) -> Modified | Released | Rejected:
-        on_error = self.receiver._options.on_error
+        on_error = self.receiver.on_error
         if on_error == "release":
             return _RELEASED
         if on_error == "modify":
@@ -278,6 +235,63 @@ class Delivery:
         source = self.receiver._engine_link.remote_source
         outcomes = getattr(source, "outcomes", None)
         return not outcomes or outcome in outcomes
+
+
+class Delivery(_Settlement):
+    """One received message: ``.message``, and the four ways to settle it.
+
+    With the receiver settle mode *first* (at-most-once and at-least-once), settling sends the outcome and the
+    delivery is done. With mode *second* (``delivery="exactly-once"``), the outcome goes out unsettled and
+    ``accept()`` (or the other three) returns once the sender has settled: the message is then neither lost nor
+    duplicated.
+
+    A delivery has one outcome: settling it a second time (``accept()`` twice, ``reject()`` after ``accept()``...)
+    raises :class:`~amqp_async.DeliveryAlreadySettled`. A delivery the sender settled already (at-most-once: it
+    arrives settled) takes its first settlement quietly, nothing being sent (§2.6.12), so that code written for
+    confirmed deliveries runs unchanged; a second one raises as well.
+
+    ``async with delivery:`` settles it when the block ends: accepted when it ends normally; when it raises, by the
+    receiver's ``on_error`` (modified with delivery-failed by default; released when the sender's source lists no
+    modified outcome, §3.5.3, as RabbitMQ 3.x's does not), and the exception goes on; when it is cancelled (or ends
+    by KeyboardInterrupt or SystemExit), released. A block that settled the delivery itself is left as it settled
+    it.
+
+    Attributes:
+        receiver: the receiver it came on.
+    """
+
+    __slots__ = ("_message",)
+
+    receiver: Receiver
+
+    def __init__(self, receiver: Receiver, delivery: EngineDelivery) -> None:
+        self.receiver = receiver
+        self._delivery = delivery
+        self._message: Message | None = None
+        self._outcome = _UNSETTLED
+
+    @property
+    def message(self) -> Message:
+        """The message, decoded on first access (raises DecodeError for a malformed one)."""
+        message = self._message
+        if message is None:
+            message = self._message = Message()
+            message.decode(self._delivery.payload)
+        return message
+
+    @property
+    def payload(self) -> bytes:
+        """The message's encoded bytes."""
+        return self._delivery.payload
+
+    @property
+    def span(self) -> Span | None:
+        """The OpenTelemetry span of this delivery's receipt when the connection traces messages
+        (``connect(..., tracing=True)``), else None: see docs/client.md, "Tracing"."""
+        return None
+
+    async def __aenter__(self) -> Delivery:
+        return self
 
     def __repr__(self) -> str:
         return f"<amqp_async.Delivery tag={self.tag!r} settled={self.settled}>"

@@ -497,29 +497,17 @@ class Sender(_Link, Generic[_R]):
         return f"<amqp_async.Sender {self.name!r} to {self.address!r}>"
 
 
-class Receiver(_Link):
-    """Receives messages on one link. Get one with :meth:`Connection.open_receiver` or :meth:`Session.open_receiver`.
-
-    ``async for delivery in receiver`` yields :class:`Delivery` objects until the application closes the receiver,
-    its session or its connection, or the peer closes the link without an error; it raises :class:`LinkError`
-    when the peer detaches it with one, and the connection's error when the connection fails. With ``credit=N``
-    (default 100) the receiver keeps N messages' credit granted, topped up as deliveries are taken: at most N
-    messages are ever buffered.
-
-    Attributes:
-        name: the link's name.
-        source: the source address it was opened with (:attr:`address` for the one in use).
-        session: its session; connection: its connection.
-    """
+class _ReceivingLink(_Link):
+    """What :class:`Receiver` and :class:`~amqp_async.StreamReceiver` share: the source, the credit kept granted
+    (``credit=N``: topped up as deliveries are taken, so that at most N messages wait), manual credit."""
 
     _engine_link: ReceiverLink
 
-    def __init__(self, session: Session, options: ReceiverOptions) -> None:
-        super().__init__(session, options.link_name(session.connection.container_id, "receiver"))
+    def __init__(self, session: Session, options: ReceiverOptions, kind: str) -> None:
+        super().__init__(session, options.link_name(session.connection.container_id, kind))
         self._options = options
         self.source: str | None = options.address
         self._prefetch = options.credit
-        self._tracing: MessageTracing | None = self.connection._tracing
 
     @property
     def address(self) -> str | None:
@@ -534,6 +522,52 @@ class Receiver(_Link):
         """The credit the sender has on this link."""
         return self._engine_link.credit
 
+    @property
+    def on_error(self) -> OnError:
+        """What ``async with delivery:`` does with a delivery of this receiver when its block raises (the
+        ``on_error`` option it was opened with): ``"modify"``, ``"release"`` or ``"reject"``."""
+        return self._options.on_error
+
+    def _on_event(self, event: Any) -> None:
+        if isinstance(event, ev.LinkDetached):
+            self._on_detached(event)
+
+    def _top_up(self) -> None:
+        link = self._engine_link
+        prefetch = self._prefetch
+        if prefetch and link.local_state is EndpointState.ACTIVE and link.link_credit <= prefetch >> 1:
+            # Credit plus what waits in the queue stays at most ``prefetch``: memory is bounded by it.
+            wanted = prefetch - len(link.incoming)
+            if wanted > link.link_credit:
+                link.grant_credit(wanted)
+                self.connection._kick()
+
+    def add_credit(self, credit: int) -> None:
+        """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control)."""
+        self._check()
+        self._engine_link.add_credit(credit)
+        self.connection._kick()
+
+
+class Receiver(_ReceivingLink):
+    """Receives messages on one link. Get one with :meth:`Connection.open_receiver` or :meth:`Session.open_receiver`.
+
+    ``async for delivery in receiver`` yields :class:`Delivery` objects until the application closes the receiver,
+    its session or its connection, or the peer closes the link without an error; it raises :class:`LinkError`
+    when the peer detaches it with one, and the connection's error when the connection fails. With ``credit=N``
+    (default 100) the receiver keeps N messages' credit granted, topped up as deliveries are taken: at most N
+    messages are ever buffered.
+
+    Attributes:
+        name: the link's name.
+        source: the source address it was opened with (:attr:`address` for the one in use).
+        session: its session; connection: its connection.
+    """
+
+    def __init__(self, session: Session, options: ReceiverOptions) -> None:
+        super().__init__(session, options, "receiver")
+        self._tracing: MessageTracing | None = self.connection._tracing
+
     def _describe(self) -> str:
         if self._options.source.dynamic:
             return "dynamic receiver (a node the peer makes)"
@@ -543,12 +577,6 @@ class Receiver(_Link):
     def queued(self) -> int:
         """Deliveries received and not yet taken."""
         return len(self._engine_link.incoming)
-
-    @property
-    def on_error(self) -> OnError:
-        """What ``async with delivery:`` does with a delivery of this receiver when its block raises (the
-        ``on_error`` option of ``open_receiver``): ``"modify"``, ``"release"`` or ``"reject"``."""
-        return self._options.on_error
 
     def _attach_arguments(self) -> dict[str, Any]:
         return self._options.attach_arguments()
@@ -575,26 +603,6 @@ class Receiver(_Link):
         self._tolerate_overshoot()
         if self._prefetch:
             self._engine_link.grant_credit(self._prefetch)
-
-    def _on_event(self, event: Any) -> None:
-        if isinstance(event, ev.LinkDetached):
-            self._on_detached(event)
-
-    def _top_up(self) -> None:
-        link = self._engine_link
-        prefetch = self._prefetch
-        if prefetch and link.local_state is EndpointState.ACTIVE and link.link_credit <= prefetch >> 1:
-            # Credit plus what waits in the queue stays at most ``prefetch``: memory is bounded by it.
-            wanted = prefetch - len(link.incoming)
-            if wanted > link.link_credit:
-                link.grant_credit(wanted)
-                self.connection._kick()
-
-    def add_credit(self, credit: int) -> None:
-        """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control)."""
-        self._check()
-        self._engine_link.add_credit(credit)
-        self.connection._kick()
 
     async def drain(self) -> None:
         """Ask the sender to use up or give back all credit now (§2.6.7 drain), and wait until it has."""

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..codec.section_reader import SectionReader
 from ..errors import ClosedByApplication, DeliveryAborted, LinkDetached
 from ..message import Message, MessageBodyError
 from ..protocol.streaming import StreamingDelivery
-from ._delivery import Delivery
+from ._delivery import _UNSETTLED, _Settlement
 
 if TYPE_CHECKING:
-    from ..codec.transactions import TransactionalState
     from ..protocol.delivery import Delivery as EngineDelivery
-    from ._link_options import Outcome
     from ._stream_receiver import StreamReceiver
     from ._transaction import Transaction
 
@@ -26,7 +23,7 @@ __all__ = ["StreamDelivery"]
 _SECTION_NAMES = {0x76: "amqp-sequence", 0x77: "amqp-value"}
 
 
-class StreamDelivery:
+class StreamDelivery(_Settlement):
     """One message read as it arrives (from a :class:`~amqp_async.StreamReceiver`): its sections before the body
     with :meth:`message`, its body with :meth:`body_chunks` while its frames still come, settled like a
     :class:`~amqp_async.Delivery` (``accept()``, ``reject()``, ``release()``, ``modify()``, ``async with``).
@@ -49,21 +46,19 @@ class StreamDelivery:
 
     __slots__ = (
         "_chunks",
-        "_delivery",
         "_dropped",
         "_ended",
         "_head",
         "_iterating",
         "_reader",
-        "_settler",
-        "receiver",
     )
+
+    receiver: StreamReceiver
 
     def __init__(self, receiver: StreamReceiver, delivery: EngineDelivery) -> None:
         self.receiver = receiver
         self._delivery = delivery
-        # The settling logic of an ordinary delivery: it needs of its receiver what a StreamReceiver has too.
-        self._settler = Delivery(cast(Any, receiver), delivery)
+        self._outcome = _UNSETTLED
         self._reader = SectionReader()
         self._chunks: deque[bytes] = deque()  # body pieces read and not handed out
         self._head: Message | None = None
@@ -74,19 +69,9 @@ class StreamDelivery:
     # --- state -----------------------------------------------------------------------------------------------
 
     @property
-    def tag(self) -> bytes:
-        """The delivery tag."""
-        return self._delivery.tag
-
-    @property
     def settled(self) -> bool:
         """True once settled: by us, or by the sender (at-most-once; an aborted delivery counts as settled)."""
-        return self._settler.settled or self._delivery.aborted
-
-    @property
-    def aborted(self) -> bool:
-        """True once the sender aborted the delivery (§2.6.14): the body's iterator raises DeliveryAborted."""
-        return self._delivery.aborted
+        return super().settled or self._delivery.aborted
 
     @property
     def complete(self) -> bool:
@@ -99,11 +84,6 @@ class StreamDelivery:
         """The bytes of the message (encoded, all sections) received so far."""
         delivery = self._delivery
         return delivery.received if isinstance(delivery, StreamingDelivery) else len(delivery.payload)
-
-    @property
-    def state(self) -> Outcome | TransactionalState | None:
-        """The outcome we gave it, if any."""
-        return self._settler.state
 
     @property
     def footer(self) -> dict[Any, Any] | None:
@@ -202,50 +182,13 @@ class StreamDelivery:
 
     # --- settling (as Delivery's) -----------------------------------------------------------------------------
 
-    async def accept(self, *, transaction: Transaction | None = None) -> None:
-        """Accept the message (§3.4.2); see :meth:`Delivery.accept <amqp_async.Delivery.accept>`."""
-        self._drop_unless_read()
-        await self._settler.accept(transaction=transaction)
-
-    async def reject(
-        self,
-        condition: str = "amqp:internal-error",
-        description: str | None = None,
-        info: dict[str, Any] | None = None,
-        *,
-        transaction: Transaction | None = None,
-    ) -> None:
-        """Reject the message (§3.4.3); see :meth:`Delivery.reject <amqp_async.Delivery.reject>`."""
-        self._drop_unless_read()
-        await self._settler.reject(condition, description, info, transaction=transaction)
-
-    async def release(self, delivered: bool = False, *, transaction: Transaction | None = None) -> None:
-        """Release the message (§3.4.4); see :meth:`Delivery.release <amqp_async.Delivery.release>`."""
-        self._drop_unless_read()
-        await self._settler.release(delivered, transaction=transaction)
-
-    async def modify(
-        self,
-        delivery_failed: bool = True,
-        undeliverable_here: bool = False,
-        annotations: dict[str, Any] | None = None,
-        *,
-        transaction: Transaction | None = None,
-    ) -> None:
-        """Modify the message (§3.4.5); see :meth:`Delivery.modify <amqp_async.Delivery.modify>`."""
-        self._drop_unless_read()
-        await self._settler.modify(delivery_failed, undeliverable_here, annotations, transaction=transaction)
-
     async def __aenter__(self) -> StreamDelivery:
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        """Settle as :class:`~amqp_async.Delivery` does (accepted when the block ends normally; by the receiver's
-        ``on_error`` when it raises; released when it is cancelled), the unread rest of the body dropped."""
+    async def _settle(self, state: Any, transaction: Transaction | None = None) -> None:
+        # Settling ends the reading: the unread rest of the body is dropped (its frames freed as they come).
         self._drop_unless_read()
-        await self._settler.__aexit__(exc_type, exc, traceback)
+        await super()._settle(state, transaction)
 
     # --- internals -----------------------------------------------------------------------------------------
 

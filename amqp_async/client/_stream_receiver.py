@@ -9,20 +9,17 @@ while it is read is bounded by it, whatever the message's size. Anchored on Prot
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
 from ..codec.performatives import Error
 from ..errors import ClosedByApplication, LinkDetached
-from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
-from ._link_options import OnError, ReceiverOptions
-from ._links import _Link
+from ._link_options import ReceiverOptions
+from ._links import _ReceivingLink
 from ._stream_delivery import StreamDelivery
 
 if TYPE_CHECKING:
-    from ..protocol.link import ReceiverLink
     from ..protocol.session import Session as EngineSession
     from ._session import Session
 
@@ -40,7 +37,7 @@ def window_frames(buffer_size: int, max_frame_size: int) -> int:
     return max(2, -(-buffer_size // max_frame_size))
 
 
-class StreamReceiver(_Link):
+class StreamReceiver(_ReceivingLink):
     """Receives messages read as they arrive. Get one with :meth:`Connection.open_stream_receiver` (with a session
     of its own, its window ``buffer_size`` bytes) or :meth:`Session.open_stream_receiver` (on that session: its
     ``incoming_window`` times the max-frame-size bounds what is held).
@@ -59,33 +56,10 @@ class StreamReceiver(_Link):
         session: its session; connection: its connection.
     """
 
-    _engine_link: ReceiverLink
-
     def __init__(self, session: Session, options: ReceiverOptions, *, owns_session: bool) -> None:
-        super().__init__(session, options.link_name(session.connection.container_id, "stream-receiver"))
-        self._options = options
-        self.source: str | None = options.address
-        self._prefetch = options.credit
+        super().__init__(session, options, "stream-receiver")
         self._owns_session = owns_session
         self._current: StreamDelivery | None = None
-
-    @property
-    def address(self) -> str | None:
-        """The source address; for a dynamic receiver, the address of the node the peer created."""
-        remote = self._engine_link.remote_source
-        if remote is not None and getattr(remote, "address", None):
-            return str(remote.address)
-        return self.source
-
-    @property
-    def credit(self) -> int:
-        """The credit the sender has on this link."""
-        return self._engine_link.credit
-
-    @property
-    def on_error(self) -> OnError:
-        """What ``async with delivery:`` does when its block raises (``open_stream_receiver``'s ``on_error``)."""
-        return self._options.on_error
 
     def _describe(self) -> str:
         return f"stream receiver from {self.source!r}"
@@ -104,25 +78,6 @@ class StreamReceiver(_Link):
         self._engine_link = link
         if self._prefetch:
             link.grant_credit(self._prefetch)
-        self.connection._kick()
-
-    def _on_event(self, event: Any) -> None:
-        if isinstance(event, ev.LinkDetached):
-            self._on_detached(event)
-
-    def _top_up(self) -> None:
-        link = self._engine_link
-        prefetch = self._prefetch
-        if prefetch and link.local_state is EndpointState.ACTIVE and link.link_credit <= prefetch >> 1:
-            wanted = prefetch - len(link.incoming)
-            if wanted > link.link_credit:
-                link.grant_credit(wanted)
-                self.connection._kick()
-
-    def add_credit(self, credit: int) -> None:
-        """Grant ``credit`` more messages (for a receiver opened with ``credit=0``)."""
-        self._check()
-        self._engine_link.add_credit(credit)
         self.connection._kick()
 
     def _abandon_current(self) -> None:
