@@ -3,9 +3,9 @@
 Peers: the embedded broker, RabbitMQ 3.10 (its AMQP 1.0 plugin) and python-qpid-proton's reactor (as a rejecting
 peer). One SparkSession (``local[2,2]``: a failed task is tried once more) serves the module, its JVM started once.
 The tests that need a master of their own run Spark drivers in subprocesses (tests/spark_stream_program.py), in
-files of their own so that pytest-xdist runs them beside this one: tests/test_spark_cluster.py (the
-100,000-message reads on ``local-cluster[2,1,1024]``) and tests/test_spark_drivers.py (the driver killed and
-restarted, speculation on a standalone cluster whose workers are distinct hosts). Faults at exact steps of a task
+files of their own: tests/test_spark_cluster.py (the 100,000-message reads on ``local-cluster[2,1,1024]``) and
+tests/test_spark_drivers.py (the driver killed and restarted, speculation on a standalone cluster whose workers
+are distinct hosts). Faults at exact steps of a task
 come from the fault points (``amqp_async.spark._failpoints``), armed by trigger files in ``spark_support.FAULTS``.
 """
 

@@ -1,8 +1,8 @@
 """The streaming read on the executors of ``local-cluster[2,1,1024]``: 100,000 messages from the embedded broker and
 from RabbitMQ 3.10, in a Spark driver of its own (tests/spark_stream_program.py ``cluster``).
 
-A file of its own: its one test is the longest of the suite, and pytest-xdist (``--dist loadfile``) runs it beside
-tests/test_spark.py's session rather than after it.
+The longest test of the suite; tests/conftest.py gives the files that start Spark one pytest-xdist group, which
+starts first.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Spark drivers of their own, in subprocesses (tests/spark_stream_program.py): a driver killed mid-batch and
-restarted from its checkpoint, and speculation on a standalone cluster whose two workers are distinct hosts.
-
-In a file of its own so that pytest-xdist (``--dist loadfile``) runs it beside tests/test_spark.py's session.
-"""
+restarted from its checkpoint, and speculation on a standalone cluster whose two workers are distinct hosts."""
 
 from __future__ import annotations
 
