@@ -53,11 +53,11 @@ FULL_SUITE_PYTHON = _RUNNING_PYTHON if _RUNNING_PYTHON in PYTHONS else PYTHONS[-
 SUBSET = "not (slow or spark or network_fuzz or hypothesis) and (matrix or not interop)"
 #: pytest-xdist (3.8 or later): the suite spends most of its time waiting (for peers to start, for the timeouts
 #: it proves, for Spark's JVMs), so four workers on two cores halve the whole suite's time. Each worker takes a
-#: group at a time (``loadgroup``; tests/conftest.py groups by file, so that a file's module fixtures start once,
-#: and the files that start Spark all in one group), handed out in tests/conftest.py's order, the longest first
-#: (``--no-loadscope-reorder``). Pass ``-n 0`` after ``--`` for one process and live output.
+#: file at a time (``loadfile``: a file's module fixtures start once; tests/conftest.py makes the Spark files one
+#: unit), handed out in tests/conftest.py's order, the longest first (``--no-loadscope-reorder``). Pass ``-n 0``
+#: after ``--`` for one process and live output.
 WORKERS = {"full": 4, "subset": 2}
-_XDIST = ("--dist", "loadgroup", "--no-loadscope-reorder")
+_XDIST = ("--dist", "loadfile", "--no-loadscope-reorder")
 
 
 def _add_pyenv_builds_to_path() -> None:

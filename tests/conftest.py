@@ -62,65 +62,60 @@ MARKERS: dict[str, tuple[str, str]] = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the xdist_group markers given here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give the tests of :data:`MARKERS` their markers (before ``-m`` deselects), put the long files first, and
-    group the tests for pytest-xdist (:func:`_group_for_workers`)."""
+    """Give the tests of :data:`MARKERS` their markers (before ``-m`` deselects), then put the long files first."""
     for item in items:
         for key in (item.path.name, f"{item.path.name}::{getattr(item, 'originalname', item.name)}"):
             entry = MARKERS.get(key)
             if entry is not None:
                 item.add_marker(entry[0])
     items[:] = _long_files_first(items)
-    if config.pluginmanager.hasplugin("xdist"):
-        _group_for_workers(items)
-
-
-def _starts_spark(markers: set[str]) -> bool:
-    """The files marked both ``spark`` and ``slow`` start Spark's JVMs (and Spark's Python workers)."""
-    return {"spark", "slow"} <= markers
-
-
-def _file_markers(file_items: list[pytest.Item]) -> set[str]:
-    return {marker.name for item in file_items for marker in item.iter_markers()}
-
-
-def _by_file(items: list[pytest.Item]) -> dict[Path, list[pytest.Item]]:
-    files: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        files.setdefault(item.path, []).append(item)
-    return files
 
 
 def _long_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """The items, file by file, the files that take longest first; each file's own order kept.
 
-    noxfile.py runs the suite on pytest-xdist workers, which take the groups of :func:`_group_for_workers` in this
-    order (``--no-loadscope-reorder``): the run ends when its longest group ends, so that group must start first.
-    Rank: the files that start Spark (a JVM and Spark jobs of minutes), then the files with other ``slow`` tests,
-    then the ``interop`` files (peers to start), then the rest."""
+    noxfile.py runs the suite on pytest-xdist workers, which take the units of :func:`pytest_xdist_make_scheduler`
+    in this order (``--no-loadscope-reorder``): the run ends when its longest unit ends, so that unit must start
+    first. Rank: the files that start Spark (``spark`` and ``slow``: JVMs and Spark jobs of minutes), then the
+    files with other ``slow`` tests, then the ``interop`` files (peers to start), then the rest."""
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
 
     def rank(file_items: list[pytest.Item]) -> int:
-        markers = _file_markers(file_items)
-        if _starts_spark(markers):
+        markers = {marker.name for item in file_items for marker in item.iter_markers()}
+        if {"spark", "slow"} <= markers:
             return 0
         if "slow" in markers:
             return 1
         return 2 if "interop" in markers else 3
 
-    return [item for file_items in sorted(_by_file(items).values(), key=rank) for item in file_items]
+    return [item for file_items in sorted(files.values(), key=rank) for item in file_items]
 
 
-def _group_for_workers(items: list[pytest.Item]) -> None:
-    """One pytest-xdist group (``--dist loadgroup``) per file, so that a file's module fixtures (a RabbitMQ node, a
-    Spark session) start once; and one group for all the files that start Spark, which then run one after the
-    other on one worker. Spark's JVM gives a Python worker it starts 10 s to connect back, a bound no setting
-    changes (``PythonWorkerFactory``); two or three Spark applications starting at once beside the other tests load
-    two cores so that the Python workers miss it."""
-    for path, file_items in _by_file(items).items():
-        group = "spark-jvm" if _starts_spark(_file_markers(file_items)) else path.name
-        for item in file_items:
-            item.add_marker(pytest.mark.xdist_group(group))
+#: The pytest-xdist unit of work (:func:`pytest_xdist_make_scheduler`) of every tests/test_spark*.py file.
+SPARK_UNIT = "tests/test_spark*.py"
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: how the controller hands tests to its workers
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadfile``: one file per unit of work (a file's module fixtures, such as a RabbitMQ node,
+    start once), except the Spark files, which make one unit and so run one after the other on one worker. Spark's
+    JVM gives each Python worker it starts 10 s to connect back, a bound no setting changes
+    (``PythonWorkerFactory``); Spark applications starting side by side on two cores loaded by the other tests miss
+    it. (``--dist loadgroup`` with ``xdist_group`` markers would say the same, but pytest-xdist 3.8 groups by
+    rewriting node ids, which pytest 9.2 no longer reads.) Any other ``--dist`` keeps pytest-xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkFilesTogether(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return SPARK_UNIT if Path(scope).name.startswith("test_spark") else scope
+
+    return SparkFilesTogether(config, log)
 
 
 def _deselected_by_markexpr(config: pytest.Config, marker: str) -> bool:

@@ -1,8 +1,7 @@
 """The streaming read on the executors of ``local-cluster[2,1,1024]``: 100,000 messages from the embedded broker and
 from RabbitMQ 3.10, in a Spark driver of its own (tests/spark_stream_program.py ``cluster``).
 
-The longest test of the suite; tests/conftest.py gives the files that start Spark one pytest-xdist group, which
-starts first.
+The longest test of the suite: tests/conftest.py hands the Spark files to a pytest-xdist worker first.
 """
 
 from __future__ import annotations
