@@ -12,9 +12,9 @@ one that is missing is skipped with a note, and fails the run when ``CI=true``. 
 interpreter that runs nox.
 
 Sessions run side by side, one per CPU (``nox.options.parallel``; each session's output is printed as a block when
-it ends): the whole suite, mostly one process that also waits for its peers (Spark's JVM, RabbitMQ), keeps about
-one core of two busy, and the other interpreters' subsets, lint and typecheck fill the other. ``--parallel 1``
-runs them one after the other with live output; the benchmarks and the docs build always run alone.
+it ends): the whole suite beside the other interpreters' subsets, lint and typecheck, one after the other. Each
+tests session runs pytest on pytest-xdist workers (:data:`WORKERS`). ``--parallel 1`` runs the sessions one after
+the other; the benchmarks and the docs build always run alone.
 """
 
 from __future__ import annotations
@@ -52,11 +52,13 @@ FULL_SUITE_PYTHON = _RUNNING_PYTHON if _RUNNING_PYTHON in PYTHONS else PYTHONS[-
 #: markers that the test files do not (``matrix``: an interop file that runs here all the same).
 SUBSET = "not (slow or spark or network_fuzz or hypothesis) and (matrix or not interop)"
 #: pytest-xdist (3.8 or later): the suite spends most of its time waiting (for peers to start, for the timeouts
-#: it proves, for Spark's JVMs), so four workers on two cores halve the whole suite's time. Each worker takes a
-#: file at a time (``loadfile``: a file's module fixtures start once; tests/conftest.py makes the Spark files one
-#: unit), handed out in tests/conftest.py's order, the longest first (``--no-loadscope-reorder``). Pass ``-n 0``
-#: after ``--`` for one process and live output.
-WORKERS = {"full": 4, "subset": 2}
+#: it proves, for Spark's JVMs), so three workers on two cores nearly halve the whole suite's time. Not more: the
+#: tests that bound a wait (RabbitMQ's rabbitmqctl, Spark's Python workers given 10 s to connect back) fail when
+#: the load passes what two cores give, and four workers beside a subset's two passed it. Each worker takes a file
+#: at a time (``loadfile``: a file's module fixtures start once; tests/conftest.py makes the Spark files one unit),
+#: handed out in tests/conftest.py's order, the longest first (``--no-loadscope-reorder``). Pass ``-n 0`` after
+#: ``--`` for one process and live output.
+WORKERS = {"full": 3, "subset": 2}
 _XDIST = ("--dist", "loadfile", "--no-loadscope-reorder")
 
 
