@@ -188,7 +188,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     its leaked proton threads, which fail the run here (a worker's own exit status does not)."""
     output = getattr(node, "workeroutput", {})
     installs.record(output.get("amqp_async_installed", []))
-    worker = output.get("workerid", "a worker")
+    worker = getattr(getattr(node, "gateway", None), "id", "a worker")  # gw0, gw1...
     _workers_leaked.extend(f"{name} (in {worker})" for name in output.get("amqp_async_leaked_threads", []))
 
 

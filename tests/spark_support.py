@@ -42,6 +42,11 @@ _INSTALL_LOCK = "/tmp/amqp_async-java-install.lock"
 PROGRAM = [sys.executable, str(Path(__file__).resolve().parent / "spark_stream_program.py")]
 
 
+def run_program(*arguments: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run :data:`PROGRAM` with ``arguments`` to its end, its output captured (the caller checks the exit code)."""
+    return subprocess.run([*PROGRAM, *arguments], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
 @pytest.fixture(name="broker")
 def broker_fixture() -> Iterator[BrokerThread]:
     """The embedded broker, in a thread of the test's process, on a free port."""

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import pickle
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
-from spark_support import PROGRAM, broker_fixture, drain, spark_environment  # noqa: F401 -- the fixture "broker"
+from spark_support import broker_fixture, drain, run_program, spark_environment  # noqa: F401 -- the fixture "broker"
 
 from amqp_async.broker import BrokerThread
 
@@ -33,13 +32,14 @@ def test_100k_orders_read_on_the_executors_of_a_local_cluster(
     driver's Python process) never holds a connection to the broker, the executors' Python workers do; each task
     Spark starts stays small. And the example pipeline, on the same cluster."""
     out = tmp_path / "findings.json"
-    result = subprocess.run(
-        [*PROGRAM, "cluster", str(out), str(tmp_path), f"embedded={broker.url}", f"rabbitmq={rabbitmq_broker.url}"],
+    result = run_program(
+        "cluster",
+        str(out),
+        str(tmp_path),
+        f"embedded={broker.url}",
+        f"rabbitmq={rabbitmq_broker.url}",
         env=spark_environment(),
-        capture_output=True,
-        text=True,
         timeout=900,
-        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     findings = json.loads(out.read_text())

@@ -19,6 +19,7 @@ from spark_support import (
     drain,
     fill,
     fired,
+    run_program,
     running,
     spark_environment,
     standalone_cluster,
@@ -62,9 +63,7 @@ def test_a_query_killed_mid_batch_restarts_from_its_checkpoint_losing_nothing(
     assert len(interrupted) == int(marker.read_text()) == 1000
     assert len(drain(broker.url, "killed", accept=False)) == count - 3000  # batches 0-2 were accepted
 
-    finished = subprocess.run(
-        [*PROGRAM, *arguments], env=environment, capture_output=True, text=True, timeout=300, check=False
-    )
+    finished = run_program(*arguments, env=environment, timeout=300)
     assert "done" in finished.stdout, finished.stdout + finished.stderr[-5000:]
     lines = [line.split() for line in (tmp_path / "out.txt").read_text().splitlines()]
     seen = collections.Counter(message_id for _, message_id in lines)
@@ -95,13 +94,8 @@ def test_a_speculative_copy_of_a_slow_read_task_wins_and_nothing_is_accepted_twi
     environment = {**spark_environment(), "AMQP_ASYNC_SPARK_FAILPOINTS": str(faults)}
     out = tmp_path / "seen.json"
     with standalone_cluster(tmp_path) as master:
-        result = subprocess.run(
-            [*PROGRAM, "speculation", master, broker.url, "spec", str(tmp_path), str(out)],
-            env=environment,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
+        result = run_program(
+            "speculation", master, broker.url, "spec", str(tmp_path), str(out), env=environment, timeout=600
         )
     assert result.returncode == 0, result.stdout + result.stderr[-5000:]
     findings = json.loads(out.read_text())
