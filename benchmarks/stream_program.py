@@ -15,9 +15,11 @@ Modes (SIZE bytes of generated data: a random mebibyte, rotated chunk by chunk):
 - ``receive-many``: ours, SIZE bytes of 1 MiB messages (credit 8);
 - ``proton-send`` / ``proton-receive``: python-qpid-proton, one message whole (its API has no streaming).
 
-Each prints ``{"size", "seconds", "idle", "peak"}`` (and ``sha256`` of the body where there is one message):
-``idle`` is the resident set once connected and attached, ``peak`` the largest sampled (every 10 ms, from
-/proc/self/statm) while the bytes moved, so ``peak - idle`` is what the transfer cost in memory. The clock runs from
+Each prints ``{"size", "seconds", "idle", "peak", "idle_total", "peak_total"}`` (and ``sha256`` of the body where
+there is one message): ``idle`` is the process's anonymous resident memory (what it allocated: /proc/self/status
+``RssAnon``) once connected and attached, ``peak`` the largest sampled (every 10 ms) while the bytes moved, so
+``peak - idle`` is what the transfer cost in memory; ``*_total`` the same of the whole resident set (with the pages
+of shared libraries and files, which the transfer does not allocate), for the record. The clock runs from
 the first byte handed over to the outcome (send), or from the first delivery to the last byte (receive).
 """
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import sys
 import threading
@@ -47,23 +48,34 @@ MANY = 1 << 20  # the size of each message of the *-many modes
 WINDOW = 8
 
 
-def resident() -> int:
-    """This process's resident set in bytes (Linux)."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def memory() -> tuple[int, int]:
+    """This process's (anonymous, total) resident memory in bytes (Linux): what it allocated, and that with the
+    pages of the files it maps (its shared libraries)."""
+    found = dict.fromkeys(("RssAnon:", "VmRSS:"), 0)
+    with open("/proc/self/status") as status:
+        for line in status:
+            key = line.split(None, 1)[0]
+            if key in found:
+                found[key] = int(line.split()[1]) * 1024
+    return found["RssAnon:"], found["VmRSS:"]
 
 
 class Sampler:
-    """The largest resident set seen, sampled in a thread."""
+    """The most anonymous (and total) resident memory seen, sampled in a thread."""
 
     def __init__(self) -> None:
-        self.peak = resident()
+        self.peak, self.peak_total = memory()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self) -> None:
+        anonymous, total = memory()
+        self.peak = max(self.peak, anonymous)
+        self.peak_total = max(self.peak_total, total)
+
     def _run(self) -> None:
         while not self._stop.wait(0.01):
-            self.peak = max(self.peak, resident())
+            self._sample()
 
     def __enter__(self) -> Sampler:
         self._thread.start()
@@ -72,7 +84,7 @@ class Sampler:
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, resident())
+        self._sample()
 
 
 def piece(index: int, length: int) -> bytes:
@@ -96,8 +108,15 @@ async def chunks(size: int, chunk: int, digest: Any) -> AsyncIterator[bytes]:
         yield data
 
 
-def result(size: int, seconds: float, idle: int, peak: int, digest: Any = None) -> dict[str, Any]:
-    found: dict[str, Any] = {"size": size, "seconds": seconds, "idle": idle, "peak": peak}
+def result(size: int, seconds: float, idle: tuple[int, int], sampler: Sampler, digest: Any = None) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "size": size,
+        "seconds": seconds,
+        "idle": idle[0],
+        "peak": sampler.peak,
+        "idle_total": idle[1],
+        "peak_total": sampler.peak_total,
+    }
     if digest is not None:
         found["sha256"] = digest.hexdigest()
     return found
@@ -107,28 +126,28 @@ async def send(url: str, address: str, size: int, chunk: int, buffer: int, known
     digest = hashlib.sha256()
     body_size = size if known else None
     async with amqp_async.connect(url) as conn, conn.open_stream_sender(address, buffer_size=buffer) as sender:
-        idle = resident()
+        idle = memory()
         with Sampler() as sampler:
             started = time.perf_counter()
             await sender.send_stream(chunks(size, chunk, digest), Message(subject="generated"), body_size=body_size)
             seconds = time.perf_counter() - started
-    return result(size, seconds, idle, sampler.peak, digest)
+    return result(size, seconds, idle, sampler, digest)
 
 
 async def send_whole(url: str, address: str, size: int, chunk: int) -> dict[str, Any]:
     async with amqp_async.connect(url) as conn, conn.open_sender(address) as sender:
-        idle = resident()
+        idle = memory()
         with Sampler() as sampler:
             started = time.perf_counter()
             body = b"".join(piece(index, length) for index, length in enumerate(generated(size, chunk)))
             await sender.send(Message(body=body, subject="generated"))
             seconds = time.perf_counter() - started
-    return result(size, seconds, idle, sampler.peak, hashlib.sha256(body))
+    return result(size, seconds, idle, sampler, hashlib.sha256(body))
 
 
 async def send_many(url: str, address: str, size: int) -> dict[str, Any]:
     async with amqp_async.connect(url) as conn, conn.open_sender(address) as sender:
-        idle = resident()
+        idle = memory()
         with Sampler() as sampler:
             started = time.perf_counter()
             pending: list[Any] = []
@@ -141,14 +160,14 @@ async def send_many(url: str, address: str, size: int) -> dict[str, Any]:
             for tracker in pending:
                 await tracker
             seconds = time.perf_counter() - started
-    return result(size, seconds, idle, sampler.peak)
+    return result(size, seconds, idle, sampler)
 
 
 async def receive(url: str, address: str, buffer: int) -> dict[str, Any]:
     digest = hashlib.sha256()
     size = 0
     async with amqp_async.connect(url) as conn, conn.open_stream_receiver(address, buffer_size=buffer) as receiver:
-        idle = resident()
+        idle = memory()
         with Sampler() as sampler:
             delivery = await receiver.receive()
             started = time.perf_counter()
@@ -157,12 +176,12 @@ async def receive(url: str, address: str, buffer: int) -> dict[str, Any]:
                 size += len(data)
             await delivery.accept()
             seconds = time.perf_counter() - started
-    return result(size, seconds, idle, sampler.peak, digest)
+    return result(size, seconds, idle, sampler, digest)
 
 
 async def receive_whole(url: str, address: str) -> dict[str, Any]:
     async with amqp_async.connect(url) as conn, conn.open_receiver(address, credit=1) as receiver:
-        idle = resident()
+        idle = memory()
         with Sampler() as sampler:
             started = time.perf_counter()
             delivery = await receiver.receive()
@@ -170,14 +189,14 @@ async def receive_whole(url: str, address: str) -> dict[str, Any]:
             await delivery.accept()
             seconds = time.perf_counter() - started
     data = body if isinstance(body, bytes) else b"".join(section.value for section in body)
-    return result(len(data), seconds, idle, sampler.peak, hashlib.sha256(data))
+    return result(len(data), seconds, idle, sampler, hashlib.sha256(data))
 
 
 async def receive_many(url: str, address: str, size: int) -> dict[str, Any]:
     count = len(generated(size, MANY))
     received = 0
     async with amqp_async.connect(url) as conn, conn.open_receiver(address, credit=WINDOW) as receiver:
-        idle = resident()
+        idle = memory()
         with Sampler() as sampler:
             started = time.perf_counter()
             for _ in range(count):
@@ -185,7 +204,7 @@ async def receive_many(url: str, address: str, size: int) -> dict[str, Any]:
                 received += len(delivery.message.body)
                 await delivery.accept()
             seconds = time.perf_counter() - started
-    return result(received, seconds, idle, sampler.peak)
+    return result(received, seconds, idle, sampler)
 
 
 def proton(mode: str, url: str, address: str, size: int, chunk: int) -> dict[str, Any]:
@@ -206,7 +225,7 @@ def proton(mode: str, url: str, address: str, size: int, chunk: int) -> dict[str
             self.sent = False
 
         def on_link_opened(self, event: Any) -> None:
-            found["idle"] = resident()
+            found["idle"], found["idle_total"] = memory()
             self.sampler = Sampler().__enter__()
             self.started = time.perf_counter()
 
@@ -229,7 +248,7 @@ def proton(mode: str, url: str, address: str, size: int, chunk: int) -> dict[str
         def done(self, event: Any, moved: int) -> None:
             found["seconds"] = time.perf_counter() - self.started
             self.sampler.__exit__()
-            found["peak"] = self.sampler.peak
+            found["peak"], found["peak_total"] = self.sampler.peak, self.sampler.peak_total
             found["size"] = moved
             event.connection.close()
 

@@ -1,4 +1,4 @@
-"""Large messages in bounded memory: one message streamed through a broker, the resident set of the sender, the
+"""Large messages in bounded memory: one message streamed through a broker, the resident memory of the sender, the
 receiver and (ours) the broker sampled every 10 ms.
 
 Run: ``python benchmarks/streaming.py [--size BYTES] [--quick] [--peer ours|rabbitmq] [--json]``.
@@ -16,8 +16,8 @@ data (an async iterable of 256 KiB chunks, its length unknown: a data section pe
 then the receiver reads the message back chunk by chunk (``body_chunks()``) and accepts it; both compute the
 body's sha256, which must agree. Default: 1 GiB through each peer (``--quick``: 64 MiB).
 
-Reported per process: its idle resident set (connected, link attached) and the most it grew by while the bytes
-moved, against its window (``--buffer``: the sender's bytes of frames let wait for the peer, the receiver's
+Reported per process: its idle anonymous resident memory (what it allocated: the resident set less the pages of
+its shared libraries; connected, link attached) and the most it grew by while the bytes moved, against its window (``--buffer``: the sender's bytes of frames let wait for the peer, the receiver's
 session window); the broker's idle and growth with the whole run. tests/test_streaming_memory.py runs this with
 64 MiB and holds the growth to bounds.
 """
@@ -49,12 +49,13 @@ def _env() -> dict[str, str]:
 
 
 def resident_of(pid: int) -> int:
-    """The resident set of process ``pid`` in bytes (Linux)."""
+    """The anonymous resident memory of process ``pid`` in bytes (Linux): what it allocated (its resident set less
+    the pages of its shared libraries and mapped files), as benchmarks/stream_program.py measures its own."""
     with open(f"/proc/{pid}/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
+            if line.startswith("RssAnon:"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+    raise RuntimeError(f"no RssAnon for {pid}")
 
 
 def run_program(*arguments: str, timeout: float) -> dict[str, Any]:
