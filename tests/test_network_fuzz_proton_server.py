@@ -168,7 +168,9 @@ def _open_sockets() -> int:
 
 
 def _settled(server: Server, sockets: int) -> tuple[int, int]:
-    """The server's connections and the sockets beyond ``sockets``, once what is closing had a moment to."""
+    """The server's connections and the sockets beyond ``sockets``, once what is closing had a moment to (fewer
+    than ``sockets`` is as good as none beyond: the process may close a socket of its own meanwhile, as a
+    pytest-xdist worker does)."""
     for _ in range(100):
         extra = (server.connections(), _open_sockets() - sockets)
         if extra[0] == 0 and extra[1] <= 0:
@@ -260,7 +262,9 @@ def test_mutated_sessions(server: Server, sessions: list[Recorded], tmp_path: Pa
                 break
     print(f"{SESSIONS} sessions in {time.monotonic() - started:.1f} s, the longest {longest:.2f} s")
     assert not failures, "\n".join(failures) + f"\n{server.error!r}"
-    assert _settled(server, sockets) == (0, 0)
+    connections, beyond = _settled(server, sockets)
+    assert connections == 0, f"the container still holds {connections} connections"
+    assert beyond <= 0, f"{beyond} sockets more than before the sessions"
     assert_serves(server)
 
 
