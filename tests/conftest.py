@@ -94,14 +94,18 @@ def _long_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
     return [item for file_items in sorted(files.values(), key=rank) for item in file_items]
 
 
-#: The pytest-xdist unit of work (:func:`pytest_xdist_make_scheduler`) of every tests/test_spark*.py file.
-SPARK_UNIT = "tests/test_spark*.py"
+#: The files whose tests start Spark applications (JVMs), and the pytest-xdist unit of work they make together
+#: (:func:`pytest_xdist_make_scheduler`). The other test_spark_*.py files run no JVM (the write-ahead log, a read
+#: task without Spark, the schema): they are units of their own, off the run's longest unit.
+SPARK_APPLICATION_FILES = frozenset({"test_spark.py", "test_spark_cluster.py", "test_spark_drivers.py"})
+SPARK_UNIT = "the files that start Spark"
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: how the controller hands tests to its workers
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``--dist loadfile``: one file per unit of work (a file's module fixtures, such as a RabbitMQ node,
-    start once), except the Spark files, which make one unit and so run one after the other on one worker. Spark's
+    start once), except the files that start Spark (:data:`SPARK_APPLICATION_FILES`), which make one unit and so run
+    one after the other on one worker. Spark's
     JVM gives each Python worker it starts 10 s to connect back, a bound no setting changes
     (``PythonWorkerFactory``); Spark applications starting side by side on two cores loaded by the other tests miss
     it. (``--dist loadgroup`` with ``xdist_group`` markers would say the same, but pytest-xdist 3.8 groups by
@@ -113,7 +117,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SparkFilesTogether(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             scope: str = super()._split_scope(nodeid)
-            return SPARK_UNIT if Path(scope).name.startswith("test_spark") else scope
+            return SPARK_UNIT if Path(scope).name in SPARK_APPLICATION_FILES else scope
 
     return SparkFilesTogether(config, log)
 

@@ -47,6 +47,15 @@ def run_program(*arguments: str, env: dict[str, str], timeout: float) -> subproc
     return subprocess.run([*PROGRAM, *arguments], env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
+def failure_of(result: subprocess.CompletedProcess[str]) -> str:
+    """What a failed :func:`run_program` printed that says why: its output, the Python traceback from its error
+    output (which the JVM's shutdown logs follow, so that the tail alone would hide it), and that output's tail."""
+    errors = result.stderr
+    start = errors.rfind("Traceback (most recent call last)")
+    traceback_text = errors[start : start + 6000] if start >= 0 else "(no Python traceback)"
+    return f"exit code {result.returncode}\n{result.stdout}\n{traceback_text}\n...\n{errors[-3000:]}"
+
+
 @pytest.fixture(name="broker")
 def broker_fixture() -> Iterator[BrokerThread]:
     """The embedded broker, in a thread of the test's process, on a free port."""

@@ -101,11 +101,13 @@ def test_rows_written_in_a_batch_arrive_intact_through_a_streaming_read(
     check_orders(rows, count)
     assert len({row.message_id for row in rows}) == count
     assert {row.delivery_count for row in rows} == {0}
-    assert [progress["numInputRows"] for progress in query.recentProgress if progress["numInputRows"]] == [
-        8_000,
-        8_000,
-        4_000,
-    ]
+    sizes = [progress["numInputRows"] for progress in query.recentProgress if progress["numInputRows"]]
+    if receive_on == "executors":
+        assert sizes == [8_000, 8_000, 4_000]  # planned by number: the same whatever the timing
+    else:
+        # The driver plans a batch from what it has received by then: at most maxMessagesPerBatch each (under load
+        # it may have fewer at hand, as a CI run had: 4,096 then 8,000 then 7,904).
+        assert sum(sizes) == count and max(sizes) <= 8_000, sizes
     assert drain(broker.url, "orders") == []  # every message was accepted
     if receive_on == "executors":
         # The source's log: every batch committed, its files deleted; only the mark of how far is left.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
-from spark_support import broker_fixture, drain, run_program, spark_environment  # noqa: F401 -- the fixture "broker"
+from spark_support import broker_fixture, drain, failure_of, run_program, spark_environment  # noqa: F401 -- the fixture "broker"
 
 from amqp_async.broker import BrokerThread
 
@@ -41,7 +41,7 @@ def test_100k_orders_read_on_the_executors_of_a_local_cluster(
         env=spark_environment(),
         timeout=900,
     )
-    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    assert result.returncode == 0, failure_of(result)
     findings = json.loads(out.read_text())
     for name in ("embedded", "rabbitmq"):
         finding = findings[name]

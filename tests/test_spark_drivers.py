@@ -17,6 +17,7 @@ from spark_support import (
     PROGRAM,
     broker_fixture,  # noqa: F401 -- the fixture "broker"
     drain,
+    failure_of,
     fill,
     fired,
     run_program,
@@ -64,7 +65,7 @@ def test_a_query_killed_mid_batch_restarts_from_its_checkpoint_losing_nothing(
     assert len(drain(broker.url, "killed", accept=False)) == count - 3000  # batches 0-2 were accepted
 
     finished = run_program(*arguments, env=environment, timeout=300)
-    assert "done" in finished.stdout, finished.stdout + finished.stderr[-5000:]
+    assert "done" in finished.stdout, failure_of(finished)
     lines = [line.split() for line in (tmp_path / "out.txt").read_text().splitlines()]
     seen = collections.Counter(message_id for _, message_id in lines)
     assert set(seen) == {f"k-{n}" for n in range(count)}  # 0 lost
@@ -97,7 +98,7 @@ def test_a_speculative_copy_of_a_slow_read_task_wins_and_nothing_is_accepted_twi
         result = run_program(
             "speculation", master, broker.url, "spec", str(tmp_path), str(out), env=environment, timeout=600
         )
-    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    assert result.returncode == 0, failure_of(result)
     findings = json.loads(out.read_text())
     assert findings["exception"] is None and not findings["active"]
     assert fired(str(faults), "received@1.0")
