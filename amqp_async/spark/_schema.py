@@ -184,11 +184,11 @@ def read_schema(user_schema: StructType | None) -> StructType:
     return user_schema
 
 
-def _body(message: Message) -> tuple[bytes | None, str]:
+def _other_body(message: Message) -> tuple[bytes | None, str]:
+    """The ``body`` and ``body_type`` columns of a message whose body is not bytes (:func:`_full_row` takes that,
+    the common case, inline)."""
     body: Any = message.body  # dispatched on its exact class (faster than isinstance, per row): not narrowed
     kind = body.__class__
-    if kind is bytes:
-        return body, ("data" if message.inferred else "binary")
     if kind is str:
         return body.encode("utf-8", "surrogatepass"), "string"
     if body is None:
@@ -224,7 +224,7 @@ def _full_row(message: Message) -> tuple[Any, ...]:
     if body.__class__ is bytes:
         body_type = "data" if message._inferred else "binary"
     else:
-        body, body_type = _body(message)
+        body, body_type = _other_body(message)
     message_id = props[0]
     if message_id.__class__ is str:
         message_id_type: str | None = "string"
