@@ -55,6 +55,8 @@ def _session(master: str, config: dict[str, str] | None = None) -> Any:
 
 
 def restart(argv: list[str]) -> None:
+    from spark_support import run_query
+
     url, address, checkpoint, out = argv[:4]
     rest = argv[4:]
     receive_on = "executors"
@@ -79,24 +81,26 @@ def restart(argv: list[str]) -> None:
                 file.write(str(len(ids)))
             time.sleep(600)
 
-    reader = (
-        spark.readStream.format("amqp")
-        .option("url", url)
-        .option("address", address)
-        .option("maxMessagesPerBatch", 1000)
-        .option("numPartitions", 2)
-        .option("receiveOn", receive_on)
-    )
-    if receive_on == "executors":
-        reader = reader.option("logLocation", os.path.join(os.path.dirname(checkpoint), "log"))
-    query = (
-        reader.load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    def start() -> Any:
+        reader = (
+            spark.readStream.format("amqp")
+            .option("url", url)
+            .option("address", address)
+            .option("maxMessagesPerBatch", 1000)
+            .option("numPartitions", 2)
+            .option("receiveOn", receive_on)
+        )
+        if receive_on == "executors":
+            reader = reader.option("logLocation", os.path.join(os.path.dirname(checkpoint), "log"))
+        return (
+            reader.load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    run_query(start, timeout=None)
     print("done", flush=True)
     spark.stop()
 
@@ -109,7 +113,7 @@ def _log_task_sizes(spark: Any) -> None:
 
 
 def cluster(argv: list[str]) -> None:
-    from spark_support import ConnectionWatch, check_orders, orders
+    from spark_support import ConnectionWatch, check_orders, orders, run_query
 
     out, workdir = argv[:2]
     brokers = dict(argument.split("=", 1) for argument in argv[2:])
@@ -127,8 +131,9 @@ def cluster(argv: list[str]) -> None:
         orders(spark, count).write.format("amqp").option("url", url).option("address", address).mode("append").save()
         print(f"PHASE read {name}", file=sys.stderr, flush=True)
         started = time.monotonic()
-        with ConnectionWatch(port) as watch:
-            query = (
+
+        def start(url: str = url, address: str = address, name: str = name) -> Any:
+            return (
                 spark.readStream.format("amqp")
                 .option("url", url)
                 .option("address", address)
@@ -142,7 +147,9 @@ def cluster(argv: list[str]) -> None:
                 .trigger(availableNow=True)
                 .start()
             )
-            query.awaitTermination(600)
+
+        with ConnectionWatch(port) as watch:
+            query = run_query(start, timeout=600)
         print(f"PHASE end {name}", file=sys.stderr, flush=True)
         rows = spark.sql(f"select * from cluster_{name}").collect()
         finding: dict[str, Any] = {
@@ -181,6 +188,8 @@ def cluster(argv: list[str]) -> None:
 
 
 def speculation(argv: list[str]) -> None:
+    from spark_support import run_query
+
     master, url, address, workdir, out = argv[:5]
     spark = _session(
         master,
@@ -211,20 +220,22 @@ def speculation(argv: list[str]) -> None:
                 names += [name for name in files if name.startswith("chosen.")]
         chosen[batch_id] = sorted(names)
 
-    query = (
-        spark.readStream.format("amqp")
-        .option("url", url)
-        .option("address", address)
-        .option("numPartitions", 2)
-        .option("maxMessagesPerBatch", 1000)
-        .option("logLocation", log)
-        .load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
+    def start() -> Any:
+        return (
+            spark.readStream.format("amqp")
+            .option("url", url)
+            .option("address", address)
+            .option("numPartitions", 2)
+            .option("maxMessagesPerBatch", 1000)
+            .option("logLocation", log)
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = run_query(start, timeout=300)
     with open(out, "w", encoding="utf-8") as file:
         json.dump(
             {

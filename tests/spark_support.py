@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,37 @@ PROGRAM = [sys.executable, str(Path(__file__).resolve().parent / "spark_stream_p
 def run_program(*arguments: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
     """Run :data:`PROGRAM` with ``arguments`` to its end, its output captured (the caller checks the exit code)."""
     return subprocess.run([*PROGRAM, *arguments], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+#: What Spark raises when a Python process it starts on the driver (a data source's planner, a streaming source's
+#: runner) did not connect back within the 10 s ``PythonWorkerFactory.createSimpleWorker`` gives it, a bound no
+#: setting changes: on two cores loaded by the rest of the suite, that process's imports alone can take longer.
+WORKER_NOT_BACK = "Python worker failed to connect back"
+
+
+def run_query(start: Callable[[], Any], timeout: float | None, attempts: int = 3) -> Any:
+    """Start a streaming query with ``start`` (the whole chain from ``readStream``) and wait for it to end (up to
+    ``timeout`` seconds; None: for ever); return it.
+
+    When Spark could not start one of the driver's Python processes (:data:`WORKER_NOT_BACK`) before the query
+    made any progress, nothing was read yet: the query is started again from its checkpoint, as a user would
+    restart it, up to ``attempts`` times in all (each said on the error output). Any other failure, or that one
+    after a micro-batch ran, is raised as it is."""
+    for attempt in range(1, attempts + 1):
+        query = None
+        try:
+            query = start()
+            if timeout is None:
+                query.awaitTermination()
+            else:
+                query.awaitTermination(timeout)
+            return query
+        except Exception as exc:
+            progressed = query is not None and bool(query.recentProgress)
+            if WORKER_NOT_BACK not in str(exc) or progressed or attempt == attempts:
+                raise
+            print(f"attempt {attempt}: Spark could not start a Python worker in time; starting again", file=sys.stderr)
+    raise AssertionError("not reached")
 
 
 def failure_of(result: subprocess.CompletedProcess[str]) -> str:

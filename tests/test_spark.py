@@ -36,6 +36,7 @@ from spark_support import (
     fired,
     new_session,
     orders,
+    run_query,
     running,
     spark_environment,
 )
@@ -66,18 +67,21 @@ def faults() -> Iterator[Path]:
 
 def stream_to_memory(spark: Any, url: str, address: str, name: str, tmp_path: Path, **options: Any) -> Any:
     """Read ``address`` as a stream until it is empty (Trigger.AvailableNow) into the memory table ``name``."""
-    reader = spark.readStream.format("amqp").option("url", url).option("address", address)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    query = (
-        reader.load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(300)
+
+    def start() -> Any:
+        reader = spark.readStream.format("amqp").option("url", url).option("address", address)
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return (
+            reader.load()
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = run_query(start, timeout=300)
     assert not query.isActive, "the AvailableNow query did not end"
     return query
 
