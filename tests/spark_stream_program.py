@@ -54,6 +54,17 @@ def _session(master: str, config: dict[str, str] | None = None) -> Any:
     return spark
 
 
+def _read_once(spark: Any, url: str, address: str, batch_size: int, checkpoint: str, **options: str) -> Any:
+    """The queue at ``address`` as a stream in 2 partitions of ``batch_size`` messages a batch, read until it is
+    empty (``Trigger.AvailableNow``), with ``options`` (``logLocation``, ``receiveOn``...); its writer, to be
+    given a sink and started."""
+    reader = spark.readStream.format("amqp").option("url", url).option("address", address)
+    reader = reader.option("numPartitions", 2).option("maxMessagesPerBatch", batch_size)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load().writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+
+
 def restart(argv: list[str]) -> None:
     from spark_support import run_query
 
@@ -81,24 +92,12 @@ def restart(argv: list[str]) -> None:
                 file.write(str(len(ids)))
             time.sleep(600)
 
+    options = {"receiveOn": receive_on}
+    if receive_on == "executors":
+        options["logLocation"] = os.path.join(os.path.dirname(checkpoint), "log")
+
     def start() -> Any:
-        reader = (
-            spark.readStream.format("amqp")
-            .option("url", url)
-            .option("address", address)
-            .option("maxMessagesPerBatch", 1000)
-            .option("numPartitions", 2)
-            .option("receiveOn", receive_on)
-        )
-        if receive_on == "executors":
-            reader = reader.option("logLocation", os.path.join(os.path.dirname(checkpoint), "log"))
-        return (
-            reader.load()
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        return _read_once(spark, url, address, 1000, checkpoint, **options).foreachBatch(sink).start()
 
     run_query(start, timeout=None)
     print("done", flush=True)
@@ -133,20 +132,9 @@ def cluster(argv: list[str]) -> None:
         started = time.monotonic()
 
         def start(url: str = url, address: str = address, name: str = name) -> Any:
-            return (
-                spark.readStream.format("amqp")
-                .option("url", url)
-                .option("address", address)
-                .option("numPartitions", 2)
-                .option("maxMessagesPerBatch", 50_000)
-                .option("logLocation", os.path.join(workdir, f"log-{name}"))
-                .load()
-                .writeStream.format("memory")
-                .queryName(f"cluster_{name}")
-                .option("checkpointLocation", os.path.join(workdir, f"checkpoint-{name}"))
-                .trigger(availableNow=True)
-                .start()
-            )
+            checkpoint, log = os.path.join(workdir, f"checkpoint-{name}"), os.path.join(workdir, f"log-{name}")
+            writer = _read_once(spark, url, address, 50_000, checkpoint, logLocation=log)
+            return writer.format("memory").queryName(f"cluster_{name}").start()
 
         with ConnectionWatch(port) as watch:
             query = run_query(start, timeout=600)
@@ -221,19 +209,8 @@ def speculation(argv: list[str]) -> None:
         chosen[batch_id] = sorted(names)
 
     def start() -> Any:
-        return (
-            spark.readStream.format("amqp")
-            .option("url", url)
-            .option("address", address)
-            .option("numPartitions", 2)
-            .option("maxMessagesPerBatch", 1000)
-            .option("logLocation", log)
-            .load()
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        checkpoint = os.path.join(workdir, "checkpoint")
+        return _read_once(spark, url, address, 1000, checkpoint, logLocation=log).foreachBatch(sink).start()
 
     query = run_query(start, timeout=300)
     with open(out, "w", encoding="utf-8") as file:
