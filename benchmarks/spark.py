@@ -748,18 +748,13 @@ def print_figures(figures: dict[str, Any]) -> None:
     print(f"  Spark session start: {spark['startup']:.1f} s")
     for loop, rates in client.items():
         rounds = rates.get("rounds", [])
+        history = ""
+        if len(rounds) > 1:
+            sends, receives = (" / ".join(f"{each[kind]:,.0f}" for each in rounds) for kind in ("send", "receive"))
+            history = f"; before / after Spark: send {sends}, receive {receives} msg/s (the better is the reference)"
         print(
             f"  client on {loop}: broker CPU busy {_busy(rates['send_broker_busy'])} while it sent, "
-            f"{_busy(rates['receive_broker_busy'])} while it received"
-            + (
-                "; before / after Spark: send "
-                + " / ".join(f"{each['send']:,.0f}" for each in rounds)
-                + ", receive "
-                + " / ".join(f"{each['receive']:,.0f}" for each in rounds)
-                + " msg/s (the better is the reference)"
-                if len(rounds) > 1
-                else ""
-            )
+            f"{_busy(rates['receive_broker_busy'])} while it received{history}"
         )
     print(f"  batch writes of {count:,} rows (client alone: {count / send:.2f} s for them):")
     for write in spark["writes"] + spark.get("transactional_writes", []):

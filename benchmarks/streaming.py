@@ -17,9 +17,10 @@ then the receiver reads the message back chunk by chunk (``body_chunks()``) and 
 body's sha256, which must agree. Default: 1 GiB through each peer (``--quick``: 64 MiB).
 
 Reported per process: its idle anonymous resident memory (what it allocated: the resident set less the pages of
-its shared libraries; connected, link attached) and the most it grew by while the bytes moved, against its window (``--buffer``: the sender's bytes of frames let wait for the peer, the receiver's
-session window); the broker's idle and growth with the whole run. tests/test_streaming_memory.py runs this with
-64 MiB and holds the growth to bounds.
+its shared libraries; connected, link attached) and the most it grew by while the bytes moved, against its window
+(``--buffer``: the sender's bytes of frames let wait for the peer, the receiver's session window); the broker's
+idle and growth with the whole run. tests/test_streaming_memory.py runs this with 64 MiB and holds the growth to
+bounds.
 """
 
 from __future__ import annotations

@@ -105,11 +105,11 @@ SPARK_UNIT = "the files that start Spark"
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``--dist loadfile``: one file per unit of work (a file's module fixtures, such as a RabbitMQ node,
     start once), except the files that start Spark (:data:`SPARK_APPLICATION_FILES`), which make one unit and so run
-    one after the other on one worker. Spark's
-    JVM gives each Python worker it starts 10 s to connect back, a bound no setting changes
-    (``PythonWorkerFactory``); Spark applications starting side by side on two cores loaded by the other tests miss
-    it. (``--dist loadgroup`` with ``xdist_group`` markers would say the same, but pytest-xdist 3.8 groups by
-    rewriting node ids, which pytest 9.2 no longer reads.) Any other ``--dist`` keeps pytest-xdist's own."""
+    one after the other on one worker. Spark's JVM gives each Python worker it starts 10 s to connect back, a bound
+    no setting changes (``PythonWorkerFactory``); Spark applications starting side by side on two cores loaded by
+    the other tests miss it. (``--dist loadgroup`` with ``xdist_group`` markers would say the same, but pytest-xdist
+    3.8 groups by rewriting node ids, which pytest 9.2 no longer reads.) Any other ``--dist`` keeps pytest-xdist's
+    own."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

@@ -54,19 +54,8 @@ def _session(master: str, config: dict[str, str] | None = None) -> Any:
     return spark
 
 
-def _read_once(spark: Any, url: str, address: str, batch_size: int, checkpoint: str, **options: str) -> Any:
-    """The queue at ``address`` as a stream in 2 partitions of ``batch_size`` messages a batch, read until it is
-    empty (``Trigger.AvailableNow``), with ``options`` (``logLocation``, ``receiveOn``...); its writer, to be
-    given a sink and started."""
-    reader = spark.readStream.format("amqp").option("url", url).option("address", address)
-    reader = reader.option("numPartitions", 2).option("maxMessagesPerBatch", batch_size)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load().writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
-
-
 def restart(argv: list[str]) -> None:
-    from spark_support import run_query
+    from spark_support import read_until_empty, run_query
 
     url, address, checkpoint, out = argv[:4]
     rest = argv[4:]
@@ -92,12 +81,12 @@ def restart(argv: list[str]) -> None:
                 file.write(str(len(ids)))
             time.sleep(600)
 
-    options = {"receiveOn": receive_on}
+    options: dict[str, Any] = {"numPartitions": 2, "maxMessagesPerBatch": 1000, "receiveOn": receive_on}
     if receive_on == "executors":
         options["logLocation"] = os.path.join(os.path.dirname(checkpoint), "log")
 
     def start() -> Any:
-        return _read_once(spark, url, address, 1000, checkpoint, **options).foreachBatch(sink).start()
+        return read_until_empty(spark, url, address, checkpoint, **options).foreachBatch(sink).start()
 
     run_query(start, timeout=None)
     print("done", flush=True)
@@ -112,7 +101,7 @@ def _log_task_sizes(spark: Any) -> None:
 
 
 def cluster(argv: list[str]) -> None:
-    from spark_support import ConnectionWatch, check_orders, orders, run_query
+    from spark_support import ConnectionWatch, check_orders, orders, read_until_empty, run_query
 
     out, workdir = argv[:2]
     brokers = dict(argument.split("=", 1) for argument in argv[2:])
@@ -133,7 +122,9 @@ def cluster(argv: list[str]) -> None:
 
         def start(url: str = url, address: str = address, name: str = name) -> Any:
             checkpoint, log = os.path.join(workdir, f"checkpoint-{name}"), os.path.join(workdir, f"log-{name}")
-            writer = _read_once(spark, url, address, 50_000, checkpoint, logLocation=log)
+            writer = read_until_empty(
+                spark, url, address, checkpoint, numPartitions=2, maxMessagesPerBatch=50_000, logLocation=log
+            )
             return writer.format("memory").queryName(f"cluster_{name}").start()
 
         with ConnectionWatch(port) as watch:
@@ -176,7 +167,7 @@ def cluster(argv: list[str]) -> None:
 
 
 def speculation(argv: list[str]) -> None:
-    from spark_support import run_query
+    from spark_support import read_until_empty, run_query
 
     master, url, address, workdir, out = argv[:5]
     spark = _session(
@@ -210,7 +201,10 @@ def speculation(argv: list[str]) -> None:
 
     def start() -> Any:
         checkpoint = os.path.join(workdir, "checkpoint")
-        return _read_once(spark, url, address, 1000, checkpoint, logLocation=log).foreachBatch(sink).start()
+        writer = read_until_empty(
+            spark, url, address, checkpoint, numPartitions=2, maxMessagesPerBatch=1000, logLocation=log
+        )
+        return writer.foreachBatch(sink).start()
 
     query = run_query(start, timeout=300)
     with open(out, "w", encoding="utf-8") as file:

@@ -53,6 +53,16 @@ def run_program(*arguments: str, env: dict[str, str], timeout: float) -> subproc
 WORKER_NOT_BACK = "Python worker failed to connect back"
 
 
+def read_until_empty(spark: Any, url: str, address: str, checkpoint: str, **options: Any) -> Any:
+    """The queue at ``address`` read as a stream until it is empty (``Trigger.AvailableNow``), with the source's
+    ``options`` (``numPartitions``, ``maxMessagesPerBatch``, ``logLocation``...): its writer, checkpointed at
+    ``checkpoint``, to be given a sink and started."""
+    reader = spark.readStream.format("amqp").option("url", url).option("address", address)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load().writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+
+
 def run_query(start: Callable[[], Any], timeout: float | None, attempts: int = 3) -> Any:
     """Start a streaming query with ``start`` (the whole chain from ``readStream``) and wait for it to end (up to
     ``timeout`` seconds; None: for ever); return it.

@@ -36,6 +36,7 @@ from spark_support import (
     fired,
     new_session,
     orders,
+    read_until_empty,
     run_query,
     running,
     spark_environment,
@@ -69,17 +70,8 @@ def stream_to_memory(spark: Any, url: str, address: str, name: str, tmp_path: Pa
     """Read ``address`` as a stream until it is empty (Trigger.AvailableNow) into the memory table ``name``."""
 
     def start() -> Any:
-        reader = spark.readStream.format("amqp").option("url", url).option("address", address)
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        return (
-            reader.load()
-            .writeStream.format("memory")
-            .queryName(name)
-            .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
-            .trigger(availableNow=True)
-            .start()
-        )
+        writer = read_until_empty(spark, url, address, str(tmp_path / f"checkpoint-{name}"), **options)
+        return writer.format("memory").queryName(name).start()
 
     query = run_query(start, timeout=300)
     assert not query.isActive, "the AvailableNow query did not end"
