@@ -1,7 +1,7 @@
 """Large messages in bounded memory: one message streamed through a broker, the resident memory of the sender, the
 receiver and (ours) the broker sampled every 10 ms.
 
-Run: ``python benchmarks/streaming.py [--size BYTES] [--quick] [--peer ours|rabbitmq] [--json]``.
+Run: ``python benchmarks/streaming.py [--size BYTES] [--quick] [--peer ours|rabbitmq] [--stalled] [--json]``.
 
 - ``ours``: ``python -m amqp_async.broker --data-dir DIR`` in its own process (large bodies kept on its disk);
 - ``rabbitmq``: a private RabbitMQ 3.10 node (tests/rabbitmq.py). RabbitMQ takes no message above 512 MiB (its
@@ -19,21 +19,25 @@ body's sha256, which must agree. Default: 1 GiB through each peer (``--quick``: 
 Reported per process: its idle anonymous resident memory (what it allocated: the resident set less the pages of
 its shared libraries; connected, link attached) and the most it grew by while the bytes moved, against its window
 (``--buffer``: the sender's bytes of frames let wait for the peer, the receiver's session window); the broker's
-idle and growth with the whole run. tests/test_streaming_memory.py runs this with 64 MiB and holds the growth to
-bounds.
+idle and growth with the whole run. ``--stalled``: the broker is stopped and let go on by turns of 30 ms while the
+message is sent, so that the sender's output waits on it. tests/test_streaming_memory.py runs this with 64 MiB,
+stalled, and holds the growth to bounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -122,31 +126,90 @@ class BrokerProcess:
             self.process.wait(10)
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and the processes below it (Linux: from /proc), parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue  # ended meanwhile
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found = [pid]
+    for each in found:
+        found.extend(children.get(each, ()))
+    return found
+
+
+@contextmanager
+def stalling(pids: Sequence[int], period: float = 0.03) -> Iterator[None]:
+    """Stop the processes ``pids`` and let them go on, by turns of ``period`` seconds, meanwhile: a broker that
+    reads in bursts, so that what the sender writes waits on it (its memory must stay bounded all the same)."""
+    done = threading.Event()
+
+    def signal_all(signum: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def run() -> None:
+        while not done.is_set():
+            signal_all(signal.SIGSTOP)
+            time.sleep(period)
+            signal_all(signal.SIGCONT)
+            done.wait(period)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        signal_all(signal.SIGCONT)
+
+
 def through(
-    url: str, size: int, *, timeout: float, buffer: int = MiB, known_size: bool = False
+    url: str,
+    size: int,
+    *,
+    timeout: float,
+    buffer: int = MiB,
+    known_size: bool = False,
+    stall: Sequence[int] = (),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One message of ``size`` bytes streamed to ``url`` and read back streamed: (sender's, receiver's) figures.
 
     ``known_size``: the sender gives the body's size (one data section) rather than a section per chunk.
+    ``stall``: the broker's processes, stopped by turns while the message is sent (see :func:`stalling`).
 
     Raises:
         RuntimeError: a side failed, or the two ends disagree on the body.
     """
     address = f"stream-{uuid.uuid4().hex[:8]}"
     known = ["--known-size"] if known_size else []
-    sent = run_program("send", url, address, str(size), "--buffer", str(buffer), *known, timeout=timeout)
+    with stalling(stall) if stall else contextlib.nullcontext():
+        sent = run_program("send", url, address, str(size), "--buffer", str(buffer), *known, timeout=timeout)
     received = run_program("receive", url, address, "--buffer", str(buffer), timeout=timeout)
     if not received["size"] == sent["size"] == size or received["sha256"] != sent["sha256"]:
         raise RuntimeError(f"the body changed on its way: sent {sent}, received {received}")
     return sent, received
 
 
-def via_our_broker(data_dir: Path, size: int, *, timeout: float, buffer: int = MiB) -> dict[str, Any]:
-    """``size`` bytes through ``python -m amqp_async.broker --data-dir data_dir``: the figures of all three."""
+def via_our_broker(
+    data_dir: Path, size: int, *, timeout: float, buffer: int = MiB, stalled: bool = False
+) -> dict[str, Any]:
+    """``size`` bytes through ``python -m amqp_async.broker --data-dir data_dir``: the figures of all three.
+    ``stalled``: the broker is stopped by turns while the message is sent (:func:`stalling`)."""
     broker = BrokerProcess("--data-dir", str(data_dir))
+    stall = [broker.process.pid] if stalled else []
     try:
         with broker.sampling():
-            sent, received = through(broker.url, size, timeout=timeout, buffer=buffer)
+            sent, received = through(broker.url, size, timeout=timeout, buffer=buffer, stall=stall)
         left_on_disk = sorted(path.name for path in (data_dir / "bodies").iterdir())
     finally:
         broker.stop()
@@ -161,13 +224,16 @@ def via_our_broker(data_dir: Path, size: int, *, timeout: float, buffer: int = M
     }
 
 
-def via_rabbitmq(url: str, size: int, *, timeout: float, buffer: int = MiB) -> dict[str, Any]:
-    """``size`` bytes through the RabbitMQ node at ``url``: the sender's and receiver's figures.
+def via_rabbitmq(
+    url: str, size: int, *, timeout: float, buffer: int = MiB, stall: Sequence[int] = ()
+) -> dict[str, Any]:
+    """``size`` bytes through the RabbitMQ node at ``url``: the sender's and receiver's figures. ``stall``: the
+    node's processes, stopped by turns while the message is sent (:func:`stalling`).
 
     The body goes as one data section (its size given): RabbitMQ 3.10 hands a message of several data sections
     over with its sections in reverse order (fixed in 3.11, rabbitmq-server pull request 7001).
     """
-    sent, received = through(url, size, timeout=timeout, buffer=buffer, known_size=True)
+    sent, received = through(url, size, timeout=timeout, buffer=buffer, known_size=True, stall=stall)
     return {"peer": "RabbitMQ 3.10", "size": size, "buffer": buffer, "sender": sent, "receiver": received}
 
 
@@ -201,6 +267,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="64 MiB")
     parser.add_argument("--peer", choices=("ours", "rabbitmq"), action="append", help="default: both")
     parser.add_argument("--buffer", type=int, default=MiB, help="each side's window in bytes (default 1 MiB)")
+    parser.add_argument(
+        "--stalled", action="store_true", help="stop the broker by turns (30 ms) while the message is sent"
+    )
     parser.add_argument("--json", action="store_true", help="one line of JSON per run instead of text")
     arguments = parser.parse_args()
     size = 64 * MiB if arguments.quick else arguments.size
@@ -209,13 +278,19 @@ def main() -> None:
     for peer in arguments.peer or ["ours", "rabbitmq"]:
         if peer == "ours":
             with tempfile.TemporaryDirectory(prefix="amqp-async-stream-") as data_dir:
-                runs.append(via_our_broker(Path(data_dir), size, timeout=timeout, buffer=arguments.buffer))
+                runs.append(
+                    via_our_broker(
+                        Path(data_dir), size, timeout=timeout, buffer=arguments.buffer, stalled=arguments.stalled
+                    )
+                )
         else:
             from _rabbitmq import rabbitmq_node
 
             with rabbitmq_node() as node:
                 capped = min(size, RABBITMQ_LARGEST)
-                runs.append(via_rabbitmq(node.url, capped, timeout=timeout, buffer=arguments.buffer))
+                assert node.process is not None
+                stall = descendants(node.process.pid) if arguments.stalled else []
+                runs.append(via_rabbitmq(node.url, capped, timeout=timeout, buffer=arguments.buffer, stall=stall))
         print(json.dumps(runs[-1]) if arguments.json else "\n".join(lines(runs[-1])), flush=True)
 
 

@@ -84,6 +84,53 @@ def test_writes_arrive_whole_and_in_order(loop: tuple[str, dict[str, Any]]) -> N
     anyio.run(main, backend=loop[0], backend_options=loop[1])
 
 
+def test_a_transport_that_copies_is_handed_a_piece_at_a_time() -> None:
+    """CPython 3.11's transport copies what the kernel does not take into one bytearray, reallocated as it grows
+    and shrinks (a sender grew by tens of MiB that way): while the peer reads nothing, it holds at most a piece
+    (256 KiB) beyond its low-water mark (64 KiB), the rest is kept by reference; all of it arrives in order once
+    the peer reads."""
+    buffers = [bytes([n]) * (300_000 + n) for n in range(40)]  # 12 MB: far more than the socket takes
+    expected = b"".join(buffers)
+
+    async def main() -> None:
+        client, server, listener = await _pair()
+        writer = DirectStream.of(client)
+        assert writer is not None
+        if writer._gather:
+            pytest.skip("this Python's transport keeps views of what it is given (3.12+), it copies nothing")
+        transport = client._transport  # type: ignore[attr-defined]
+        writer.write(buffers)
+        held_by_transport = transport.get_write_buffer_size()
+        assert 0 < held_by_transport <= (256 + 64) << 10  # the peer reads nothing yet: the kernel's buffers are full
+        assert not writer.idle()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                received: list[bytes] = []
+
+                async def read() -> None:
+                    received.append(await _read(server, len(expected)))
+
+                group.start_soon(read)
+                most = 0
+
+                async def watch() -> None:
+                    nonlocal most
+                    while not received:
+                        most = max(most, transport.get_write_buffer_size())
+                        await anyio.sleep(0)
+
+                group.start_soon(watch)
+                await writer.drain()
+                assert writer.idle()
+        assert received[0] == expected
+        assert most <= (256 + 64) << 10
+        await client.aclose()
+        await server.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend="asyncio")
+
+
 @pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
 def test_a_lost_connection_is_an_error_not_a_hang(loop: tuple[str, dict[str, Any]]) -> None:
     async def main() -> None:

@@ -60,16 +60,34 @@ def _read_size_settable(transport: Any) -> bool:
     )
 
 
+#: The most bytes handed at once to a transport that copies what the kernel does not take (see ``_write_held``).
+_PIECE = 256 << 10
+#: ... and how much it may still hold when handed the next piece: enough that the kernel is not left waiting for
+#: our task's turn, little enough that what it copies stays small.
+_LOW_WATER = 64 << 10
+
+
 def _gathers(transport: Any) -> bool:
-    """Whether ``transport.writelines`` writes a list without joining it first: uvloop's does (one ``writev``),
-    and CPython's since 3.12 (``sendmsg``); 3.11's joins the buffers into one copy, so we write them one by one."""
+    """Whether the transport keeps what the kernel does not take by reference: uvloop's ``writelines`` (one
+    ``writev``) and CPython's since 3.12 (``sendmsg``, a queue of views). CPython 3.11's joins a list into one copy,
+    and its ``write`` copies what the kernel did not take into one growing bytearray: we feed it ourselves."""
     return type(transport).__module__.startswith("uvloop") or sys.version_info >= (3, 12)
 
 
 class DirectStream:
     """Reads from and writes to the asyncio transport under an anyio TCP stream (see the module's docstring)."""
 
-    __slots__ = ("_event", "_failure", "_gather", "_interrupted", "_protocol", "_queue", "_readable", "_transport")
+    __slots__ = (
+        "_event",
+        "_failure",
+        "_gather",
+        "_held",
+        "_interrupted",
+        "_protocol",
+        "_queue",
+        "_readable",
+        "_transport",
+    )
 
     def __init__(self, transport: Any, protocol: Any) -> None:
         self._transport = transport
@@ -78,6 +96,11 @@ class DirectStream:
         self._readable: asyncio.Event = protocol.read_event
         self._queue: deque[bytes] = protocol.read_queue
         self._gather = _gathers(transport)
+        self._held: deque[Buffer] = deque()  # written, not yet handed to a transport that copies (see _write_held)
+        if not self._gather:
+            # Its protocol is paused once it holds more than the low-water mark, and resumed below: drain() then
+            # sleeps while it does, and hands it the next piece.
+            transport.set_write_buffer_limits(high=_LOW_WATER, low=_LOW_WATER)
         self._failure: BaseException | None = None  # what the input handler raised
         self._interrupted = False
 
@@ -92,6 +115,7 @@ class DirectStream:
             "write",
             "writelines",
             "get_write_buffer_size",
+            "set_write_buffer_limits",
             "is_closing",
             "pause_reading",
             "resume_reading",
@@ -110,7 +134,7 @@ class DirectStream:
 
     def idle(self) -> bool:
         """True when a write now goes straight to the kernel: nothing of ours is still buffered, the stream is open."""
-        return not self._transport.get_write_buffer_size() and not self._transport.is_closing()
+        return not self._held and not self._transport.get_write_buffer_size() and not self._transport.is_closing()
 
     def write(self, buffers: Sequence[Buffer]) -> None:
         """Hand ``buffers`` to the transport, in order, without waiting.
@@ -122,15 +146,34 @@ class DirectStream:
         if transport.is_closing() or self._protocol.exception is not None:
             raise anyio.BrokenResourceError from self._protocol.exception
         try:
-            if len(buffers) == 1:
+            if not self._gather:
+                self._held.extend(buffers)
+                self._write_held()
+            elif len(buffers) == 1:
                 transport.write(buffers[0])
-            elif self._gather:
-                transport.writelines(buffers)
             else:
-                for buffer in buffers:
-                    transport.write(buffer)
+                transport.writelines(buffers)
         except RuntimeError as exc:  # asyncio's "transport is closing"
             raise anyio.BrokenResourceError from exc
+
+    def _write_held(self) -> None:
+        """Hand the held buffers to a transport that copies (CPython 3.11's), a piece of at most :data:`_PIECE`
+        bytes at a time, while it holds at most :data:`_LOW_WATER`; keep the rest, by reference, for :meth:`drain`.
+
+        That transport copies whatever the kernel does not take into one bytearray, which it grows and shrinks
+        as it goes: handed megabytes while the peer reads slowly, it reallocated copies of varying sizes, and a
+        sender was seen to grow by tens of MiB for a moment (the allocator's fragments). Fed this way, it copies
+        at most a piece.
+        """
+        transport = self._transport
+        held = self._held
+        while held and transport.get_write_buffer_size() <= _LOW_WATER:
+            buffer = held.popleft()
+            if len(buffer) > _PIECE:
+                view = memoryview(buffer).cast("B")
+                held.appendleft(view[_PIECE:])
+                buffer = view[:_PIECE]
+            transport.write(buffer)
 
     async def drain(self) -> None:
         """Wait until what was written has gone to the kernel (anyio's stream does the same after each ``send``),
@@ -139,11 +182,23 @@ class DirectStream:
         Raises:
             anyio.BrokenResourceError: the connection was lost meanwhile.
         """
+        while True:
+            await self._wait_writable()
+            if not self._held:
+                return
+            try:
+                self._write_held()
+            except RuntimeError as exc:  # asyncio's "transport is closing"
+                raise anyio.BrokenResourceError from exc
+
+    async def _wait_writable(self) -> None:
+        """Wait while the transport holds more than its high-water mark (:data:`_LOW_WATER`, for a transport that
+        copies), or yield once; then raise if the connection was lost."""
         event = self._event
         if event.is_set():
             await anyio.lowlevel.cancel_shielded_checkpoint()
-            return
-        await event.wait()
+        else:
+            await event.wait()
         if self._protocol.exception is not None:
             raise anyio.BrokenResourceError from self._protocol.exception
         if self._transport.is_closing():
