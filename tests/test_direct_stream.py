@@ -4,6 +4,7 @@ handler's failure is raised where a task can see it, and that a lost connection 
 
 from __future__ import annotations
 
+import socket
 import ssl
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,9 @@ def test_a_transport_that_copies_is_handed_a_piece_at_a_time() -> None:
         if writer._gather:
             pytest.skip("this Python's transport keeps views of what it is given (3.12+), it copies nothing")
         transport = client._transport  # type: ignore[attr-defined]
+        for stream, option in ((client, socket.SO_SNDBUF), (server, socket.SO_RCVBUF)):
+            # small kernel buffers, so that the kernel cannot take the 12 MB whatever its autotuning did
+            stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET, option, 1 << 16)
         writer.write(buffers)
         held_by_transport = transport.get_write_buffer_size()
         assert 0 < held_by_transport <= (256 + 64) << 10  # the peer reads nothing yet: the kernel's buffers are full
@@ -129,6 +133,30 @@ def test_a_transport_that_copies_is_handed_a_piece_at_a_time() -> None:
         await listener.aclose()
 
     anyio.run(main, backend="asyncio")
+
+
+@pytest.mark.parametrize("loop", ASYNCIO_LOOPS)
+def test_output_goes_out_with_no_task_waiting_on_it(loop: tuple[str, dict[str, Any]]) -> None:
+    """What the transport did not take at once goes out as the peer reads, though nobody awaits ``drain`` (the
+    driver's ``write_now`` hands a whole message over from a callback and returns): on a transport that copies,
+    the pieces held back follow as it drains."""
+    buffers = [bytes([n]) * (300_000 + n) for n in range(40)]  # 12 MB
+    expected = b"".join(buffers)
+
+    async def main() -> None:
+        client, server, listener = await _pair()
+        writer = DirectStream.of(client)
+        assert writer is not None
+        assert writer.deliver_input(lambda data: None) == b""
+        writer.write(buffers)
+        with anyio.fail_after(10):
+            assert await _read(server, len(expected)) == expected
+        assert writer.idle()
+        await client.aclose()
+        await server.aclose()
+        await listener.aclose()
+
+    anyio.run(main, backend=loop[0], backend_options=loop[1])
 
 
 @pytest.mark.parametrize("loop", ASYNCIO_LOOPS)

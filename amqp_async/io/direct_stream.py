@@ -158,7 +158,8 @@ class DirectStream:
 
     def _write_held(self) -> None:
         """Hand the held buffers to a transport that copies (CPython 3.11's), a piece of at most :data:`_PIECE`
-        bytes at a time, while it holds at most :data:`_LOW_WATER`; keep the rest, by reference, for :meth:`drain`.
+        bytes at a time, while it holds at most :data:`_LOW_WATER`; keep the rest, by reference, for when it
+        drained (its protocol's ``resume_writing``, or :meth:`drain`).
 
         That transport copies whatever the kernel does not take into one bytearray, which it grows and shrinks
         as it goes: handed megabytes while the peer reads slowly, it reallocated copies of varying sizes, and a
@@ -174,6 +175,15 @@ class DirectStream:
                 held.appendleft(view[_PIECE:])
                 buffer = view[:_PIECE]
             transport.write(buffer)
+
+    def _write_held_on_resume(self) -> None:
+        """The transport went below its low-water mark: hand it the next held pieces, from the loop's callback, as
+        the transport would write what it holds itself (no task needs to run for held output to go out)."""
+        if self._held:
+            try:
+                self._write_held()
+            except RuntimeError:  # asyncio's "transport is closing": the reader sees the end
+                self._held.clear()
 
     async def drain(self) -> None:
         """Wait until what was written has gone to the kernel (anyio's stream does the same after each ``send``),
@@ -308,3 +318,4 @@ class _InputTap(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._inner.resume_writing()
+        self._stream._write_held_on_resume()
