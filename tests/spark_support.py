@@ -133,10 +133,21 @@ def ensure_java() -> str:
 FAULTS = tempfile.mkdtemp(prefix="amqp-spark-faults-")
 
 
+#: Options for the tests' JVMs (Spark's drivers and executors, a standalone cluster's master and workers), read by
+#: every JVM from ``JAVA_TOOL_OPTIONS``: each lives a few minutes and keeps little code hot, so the optimising
+#: compiler (C2) costs more CPU than it repays, and the serial collector suits their small heaps. Measured on the
+#: 2-core machine, the three files that start Spark: 442 -> 326 CPU-seconds, 295 -> 262 s (2026-11-27).
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def spark_environment() -> dict[str, str]:
-    """The environment for Spark programs: the test's interpreter for every Python worker, and the fault points'
-    trigger directory (empty unless a test puts a trigger there)."""
+    """The environment for Spark programs: the test's interpreter for every Python worker, the fault points'
+    trigger directory (empty unless a test puts a trigger there), and :data:`TEST_JVM_OPTIONS` after any the
+    environment had."""
     ensure_java()
+    given = os.environ.get("JAVA_TOOL_OPTIONS", "")
+    if TEST_JVM_OPTIONS not in given:
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{given} {TEST_JVM_OPTIONS}".strip()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["AMQP_ASYNC_SPARK_FAILPOINTS"] = FAULTS
