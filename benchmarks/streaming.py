@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,20 @@ def run_program(*arguments: str, timeout: float) -> dict[str, Any]:
     return found
 
 
+@contextmanager
+def meanwhile(work: Callable[[threading.Event], None]) -> Iterator[None]:
+    """Run ``work(done)`` in a thread while the block runs: ``done`` is set when the block ends, and the thread
+    joined."""
+    done = threading.Event()
+    thread = threading.Thread(target=work, args=(done,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 class BrokerProcess:
     """``python -m amqp_async.broker`` in a process of its own, its resident set sampled while ``sampling``."""
 
@@ -103,19 +117,13 @@ class BrokerProcess:
     def sampling(self) -> Iterator[None]:
         """Sample the broker's resident set meanwhile: ``idle`` before, ``peak`` the most seen."""
         self.idle = self.peak = resident_of(self.process.pid)
-        stop = threading.Event()
 
-        def sample() -> None:
-            while not stop.wait(0.01):
+        def sample(done: threading.Event) -> None:
+            while not done.wait(0.01):
                 self.peak = max(self.peak, resident_of(self.process.pid))
 
-        thread = threading.Thread(target=sample, daemon=True)
-        thread.start()
-        try:
+        with meanwhile(sample):
             yield
-        finally:
-            stop.set()
-            thread.join()
 
     def stop(self) -> None:
         self.process.terminate()
@@ -147,7 +155,6 @@ def descendants(pid: int) -> list[int]:
 def stalling(pids: Sequence[int], period: float = 0.03) -> Iterator[None]:
     """Stop the processes ``pids`` and let them go on, by turns of ``period`` seconds, meanwhile: a broker that
     reads in bursts, so that what the sender writes waits on it (its memory must stay bounded all the same)."""
-    done = threading.Event()
 
     def signal_all(signum: int) -> None:
         for pid in pids:
@@ -156,20 +163,17 @@ def stalling(pids: Sequence[int], period: float = 0.03) -> Iterator[None]:
             except ProcessLookupError:
                 pass
 
-    def run() -> None:
+    def stall(done: threading.Event) -> None:
         while not done.is_set():
             signal_all(signal.SIGSTOP)
             time.sleep(period)
             signal_all(signal.SIGCONT)
             done.wait(period)
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
     try:
-        yield
+        with meanwhile(stall):
+            yield
     finally:
-        done.set()
-        thread.join()
         signal_all(signal.SIGCONT)
 
 
