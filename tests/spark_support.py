@@ -136,7 +136,7 @@ FAULTS = tempfile.mkdtemp(prefix="amqp-spark-faults-")
 #: Options for the tests' JVMs (Spark's drivers and executors, a standalone cluster's master and workers), read by
 #: every JVM from ``JAVA_TOOL_OPTIONS``: each lives a few minutes and keeps little code hot, so the optimising
 #: compiler (C2) costs more CPU than it repays, and the serial collector suits their small heaps. Measured on the
-#: 2-core machine, the three files that start Spark: 442 -> 326 CPU-seconds, 295 -> 262 s (2026-11-27).
+#: 2-core machine, the three files that start Spark: 442 -> 317 CPU-seconds, 295 -> 255 s (2026-11-27).
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

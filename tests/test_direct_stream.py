@@ -46,6 +46,15 @@ async def _pair() -> tuple[anyio.abc.SocketStream, anyio.abc.SocketStream, Any]:
     return client, accepted[0], listener
 
 
+#: 12 MB in 40 uneven writes: far more than the kernel's socket buffers take at once.
+MANY_MEGABYTES = [bytes([n]) * (300_000 + n) for n in range(40)]
+
+
+async def _close(*resources: Any) -> None:
+    for resource in resources:
+        await resource.aclose()
+
+
 async def _read(stream: anyio.abc.SocketStream, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
@@ -78,9 +87,7 @@ def test_writes_arrive_whole_and_in_order(loop: tuple[str, dict[str, Any]]) -> N
                 writer.write([b"".join(buffers)])
                 await writer.drain()
         assert received[0] == expected * 2
-        await client.aclose()
-        await server.aclose()
-        await listener.aclose()
+        await _close(client, server, listener)
 
     anyio.run(main, backend=loop[0], backend_options=loop[1])
 
@@ -90,8 +97,7 @@ def test_a_transport_that_copies_is_handed_a_piece_at_a_time() -> None:
     and shrinks (a sender grew by tens of MiB that way): while the peer reads nothing, it holds at most a piece
     (256 KiB) beyond its low-water mark (64 KiB), the rest is kept by reference; all of it arrives in order once
     the peer reads."""
-    buffers = [bytes([n]) * (300_000 + n) for n in range(40)]  # 12 MB: far more than the socket takes
-    expected = b"".join(buffers)
+    expected = b"".join(MANY_MEGABYTES)
 
     async def main() -> None:
         client, server, listener = await _pair()
@@ -103,7 +109,7 @@ def test_a_transport_that_copies_is_handed_a_piece_at_a_time() -> None:
         for stream, option in ((client, socket.SO_SNDBUF), (server, socket.SO_RCVBUF)):
             # small kernel buffers, so that the kernel cannot take the 12 MB whatever its autotuning did
             stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.SOL_SOCKET, option, 1 << 16)
-        writer.write(buffers)
+        writer.write(MANY_MEGABYTES)
         held_by_transport = transport.get_write_buffer_size()
         assert 0 < held_by_transport <= (256 + 64) << 10  # the peer reads nothing yet: the kernel's buffers are full
         assert not writer.idle()
@@ -128,9 +134,7 @@ def test_a_transport_that_copies_is_handed_a_piece_at_a_time() -> None:
                 assert writer.idle()
         assert received[0] == expected
         assert most <= (256 + 64) << 10
-        await client.aclose()
-        await server.aclose()
-        await listener.aclose()
+        await _close(client, server, listener)
 
     anyio.run(main, backend="asyncio")
 
@@ -140,21 +144,18 @@ def test_output_goes_out_with_no_task_waiting_on_it(loop: tuple[str, dict[str, A
     """What the transport did not take at once goes out as the peer reads, though nobody awaits ``drain`` (the
     driver's ``write_now`` hands a whole message over from a callback and returns): on a transport that copies,
     the pieces held back follow as it drains."""
-    buffers = [bytes([n]) * (300_000 + n) for n in range(40)]  # 12 MB
-    expected = b"".join(buffers)
+    expected = b"".join(MANY_MEGABYTES)
 
     async def main() -> None:
         client, server, listener = await _pair()
         writer = DirectStream.of(client)
         assert writer is not None
         assert writer.deliver_input(lambda data: None) == b""
-        writer.write(buffers)
+        writer.write(MANY_MEGABYTES)
         with anyio.fail_after(10):
             assert await _read(server, len(expected)) == expected
         assert writer.idle()
-        await client.aclose()
-        await server.aclose()
-        await listener.aclose()
+        await _close(client, server, listener)
 
     anyio.run(main, backend=loop[0], backend_options=loop[1])
 
@@ -244,9 +245,7 @@ def test_reads_are_small_until_they_come_back_full() -> None:
             assert sizes[-1] == 11
             assert transport.max_size == 65536
         assert bytes(received) == b"small" + big + b"small again"
-        await client.aclose()
-        await server.aclose()
-        await listener.aclose()
+        await _close(client, server, listener)
 
     anyio.run(main, backend="asyncio")
 
@@ -270,9 +269,7 @@ def test_what_the_handler_raises_is_raised_by_wait_end_and_reading_stops(loop: t
         await server.send(b"two")
         await anyio.sleep(0.05)
         assert calls == [b"one"]  # nothing more is read once the handler failed
-        await client.aclose()
-        await server.aclose()
-        await listener.aclose()
+        await _close(client, server, listener)
 
     anyio.run(main, backend=loop[0], backend_options=loop[1])
 
@@ -314,9 +311,7 @@ def test_streams_without_a_synchronous_transport_get_none() -> None:
     async def main() -> None:
         client, server, listener = await _pair()
         assert DirectStream.of(client) is None
-        await client.aclose()
-        await server.aclose()
-        await listener.aclose()
+        await _close(client, server, listener)
 
     anyio.run(main, backend="trio")
 
