@@ -13,6 +13,11 @@ so a file that needs PySpark, or a test that repeats on every interpreter what o
 that keeps it to the full-suite interpreter, and an interop file that is the Python-version-sensitive test of an
 area carries ``matrix``, which brings it into the subset.
 
+Fixtures for every test file: ``rabbitmq_broker`` (tests/rabbitmq.py), registered here once, so that each
+pytest-xdist worker starts one RabbitMQ node for all its files. A session fixture that a test file imports is that
+file's own: imported into the twelve files that use it, it started a node per file (eleven in one run of the whole
+suite, each kept until the session ended: 130 CPU-seconds of Erlang).
+
 Installs: what the fixtures install for themselves (RabbitMQ, Java, Qpid Proton's examples, rhea) is announced on
 the terminal as it starts and listed in the summary; ``AMQP_ASYNC_TEST_NO_INSTALL=1`` skips the tests that need
 what is missing instead (tests/installs.py).
@@ -32,8 +37,10 @@ from hypothesis import settings
 
 try:
     import installs
+    from rabbitmq import rabbitmq_broker  # the fixture, for every test file (see above)
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests import installs
+    from tests.rabbitmq import rabbitmq_broker  # noqa: F401
 
 settings.register_profile("ci", max_examples=200, deadline=None)
 settings.register_profile("dev")

@@ -1,10 +1,7 @@
 """A private RabbitMQ 3.10 node (with its AMQP 1.0 plugin) for interop tests: the session fixture `rabbitmq_broker`.
 
-Use it from a test module by importing the fixture (pytest only collects fixtures from conftest.py and the module
-itself)::
-
-    from rabbitmq import rabbitmq_broker  # the fixture: pytest finds it by name in the test module
-
+tests/conftest.py registers it for every test file: a test asks for it by name (a test file must not import it:
+the file would get a fixture of its own, and a node of its own)::
 
     def test_something(rabbitmq_broker):
         rabbitmq_broker.url  # "amqp://guest:guest@127.0.0.1:PORT"

@@ -19,10 +19,10 @@ from amqp_async.broker import Broker
 from amqp_async.codec.delivery_states import Accepted
 
 try:
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
+    from rabbitmq import RabbitMQNode
     from test_request_reply import proton_broker_example
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
     from tests.test_request_reply import proton_broker_example
 
 TIMEOUT = 60.0

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 try:
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
+    from rabbitmq import RabbitMQNode
     from tls_certs import make_ca, make_cert, openssl_available
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
     from tests.tls_certs import make_ca, make_cert, openssl_available
 
 pytest.importorskip("click", reason="the cli extra (click, rich) is in the test dependency group")

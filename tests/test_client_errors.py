@@ -41,13 +41,13 @@ from amqp_async.client._url import parse_url
 try:
     from broker_process import BrokerProcess, free_port
     from proton_broker import ProtonBroker
-    from rabbitmq import RabbitMQNode, rabbitmq_broker
+    from rabbitmq import RabbitMQNode
     from scripted_server import Peer, ScriptedServer, open_then
     from tls_certs import CertFiles, make_ca, make_cert, openssl_available
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.broker_process import BrokerProcess, free_port
     from tests.proton_broker import ProtonBroker
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401 - the session fixture
+    from tests.rabbitmq import RabbitMQNode
     from tests.scripted_server import Peer, ScriptedServer, open_then
     from tests.tls_certs import CertFiles, make_ca, make_cert, openssl_available
 

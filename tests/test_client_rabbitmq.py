@@ -43,9 +43,9 @@ import amqp_async
 from amqp_async.codec.delivery_states import Accepted
 
 try:
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
+    from rabbitmq import RabbitMQNode
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
 
 pytestmark = [pytest.mark.interop, pytest.mark.anyio]
 

@@ -37,10 +37,10 @@ from amqp_async.broker import Broker
 
 try:
     from proton_broker import ProtonBroker
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, found by name
+    from rabbitmq import RabbitMQNode
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.proton_broker import ProtonBroker
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
 
 pytestmark = pytest.mark.anyio
 

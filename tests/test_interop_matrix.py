@@ -67,11 +67,11 @@ from amqp_async.errors import ConnectionError as AMQPConnectionError
 try:
     import installs
     from proton_broker import ProtonBroker
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
+    from rabbitmq import RabbitMQNode
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests import installs
     from tests.proton_broker import ProtonBroker
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
 
 pytestmark = [pytest.mark.interop, pytest.mark.anyio]
 

@@ -38,11 +38,11 @@ from amqp_async.types import symbol
 
 try:
     from proton_broker import ProtonBroker
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
+    from rabbitmq import RabbitMQNode
     from test_broker_cli import broker_process
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.proton_broker import ProtonBroker
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
     from tests.test_broker_cli import broker_process
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 from proton_broker import ProtonBroker
-from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
 from spark_support import (
     FAULTS,
     CuttableProxy,
@@ -529,7 +528,7 @@ def test_a_plain_write_task_killed_the_same_way_leaves_its_rows_twice(
 @pytest.mark.interop
 def test_a_transactional_write_to_rabbitmq_3_is_refused_at_save_and_start(
     spark: Any,
-    rabbitmq_broker: Any,  # noqa: F811
+    rabbitmq_broker: Any,
     tmp_path: Path,
 ) -> None:
     rows = spark.range(10, numPartitions=1).selectExpr("cast(id as string) as body")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
 from spark_support import broker_fixture, drain, failure_of, run_program, spark_environment  # noqa: F401 -- the fixture "broker"
 
 from amqp_async.broker import BrokerThread
@@ -24,7 +23,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 @pytest.mark.interop
 def test_100k_orders_read_on_the_executors_of_a_local_cluster(
     broker: BrokerThread,
-    rabbitmq_broker: Any,  # noqa: F811
+    rabbitmq_broker: Any,
     tmp_path: Path,
 ) -> None:
     """On ``local-cluster[2,1,1024]``, against the embedded broker and RabbitMQ 3.10: 100,000 orders written, then

@@ -17,7 +17,6 @@ from typing import Any
 
 import anyio
 import pytest
-from rabbitmq import rabbitmq_broker  # noqa: F401 -- the fixture
 from spark_support import drain, fill
 
 import amqp_async
@@ -124,7 +123,7 @@ def test_an_idle_task_waits_for_a_first_message_then_takes_what_came(broker: Bro
 
 
 @pytest.mark.interop
-def test_a_task_reads_rabbitmq_without_drains(rabbitmq_broker: Any) -> None:  # noqa: F811
+def test_a_task_reads_rabbitmq_without_drains(rabbitmq_broker: Any) -> None:
     url = rabbitmq_broker.url
     fill(url, "/queue/task-budget", [amqp_async.Message(body="x", id=f"m{n}") for n in range(1500)])
     first, drained = _receive(url, "/queue/task-budget", 1000, 300, 0.0)
@@ -220,7 +219,7 @@ def test_the_transaction_check_passes_with_a_coordinator(broker: BrokerThread) -
 
 
 @pytest.mark.interop
-def test_the_transaction_check_refuses_rabbitmq_3_saying_why(rabbitmq_broker: Any) -> None:  # noqa: F811
+def test_the_transaction_check_refuses_rabbitmq_3_saying_why(rabbitmq_broker: Any) -> None:
     options = parse_options({"url": rabbitmq_broker.url, "address": "/queue/t", "transactional": "true"})
     with pytest.raises(TransactionError, match=r"option 'transactional'.*RabbitMQ 3\.x.*no transaction coordinator"):
         anyio.run(check_transactions, options)

@@ -31,10 +31,10 @@ from amqp_async import Accepted, DeliveryAborted, Message
 from amqp_async.broker import Broker
 
 try:
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # the fixture, found by name
+    from rabbitmq import RabbitMQNode
     from test_interop_matrix import ROOT, _load_bench_peers, _Process, _rhea_env, _skip_loudly
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
     from tests.test_interop_matrix import ROOT, _load_bench_peers, _Process, _rhea_env, _skip_loudly
 
 pytestmark = pytest.mark.anyio

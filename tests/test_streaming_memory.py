@@ -20,9 +20,9 @@ from types import ModuleType
 import pytest
 
 try:
-    from rabbitmq import RabbitMQNode, rabbitmq_broker  # rabbitmq_broker: the fixture, used by name
+    from rabbitmq import RabbitMQNode
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.rabbitmq import RabbitMQNode, rabbitmq_broker  # noqa: F401
+    from tests.rabbitmq import RabbitMQNode
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
