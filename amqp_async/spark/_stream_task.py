@@ -12,7 +12,8 @@ the batch) runs in a Python worker on an executor:
 4. has one entry chosen among all attempts of ``(b, p)`` (:meth:`~._log.Slot.choose`);
 5. accepts its deliveries if its own entry was chosen (and the batch is not committed already: a zombie attempt),
    else releases them (the broker delivers them again, to a later batch) and takes the chosen entry's messages;
-6. closes the connection and returns the rows (built while the messages arrived, :class:`_Rows`).
+6. returns the rows (built while the messages arrived, :class:`_Rows`) while its connection closes, and waits for
+   the close once Spark has taken them.
 
 A task that dies anywhere before 5 leaves its deliveries unsettled: the broker delivers them again when the
 connection drops. docs/spark.md has the table of what each failure costs.
@@ -147,15 +148,33 @@ def _no_cycle_collection() -> Iterator[None]:
         gc.enable()
 
 
+class _Closing:
+    """The task's connection closing on its loop's thread while Spark takes the rows (the close handshake is a round
+    trip, with nothing left to decide: the deliveries are settled), and :meth:`wait` for it at the end."""
+
+    def __init__(self, loop: LoopThread, connection: Connection) -> None:
+        self._loop = loop
+        self._closing = loop.submit(close_quietly, connection)
+
+    def wait(self) -> None:
+        try:
+            self._closing.result(timeout=10)  # close_quietly itself gives up after 5 s
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
+            pass
+        finally:
+            self._loop.close()
+
+
 def _receive_and_choose(
     options: AmqpOptions, schema: StructType, partition: StreamPartition, log_: WriteAheadLog, slot: Slot
-) -> list[pa.RecordBatch]:
+) -> tuple[list[pa.RecordBatch], _Closing]:
     """Steps 2 to 5 of the module documentation; returns the rows of the chosen entry (this attempt's or
-    another's)."""
+    another's), and the connection closing meanwhile (step 6)."""
     attempt = new_attempt(_spark_attempt())
     window = int(options.get("credit", 1000))
     loop = LoopThread("amqp-async-spark-stream-task")
     connection: Connection | None = None
+    closing: _Closing | None = None
     try:
         opened: Any = loop.call(open_receiver, options, timeout=options.connect_timeout * 2 + 5)
         connection, receiver = opened
@@ -206,10 +225,13 @@ def _receive_and_choose(
                 "(a speculative copy Spark no longer needs): its messages were released"
             )
         failpoint("settled", partition.index, partition.batch)
-        return rows.batches if ours else _batches(schema, slot.read_entry(chosen))
+        batches = rows.batches if ours else _batches(schema, slot.read_entry(chosen))
+        closing = _Closing(loop, connection)
+        return batches, closing
     finally:
-        loop.call(close_quietly, connection, timeout=10)
-        loop.close()
+        if closing is None:  # failed on the way: close before the error goes up
+            loop.call(close_quietly, connection, timeout=10)
+            loop.close()
 
 
 def _batches(schema: StructType, payloads: list[bytes]) -> list[pa.RecordBatch]:
@@ -225,11 +247,16 @@ def read_partition(options: AmqpOptions, schema: StructType, partition: StreamPa
     log_ = WriteAheadLog(partition.location, partition.source)
     slot = log_.slot(partition.batch, partition.index)
     chosen = slot.chosen()
+    closing = None
     with _no_cycle_collection():
         if chosen is None:
-            batches = _receive_and_choose(options, schema, partition, log_, slot)
+            batches, closing = _receive_and_choose(options, schema, partition, log_, slot)
         else:
             batches = _batches(schema, slot.read_entry(chosen))
-    for batch in batches:
-        if batch.num_rows:
-            yield batch
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                yield batch
+    finally:
+        if closing is not None:
+            closing.wait()
