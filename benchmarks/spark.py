@@ -296,8 +296,8 @@ class _RunnerCpu:
         self._workers: dict[int, list[float]] = {}
         self._known: dict[int, bytes] = {}
         self._scans = 0
-        #: this query's source runners: pid -> CPU seconds when last seen
-        self._runners: dict[int, float] = {}
+        #: the threads of this query's source runners: (pid, thread id) -> CPU seconds when last seen
+        self._runners: dict[tuple[int, int], float] = {}
         self._earlier_runners: set[int] = set()
 
     def _descendants(self) -> dict[int, bytes]:
@@ -324,21 +324,21 @@ class _RunnerCpu:
         return below
 
     @staticmethod
-    def _cpu(pid: int) -> float | None:
-        """CPU seconds of all the process's threads, to the nanosecond (/proc/PID/task/*/schedstat), where
+    def _thread_cpu(pid: int) -> dict[int, float]:
+        """CPU seconds of each of the process's threads now, to the nanosecond (/proc/PID/task/*/schedstat), where
         /proc/PID/stat counts in ticks of 10 ms: too coarse for a few milliseconds per micro-batch."""
-        total = 0
+        threads: dict[int, float] = {}
         try:
-            threads = os.listdir(f"/proc/{pid}/task")
+            names = os.listdir(f"/proc/{pid}/task")
         except OSError:
-            return None  # the process ended
-        for thread in threads:
+            return threads  # the process ended
+        for thread in names:
             try:
                 with open(f"/proc/{pid}/task/{thread}/schedstat") as schedstat:
-                    total += int(schedstat.read().split()[0])
+                    threads[int(thread)] = int(schedstat.read().split()[0]) / 1e9
             except (OSError, ValueError, IndexError):
-                continue  # a thread that ended meanwhile (a JVM starts and ends many)
-        return total / 1e9
+                continue
+        return threads
 
     @staticmethod
     def _process_cpu(pid: int) -> float | None:
@@ -358,11 +358,13 @@ class _RunnerCpu:
         self._scans += 1
         for pid, cmdline in self._known.items():
             if self.RUNNER in cmdline:
-                cpu = self._cpu(pid)
                 if first:
                     self._earlier_runners.add(pid)  # an earlier query's, ending: not this one's
-                elif cpu is not None and pid not in self._earlier_runners:
-                    self._runners[pid] = cpu  # the last value stays when it ends: the sum never drops
+                elif pid not in self._earlier_runners:
+                    # Thread by thread, each thread's last value kept when it ends (a runner's threads come and
+                    # go): the sum never drops.
+                    for thread, seconds in self._thread_cpu(pid).items():
+                        self._runners[pid, thread] = seconds
             elif self.WORKERS in cmdline:
                 cpu = self._process_cpu(pid)
                 if cpu is not None:
