@@ -57,6 +57,11 @@ MARKERS: dict[str, tuple[str, str]] = {
     "test_network_fuzz_client.py": ("network_fuzz", "mutated recorded sessions against our client"),
     "test_client_proton.py": ("matrix", "the awaitable client on asyncio, uvloop and trio against proton, in-process"),
     "test_proton_api.py": ("matrix", "the callback API's Container (threads, asyncio, trio) against proton"),
+    "test_installs.py": (
+        "slow",
+        "the suite's own install announcements, each case a nested pytest session (2 CPU-seconds): the same on every "
+        "Python",
+    ),
     "test_docs.py::test_the_site_builds_in_strict_mode": (
         "slow",
         "mkdocs reads the sources without importing them: the same site on every Python",
