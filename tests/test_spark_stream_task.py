@@ -109,6 +109,32 @@ def test_competing_tasks_share_a_queue_to_its_end_without_stalling(broker: Broke
         assert drained is (len(ids) < 20_000)
 
 
+def _connections_after(broker: BrokerThread, timeout: float = 5.0) -> int:
+    """The broker's open connections once none is left, or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while broker.broker.connections and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(broker.broker.connections)
+
+
+def test_a_task_closes_its_connection_while_its_rows_are_taken(broker: BrokerThread, tmp_path: Path) -> None:
+    """The connection closes while Spark takes the rows (step 6): gone once they are taken, and gone too when Spark
+    stops taking them early (the generator closed); each task accepted its share."""
+    fill(broker.url, "rows", [amqp_async.Message(body="x", id=f"m{n}") for n in range(12_000)])
+    options = parse_options({"url": broker.url, "address": "rows"})
+    rows = read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path / "log", 6_000))
+    first = next(rows)
+    assert first.column("message_id").to_pylist()[:2] == ["m0", "m1"]
+    taken = first.num_rows + sum(batch.num_rows for batch in rows)
+    assert taken == 6_000
+    assert _connections_after(broker) == 0
+    early = read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path / "log", 6_000, batch=1))
+    assert next(early).column("message_id").to_pylist()[0] == "m6000"
+    early.close()
+    assert _connections_after(broker) == 0
+    assert _receive(broker.url, "rows", 100, 100, 0.0) == ([], True)  # each task accepted its share
+
+
 def test_an_idle_task_waits_for_a_first_message_then_takes_what_came(broker: BrokerThread) -> None:
     def later() -> None:
         time.sleep(0.5)
