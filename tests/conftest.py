@@ -55,6 +55,15 @@ MARKERS: dict[str, tuple[str, str]] = {
     "test_spark_stream_task.py": ("spark", "imports pyspark and pyarrow, full-suite interpreter only"),
     "test_network_fuzz.py": ("network_fuzz", "mutated recorded sessions against our broker: long, version-neutral"),
     "test_network_fuzz_client.py": ("network_fuzz", "mutated recorded sessions against our client"),
+    "test_network_fuzz_proton.py": (
+        "network_fuzz",
+        "mutated recorded sessions against the callback API's programs (the hostile-peer tests of "
+        "test_proton_hostile.py run on every Python)",
+    ),
+    "test_network_fuzz_proton_server.py": (
+        "network_fuzz",
+        "mutated recorded sessions against a listening Container (test_proton_hostile.py runs on every Python)",
+    ),
     "test_client_proton.py": ("matrix", "the awaitable client on asyncio, uvloop and trio against proton, in-process"),
     "test_proton_api.py": ("matrix", "the callback API's Container (threads, asyncio, trio) against proton"),
     "test_installs.py": (
