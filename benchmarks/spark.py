@@ -72,6 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import anyio
 from _common import ROOT, Row, broker_process, ours_receive, ours_send, process_cpu_seconds
+from streaming import descendants
 
 import amqp_async
 
@@ -281,8 +282,9 @@ def _ceiling(spark: Any, rows_per_batch: int, batches: int, timeout: float) -> d
 class _RunnerCpu:
     """CPU time while a query runs, sampled from /proc every 50 ms: the streaming source runners that Spark's JVM
     (``jvm_pid``) starts (``samples``: [(seconds since start, CPU seconds)]; a runner ends with its query), and in
-    all (:meth:`shares`) the JVM's, its Python workers' (``pyspark.daemon`` and the workers it forks), and the whole
-    machine's, so that a read's time can be told apart: receiving and building rows, or Spark taking them."""
+    all (``cpu``, once the block ends) the JVM's, its Python workers' (``pyspark.daemon`` and the workers it forks),
+    and the whole machine's, so that a read's time can be told apart: receiving and building rows, or Spark taking
+    them."""
 
     RUNNER = b"pyspark.sql.streaming.python_streaming_source_runner"
     WORKERS = b"pyspark.daemon"
@@ -302,25 +304,13 @@ class _RunnerCpu:
 
     def _descendants(self) -> dict[int, bytes]:
         """The JVM's processes below it (its children and theirs): pid -> command line."""
-        parents: dict[int, int] = {}
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{name}/stat") as stat:
-                    parents[int(name)] = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
         below: dict[int, bytes] = {}
-        frontier = {self.jvm_pid}
-        while frontier:
-            frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in below}
-            for pid in frontier:
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                        below[pid] = cmdline.read()
-                except OSError:
-                    continue
+        for pid in descendants(self.jvm_pid)[1:]:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    below[pid] = cmdline.read()
+            except OSError:
+                continue  # ended meanwhile
         return below
 
     @staticmethod
@@ -340,17 +330,6 @@ class _RunnerCpu:
                 continue
         return threads
 
-    @staticmethod
-    def _process_cpu(pid: int) -> float | None:
-        """CPU seconds of the process, its ended threads included (/proc/PID/stat, in ticks of 10 ms): a read task's
-        event-loop thread ends with the task, and its time with it from /proc/PID/task."""
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
     def _scan(self, first: bool = False) -> None:
         # Walking /proc for the JVM's processes costs milliseconds: every tenth sample, the CPU of those known between.
         if first or self._scans % 10 == 0:
@@ -366,7 +345,9 @@ class _RunnerCpu:
                     for thread, seconds in self._thread_cpu(pid).items():
                         self._runners[pid, thread] = seconds
             elif self.WORKERS in cmdline:
-                cpu = self._process_cpu(pid)
+                # /proc/PID/stat, in ticks of 10 ms, but with ended threads (a read task's event-loop thread ends
+                # with the task, and its time with it from /proc/PID/task)
+                cpu = process_cpu_seconds(pid)
                 if cpu is not None:
                     self._workers.setdefault(pid, [cpu if first else 0.0, cpu])[1] = cpu
         if self._runners:
@@ -386,7 +367,7 @@ class _RunnerCpu:
 
     def __enter__(self) -> _RunnerCpu:
         self.started = time.time()
-        self._jvm = self._process_cpu(self.jvm_pid)
+        self._jvm = process_cpu_seconds(self.jvm_pid)
         self._machine = self._machine_busy()
         self._scan(first=True)
         self._thread.start()
@@ -396,7 +377,7 @@ class _RunnerCpu:
         self._stop.set()
         self._thread.join(5)
         self._scan()
-        jvm = self._process_cpu(self.jvm_pid)
+        jvm = process_cpu_seconds(self.jvm_pid)
         self.cpu = {
             "wall": time.time() - self.started,
             "jvm": None if jvm is None or self._jvm is None else jvm - self._jvm,
