@@ -16,7 +16,8 @@ area carries ``matrix``, which brings it into the subset.
 Fixtures for every test file: ``rabbitmq_broker`` (tests/rabbitmq.py), registered here once, so that each
 pytest-xdist worker starts one RabbitMQ node for all its files. A session fixture that a test file imports is that
 file's own: imported into the twelve files that use it, it started a node per file (eleven in one run of the whole
-suite, each kept until the session ended; Erlang's CPU in a run fell from 134 to 60 CPU-seconds with one node per worker).
+suite, each kept until the session ended); with one node per worker, Erlang's CPU in a run fell from 134 to 60
+CPU-seconds.
 
 Installs: what the fixtures install for themselves (RabbitMQ, Java, Qpid Proton's examples, rhea) is announced on
 the terminal as it starts and listed in the summary; ``AMQP_ASYNC_TEST_NO_INSTALL=1`` skips the tests that need
