@@ -48,9 +48,12 @@ FULL_SUITE_PYTHON = _RUNNING_PYTHON if _RUNNING_PYTHON in PYTHONS else PYTHONS[-
 #: Qpid Proton C, Spark's JVM), in long runs, or in exploring with Hypothesis the inputs of code whose behaviour does
 #: not depend on the Python version (``hypothesis`` marks every @given test: a third of the rest's time); the
 #: example-based tests beside them cover the same code on every interpreter: the codec, the engine, the client on
-#: asyncio, uvloop and trio, the proton API, the broker and the command line. tests/conftest.py's MARKERS give the
-#: markers that the test files do not (``matrix``: an interop file that runs here all the same).
-SUBSET = "not (slow or spark or network_fuzz or hypothesis) and (matrix or not interop)"
+#: asyncio, uvloop and trio, the proton API, the broker and the command line. Nor the files that start a Python
+#: program of ours for each step (``processes``: the command line, the broker as a program), which spend most of
+#: their CPU importing the package again and again, but for the few of their tests that touch what a Python version
+#: changes (signals, ssl, a run end to end). tests/conftest.py's MARKERS give the markers that the test files do not
+#: (``matrix``: a test that runs here all the same, interop or processes).
+SUBSET = "not (slow or spark or network_fuzz or hypothesis) and (matrix or not (interop or processes))"
 #: pytest-xdist (3.8 or later): the suite spends most of its time waiting (for peers to start, for the timeouts
 #: it proves, for Spark's JVMs), so three workers on two cores nearly halve the whole suite's time. Not more: the
 #: tests that bound a wait (RabbitMQ's rabbitmqctl, Spark's Python workers given 10 s to connect back) fail when

@@ -65,6 +65,26 @@ MARKERS: dict[str, tuple[str, str]] = {
         "network_fuzz",
         "mutated recorded sessions against a listening Container (test_proton_hostile.py runs on every Python)",
     ),
+    "test_cli.py": ("processes", "an `amqp-async` program (0.3 CPU-seconds to start) for each step"),
+    "test_cli.py::test_help_lists_the_commands_and_exit_codes": ("matrix", "the command line starts on every Python"),
+    "test_cli.py::test_send_and_receive_exact_counts": ("matrix", "send and receive, end to end"),
+    "test_cli.py::test_unreachable_host_exits_3": ("matrix", "a connect failure's exit code (OSError's errno)"),
+    "test_cli.py::test_tls_options": ("matrix", "the ssl module's contexts"),
+    "test_broker_cli.py": ("processes", "a `python -m amqp_async.broker` program for each case"),
+    "test_broker_cli.py::test_prints_its_url_serves_a_client_and_logs_connections_and_links": (
+        "matrix",
+        "the broker as a program serves a client",
+    ),
+    "test_broker_cli.py::test_exits_cleanly_on_a_signal_with_a_client_connected": (
+        "matrix",
+        "signal handling under anyio, which changed with the Python version",
+    ),
+    "test_broker_cli.py::test_tls_cert_and_key": ("matrix", "the ssl module's server contexts"),
+    "test_cli_files.py": ("processes", "`amqp-async send --file` and `receive --output-dir` programs"),
+    "test_cli_files.py::test_files_go_as_streamed_messages_and_come_back_byte_for_byte": (
+        "matrix",
+        "streaming through the command line, end to end",
+    ),
     "test_client_proton.py": ("matrix", "the awaitable client on asyncio, uvloop and trio against proton, in-process"),
     "test_proton_api.py": ("matrix", "the callback API's Container (threads, asyncio, trio) against proton"),
     "test_installs.py": (
@@ -144,8 +164,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return SparkFilesTogether(config, log)
 
 
-def _deselected_by_markexpr(config: pytest.Config, marker: str) -> bool:
-    """Whether ``-m`` deselects a test that carries ``marker`` (and no other marker)."""
+def _deselected_by_markexpr(config: pytest.Config, *markers: str) -> bool:
+    """Whether ``-m`` deselects a test that carries ``markers`` (and no other marker)."""
     markexpr = config.option.markexpr
     if not markexpr:
         return False
@@ -153,17 +173,28 @@ def _deselected_by_markexpr(config: pytest.Config, marker: str) -> bool:
         from _pytest.mark.expression import Expression  # pytest's own -m parser; private, hence the fallback
     except ImportError:  # pragma: no cover - then the file is collected, and -m deselects its tests
         return False
-    return not Expression.compile(markexpr).evaluate(lambda name, **_: name == marker)
+    return not Expression.compile(markexpr).evaluate(lambda name, **_: name in markers)
+
+
+def _file_deselected(config: pytest.Config, name: str) -> bool:
+    """Whether ``-m`` deselects every test of the file ``name`` by :data:`MARKERS` alone: its marker is deselected,
+    and no test of it that MARKERS names carries a marker that brings it back (``matrix``)."""
+    entry = MARKERS.get(name)
+    if entry is None or not _deselected_by_markexpr(config, entry[0]):
+        return False
+    prefix = f"{name}::"
+    return all(
+        _deselected_by_markexpr(config, entry[0], marker)
+        for key, (marker, _) in MARKERS.items()
+        if key.startswith(prefix)
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Do not import a file of :data:`MARKERS` whose marker ``-m`` deselects: test_spark_units.py (and the other
-    test_spark_*.py files) import PySpark, which only the full-suite interpreter has. Reported by
+    """Do not import a file of :data:`MARKERS` whose marker ``-m`` deselects (with all its tests): test_spark_units.py
+    (and the other test_spark_*.py files) import PySpark, which only the full-suite interpreter has. Reported by
     :func:`pytest_report_collectionfinish`."""
-    entry = MARKERS.get(collection_path.name)
-    if entry is not None and _deselected_by_markexpr(config, entry[0]):
-        return True
-    return None
+    return True if _file_deselected(config, collection_path.name) else None
 
 
 def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
@@ -171,7 +202,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
     return [
         f"not collected (-m deselects their marker): {name} [{marker}: {why}]"
         for name, (marker, why) in MARKERS.items()
-        if "::" not in name and _deselected_by_markexpr(config, marker)
+        if "::" not in name and _file_deselected(config, name)
     ]
 
 

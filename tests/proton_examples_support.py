@@ -211,6 +211,9 @@ def run_steps(
 
 
 def _inside(spec_path: str) -> None:
+    # The examples stop on SIGINT as at a terminal. A test run started in the background by a non-interactive shell
+    # hands SIGINT down ignored, and an ignored signal stays ignored across exec: give it back its default first.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     spec = json.loads(Path(spec_path).read_text())
     _bring_loopback_up()
     if spec.get("drop_to"):  # run by root through sudo: the namespace is made, back to the test's user
