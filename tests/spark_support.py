@@ -10,6 +10,7 @@ workers Spark starts run the interpreter of the tests (``PYSPARK_PYTHON``), so t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import fcntl
@@ -128,9 +129,21 @@ def ensure_java() -> str:
     return java
 
 
+def _faults_directory() -> str:
+    """The directory a parent process made (the environment names it), else a new one, removed at this process's
+    exit: each process that imports this module (pytest's workers, the Spark programs they start, Spark's Python
+    workers) would otherwise leave one behind."""
+    given = os.environ.get("AMQP_ASYNC_SPARK_FAILPOINTS")
+    if given and os.path.isdir(given):
+        return given
+    made = tempfile.mkdtemp(prefix="amqp-spark-faults-")
+    atexit.register(shutil.rmtree, made, ignore_errors=True)
+    return made
+
+
 #: The fault points' trigger directory of the tests' Spark session (``amqp_async.spark._failpoints``): set in the
 #: environment before the session's JVM starts, so that every Python worker it forks sees it.
-FAULTS = tempfile.mkdtemp(prefix="amqp-spark-faults-")
+FAULTS = _faults_directory()
 
 
 #: Options for the tests' JVMs (Spark's drivers and executors, a standalone cluster's master and workers), read by

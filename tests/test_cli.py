@@ -183,6 +183,30 @@ def test_without_the_cli_extra_it_says_how_to_install_it() -> None:
     assert "pip install 'amqp-async[cli]'" in result.stderr
 
 
+def test_without_rich_it_says_how_to_install_it_too() -> None:
+    code = "import sys; sys.modules['rich'] = None; from amqp_async.cli import main; sys.exit(main(['--help']))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=TIMEOUT
+    )
+    assert result.returncode == 2
+    assert "pip install 'amqp-async[cli]'" in result.stderr
+
+
+def test_a_command_imports_only_its_own_module_and_rich_only_for_a_terminal() -> None:
+    """``amqp-async send`` starts without the modules of the other commands; rich is imported for a live bar (or
+    bench's table) only, so a command whose output is not a terminal starts without it."""
+    code = (
+        "import sys; from amqp_async.cli import main; main(['send', '--help']); "
+        "print(sorted(name for name in sys.modules if name.startswith(('rich', 'amqp_async.cli._'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=TIMEOUT, check=True
+    )
+    loaded = result.stdout.strip().splitlines()[-1]
+    assert "'amqp_async.cli._send'" in loaded
+    assert "rich" not in loaded and "_bench" not in loaded and "_receive" not in loaded, loaded
+
+
 def test_the_broker_command_takes_the_broker_options() -> None:
     result = ok("broker", "--help")
     for option in ("--max-queue-depth", "--tls-cert", "--users-file"):  # the broker's own parser, reused

@@ -12,6 +12,7 @@ doubt), 7 the peer refused a link or a session (an unknown address, for instance
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 from ._exit import ExitCode
@@ -27,6 +28,8 @@ INSTALL_HINT = (
 def main(argv: list[str] | None = None) -> int:
     """Run the command line and return its exit code (the console script exits with it)."""
     try:
+        if importlib.util.find_spec("rich") is None:  # imported later, and only for a live bar or a table
+            raise ModuleNotFoundError("No module named 'rich'", name="rich")
         from ._app import run
     except ImportError as exc:  # only click and rich are optional; anything else is a bug and must show
         if exc.name not in ("click", "rich") and not str(exc.name).startswith(("click.", "rich.")):

@@ -2,22 +2,43 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 
 import click
 
 from .. import __version__
-from ._bench import bench
-from ._broker import broker
 from ._exit import ExitCode
-from ._receive import peek, receive
-from ._send import send
 
 __all__ = ["cli", "run"]
 
+#: Each command, and the module that defines it: a command's module is imported only when that command runs (or
+#: when the group's help lists them all), so ``amqp-async send`` never loads what ``bench`` or ``receive`` need.
+COMMANDS = {
+    "send": "._send",
+    "receive": "._receive",
+    "peek": "._receive",
+    "broker": "._broker",
+    "bench": "._bench",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+
+class _LazyGroup(click.Group):
+    """A group whose commands are the :data:`COMMANDS`, imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        command = getattr(importlib.import_module(COMMANDS[cmd_name], __package__), cmd_name)
+        assert isinstance(command, click.Command), command
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="amqp-async")
 @click.option("--debug", is_flag=True, help="log what the library does (and tracebacks) on stderr.")
 def cli(debug: bool) -> None:
@@ -33,10 +54,6 @@ def cli(debug: bool) -> None:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-
-
-for command in (send, receive, peek, broker, bench):
-    cli.add_command(command)
 
 
 def run(argv: list[str] | None = None) -> int:

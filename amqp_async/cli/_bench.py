@@ -16,8 +16,6 @@ from typing import Any
 import anyio
 import attrs
 import click
-from rich.console import Console
-from rich.table import Table
 
 from ..client import Tracker, connect
 from ..message import Message
@@ -119,6 +117,9 @@ def _report(results: list[PhaseResult], output: str, *, title: str) -> None:
     if output == "json":
         click.echo(json.dumps([result.as_json() for result in results]))
         return
+    from rich.console import Console  # only here: the other commands start without rich
+    from rich.table import Table
+
     table = Table(title=title)
     for name in ("phase", "messages", "bytes", "seconds", "msg/s", "MB/s"):
         table.add_column(name, justify="left" if name == "phase" else "right")

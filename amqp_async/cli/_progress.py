@@ -4,7 +4,8 @@ Both go to stderr: stdout carries the messages ``receive`` prints. Lines look li
 
     receive: 2,000/10,000 messages, 4,105 msg/s, 190.4 kB, ETA 2 s
 
-``AMQP_ASYNC_PROGRESS_INTERVAL`` sets the seconds between plain lines (default 2).
+``AMQP_ASYNC_PROGRESS_INTERVAL`` sets the seconds between plain lines (default 2). rich is imported only for a
+live bar: a command whose output goes to a file or a pipe (scripts, CI) starts without it.
 """
 
 from __future__ import annotations
@@ -14,20 +15,10 @@ import os
 import sys
 import time
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.progress import Progress, ProgressColumn
 
 __all__ = ["RunProgress", "human_bytes"]
 
@@ -44,15 +35,16 @@ def human_bytes(count: float) -> str:
     raise AssertionError("unreachable")
 
 
-class _RateColumn(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("- msg/s" if speed is None else f"{speed:,.0f} msg/s")
-
-
-class _BytesColumn(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        return Text(human_bytes(float(task.fields.get("size", 0))))
+def _may_be_terminal(stream: IO[str]) -> bool:
+    """False when rich's ``Console.is_terminal`` is sure to be False for ``stream`` (not a tty, and neither
+    ``TTY_COMPATIBLE=1`` nor ``FORCE_COLOR`` says otherwise), without importing rich."""
+    if os.environ.get("TTY_COMPATIBLE") == "1" or os.environ.get("FORCE_COLOR") is not None:
+        return True
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty is not None and isatty())
+    except ValueError:  # a closed stream
+        return False
 
 
 _P = TypeVar("_P", bound="_Progress")
@@ -67,7 +59,6 @@ class _Progress(abc.ABC):
         self,
         verb: str,
         total: int | None,
-        columns: tuple[ProgressColumn, ...],
         *,
         quiet: bool,
         stream: IO[str] | None,
@@ -75,17 +66,27 @@ class _Progress(abc.ABC):
     ) -> None:
         self.verb = verb
         self._stream = stream if stream is not None else sys.stderr
-        console = Console(file=self._stream)
         self._started = time.monotonic()
         self._interval = float(os.environ.get(INTERVAL_ENV) or DEFAULT_INTERVAL)
         self._next_line = self._started + self._interval
-        self._plain = not quiet and not console.is_terminal
         self._live: Progress | None = None
-        if not quiet and console.is_terminal:
-            self._live = Progress(
-                TextColumn("{task.description}"), BarColumn(), *columns, console=console, transient=True
-            )
-            self._task = self._live.add_task(verb, total=total, **fields)
+        terminal = False
+        if not quiet and _may_be_terminal(self._stream):
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
+
+            console = Console(file=self._stream)
+            terminal = console.is_terminal
+            if terminal:
+                self._live = Progress(
+                    TextColumn("{task.description}"), BarColumn(), *self._columns(), console=console, transient=True
+                )
+                self._task = self._live.add_task(verb, total=total, **fields)
+        self._plain = not quiet and not terminal
+
+    @abc.abstractmethod
+    def _columns(self) -> tuple[ProgressColumn, ...]:
+        """The live bar's columns after the description and the bar (rich is imported when this is called)."""
 
     def __enter__(self: _P) -> _P:
         if self._live is not None:
@@ -130,18 +131,32 @@ class RunProgress(_Progress):
     """
 
     def __init__(self, verb: str, total: int | None, *, quiet: bool = False, stream: IO[str] | None = None) -> None:
-        columns = (
-            MofNCompleteColumn(),
-            _RateColumn(),
-            _BytesColumn(),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-        )
-        super().__init__(verb, total, columns, quiet=quiet, stream=stream, size=0)
         self.total = total
         self.messages = 0
         self.size = 0
+        super().__init__(verb, total, quiet=quiet, stream=stream, size=0)
+
+    def _columns(self) -> tuple[ProgressColumn, ...]:
+        from rich.progress import (
+            MofNCompleteColumn,
+            ProgressColumn,
+            Task,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.text import Text
+
+        class Rate(ProgressColumn):
+            def render(self, task: Task) -> Text:
+                speed = task.finished_speed or task.speed
+                return Text("- msg/s" if speed is None else f"{speed:,.0f} msg/s")
+
+        class Size(ProgressColumn):
+            def render(self, task: Task) -> Text:
+                return Text(human_bytes(float(task.fields.get("size", 0))))
+
+        return (MofNCompleteColumn(), Rate(), Size(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
 
     def advance(self, messages: int = 1, size: int = 0) -> None:
         """Count ``messages`` more, of ``size`` bytes together."""

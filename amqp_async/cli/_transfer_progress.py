@@ -8,11 +8,12 @@ A live bar on a terminal (rich's transfer columns), plain lines every few second
 
 from __future__ import annotations
 
-from typing import IO
-
-from rich.progress import DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from typing import IO, TYPE_CHECKING
 
 from ._progress import _Progress, human_bytes
+
+if TYPE_CHECKING:
+    from rich.progress import ProgressColumn
 
 __all__ = ["TransferProgress"]
 
@@ -37,12 +38,16 @@ class TransferProgress(_Progress):
         quiet: bool = False,
         stream: IO[str] | None = None,
     ) -> None:
-        columns = (DownloadColumn(), TransferSpeedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-        super().__init__(verb, total_bytes, columns, quiet=quiet, stream=stream)
         self.total_bytes = total_bytes
         self.total_files = total_files
         self.size = 0
         self.files = 0
+        super().__init__(verb, total_bytes, quiet=quiet, stream=stream)
+
+    def _columns(self) -> tuple[ProgressColumn, ...]:
+        from rich.progress import DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        return (DownloadColumn(), TransferSpeedColumn(), TextColumn("ETA"), TimeRemainingColumn())
 
     def naming(self, name: str) -> None:
         """The file now moving (shown on the live bar)."""
