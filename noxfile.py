@@ -63,6 +63,12 @@ SUBSET = "not (slow or spark or network_fuzz or hypothesis) and (matrix or not (
 #: ``--`` for one process and live output.
 WORKERS = {"full": 3, "subset": 2}
 _XDIST = ("--dist", "loadfile", "--no-loadscope-reorder")
+#: The tests cache bytecode even where the environment asks Python not to (container images often set
+#: PYTHONDONTWRITEBYTECODE=1; an empty value is Python's "not set"): the suite starts about a thousand Python
+#: processes that import the same helpers from tests/, and its workers read the test modules pytest rewrote once
+#: for all of them (tests/rewrite_cache.py) instead of each rewriting them. The caches go to __pycache__ folders,
+#: which git ignores.
+_TEST_ENV = {"PYTHONDONTWRITEBYTECODE": ""}
 
 
 def _add_pyenv_builds_to_path() -> None:
@@ -105,12 +111,13 @@ def tests(session: nox.Session) -> None:
     # Sessions run side by side in one checkout: each keeps its own pytest cache (--lf, --ff).
     cache = ["-o", f"cache_dir={Path(session.virtualenv.location) / '.pytest_cache'}"]
     if session.python == FULL_SUITE_PYTHON:
-        session.install(".[spark]", *_group("test"))  # PySpark only here: the spark tests run here only
-        session.run("pytest", *cache, "-n", str(WORKERS["full"]), *_XDIST, *session.posargs)
+        # PySpark, and the docs group (mkdocs for test_docs.py's site build), only here: those tests run here only
+        session.install(".[spark]", *_group("test", "docs"))
+        session.run("pytest", *cache, "-n", str(WORKERS["full"]), *_XDIST, *session.posargs, env=_TEST_ENV)
         return
     session.install(".", *_group("test"))
     session.log(f"Python {session.python} runs the subset -m {SUBSET!r}; the whole suite runs on {FULL_SUITE_PYTHON}")
-    session.run("pytest", *cache, "-m", SUBSET, "-n", str(WORKERS["subset"]), *_XDIST, *session.posargs)
+    session.run("pytest", *cache, "-m", SUBSET, "-n", str(WORKERS["subset"]), *_XDIST, *session.posargs, env=_TEST_ENV)
 
 
 @nox.session(allow_parallel=True)

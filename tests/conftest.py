@@ -38,9 +38,10 @@ from hypothesis import settings
 
 try:
     import installs
+    import rewrite_cache
     from rabbitmq import rabbitmq_broker  # the fixture, for every test file (see above)
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests import installs
+    from tests import installs, rewrite_cache
     from tests.rabbitmq import rabbitmq_broker  # noqa: F401
 
 settings.register_profile("ci", max_examples=200, deadline=None)
@@ -208,6 +209,9 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     installs.configure(config)
+    # Before pytest-xdist starts its workers: they then read the rewritten test modules instead of each rewriting.
+    not_collected = {name for name in MARKERS if "::" not in name and _file_deselected(config, name)}
+    rewrite_cache.rewrite_before_the_workers_start(config, not_collected)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
