@@ -38,7 +38,7 @@ def rewrite_before_the_workers_start(config: pytest.Config, ignored: set[str]) -
         cache_dir = get_cache_dir(path)
         pyc = cache_dir / (path.name[:-3] + PYC_TAIL)
         try:
-            cache_dir.mkdir(exist_ok=True)
+            cache_dir.mkdir(parents=True, exist_ok=True)
         except OSError:  # a read-only checkout: pytest would not write either
             return written
         if _read_pyc(path, pyc, state.trace) is not None:
