@@ -93,6 +93,10 @@ MARKERS: dict[str, tuple[str, str]] = {
         "the suite's own install announcements, each case a nested pytest session (2 CPU-seconds): the same on every "
         "Python",
     ),
+    "test_suite_rules.py::test_the_workers_read_the_test_modules_rewritten_before_they_start": (
+        "slow",
+        "two nested pytest sessions with a worker each (5 CPU-seconds): the same on every Python",
+    ),
     "test_docs.py::test_the_site_builds_in_strict_mode": (
         "slow",
         "mkdocs reads the sources without importing them: the same site on every Python",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 TESTS = Path(__file__).parent
@@ -53,3 +56,30 @@ def test_every_markers_entry_names_a_test_file_or_test_that_exists() -> None:
         if not path.is_file() or (test_name and test_name not in _test_functions(path)):
             missing.append(key)
     assert missing == []
+
+
+def test_the_workers_read_the_test_modules_rewritten_before_they_start(tmp_path: Path) -> None:
+    """rewrite_cache.py, in a pytest-xdist controller, writes each test module's rewritten pyc where the workers'
+    import looks for it, before they start; with PYTHONDONTWRITEBYTECODE set it writes nothing, as pytest itself
+    would not."""
+    (tmp_path / "conftest.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(TESTS)!r})\n"
+        "import rewrite_cache\n"
+        "def pytest_configure(config):\n"
+        "    written = rewrite_cache.rewrite_before_the_workers_start(config, set())\n"
+        "    if not hasattr(config, 'workerinput'):\n"
+        "        open('written.txt', 'w').write(str(written))\n"
+    )
+    (tmp_path / "test_example.py").write_text("def test_it():\n    assert 1 + 1 == 2\n")
+    (tmp_path / "test_other.py").write_text("def test_it():\n    assert True\n")
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
+    for dont_write, expected in (("1", "0"), ("", "2")):
+        for pyc in tmp_path.glob("__pycache__/test_*-pytest-*.pyc"):
+            pyc.unlink()
+        env = {**os.environ, "PYTHONDONTWRITEBYTECODE": dont_write}
+        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert (tmp_path / "written.txt").read_text() == expected
+        cached = sorted(pyc.name.split(".")[0] for pyc in tmp_path.glob("__pycache__/test_*-pytest-*.pyc"))
+        assert cached == ([] if dont_write else ["test_example", "test_other"])
