@@ -561,10 +561,10 @@ def test_like_null_and_hostile_patterns() -> None:
     # a pattern that makes backtracking matchers explode takes linear time here
     pattern = "%a" * 200 + "%b"
     value = "a" * 20000
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: a busy machine's waits for a core are not the matcher's
     assert evaluate(f"s LIKE '{pattern}'", s=value) is False
     assert evaluate(f"s LIKE '{pattern.replace('a', '_')}'", s=value) is False
-    assert time.perf_counter() - start < 2.0
+    assert time.thread_time() - start < 2.0
 
 
 def test_between() -> None:
