@@ -8,12 +8,10 @@ allocated for them, so each input has a time bound (generous, so it cannot flake
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import struct
 import time
 import tracemalloc
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,18 +33,21 @@ except ImportError:  # pragma: no cover - tests/ imported as a package
 TIME_BOUND = 0.5
 
 
-@contextlib.contextmanager
-def decode_time() -> Iterator[list[float]]:
-    """Measure the CPU time of this thread over the block into the list it yields (one number, set at the end)."""
-    collecting = gc.isenabled()
-    gc.disable()  # a collection of the whole worker's heap is not the decoder's time
-    spent: list[float] = []
-    start = time.thread_time()
-    try:
-        yield spent
-    finally:
-        spent.append(time.thread_time() - start)
-        if collecting:
+class DecodeTime:
+    """A block's CPU time in this thread (``seconds``, set when it ends), the garbage collector held off during it:
+    a collection of the whole worker's heap is not the decoder's time."""
+
+    seconds = 0.0
+
+    def __enter__(self) -> DecodeTime:
+        self._collecting = gc.isenabled()
+        gc.disable()
+        self._start = time.thread_time()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.seconds = time.thread_time() - self._start
+        if self._collecting:
             gc.enable()
 
 
@@ -56,7 +57,7 @@ def check_decode(data: bytes) -> tuple[bool, Any]:
     Returns (decoded, value_or_error).
     """
     error: DecodeError | None = None
-    with decode_time() as spent:
+    with DecodeTime() as spent:
         try:
             value = codec.decode(data)
         except DecodeError as err:
@@ -64,7 +65,7 @@ def check_decode(data: bytes) -> tuple[bool, Any]:
         except Exception as err:  # the point of the test
             pytest.fail(f"{type(err).__name__}: {err!s:.200} decoding {data[:48].hex()}... ({len(data)} bytes)")
     verb = "decode" if error is None else "refuse"
-    assert spent[0] < TIME_BOUND, f"{spent[0]:.3f} CPU-s to {verb} {data[:48].hex()}... ({len(data)} bytes)"
+    assert spent.seconds < TIME_BOUND, f"{spent.seconds:.3f} CPU-s to {verb} {data[:48].hex()}... ({len(data)} bytes)"
     if error is not None:
         check_error(error, data)
         return False, error
@@ -109,14 +110,14 @@ def test_random_bytes_made_of_format_codes(data: bytes) -> None:
 @given(st.binary(max_size=40), st.integers(0, 45))
 def test_decode_at_random_offsets(data: bytes, offset: int) -> None:
     offset = min(offset, len(data))
-    with decode_time() as spent:
+    with DecodeTime() as spent:
         try:
             value, end = codec.decode_at(data, offset)
         except DecodeError as err:
             error: DecodeError | None = err
         else:
             error = None
-    assert spent[0] < TIME_BOUND
+    assert spent.seconds < TIME_BOUND
     if error is not None:
         check_error(error, data)
     else:

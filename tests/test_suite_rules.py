@@ -71,8 +71,8 @@ def test_the_workers_read_the_test_modules_rewritten_before_they_start(tmp_path:
         "    if not hasattr(config, 'workerinput'):\n"
         "        open('written.txt', 'w').write(str(written))\n"
     )
-    (tmp_path / "test_example.py").write_text("def test_it():\n    assert 1 + 1 == 2\n")
-    (tmp_path / "test_other.py").write_text("def test_it():\n    assert True\n")
+    (tmp_path / "test_example.py").write_text("def test_it():\n    pass\n")
+    (tmp_path / "test_other.py").write_text("def test_it():\n    pass\n")
     command = [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
     for dont_write, expected in (("1", "0"), ("", "2")):
         for pyc in tmp_path.glob("__pycache__/test_*-pytest-*.pyc"):
