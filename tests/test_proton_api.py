@@ -202,12 +202,12 @@ class FrameSniffer:
                     except OSError:
                         pass
                 return
+            if parse:  # recorded before the peer sees it: once the peer has answered a frame, the test can read it
+                buffer = self._parse(buffer + data)
             try:
                 sink.sendall(data)
             except OSError:
                 return
-            if parse:
-                buffer = self._parse(buffer + data)
 
     def _parse(self, buffer: bytes) -> bytes:
         while True:
