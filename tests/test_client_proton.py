@@ -713,6 +713,39 @@ async def test_receiver_manual_credit(broker: ProtonBroker) -> None:
             await in_thread(broker.wait_outcomes, 3, link=receiver.name)
 
 
+async def test_credit_top_up_is_written_before_the_application_yields(broker: ProtonBroker) -> None:
+    """An application that takes queued deliveries without an ``await`` that suspends (``receive()`` returns at
+    once while deliveries are queued) must not hold back the credit it tops up: the broker, out of credit, would
+    wait for it until the application's next suspension (on uvloop that cost a fifth of the receive rate). The
+    event loop is blocked while the broker's record is read, so only a flow written synchronously can reach it.
+    On asyncio and uvloop (the direct stream writes synchronously; trio's streams have no synchronous write)."""
+    for i in range(20):
+        broker.put("top-up", i)
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            receiver = await conn.open_receiver("top-up", credit=10)
+            await until(lambda: receiver.queued == 10)
+            flows_before = len([f for f in broker.flows if f.link == receiver.name])
+            taken = [receiver.receive_nowait() for _ in range(5)]
+            assert all(delivery is not None for delivery in taken)
+            # No await since the deliveries were taken: the event loop (and our writer task) cannot run.
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                flows = [f for f in broker.flows if f.link == receiver.name]
+                if any(flow.credit > 0 for flow in flows[flows_before:]):
+                    break
+                time.sleep(0.01)
+            else:
+                pytest.fail("the credit top-up stayed queued while the application held the event loop")
+            for delivery in taken:
+                assert delivery is not None
+                await delivery.accept()
+            rest = [await receiver.receive() for _ in range(15)]
+            assert [d.message.body for d in taken + rest] == list(range(20))
+            for delivery in rest:
+                await delivery.accept()
+
+
 @ALL_BACKENDS
 async def test_async_for_ends_when_the_broker_detaches_cleanly(broker: ProtonBroker) -> None:
     for i in range(3):

@@ -493,6 +493,15 @@ class Connection(LinkOpener):
         if self._driver is not None:
             self._driver.kick()
 
+    def _write_soon(self) -> None:
+        """Hand the engine's output to the socket now when it takes it without waiting, else wake the writer: for
+        output the peer waits on while the application goes on without yielding (a credit top-up while it takes
+        queued deliveries), which waking the writer would hold until the application's next ``await`` that
+        suspends."""
+        driver = self._driver
+        if driver is not None and not driver.write_now():
+            driver.kick()
+
     def _write_eagerly(self) -> None:
         """Write now the output a caller waits on (see :meth:`EngineDriver.write_eagerly`), or wake the writer."""
         if self._driver is not None:

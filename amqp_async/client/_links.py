@@ -540,7 +540,9 @@ class _ReceivingLink(_Link):
             wanted = prefetch - len(link.incoming)
             if wanted > link.link_credit:
                 link.grant_credit(wanted)
-                self.connection._kick()
+                # Written now: the sender may have run out of credit, and the application may take the deliveries
+                # queued before its next await that suspends (woken, the writer would run only then).
+                self.connection._write_soon()
 
     def add_credit(self, credit: int) -> None:
         """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control)."""
