@@ -767,11 +767,11 @@ class Message:
         if fields.__class__ is not list:
             raise DecodeError("the header section must be a list", offset=offset)
         shape = tuple(map(type, fields))
-        if shape not in _VALID_SHAPES:
+        if shape not in _VALID_HEADER_SHAPES:
             for index, (value, allowed) in enumerate(zip(fields, _HEADER_CLASSES, strict=False)):
                 if value is not None and value.__class__ is not allowed:
                     raise DecodeError(f"header field {_HEADER_FIELDS[index]} must be {allowed.__name__}", offset=offset)
-            _remember_shape(shape)
+            _remember_shape(_VALID_HEADER_SHAPES, shape)
         count = len(fields)
         if count > 0 and fields[0] is not None:
             self._durable = fields[0]
@@ -790,19 +790,20 @@ class Message:
         count = len(fields)
         if count > 13:
             del fields[13:]  # §1.4: later versions may add fields; ignore them.
+            count = 13
         # Every field's class is checked against §3.2.4, once per shape (the tuple of field classes): messages
         # of one producer share a shape, so the common case is one set lookup.
-        shape = (_PROPERTIES, *map(type, fields))
-        if shape not in _VALID_SHAPES:
+        shape = tuple(map(type, fields))
+        if shape not in _VALID_PROPERTY_SHAPES:
             for index, (value, allowed) in enumerate(zip(fields, _PROPERTY_CLASSES, strict=False)):
                 if value is not None and value.__class__ not in allowed:
                     raise DecodeError(
                         f"properties field {index} must be {_PROPERTY_FIELD_TYPES[index]}, got {value!r}",
                         offset=offset,
                     )
-            _remember_shape(shape)
+            _remember_shape(_VALID_PROPERTY_SHAPES, shape)
         if count < 13:
-            fields.extend([None] * (13 - count))
+            fields += _PROPERTY_PADDING[count]
         self._props = fields
 
     def __repr__(self) -> str:
@@ -859,9 +860,12 @@ class Message:
     __hash__ = None  # type: ignore[assignment]
 
 
-# Shapes (tuples of field classes) of header and properties sections that passed the type checks (bounded).
-_VALID_SHAPES: set[tuple[Any, ...]] = set()
+# Shapes (tuples of field classes) of header and of properties sections that passed the type checks (bounded).
+_VALID_HEADER_SHAPES: set[tuple[Any, ...]] = set()
+_VALID_PROPERTY_SHAPES: set[tuple[Any, ...]] = set()
 _VALID_SHAPES_LIMIT = 1024
+#: The nulls that complete a properties list of ``count`` fields to all thirteen (added, not built, per message).
+_PROPERTY_PADDING = tuple((None,) * (13 - count) for count in range(14))
 
 
 # Header sections (their list, from its constructor) that were decoded, and the fields they set (bounded).
@@ -869,9 +873,9 @@ _HEADERS: dict[bytes, dict[str, Any]] = {}
 _HEADERS_LIMIT = 256
 
 
-def _remember_shape(shape: tuple[Any, ...]) -> None:
-    if len(_VALID_SHAPES) < _VALID_SHAPES_LIMIT:
-        _VALID_SHAPES.add(shape)
+def _remember_shape(shapes: set[tuple[Any, ...]], shape: tuple[Any, ...]) -> None:
+    if len(shapes) < _VALID_SHAPES_LIMIT:
+        shapes.add(shape)
 
 
 # §3.2.1: the header's fields and their types.

@@ -36,7 +36,7 @@ from ..errors import DecodeError
 from ..io.driver import EngineDriver
 from ..message import Message
 from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE
 from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslServer
 from ..protocol.streaming import StreamingDelivery
@@ -167,7 +167,7 @@ class ServerConnection:
             or link.streaming is not None  # a large message goes out on it (_outbound): nothing else until it ends
             or self._output_waiting  # too much output waits for the socket (_pause_output)
             or link.session.remote_incoming_window <= 0  # §2.5.6: the next transfer would wait in the session
-            or link.local_state is not EndpointState.ACTIVE
+            or link.local_state is not ACTIVE
         ):
             return 0
         return credit
@@ -342,7 +342,7 @@ class ServerConnection:
                 node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
 
         def grant(room: int) -> None:
-            if link.local_state is EndpointState.ACTIVE:
+            if link.local_state is ACTIVE:
                 link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
                 self.kick()
 
@@ -392,7 +392,7 @@ class ServerConnection:
                 storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
                 continue
             link.settle(delivery, state, settled=not second)
-        if link.local_state is EndpointState.ACTIVE and link.credit < INCOMING_CREDIT // 2:
+        if link.local_state is ACTIVE and link.credit < INCOMING_CREDIT // 2:
             link.grant_credit(INCOMING_CREDIT)
 
     def _control(self, payload: bytes) -> Any:
@@ -554,7 +554,7 @@ class ServerConnection:
             else:
                 break
             self._take_message(link, inbound, delivery, payload, body, second)
-        if link.local_state is EndpointState.ACTIVE:
+        if link.local_state is ACTIVE:
             broker.flow.top_up(inbound.producer)
 
     def _take_message(
@@ -615,7 +615,7 @@ class ServerConnection:
     def _settle_stored(self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool) -> None:
         """Send the outcome that waited for the store's commit (unless the link has gone meanwhile: the client
         then holds the message in doubt)."""
-        if link.local_state is not EndpointState.ACTIVE or self.engine.closed:
+        if link.local_state is not ACTIVE or self.engine.closed:
             return
         try:
             link.settle(delivery, state, settled=settled)
@@ -635,7 +635,7 @@ class ServerConnection:
         outbound = link.user_data
         if isinstance(outbound, _Outbound):
             outbound.queue.dispatch()
-        if link.drain and link.local_state is EndpointState.ACTIVE:
+        if link.drain and link.local_state is ACTIVE:
             link.drained()  # §2.6.7: what could be sent was sent; give back the rest
         self.kick()
 
@@ -668,7 +668,7 @@ class ServerConnection:
             self.broker._settle_entry(outbound.queue, outbound.consumer, entry, state)
             touched = True
         for link, txn_id in unknown:
-            if link.local_state is EndpointState.ACTIVE:
+            if link.local_state is ACTIVE:
                 link.detach(error=self.transactions.refusal(txn_id))  # unknown-id, or timeout (§4.5.8)
                 self._on_detach(link)
                 touched = True

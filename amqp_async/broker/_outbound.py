@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import anyio.to_thread
 
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE
 
 if TYPE_CHECKING:
     from ..protocol.delivery import Delivery
@@ -36,9 +36,9 @@ BACKLOG_LIMIT = 1 << 20
 
 def _usable(link: SenderLink) -> bool:
     return (
-        link.local_state is EndpointState.ACTIVE
-        and link.remote_state is EndpointState.ACTIVE
-        and link.session.local_state is EndpointState.ACTIVE
+        link.local_state is ACTIVE
+        and link.remote_state is ACTIVE
+        and link.session.local_state is ACTIVE
         and not link.session.connection.closed
     )
 

@@ -13,7 +13,7 @@ from ..codec.performatives import RCV_SECOND, Error
 from ..codec.transactions import TransactionalState
 from ..errors import AMQPError, DeliveryAlreadySettled, LinkDetached
 from ..message import Message
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE
 from ..types import symbol
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ __all__ = ["Delivery"]
 
 log = logging.getLogger("amqp_async.connection")
 
+_new_message = Message.__new__
 _ACCEPTED = Accepted()
 _RELEASED = Released()
 _FAILED = Modified(delivery_failed=True)
@@ -69,6 +70,13 @@ class _Settlement:
     receiver: _ReceivingLink
     _delivery: EngineDelivery
     _outcome: Any
+    #: True for a class whose settling is _Settlement's own (``accept()`` then inlines it); a class that overrides
+    #: ``_settle`` (to end a span, to drop an unread body) has it False, set by ``__init_subclass__``.
+    _plain_settle = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._plain_settle = cls._settle is _Settlement._settle
 
     @property
     def tag(self) -> bytes:
@@ -101,7 +109,10 @@ class _Settlement:
             DeliveryAlreadySettled: the delivery was settled already (by one of the four settling methods).
             LinkDetached: the link it came on is gone (the peer delivers it again).
         """
-        await self._settle(_ACCEPTED, transaction)
+        if not self._plain_settle:
+            await self._settle(_ACCEPTED, transaction)
+        elif self._settle_now(_ACCEPTED, transaction):  # _settle() inline: one coroutine less per message
+            await self._wait_sender_settled()
 
     async def reject(
         self,
@@ -146,6 +157,12 @@ class _Settlement:
         )
 
     async def _settle(self, state: Any, transaction: Transaction | None = None) -> None:
+        if self._settle_now(state, transaction):
+            await self._wait_sender_settled()
+
+    def _settle_now(self, state: Any, transaction: Transaction | None) -> bool:
+        """Give the delivery its outcome (queued for the next write); True when it is settled only once the sender
+        has settled (receiver settle mode second: :meth:`_wait_sender_settled`)."""
         delivery = self._delivery
         receiver = self.receiver
         if self._outcome is not _UNSETTLED:
@@ -160,7 +177,7 @@ class _Settlement:
             # §4.4.2: the outcome, given within the transaction, takes effect at its discharge
             state = transaction._outcome_state(state)
         link = delivery.link
-        if link is not receiver._engine_link or link.local_state is not EndpointState.ACTIVE:
+        if link is not receiver._engine_link or link.local_state is not ACTIVE:
             receiver._check()  # closed by the application (ClosedByApplication), or failed: that error
             gone = LinkDetached(
                 "the link this delivery came on is gone (detached or reconnected): the peer will deliver it again"
@@ -170,28 +187,33 @@ class _Settlement:
             raise gone
         self._outcome = state
         if delivery.settled:
-            return  # settled without us (nothing is left to say)
-        connection = receiver.connection
+            return False  # settled without us (nothing is left to say)
         if delivery.remote_settled:
             delivery.settled = True  # the sender settled first (at-most-once): nothing to say
             delivery.state = state
-            return
+            return False
         second = link.rcv_settle_mode == RCV_SECOND
-        receiver._engine_link.settle(delivery, state, settled=not second)
-        connection._kick()
-        if second:
-            # §2.6.12: mode second: wait for the sender's settlement, then settle (nothing more is sent).
-            while not delivery.remote_settled:
-                receiver._check()
-                if link is not receiver._engine_link:  # reconnected: the sender's settlement will never come
-                    lost = LinkDetached(
-                        "the connection was lost before the sender settled the delivery: whether the outcome took "
-                        "effect is unknown; the peer may deliver the message again"
-                    )
-                    lost.__cause__ = connection._loss
-                    raise lost
-                await connection._wait_state()
-            delivery.settled = True
+        link.settle(delivery, state, settled=not second)
+        receiver.connection._kick()
+        return second
+
+    async def _wait_sender_settled(self) -> None:
+        # §2.6.12: mode second: wait for the sender's settlement, then settle (nothing more is sent).
+        delivery = self._delivery
+        receiver = self.receiver
+        link = delivery.link
+        connection = receiver.connection
+        while not delivery.remote_settled:
+            receiver._check()
+            if link is not receiver._engine_link:  # reconnected: the sender's settlement will never come
+                lost = LinkDetached(
+                    "the connection was lost before the sender settled the delivery: whether the outcome took "
+                    "effect is unknown; the peer may deliver the message again"
+                )
+                lost.__cause__ = connection._loss
+                raise lost
+            await connection._wait_state()
+        delivery.settled = True
 
     # --- as a context manager ----------------------------------------------------------------------------
 
@@ -275,8 +297,9 @@ class Delivery(_Settlement):
         """The message, decoded on first access (raises DecodeError for a malformed one)."""
         message = self._message
         if message is None:
-            message = self._message = Message()
+            message = _new_message(Message)  # decode() sets every field: __init__ would only set defaults
             message.decode(self._delivery.payload)
+            self._message = message
         return message
 
     @property

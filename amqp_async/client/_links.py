@@ -13,7 +13,7 @@ from ..codec.performatives import Error
 from ..errors import AMQPError, ClosedByApplication, DeliveryError, LinkDetached, LinkError, SessionError
 from ..message import Message
 from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT
 from ..protocol.errors import LocalProtocolError
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
@@ -94,7 +94,7 @@ class _Link:
         try:
             # The engine link is read again on each wake-up: a reconnect meanwhile attaches a new one (_restore),
             # and the old one never hears from the peer again.
-            while self._engine_link.remote_state is EndpointState.UNINIT:
+            while self._engine_link.remote_state is UNINIT:
                 self._check()
                 await self.connection._wait_state()
             link = self._engine_link
@@ -102,7 +102,7 @@ class _Link:
             refused = (link.role and link.remote_source is None) or (
                 not link.role and link.remote_target is None and self._target_address_expected()
             )
-            while refused and link.remote_state is EndpointState.ACTIVE and self._error is None:
+            while refused and link.remote_state is ACTIVE and self._error is None:
                 if link is not self._engine_link:
                     break  # reconnected meanwhile: the new link's attach is what counts
                 await self.connection._wait_state()
@@ -143,14 +143,14 @@ class _Link:
     async def close(self, error: Error | None = None) -> None:
         """Detach and close the link (§2.6.4), and wait for the peer's detach (idempotent)."""
         link = self._engine_link
-        if self._closed or self.connection.is_closed or link.local_state is EndpointState.CLOSED:
+        if self._closed or self.connection.is_closed or link.local_state is CLOSED:
             self._closed = True
             return
         self._detaching = True
         link.detach(closed=True, error=error)
         self.connection._kick()
         with anyio.move_on_after(10):
-            while link.remote_state is EndpointState.ACTIVE and not self.connection.is_closed:
+            while link.remote_state is ACTIVE and not self.connection.is_closed:
                 await self.connection._wait_state()
         self._closed = True
 
@@ -382,7 +382,7 @@ class Sender(_Link, Generic[_R]):
                 self._check()
                 link = self._engine_link
                 # While reconnecting, the old link is dead: wait for the new one (attached by _restore).
-                ready = link.remote_state is EndpointState.ACTIVE and not connection._reconnecting
+                ready = link.remote_state is ACTIVE and not connection._reconnecting
                 if link.link_credit > 0 and ready:
                     await connection._wait_writable()
                     if link.link_credit > 0 and link is self._engine_link and not connection._reconnecting:
@@ -535,7 +535,7 @@ class _ReceivingLink(_Link):
     def _top_up(self) -> None:
         link = self._engine_link
         prefetch = self._prefetch
-        if prefetch and link.local_state is EndpointState.ACTIVE and link.link_credit <= prefetch >> 1:
+        if link.link_credit <= prefetch >> 1 and prefetch and link.local_state is ACTIVE:
             # Credit plus what waits in the queue stays at most ``prefetch``: memory is bounded by it.
             wanted = prefetch - len(link.incoming)
             if wanted > link.link_credit:
@@ -617,7 +617,7 @@ class Receiver(_ReceivingLink):
             self._check()  # the link, its session or the connection may have ended instead of draining
             if link is not self._engine_link:
                 return  # reconnected meanwhile: the old link's credit went with it
-            if not (link.drain and link.local_state is EndpointState.ACTIVE) and not connection._reconnecting:
+            if not (link.drain and link.local_state is ACTIVE) and not connection._reconnecting:
                 return
             await connection._wait_state()
 
@@ -643,7 +643,8 @@ class Receiver(_ReceivingLink):
         while True:
             incoming = self._engine_link.incoming
             if incoming:
-                if self._closed_by_application:
+                # _closed_by_application inline (once per message)
+                if self._detaching or self.session._closing or self.connection._closing:
                     self._check()  # ClosedByApplication: what is queued is not handed out after a close
                 tracing = self._tracing
                 if tracing is None:
@@ -676,7 +677,7 @@ class Receiver(_ReceivingLink):
         if max_count < 1:
             raise ValueError(f"max_count must be at least 1, got {max_count!r}")
         link = self._engine_link
-        if not self._prefetch and link.local_state is EndpointState.ACTIVE:
+        if not self._prefetch and link.local_state is ACTIVE:
             wanted = max_count - len(link.incoming) - link.link_credit
             if wanted > 0:
                 try:

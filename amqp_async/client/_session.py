@@ -9,7 +9,7 @@ import anyio
 from ..codec.performatives import Error
 from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError
 from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE, UNINIT
 from ._link_options import (
     ReceiverOptions,
     SenderOptions,
@@ -63,7 +63,7 @@ class Session(LinkOpener):
         self._engine_session = engine_session
         connection._kick()
         # Read again on each wake-up: a reconnect meanwhile begins a new engine session (_restore).
-        while self._engine_session.remote_state is EndpointState.UNINIT:
+        while self._engine_session.remote_state is UNINIT:
             self._check()
             await connection._wait_state()
         self._check()
@@ -138,7 +138,7 @@ class Session(LinkOpener):
         engine_session.end(error)
         self.connection._kick()
         with anyio.move_on_after(10):
-            while engine_session.remote_state is EndpointState.ACTIVE and not self.connection.is_closed:
+            while engine_session.remote_state is ACTIVE and not self.connection.is_closed:
                 await self.connection._wait_state()
         self._ended = True
 

@@ -24,7 +24,7 @@ from ..codec.delivery_states import Accepted
 from ..errors import AMQPError, DeliveryAborted
 from ..message import Message
 from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE
 from ..protocol.errors import LocalProtocolError
 from ..protocol.payload import Gathered
 from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
@@ -344,7 +344,7 @@ class MessageStream(Generic[_R]):
         while True:
             sender._check()
             link = sender._engine_link
-            if link.link_credit > 0 and link.remote_state is EndpointState.ACTIVE and not connection._reconnecting:
+            if link.link_credit > 0 and link.remote_state is ACTIVE and not connection._reconnecting:
                 return
             await connection._wait_state()
 
@@ -540,7 +540,7 @@ class MessageStream(Generic[_R]):
             self._check_alive()
             link = sender._engine_link
             if self._delivery is None and (
-                link.link_credit <= 0 or link.remote_state is not EndpointState.ACTIVE or connection._reconnecting
+                link.link_credit <= 0 or link.remote_state is not ACTIVE or connection._reconnecting
             ):
                 await connection._wait_state()
                 continue

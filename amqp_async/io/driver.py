@@ -42,7 +42,7 @@ import anyio
 import anyio.abc
 
 from ..protocol import Connection as Engine
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import CLOSED
 from ..protocol.events import Event
 from .direct_stream import DirectStream
 from .read_size import SMALL_READ, next_read_size
@@ -536,7 +536,7 @@ class EngineDriver:
                 if not await self._write():
                     return
                 continue
-            if self._close_deadline is None and engine.local_state is EndpointState.CLOSED:
+            if self._close_deadline is None and engine.local_state is CLOSED:
                 self.start_close_timer()  # a close the owner did not announce (the broker's, proton's)
             deadline = next_tick
             if self._close_deadline is not None:

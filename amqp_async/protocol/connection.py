@@ -47,7 +47,7 @@ from ..codec.framing import (
 from ..codec.performatives import Attach, Begin, Close, Detach, Disposition, End, Error, Flow, Open, Transfer
 from ..errors import DecodeError, EncodeError
 from ..types import symbol
-from .endpoint import Endpoint, EndpointState
+from .endpoint import ACTIVE, CLOSED, UNINIT, Endpoint
 from .errors import ConnectionClosedError, LocalProtocolError, RemoteProtocolError
 from .events import (
     Authenticated,
@@ -304,11 +304,11 @@ class Connection(Endpoint):
         """Do what time calls for (§2.4.5): a heartbeat when the peer's idle timeout is half gone since we last
         wrote, a close when the peer has been silent past our idle timeout. Return when to call again (None:
         there is nothing to wait for)."""
-        if self._phase == _DONE or self.local_state is EndpointState.CLOSED:
+        if self._phase == _DONE or self.local_state is CLOSED:
             return None
         deadlines = []
         idle = self.idle_timeout
-        if idle and (self.remote_state is EndpointState.ACTIVE or (self._idle_from_start and self.remote_open is None)):
+        if idle and (self.remote_state is ACTIVE or (self._idle_from_start and self.remote_open is None)):
             if self._idle_since is None and self.remote_open is None:
                 self._idle_since = now  # idle_from_start: the first tick starts the clock
             expires = self._input_expiry(idle)
@@ -316,7 +316,7 @@ class Connection(Endpoint):
                 self._fail(conditions.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
                 return None
             deadlines.append(expires)
-        if self._remote_idle_timeout and self.local_state is EndpointState.ACTIVE:
+        if self._remote_idle_timeout and self.local_state is ACTIVE:
             # Write at half the peer's timeout, so that a delay on the way does not make it give up on us.
             interval = self._remote_idle_timeout / 2
             due = self._last_sent + interval
@@ -334,9 +334,9 @@ class Connection(Endpoint):
         """When :meth:`tick` will declare the peer dead unless bytes arrive before (None: no idle timeout of ours
         runs now). The clock is the one :meth:`receive_data` and :meth:`tick` get."""
         idle = self.idle_timeout
-        if not idle or self._phase == _DONE or self.local_state is EndpointState.CLOSED:
+        if not idle or self._phase == _DONE or self.local_state is CLOSED:
             return None
-        if self.remote_state is EndpointState.ACTIVE:
+        if self.remote_state is ACTIVE:
             return self._last_received + idle
         if self._idle_from_start and self.remote_open is None and self._idle_since is not None:
             return self._input_expiry(idle)
@@ -357,11 +357,11 @@ class Connection(Endpoint):
         Answering the peer's open after the engine closed the connection (the peer broke the protocol in the same
         input; a :class:`ConnectionClosed` event follows the :class:`ConnectionOpened`) does nothing.
         """
-        if self.local_state is EndpointState.CLOSED and self.engine_ended:
+        if self.local_state is CLOSED and self.engine_ended:
             return
-        if self.local_state is not EndpointState.UNINIT:
+        if self.local_state is not UNINIT:
             raise LocalProtocolError("the connection is already open on our side")
-        self.local_state = EndpointState.ACTIVE
+        self.local_state = ACTIVE
         if self.role == CLIENT and not self._header_sent and self.sasl is None:
             self._write_header(AMQP_HEADER)
         if self._phase in (_AWAIT_SASL_HEADER, _SASL) or not self._header_sent:
@@ -371,30 +371,30 @@ class Connection(Endpoint):
 
     def close(self, error: Error | None = None) -> None:
         """Send our close (§2.4.3), ending every session; answer the peer's close (the engine does so itself)."""
-        if self.local_state is EndpointState.CLOSED:
+        if self.local_state is CLOSED:
             return
-        if self.local_state is EndpointState.UNINIT and not self._header_sent:
-            self.local_state = EndpointState.CLOSED
+        if self.local_state is UNINIT and not self._header_sent:
+            self.local_state = CLOSED
             self._phase = _DONE
             return
-        if self.local_state is EndpointState.UNINIT:
+        if self.local_state is UNINIT:
             self._write_open()  # §2.4.1: a close must follow an open
         self.flush()
         self._close_endpoints()
-        self.local_state = EndpointState.CLOSED
+        self.local_state = CLOSED
         self.local_error = error
         self._write_frame(0, Close(error=error))
 
     def _close_endpoints(self) -> None:
         """§2.4.3: closing the connection ends its sessions and links; nothing more may be written for them."""
         for session in self.sessions:
-            if session.local_state is not EndpointState.CLOSED:
-                session.local_state = EndpointState.CLOSED
+            if session.local_state is not CLOSED:
+                session.local_state = CLOSED
                 session.engine_ended = True
             session._outgoing_queue.clear()
             for link in session._links_by_name.values():
-                if link.local_state is not EndpointState.CLOSED:
-                    link.local_state = EndpointState.CLOSED
+                if link.local_state is not CLOSED:
+                    link.local_state = CLOSED
                     link.engine_ended = True
         self._dirty_sessions.clear()
 
@@ -468,9 +468,9 @@ class Connection(Endpoint):
             self._fail(condition, description)
 
     def _require_open_for_sessions(self) -> None:
-        if self.local_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE:
             raise ConnectionClosedError("the connection is not open on our side")
-        if self.remote_state is EndpointState.CLOSED:
+        if self.remote_state is CLOSED:
             raise ConnectionClosedError("the peer closed the connection")
 
     # --- output helpers ----------------------------------------------------------------------------------
@@ -572,7 +572,7 @@ class Connection(Endpoint):
         return channel
 
     def _release_channel(self, session: Session) -> None:
-        if session.remote_state is EndpointState.ACTIVE:
+        if session.remote_state is ACTIVE:
             return  # the peer's end will release both maps (_on_end)
         if session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
             del self._sessions_by_channel[session.channel]
@@ -662,7 +662,7 @@ class Connection(Endpoint):
             )
         if body == end:
             return  # an empty frame: the peer is alive (§2.4.5)
-        if self.remote_state is EndpointState.CLOSED:
+        if self.remote_state is CLOSED:
             return  # §2.4.3: nothing may follow close; ignore it
         if (
             end - body > 3  # a body too short for a transfer's descriptor and list is the decoder's to refuse
@@ -783,7 +783,7 @@ class Connection(Endpoint):
                 condition=conditions.FRAME_SIZE_TOO_SMALL,
             )
         self.remote_open = frame
-        self.remote_state = EndpointState.ACTIVE
+        self.remote_state = ACTIVE
         self._remote_max_frame_size = frame.max_frame_size
         self._max_transfer_payload = frame.max_frame_size - TRANSFER_OVERHEAD
         self._remote_channel_max = frame.channel_max
@@ -791,9 +791,9 @@ class Connection(Endpoint):
         self._emit(ConnectionOpened(open=frame))
 
     def _on_close(self, channel: int, frame: Close) -> None:
-        self.remote_state = EndpointState.CLOSED
+        self.remote_state = CLOSED
         self.remote_error = frame.error
-        peer_initiated = self.local_state is not EndpointState.CLOSED
+        peer_initiated = self.local_state is not CLOSED
         if peer_initiated and self.answer_close:
             self.close()  # §2.4.3: answer the close
             self.engine_ended = True
@@ -813,7 +813,7 @@ class Connection(Endpoint):
             raise RemoteProtocolError(f"begin on channel {channel}, which is in use", condition=conditions.NOT_ALLOWED)
         if frame.remote_channel is not None:
             session = self._sessions_by_channel.get(frame.remote_channel)
-            if session is None or session.remote_state is not EndpointState.UNINIT:
+            if session is None or session.remote_state is not UNINIT:
                 raise RemoteProtocolError(
                     f"begin answers channel {frame.remote_channel}, where we began no session",
                     condition=conditions.NOT_ALLOWED,
@@ -829,13 +829,13 @@ class Connection(Endpoint):
         session = self._session_for(channel)
         session._on_end(frame)
         self._sessions_by_remote_channel.pop(channel, None)
-        local_done = session.local_state is not EndpointState.ACTIVE
+        local_done = session.local_state is not ACTIVE
         if local_done and session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
             del self._sessions_by_channel[session.channel]
 
     def _on_session_frame(self, channel: int, frame: Any) -> None:
         session = self._session_for(channel)
-        if session.local_state is EndpointState.CLOSED and (self.answer_close or type(frame) is not Detach):
+        if session.local_state is CLOSED and (self.answer_close or type(frame) is not Detach):
             # §2.5.1: after our end, frames other than the peer's end are ignored. A layer that answers ends
             # itself still takes the peer's detach: it reports the link closed, as proton does.
             return
@@ -853,11 +853,11 @@ class Connection(Endpoint):
         a begin). Before our open (a server that has not answered the peer's open yet) nothing can be written for
         a session: the error closes the connection instead (raised again with the connection's scope).
         """
-        if session.local_state is EndpointState.CLOSED:
+        if session.local_state is CLOSED:
             return  # ended already: the peer's frames are dropped until its end (§2.5.1)
-        if self.local_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE:
             raise RemoteProtocolError(exc.description, condition=exc.condition) from exc
-        if session.local_state is EndpointState.UNINIT:
+        if session.local_state is UNINIT:
             session.begin()
         err = error(exc.condition, exc.description)
         session.end(err)
@@ -874,9 +874,9 @@ class Connection(Endpoint):
         the error ends the session instead (:meth:`_session_error`).
         """
         session = link.session
-        if link.local_state is EndpointState.CLOSED:
+        if link.local_state is CLOSED:
             return  # detached already: the peer's frames are dropped until its detach (§2.6.4)
-        if session.local_state is not EndpointState.ACTIVE or self.local_state is not EndpointState.ACTIVE:
+        if session.local_state is not ACTIVE or self.local_state is not ACTIVE:
             self._session_error(session, RemoteProtocolError(exc.description, condition=exc.condition, scope="session"))
             return
         err = error(exc.condition, exc.description)
@@ -888,7 +888,7 @@ class Connection(Endpoint):
     def _on_transport_end(self) -> None:
         self._phase = _DONE
         self._transport_closed = True
-        if self.remote_state is not EndpointState.CLOSED:
+        if self.remote_state is not CLOSED:
             self._emit(
                 ConnectionClosed(
                     error=error(conditions.CONNECTION_FORCED, "the transport ended before the peer closed"),
@@ -900,11 +900,11 @@ class Connection(Endpoint):
     def _fail(self, condition: str, description: str, sasl_code: int | None = None) -> None:
         """Close the connection because of the peer (or of a timeout): our close carries the condition."""
         err = error(condition, description)
-        if self._phase in (_AMQP,) and self.local_state is not EndpointState.CLOSED:
-            if self.local_state is EndpointState.UNINIT:
+        if self._phase in (_AMQP,) and self.local_state is not CLOSED:
+            if self.local_state is UNINIT:
                 self._write_open()
             self._close_endpoints()
-            self.local_state = EndpointState.CLOSED
+            self.local_state = CLOSED
             self.local_error = err
             self._write_frame(0, Close(error=err))
         self.engine_ended = True

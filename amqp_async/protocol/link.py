@@ -34,7 +34,7 @@ from ..codec.terminus import Source, Target
 from ..codec.transactions import Coordinator
 from ..types import symbol, uint
 from .delivery import Delivery
-from .endpoint import Endpoint, EndpointState
+from .endpoint import ACTIVE, CLOSED, UNINIT, Endpoint
 from .errors import LocalProtocolError, NoCreditError, RemoteProtocolError
 from .payload import Payload
 from .serial import MASK, serial_diff
@@ -150,7 +150,7 @@ class Link(Endpoint, abc.ABC):
     @property
     def locally_attached(self) -> bool:
         """True once we sent our attach."""
-        return self.local_state is not EndpointState.UNINIT
+        return self.local_state is not UNINIT
 
     # --- commands ----------------------------------------------------------------------------------------
 
@@ -175,9 +175,9 @@ class Link(Endpoint, abc.ABC):
         Raises:
             LocalProtocolError: the link is already attached on our side, or the session is not usable.
         """
-        if self.local_state is EndpointState.CLOSED and self.engine_ended:
+        if self.local_state is CLOSED and self.engine_ended:
             return
-        if self.local_state is not EndpointState.UNINIT:
+        if self.local_state is not UNINIT:
             raise LocalProtocolError(f"link {self.name!r} is already attached")
         self.session._require_usable()
         if source is not None:
@@ -204,7 +204,7 @@ class Link(Endpoint, abc.ABC):
         if self.role is SENDER:
             self.delivery_count = initial_delivery_count & MASK
             self._initial_delivery_count = self.delivery_count
-        self.local_state = EndpointState.ACTIVE
+        self.local_state = ACTIVE
         frame = Attach(
             name=self.name,
             handle=self.handle,
@@ -229,14 +229,14 @@ class Link(Endpoint, abc.ABC):
         Unsettled deliveries of the link are forgotten by this end (the peer learns their fate, if it cares, when
         the link is resumed, which this engine does not do).
         """
-        if self.local_state is EndpointState.CLOSED:
+        if self.local_state is CLOSED:
             return
-        if self.local_state is EndpointState.UNINIT:
+        if self.local_state is UNINIT:
             # §2.6.3: to refuse a link the peer started, attach (with null termini) and detach at once; when its
             # session cannot carry frames (not begun on our side, or ended), there is nothing to write.
             session = self.session
-            if self.remote_state is EndpointState.UNINIT or not self._usable_session():
-                self.local_state = EndpointState.CLOSED
+            if self.remote_state is UNINIT or not self._usable_session():
+                self.local_state = CLOSED
                 session._forget_link_if_done(self)
                 return
             self.attach()
@@ -246,7 +246,7 @@ class Link(Endpoint, abc.ABC):
         # Transfer frames still waiting for the peer's window die with the link: no frame may name its handle after
         # the detach (§2.6.4), and the receiver drops a delivery left incomplete by a detach.
         self.session._drop_queued_transfers(self)
-        self.local_state = EndpointState.CLOSED
+        self.local_state = CLOSED
         self.local_error = error
         self.session._send_frame(Detach(handle=self.handle, closed=closed, error=error))
         self.session._release_handle(self)
@@ -268,17 +268,17 @@ class Link(Endpoint, abc.ABC):
         """True while frames may be written on the link's session (begun and not ended, connection open)."""
         session = self.session
         return (
-            session.local_state is EndpointState.ACTIVE
-            and session.remote_state is not EndpointState.CLOSED
-            and session.connection.local_state is EndpointState.ACTIVE
+            session.local_state is ACTIVE
+            and session.remote_state is not CLOSED
+            and session.connection.local_state is ACTIVE
         )
 
     def _usable(self) -> bool:
         """True while frames may be written for this link: attached on our side, session and connection open."""
         return (
-            self.local_state is EndpointState.ACTIVE
-            and self.session.local_state is EndpointState.ACTIVE
-            and self.session.connection.local_state is EndpointState.ACTIVE
+            self.local_state is ACTIVE
+            and self.session.local_state is ACTIVE
+            and self.session.connection.local_state is ACTIVE
         )
 
     def _write_flow(self, echo: bool = False) -> None:
@@ -373,7 +373,7 @@ class SenderLink(Link):
         """
         if self.link_credit <= 0:
             raise NoCreditError(f"link {self.name!r} has no credit")
-        if self.local_state is not EndpointState.ACTIVE or self.remote_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE or self.remote_state is not ACTIVE:
             raise LocalProtocolError(f"link {self.name!r} is not attached")
         if self._streaming is not None:
             raise LocalProtocolError(f"a delivery sent in parts is still open on link {self.name!r}")
@@ -434,7 +434,7 @@ class SenderLink(Link):
         """
         if delivery is not self._streaming or delivery.aborted:
             raise LocalProtocolError(f"the delivery is not the one being sent in parts on link {self.name!r}")
-        if self.local_state is not EndpointState.ACTIVE or self.remote_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE or self.remote_state is not ACTIVE:
             raise LocalProtocolError(f"link {self.name!r} is not attached")
         size = self._streamed_size + len(payload)
         remote_max = self.remote_attach.max_message_size  # type: ignore[union-attr]  # attached: checked above
@@ -580,7 +580,7 @@ class ReceiverLink(Link):
         """
         if credit < 0 or credit > MASK:
             raise LocalProtocolError(f"link credit must be in [0, 2**32-1], got {credit}")
-        if self.local_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE:
             raise LocalProtocolError(f"link {self.name!r} is not attached")
         self.link_credit = credit
         self.drain = drain
@@ -593,7 +593,7 @@ class ReceiverLink(Link):
         total = self.link_credit + credit
         if total < 0 or total > MASK:
             raise LocalProtocolError(f"link credit must be in [0, 2**32-1], got {total}")
-        if self.local_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE:
             raise LocalProtocolError(f"link {self.name!r} is not attached")
         self.link_credit = total
         self._overshoot = 0
@@ -618,7 +618,7 @@ class ReceiverLink(Link):
 
     def detach(self, *, closed: bool = True, error: Error | None = None) -> None:
         super().detach(closed=closed, error=error)
-        if self._current is not None and self.local_state is EndpointState.CLOSED:
+        if self._current is not None and self.local_state is CLOSED:
             self._drop_current()  # its remaining frames will not be taken (§2.6.4): it is incomplete for good
 
     def _drop_current(self) -> None:

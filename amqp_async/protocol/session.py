@@ -47,7 +47,7 @@ from ..codec.performatives import (
 )
 from ..codec.transactions import Declared, TransactionalState
 from .delivery import Delivery
-from .endpoint import Endpoint, EndpointState
+from .endpoint import ACTIVE, CLOSED, UNINIT, Endpoint
 from .errors import LocalProtocolError, RemoteProtocolError
 from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
 from .link import Link, ReceiverLink, SenderLink
@@ -148,7 +148,7 @@ class Session(Endpoint):
     @property
     def locally_begun(self) -> bool:
         """True once we sent our begin."""
-        return self.local_state is not EndpointState.UNINIT
+        return self.local_state is not UNINIT
 
     @property
     def links(self) -> list[Link]:
@@ -196,13 +196,13 @@ class Session(Endpoint):
             raise LocalProtocolError(f"incoming window must be in [0, 2**32-1], got {window}")
         self.initial_incoming_window = _MANUAL_WINDOW
         self.incoming_window = window
-        if self.local_state is EndpointState.ACTIVE:
+        if self.local_state is ACTIVE:
             self._queue_session_flow()
 
     def _require_usable(self) -> None:
-        if self.local_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE:
             raise LocalProtocolError("the session is not begun (or already ended) on our side")
-        if self.remote_state is EndpointState.CLOSED:
+        if self.remote_state is CLOSED:
             raise LocalProtocolError("the peer ended the session")
 
     # --- commands ----------------------------------------------------------------------------------------
@@ -213,14 +213,14 @@ class Session(Endpoint):
         Answering a session the engine has already ended (the peer broke the protocol on it, or on the connection,
         in the same input; the :class:`SessionEnded` or :class:`ConnectionClosed` event follows) does nothing.
         """
-        if self.local_state is EndpointState.CLOSED and self.engine_ended:
+        if self.local_state is CLOSED and self.engine_ended:
             return
-        if self.local_state is not EndpointState.UNINIT:
+        if self.local_state is not UNINIT:
             raise LocalProtocolError("the session is already begun")
         self.connection._require_open_for_sessions()
         if self.channel is None:
             self.channel = self.connection._allocate_channel(self)
-        self.local_state = EndpointState.ACTIVE
+        self.local_state = ACTIVE
         # Our begin lets the peer send incoming-window frames from its next-outgoing-id (known once its begin is
         # here; for a session we start, the peer's first transfer id is taken from its begin).
         self._advertised_limit = (self.next_incoming_id + self.incoming_window) & MASK
@@ -243,22 +243,22 @@ class Session(Endpoint):
         A session the peer began and we have not answered is begun first (§2.5.1: an end follows a begin), or, when
         the connection cannot carry that any more, only marked ended.
         """
-        if self.local_state is EndpointState.UNINIT and self.remote_state is not EndpointState.UNINIT:
+        if self.local_state is UNINIT and self.remote_state is not UNINIT:
             connection = self.connection
-            if connection.local_state is EndpointState.ACTIVE and connection.remote_state is EndpointState.ACTIVE:
+            if connection.local_state is ACTIVE and connection.remote_state is ACTIVE:
                 self.begin()
             else:
                 self._mark_ended()
                 return
-        if self.local_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE:
             return
         self.connection._flush_session(self)
-        self.local_state = EndpointState.CLOSED
+        self.local_state = CLOSED
         self.local_error = error
         self._send_frame(End(error=error))
         for link in self._links_by_name.values():
-            if link.local_state is not EndpointState.CLOSED:
-                link.local_state = EndpointState.CLOSED
+            if link.local_state is not CLOSED:
+                link.local_state = CLOSED
                 link.engine_ended = True  # it ends with the session, not by a command of its own
         self._outgoing_queue.clear()
         self._streaming.clear()
@@ -267,11 +267,11 @@ class Session(Endpoint):
 
     def _mark_ended(self) -> None:
         """Our side is over without an end frame (nothing can be written for the session any more)."""
-        self.local_state = EndpointState.CLOSED
+        self.local_state = CLOSED
         self.engine_ended = True
         for link in self._links_by_name.values():
-            if link.local_state is not EndpointState.CLOSED:
-                link.local_state = EndpointState.CLOSED
+            if link.local_state is not CLOSED:
+                link.local_state = CLOSED
                 link.engine_ended = True
         self.connection._release_channel(self)
 
@@ -322,7 +322,7 @@ class Session(Endpoint):
         self._forget_link_if_done(link)
 
     def _forget_link_if_done(self, link: Link) -> None:
-        if link.local_state is not EndpointState.ACTIVE and link.remote_state is not EndpointState.ACTIVE:
+        if link.local_state is not ACTIVE and link.remote_state is not ACTIVE:
             if self._links_by_name.get((link.name, link.role)) is link:
                 del self._links_by_name[(link.name, link.role)]
             self._flow_links.pop(link, None)
@@ -541,10 +541,7 @@ class Session(Endpoint):
         incoming window's reckoning, which reopens, with a flow frame, once that gains half a window (§2.5.6)."""
         held = self.held_frames - count
         self.held_frames = held
-        if (
-            self.incoming_window <= (self.initial_incoming_window >> 1) - held
-            and self.local_state is EndpointState.ACTIVE
-        ):
+        if self.incoming_window <= (self.initial_incoming_window >> 1) - held and self.local_state is ACTIVE:
             self.incoming_window = self.initial_incoming_window - held
             self._queue_session_flow()
 
@@ -568,7 +565,7 @@ class Session(Endpoint):
         self._advertised_limit = (self.next_incoming_id + self.incoming_window) & MASK
         self._send_frame(
             Flow(
-                next_incoming_id=self.next_incoming_id if self.remote_state is not EndpointState.UNINIT else None,
+                next_incoming_id=self.next_incoming_id if self.remote_state is not UNINIT else None,
                 incoming_window=self.incoming_window,
                 next_outgoing_id=self.next_outgoing_id,
                 outgoing_window=self.outgoing_window,
@@ -593,7 +590,7 @@ class Session(Endpoint):
 
     def _flush(self) -> None:
         """Write the queued flows and the coalesced dispositions."""
-        if self.local_state is not EndpointState.ACTIVE:
+        if self.local_state is not ACTIVE:
             self._pending_dispositions.clear()
             self._flow_links.clear()
             self._session_flow_pending = False
@@ -602,7 +599,7 @@ class Session(Endpoint):
             links = list(self._flow_links)
             self._flow_links.clear()
             for link in links:
-                if link.local_state is EndpointState.ACTIVE:
+                if link.local_state is ACTIVE:
                     link._write_flow()
             self._session_flow_pending = False
         elif self._session_flow_pending:
@@ -636,18 +633,18 @@ class Session(Endpoint):
 
     def _on_begin(self, begin: Begin) -> None:
         self.remote_begin = begin
-        self.remote_state = EndpointState.ACTIVE
+        self.remote_state = ACTIVE
         self.next_incoming_id = begin.next_outgoing_id
         self.remote_incoming_window = begin.incoming_window
         self.remote_outgoing_window = begin.outgoing_window
-        if self.local_state is EndpointState.ACTIVE:
+        if self.local_state is ACTIVE:
             self._advertised_limit = (self.next_incoming_id + self.incoming_window) & MASK
         self.remote_handle_max = begin.handle_max
 
     def _on_end(self, end: End) -> None:
-        self.remote_state = EndpointState.CLOSED
+        self.remote_state = CLOSED
         self.remote_error = end.error
-        peer_initiated = self.local_state is not EndpointState.CLOSED
+        peer_initiated = self.local_state is not CLOSED
         if not self.end_reported:
             self.end_reported = True
             self.connection._emit(
@@ -656,9 +653,9 @@ class Session(Endpoint):
                 )
             )
         for link in list(self._links_by_name.values()):
-            link.remote_state = EndpointState.CLOSED
-        if (self.local_state is EndpointState.ACTIVE and self.connection.answer_close) or (
-            self.local_state is EndpointState.UNINIT and self.connection.answer_detach
+            link.remote_state = CLOSED
+        if (self.local_state is ACTIVE and self.connection.answer_close) or (
+            self.local_state is UNINIT and self.connection.answer_detach
         ):
             # §2.5.1: answer the end; a session not answered yet is begun and ended (the layer above, when it
             # answers detaches and closes itself, answers this too: proton's model)
@@ -697,12 +694,12 @@ class Session(Endpoint):
             )
         our_role = not attach.role
         link = self._links_by_name.get((attach.name, our_role))
-        if link is None or link.remote_state is not EndpointState.UNINIT:
+        if link is None or link.remote_state is not UNINIT:
             link = SenderLink(self, attach.name) if our_role is SENDER else ReceiverLink(self, attach.name)
             self._links_by_name[(attach.name, our_role)] = link
         link.remote_attach = attach
         link.remote_handle = handle
-        link.remote_state = EndpointState.ACTIVE
+        link.remote_state = ACTIVE
         if our_role is RECEIVER:
             # §2.6.7: the receiver's delivery-count starts at the sender's initial-delivery-count.
             initial = attach.initial_delivery_count
@@ -719,11 +716,11 @@ class Session(Endpoint):
     def _on_detach(self, detach: Detach) -> None:
         link = self._remote_link(detach.handle)
         del self._links_by_remote_handle[detach.handle]
-        link.remote_state = EndpointState.CLOSED
+        link.remote_state = CLOSED
         link.remote_error = detach.error
         if isinstance(link, ReceiverLink) and link._current is not None:
             link._drop_current()  # an incomplete delivery dies with the link
-        peer_initiated = link.local_state is not EndpointState.CLOSED
+        peer_initiated = link.local_state is not CLOSED
         if not link.detach_reported:
             link.detach_reported = True
             self.connection._emit(
@@ -734,11 +731,11 @@ class Session(Endpoint):
                     remote=peer_initiated,
                 )
             )
-        if link.local_state is EndpointState.ACTIVE:
+        if link.local_state is ACTIVE:
             if self.connection.answer_detach:
                 link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
                 link.engine_ended = True
-        elif link.local_state is EndpointState.UNINIT and self.connection.answer_detach:
+        elif link.local_state is UNINIT and self.connection.answer_detach:
             # A link detached before we answered its attach: §2.6.3, attach (null termini) and detach, the way a link
             # is refused (only marked detached when the session is not begun on our side: nothing can be written).
             link.detach(closed=bool(detach.closed))
@@ -770,7 +767,7 @@ class Session(Endpoint):
         if flow.handle is not None:
             link = self._remote_link(flow.handle)
             drained = link._on_flow(flow)
-            if flow.echo and link.local_state is EndpointState.ACTIVE:
+            if flow.echo and link.local_state is ACTIVE:
                 self._queue_link_flow(link)
         elif flow.echo:
             self._queue_session_flow()
@@ -779,7 +776,7 @@ class Session(Endpoint):
             self._pump_outgoing()
 
     def _on_transfer(self, fields: Any, payload: bytes | memoryview) -> None:
-        if self.local_state is EndpointState.CLOSED:
+        if self.local_state is CLOSED:
             return  # §2.5.1: after our end, frames other than the peer's end are ignored
         # §2.5.6: every transfer frame uses one unit of our incoming window. The peer may send up to the limit we
         # last told it (next-incoming-id + incoming-window in our last begin or flow actually written).
@@ -807,8 +804,8 @@ class Session(Endpoint):
                 condition=conditions.INVALID_FIELD,
                 scope="session",
             )
-        if link.local_state is not EndpointState.ACTIVE:
-            if link.local_state is EndpointState.UNINIT:
+        if link.local_state is not ACTIVE:
+            if link.local_state is UNINIT:
                 # We have not answered the attach, so no credit was ever granted (§2.6.7).
                 raise RemoteProtocolError(
                     f"transfer on link {link.name!r} before we attached it",

@@ -17,7 +17,7 @@ import abc
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.performatives import Error
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT
 from . import _engine_lifecycle
 from ._condition import Condition
 from ._delivery import Delivery
@@ -36,12 +36,12 @@ __all__ = ["Connection", "Endpoint", "Link", "Receiver", "Sender", "Session", "T
 
 _UNINIT, _ACTIVE, _CLOSED = 1, 2, 4
 LinkT = TypeVar("LinkT", bound="Link")
-_ENGINE_ACTIVE = EndpointState.ACTIVE
+_ENGINE_ACTIVE = ACTIVE
 _OVERSHOOT_TOLERANCE = 4096
 # proton writes what callbacks send once they return; a callback that sends its whole credit would leave the peer
 # idle (and the output growing) until then. Past this much output, it is handed to the socket as it comes.
 _WRITE_THROUGH = 16384
-_REMOTE_BITS = {EndpointState.UNINIT: 8, EndpointState.ACTIVE: 16, EndpointState.CLOSED: 32}
+_REMOTE_BITS = {UNINIT: 8, ACTIVE: 16, CLOSED: 32}
 _TRANSPORT_EVENT = Event.TRANSPORT
 # The local changes after which proton's engine says the transport has work (a TRANSPORT event).
 _LOCAL_EVENTS = frozenset(
@@ -380,7 +380,7 @@ class Connection(Endpoint):
             self._setup_pending = True
             return
         impl = self._impl
-        if impl is not None and impl.local_state is EndpointState.UNINIT:
+        if impl is not None and impl.local_state is UNINIT:
             impl.open()
             self._touch()
         container = self._reactor
@@ -402,8 +402,8 @@ class Connection(Endpoint):
     def _close_engine(self) -> None:
         """Send our close (the container does it once the callbacks of the round have returned)."""
         impl = self._impl
-        if impl is not None and impl.local_state is not EndpointState.CLOSED and (not impl.closed or self._bound):
-            if impl.local_state is EndpointState.UNINIT:
+        if impl is not None and impl.local_state is not CLOSED and (not impl.closed or self._bound):
+            if impl.local_state is UNINIT:
                 impl.open()
             impl.close(_error_of(self.condition))
             self._touch()
@@ -457,7 +457,7 @@ class Connection(Endpoint):
     def _engine_usable(self) -> bool:
         """True while the engine takes frames for this connection (bound, opened by us, not closed)."""
         impl = self._impl
-        if impl is None or impl.local_state is not EndpointState.ACTIVE:
+        if impl is None or impl.local_state is not ACTIVE:
             return False
         # proton's engine API: after the peer's close, the application's detach, end and close still go out.
         return self._bound is not None or not impl.closed
@@ -594,7 +594,7 @@ class Session(Endpoint):
     def _close_engine(self) -> None:
         """Send our end (the container does it once the callbacks of the round have returned)."""
         impl = self._impl
-        if impl is not None and impl.local_state is EndpointState.ACTIVE and self.connection._engine_usable():
+        if impl is not None and impl.local_state is ACTIVE and self.connection._engine_usable():
             impl.end(_error_of(self.condition))
             self.connection._touch()
 
@@ -636,15 +636,15 @@ class Session(Endpoint):
     def _engine_begun(self) -> bool:
         """True once our begin went out and until the transport is unbound (proton: our channel is mapped)."""
         impl = self._impl
-        return impl is not None and impl.local_state is EndpointState.ACTIVE
+        return impl is not None and impl.local_state is ACTIVE
 
     def _engine_active(self) -> bool:
         """True while the engine session takes frames (begun by us, not ended by the peer, connection usable)."""
         impl = self._impl
         return (
             impl is not None
-            and impl.local_state is EndpointState.ACTIVE
-            and (impl.remote_state is not EndpointState.CLOSED or self.connection._bound is not None)
+            and impl.local_state is ACTIVE
+            and (impl.remote_state is not CLOSED or self.connection._bound is not None)
             and self.connection._engine_usable()
         )
 
@@ -662,7 +662,7 @@ class Session(Endpoint):
                 options["incoming_window"] = max(1, self.incoming_capacity // frame)
             impl = self._impl = engine.begin_session(**options)
             impl.user_data = self
-        elif impl.local_state is EndpointState.UNINIT:
+        elif impl.local_state is UNINIT:
             impl.begin()
         else:
             return

@@ -39,7 +39,7 @@ from ..codec.framing import (
 )
 from ..codec.performatives import Close, Open
 from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import CLOSED, UNINIT
 from ._condition import Condition
 from ._events import Event
 
@@ -198,9 +198,7 @@ class EngineIO:
         if self.connection is None:
             for event in events:
                 engine = self.engine
-                if event.__class__ is ev.ConnectionClosed and (
-                    engine is None or engine.remote_state is not EndpointState.CLOSED
-                ):
+                if event.__class__ is ev.ConnectionClosed and (engine is None or engine.remote_state is not CLOSED):
                     self._closed(event, was_sasl)
                 else:
                     self.unbound_events.append(event)
@@ -221,8 +219,8 @@ class EngineIO:
     def _closed(self, event: ev.ConnectionClosed, was_sasl: bool) -> None:
         """The engine stopped: the peer's close, or a transport error (proton's ``pn_do_error``)."""
         engine = self.engine
-        if engine is not None and engine.remote_state is EndpointState.CLOSED:
-            if engine.local_state is EndpointState.CLOSED:
+        if engine is not None and engine.remote_state is CLOSED:
+            if engine.local_state is CLOSED:
                 self.close_written = True
             return  # the peer's close: reported as CONNECTION_REMOTE_CLOSE (with the other events)
         error = event.error
@@ -266,7 +264,7 @@ class EngineIO:
                 self.fail(Condition(conditions.CONNECTION_FRAMING_ERROR, text), frames=not was_sasl)
         elif error is not None:
             # The engine closed the connection itself (a violation, a timeout): its close carries the condition.
-            self.close_written = engine is not None and engine.local_state is EndpointState.CLOSED
+            self.close_written = engine is not None and engine.local_state is CLOSED
             self.fail(Condition.from_error(error), frames=False)
 
     def fail(self, condition: Condition, frames: bool = True) -> None:
@@ -293,9 +291,9 @@ class EngineIO:
         out = bytearray()
         if not engine.header_sent:
             out += AMQP_HEADER
-        if engine.local_state is EndpointState.UNINIT:
+        if engine.local_state is UNINIT:
             encode_frame(out, FRAME_AMQP, 0, Open(container_id=""))
-        if engine.local_state is not EndpointState.CLOSED:
+        if engine.local_state is not CLOSED:
             encode_frame(out, FRAME_AMQP, 0, Close(error=condition.to_error()))
         self.collect(engine)
         self.out += out
@@ -315,13 +313,13 @@ class EngineIO:
         if (
             self.connection is not None
             and not self.close_written
-            and (not engine.closed or engine.remote_state is EndpointState.CLOSED)
+            and (not engine.closed or engine.remote_state is CLOSED)
         ):
             # (after the peer's close, the input is over but the application still answers it)
             from ._engine_output import process
 
             process(self)
-            if engine.local_state is EndpointState.CLOSED:
+            if engine.local_state is CLOSED:
                 self.close_written = True
         self.collect(engine)
         events = engine.next_events()
@@ -342,19 +340,19 @@ class EngineIO:
         engine = self.engine
         if engine is None:
             return False
-        if self.close_written or engine.local_state is EndpointState.CLOSED:
+        if self.close_written or engine.local_state is CLOSED:
             return True
-        return engine.closed and engine.remote_state is not EndpointState.CLOSED
+        return engine.closed and engine.remote_state is not CLOSED
 
     def closed_cleanly(self) -> bool:
         """True when our close went out (the output ended as AMQP says, not because the engine failed)."""
         engine = self.engine
-        return engine is not None and engine.local_state is EndpointState.CLOSED
+        return engine is not None and engine.local_state is CLOSED
 
     def remote_closed(self) -> bool:
         """True once the peer's close arrived."""
         engine = self.engine
-        return engine is not None and engine.remote_state is EndpointState.CLOSED
+        return engine is not None and engine.remote_state is CLOSED
 
     def pending(self) -> int:
         """The bytes ready to write; -1 once the output has ended."""
@@ -401,7 +399,7 @@ class EngineIO:
                     self._expired(engine)
             deadline = self._dead_deadline
         remote = engine.remote_idle_timeout
-        if remote and not self.close_written and engine.local_state is not EndpointState.CLOSED:
+        if remote and not self.close_written and engine.local_state is not CLOSED:
             if not self._keepalive_deadline or self._last_bytes_out != self.bytes_out:
                 self._keepalive_deadline = now + remote / 2
                 self._last_bytes_out = self.bytes_out
@@ -421,7 +419,7 @@ class EngineIO:
         if not engine.closed:
             engine.fail(condition.name, condition.description or "")
             self.collect(engine)
-            if engine.local_state is EndpointState.CLOSED:
+            if engine.local_state is CLOSED:
                 self.close_written = True
             self.engine_events()
         self.fail(condition, frames=not in_sasl)

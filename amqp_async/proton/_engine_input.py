@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import CLOSED
 from ._condition import Condition
 from ._engine_lifecycle import map_remote, unmap_remote
 from ._engine_links import count_incoming, modified, received, session_lwm
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["scan_partial", "translate"]
 
 _DELIVERY_EVENT = Event.DELIVERY
-_CLOSED = EndpointState.CLOSED
+_CLOSED = CLOSED
 
 
 def translate(io: EngineIO, events: list[ev.Event], was_sasl: bool = False) -> None:

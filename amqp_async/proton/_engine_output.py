@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..codec.transactions import TransactionalState
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT
 from ..protocol.link import as_symbols
 from ..types import symbol
 from ._delivery import local_state_object
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["process"]
 
 _UNINIT, _ACTIVE, _CLOSED = 1, 2, 4
-_ENGINE_ACTIVE = EndpointState.ACTIVE
-_ENGINE_CLOSED = EndpointState.CLOSED
+_ENGINE_ACTIVE = ACTIVE
+_ENGINE_CLOSED = CLOSED
 
 
 def process(io: EngineIO) -> None:
@@ -71,7 +71,7 @@ def process(io: EngineIO) -> None:
 
 
 def _setup(io: EngineIO, connection: Connection, engine: EngineConnection) -> None:
-    if connection._local != _UNINIT and engine.local_state is EndpointState.UNINIT:
+    if connection._local != _UNINIT and engine.local_state is UNINIT:
         _open(io, connection, engine)
     if engine.local_state is not _ENGINE_ACTIVE:
         return
@@ -129,7 +129,7 @@ def _symbols(value: Any) -> Any:
 
 def _begin(session: Session, engine: EngineConnection) -> None:
     impl = session._impl
-    if impl is not None and impl.local_state is not EndpointState.UNINIT:
+    if impl is not None and impl.local_state is not UNINIT:
         return
     window = incoming_window(session)
     if impl is None:
@@ -145,7 +145,7 @@ def _begin(session: Session, engine: EngineConnection) -> None:
 
 def _attach(link: Link) -> None:
     impl = link._impl
-    if impl is not None and impl.local_state is not EndpointState.UNINIT:
+    if impl is not None and impl.local_state is not UNINIT:
         return
     session_impl = link.session._impl
     if session_impl.remote_state is _ENGINE_CLOSED:

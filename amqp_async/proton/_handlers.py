@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE
 from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import Connection, Endpoint, Link, Receiver, Session
@@ -52,7 +52,7 @@ log = logging.getLogger("proton")
 
 _LOCAL_UNINIT, _LOCAL_ACTIVE, _LOCAL_CLOSED = Endpoint.LOCAL_UNINIT, Endpoint.LOCAL_ACTIVE, Endpoint.LOCAL_CLOSED
 _REMOTE_ACTIVE, _REMOTE_CLOSED = Endpoint.REMOTE_ACTIVE, Endpoint.REMOTE_CLOSED
-_ACTIVE = EndpointState.ACTIVE
+_ACTIVE = ACTIVE
 _ACCEPTED, _REJECTED, _RELEASED, _MODIFIED = Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED
 
 

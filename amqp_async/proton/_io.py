@@ -27,7 +27,7 @@ from ..client._transport import open_stream
 from ..client._url import Address
 from ..io.driver import EngineDriver, describe_transport_error
 from ..protocol import events as ev
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import CLOSED, UNINIT
 from ..protocol.sasl import SaslClient, SaslServer
 from ._condition import Condition
 from ._delivery import Delivery
@@ -234,7 +234,7 @@ class Channel:
                 self._cancel = scope
                 container._process()
                 idle_timeout = connection._transport.idle_timeout
-                if idle_timeout and engine.idle_timeout is None and engine.local_state is EndpointState.UNINIT:
+                if idle_timeout and engine.idle_timeout is None and engine.local_state is UNINIT:
                     # An accepted connection's handlers set it when it was bound (proton's on_connection_bound).
                     engine.idle_timeout = engine.advertised_idle_timeout = idle_timeout
                 await driver.run()
@@ -383,7 +383,7 @@ class Channel:
         elif isinstance(event, ev.ConnectionClosed):
             engine = connection._impl
             transport = connection._transport
-            if engine is not None and engine.remote_state is EndpointState.CLOSED:
+            if engine is not None and engine.remote_state is CLOSED:
                 push(Event.CONNECTION_REMOTE_CLOSE, connection)
                 if not self._tail_reported:
                     self._tail_reported = True

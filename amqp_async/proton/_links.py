@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..codec.performatives import RCV_FIRST, SENDER, SND_MIXED
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import CLOSED, UNINIT
 from ..types import symbol, ulong
 from . import _engine_lifecycle, _engine_links
 from ._condition import Condition
@@ -265,7 +265,7 @@ class Link(Endpoint):
     def _close_engine(self) -> None:
         """Send our detach (the container does it once the callbacks of the round have returned)."""
         impl = self._impl
-        if impl is not None and impl.local_state is not EndpointState.CLOSED and self.session._engine_active():
+        if impl is not None and impl.local_state is not CLOSED and self.session._engine_active():
             impl.detach(closed=self._closes, error=_error_of(self.condition))
             self.connection._touch()
 
@@ -316,7 +316,7 @@ class Link(Endpoint):
             attach = session._impl.attach_sender if self.is_sender else session._impl.attach_receiver
             impl = self._impl = attach(self.name, **self._attach_options())
             impl.user_data = self
-        elif impl.local_state is EndpointState.UNINIT:
+        elif impl.local_state is UNINIT:
             impl.attach(**self._attach_options())
         else:
             return

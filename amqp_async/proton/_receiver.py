@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE
 from . import _engine_links as engine_model
 from ._delivery import _ACCEPTED, Delivery, local_state_object
 from ._endpoints import (
@@ -55,7 +55,7 @@ class Receiver(Link):
         if self._connection._reactor is None:
             return self._credit
         impl = self._impl
-        if impl is None or impl.local_state is not EndpointState.ACTIVE:
+        if impl is None or impl.local_state is not ACTIVE:
             return self._credit_wanted
         credit: int = impl.link_credit
         return credit
@@ -130,7 +130,7 @@ class Receiver(Link):
             engine_model.receiver_drain(self, n)
             return
         impl = self._impl
-        if impl is not None and impl.local_state is EndpointState.ACTIVE and self.session._engine_active():
+        if impl is not None and impl.local_state is ACTIVE and self.session._engine_active():
             impl.grant_credit(int(impl.link_credit) + max(n, 0), drain=True)
             self.connection._touch()
         else:
@@ -237,7 +237,7 @@ class Receiver(Link):
         link: EngineReceiver | None = self._impl
         if impl is None or link is None or impl.link is not link or impl.settled:
             return
-        if link.local_state is EndpointState.ACTIVE:
+        if link.local_state is ACTIVE:
             link.settle(impl, local_state_object(delivery), settled=False)
             self.connection._touch()
 

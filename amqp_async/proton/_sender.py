@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec.performatives import SND_SETTLED
 from ..message import Message
-from ..protocol.endpoint import EndpointState
+from ..protocol.endpoint import ACTIVE
 from ..protocol.payload import Gathered
 from . import _engine_links as engine_model
 from ._delivery import Delivery, local_state_object
@@ -111,7 +111,7 @@ class Sender(Link):
         """Tell the receiver how many messages are available to send (§2.6.7 ``available``)."""
         self._offered = n
         impl = self._impl
-        if impl is not None and impl.local_state is EndpointState.ACTIVE:
+        if impl is not None and impl.local_state is ACTIVE:
             impl.set_available(n)
             self.connection._touch()
 
@@ -191,11 +191,7 @@ class Sender(Link):
 
     def _sendable(self) -> bool:
         impl = self._impl
-        return (
-            impl.local_state is EndpointState.ACTIVE
-            and impl.remote_state is EndpointState.ACTIVE
-            and self.session._engine_active()
-        )
+        return impl.local_state is ACTIVE and impl.remote_state is ACTIVE and self.session._engine_active()
 
     def _pump(self) -> None:
         """Send the waiting messages the credit allows."""
