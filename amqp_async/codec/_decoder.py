@@ -368,6 +368,11 @@ def _dec_list8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
             elif code == 0x41 or code == 0x42:  # true / false: header and performative flags
                 items.append(code == 0x41)
                 position += 1
+            elif code == 0x80:  # ulong: message ids (proton's C clients number their messages so)
+                if position + 9 > len(data):
+                    raise _truncated(position + 1, 8, data)
+                items.append(_new_int(ulong, _unpack_Q(data, position + 1)[0]))
+                position += 9
             else:
                 value, position = decoders[code](data, position + 1, depth)
                 items.append(value)
@@ -474,6 +479,11 @@ def _map_items(data: Any, position: int, end: int, count: int, depth: int, offse
             elif code == 0x54:  # smallint: small int values (proton's int, as in its examples' map bodies)
                 value = _SMALLINTS[data[position + 1]]
                 position += 2
+            elif code == 0x71:  # int: larger ones
+                if position + 5 > len(data):
+                    raise _truncated(position + 1, 4, data)
+                value = _new_int(int32, _unpack_i(data, position + 1)[0])
+                position += 5
             else:
                 value, position = decoders[code](data, position + 1, depth)
             result[key] = value

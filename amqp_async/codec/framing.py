@@ -296,6 +296,17 @@ class FrameDecoder:
             self._data = chunks.pop(0)
         return b"".join(pieces)
 
+    def piece(self) -> tuple[bytes, int]:
+        """The buffered bytes as they came, for a caller that reads whole frames in place (see
+        :mod:`amqp_async.protocol.transfer_intake`): ``(data, position)``, the unread bytes being ``data[position:]``
+        (more may follow in later pieces). Nothing is consumed: :meth:`consume_to` does that."""
+        return self._data, self._pos
+
+    def consume_to(self, end: int) -> None:
+        """Consume the bytes of the current :meth:`piece` up to offset ``end`` (whole frames the caller has read)."""
+        if end > self._pos:
+            self._consume(end, end - self._pos)
+
     def _consume(self, end: int, size: int) -> None:
         self._avail -= size
         if self._avail == 0:

@@ -65,6 +65,7 @@ from .sasl import SaslClient, SaslServer
 from .sasl_mechanisms import SaslMechanismError
 from .session import TRANSFER_OVERHEAD, Session
 from .transfer_frames import parse_transfer_fields
+from .transfer_intake import take_transfers
 
 __all__ = ["CLIENT", "SERVER", "Connection"]
 
@@ -600,6 +601,9 @@ class Connection(Endpoint):
                     header = parsed.to_bytes()
                 self._on_protocol_header(header)
                 continue
+            if self._phase == _AMQP and self.remote_open is not None and self.remote_state is not CLOSED:
+                # The ordinary transfers first, in one loop (transfer_intake); then the next frame, whatever it is.
+                self.frames_received += take_transfers(self)
             raw = decoder.next_raw_frame()
             if raw is None:
                 return

@@ -1,0 +1,176 @@
+"""The receive hot path: a run of ordinary transfer frames taken in one loop, straight from the received bytes.
+
+Every message received costs one transfer frame, and the general input path gives each frame five calls (framing,
+the connection's dispatch, the field parser, the session, the link) and a list of its fields between them. Here
+one loop reads the frames of the buffered bytes in place and does for each what those five do for an ordinary
+message: a transfer frame (§2.7.5) in the common layout (as :func:`~.transfer_frames.parse_transfer_fields`
+reads it, here without the list), that is a whole delivery (not ``more``, not aborted, no state, §2.6.14), on a
+receiving link that is attached and has credit, in a session that is begun and whose incoming window has room.
+
+It takes only frames for which nothing can be wrong, and enforces no rule of its own: the first frame it does not
+take (another performative, an unusual encoding, a frame cut short, a delivery in several frames, a link without
+credit, a window used up, anything the peer got wrong) ends the run, and the general path reads that frame, with
+every check and the error the spec names. The bookkeeping of a frame taken is the general path's, step for step:
+the session's incoming window (§2.5.6: Session._on_transfer), the link's credit and delivery-count (§2.6.7:
+ReceiverLink._on_transfer), the unsettled map (§2.6.12), the delivery queued on the link and announced once per
+input.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from .delivery import Delivery
+from .endpoint import ACTIVE
+from .link import ReceiverLink
+from .serial import MASK
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["take_transfers"]
+
+#: A frame's header (§2.3.1: size, data offset, type, channel) and the first bytes of its body, read at once: for a
+#: transfer with its fields in a list8, the descriptor (0x00, smallulong 0x53, code 0x14, §2.7.5), the list8
+#: constructor (0xC0), the list's size and its count of fields.
+_unpack_head = struct.Struct(">IBBHIBB").unpack_from
+_unpack_I = struct.Struct(">I").unpack_from
+_TRANSFER_LIST8 = 0x005314C0
+#: The smallest frame read here: header, descriptor and list8 head, a handle, a delivery-id and an empty tag.
+_SMALLEST = 8 + 6 + 1 + 1 + 2
+_HALF_SERIAL = 1 << 31
+
+
+def take_transfers(connection: Connection) -> int:
+    """Take the ordinary transfer frames at the start of ``connection``'s buffered input (see the module's
+    docstring), as the general path would; return how many were taken (0: the next frame is the general path's,
+    or not all here yet). The connection has had the peer's open and not its close (the caller checks)."""
+    decoder = connection._decoder
+    data, position = decoder.piece()
+    limit = len(data)
+    max_frame_size = decoder.max_frame_size
+    sessions = connection._sessions_by_remote_channel
+    taken = 0
+    try:
+        while position + _SMALLEST <= limit:
+            size, data_offset, frame_type, channel, head, list_size, count = _unpack_head(data, position)
+            end = position + size
+            # §2.3.1: data offset 2 (no extended header), an AMQP frame, whole in this piece; a transfer.
+            if (
+                head != _TRANSFER_LIST8
+                or data_offset != 2
+                or frame_type != 0
+                or end > limit
+                or size > max_frame_size
+                or count < 3
+                or count > 6
+            ):
+                break
+            cursor = position + 14  # the first field
+            list_end = cursor - 1 + list_size  # list8's size counts its count byte
+            if list_end > end:
+                break
+            # handle
+            code = data[cursor]
+            if code == 0x52:
+                handle = data[cursor + 1]
+                cursor += 2
+            elif code == 0x43:
+                handle = 0
+                cursor += 1
+            elif code == 0x70:
+                handle = _unpack_I(data, cursor + 1)[0]
+                cursor += 5
+            else:
+                break
+            # delivery-id
+            code = data[cursor]
+            if code == 0x70:
+                delivery_id = _unpack_I(data, cursor + 1)[0]
+                cursor += 5
+            elif code == 0x52:
+                delivery_id = data[cursor + 1]
+                cursor += 2
+            elif code == 0x43:
+                delivery_id = 0
+                cursor += 1
+            else:
+                break
+            # delivery-tag: a bin8
+            if data[cursor] != 0xA0:
+                break
+            tag_start = cursor + 2
+            cursor = tag_start + data[cursor + 1]
+            tag = data[tag_start:cursor]
+            message_format = 0
+            settled = False
+            if count > 3:
+                code = data[cursor]
+                if code == 0x43 or code == 0x40:
+                    cursor += 1
+                elif code == 0x52:
+                    message_format = data[cursor + 1]
+                    cursor += 2
+                elif code == 0x70:
+                    message_format = _unpack_I(data, cursor + 1)[0]
+                    cursor += 5
+                else:
+                    break
+                if count > 4:
+                    code = data[cursor]
+                    if code == 0x41:
+                        settled = True
+                    elif code != 0x42 and code != 0x40:
+                        break
+                    cursor += 1
+                    if count > 5:
+                        code = data[cursor]
+                        if code != 0x42 and code != 0x40:
+                            break  # more (a delivery in several frames), or not a boolean
+                        cursor += 1
+            if cursor != list_end:
+                break
+            session = sessions.get(channel)
+            if session is None or session.local_state is not ACTIVE:
+                break
+            remaining = (session._advertised_limit - session.next_incoming_id) & MASK
+            if remaining == 0 or remaining >= _HALF_SERIAL:
+                break
+            link = session._links_by_remote_handle.get(handle)
+            if (
+                link is None
+                or link.__class__ is not ReceiverLink
+                or link.local_state is not ACTIVE
+                or link.link_credit <= 0
+                or link._current is not None
+                or link.streaming
+            ):
+                break
+            # The frame is taken: the session's window (Session._on_transfer) ...
+            session.next_incoming_id = (session.next_incoming_id + 1) & MASK
+            session.incoming_window -= 1
+            session.remote_outgoing_window -= 1
+            if session.incoming_window <= (session.initial_incoming_window >> 1) - session.held_frames:
+                session.incoming_window = session.initial_incoming_window - session.held_frames
+                session._queue_session_flow()
+            # ... the link's credit (ReceiverLink._on_transfer) ...
+            link.link_credit -= 1
+            link.delivery_count = (link.delivery_count + 1) & MASK
+            if link.drain and link.link_credit == 0:
+                link.drain = False  # §2.6.7: the credit is used up, so the drain we asked for is complete
+            delivery = Delivery(link, delivery_id, tag, message_format, data[list_end:end], False)
+            if settled:
+                delivery.remote_settled = True  # settled by the sender: nothing to track
+            else:
+                session._incoming_unsettled[delivery_id] = delivery
+            link.incoming.append(delivery)
+            if link not in connection._announced:
+                connection._announce_deliveries(link)
+            position = end
+            taken += 1
+    except (IndexError, struct.error):
+        pass  # a frame cut short: the general path reads it and says so
+    if taken:
+        decoder.consume_to(position)
+    return taken
