@@ -610,9 +610,11 @@ class Message:
             buf += b"\x00\x53\x72"
             _enc_map(buf, _symbol_keys(self._annotations))
         props = self._props
-        last = 12
-        while last >= 0 and props[last] is None:
-            last -= 1
+        last = -1
+        if props.__class__ is list:  # else the class's tuple of nulls: no property was ever set
+            last = 12
+            while last >= 0 and props[last] is None:
+                last -= 1
         if last >= 0:
             buf += b"\x00\x53\x73"
             _enc_list(buf, props[: last + 1])

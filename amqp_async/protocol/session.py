@@ -835,8 +835,12 @@ class Session(Endpoint):
         settled = bool(disposition.settled)
         state = disposition.state
         updated: list[Delivery] = []
+        candidates: range | list[int]
         if span < len(unsettled):
-            candidates = [(first + offset) & MASK for offset in range(span + 1)]
+            if first + span <= MASK:
+                candidates = range(first, first + span + 1)  # no list built: a range of outcomes per disposition
+            else:
+                candidates = [(first + offset) & MASK for offset in range(span + 1)]  # across the wrap (§2.7.6)
         else:
             # A wide range over a small map: look only at what we track (bounded work whatever the peer says).
             candidates = [delivery_id for delivery_id in unsettled if ((delivery_id - first) & MASK) <= span]
