@@ -57,13 +57,18 @@ from amqp_async.client import Tracker
 from amqp_async.codec.delivery_states import Accepted, Modified, Rejected, Released
 
 try:
+    from frame_sniffer import FrameSniffer
     from proton_broker import ProtonBroker
 except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.frame_sniffer import FrameSniffer
     from tests.proton_broker import ProtonBroker
 
 pytestmark = [pytest.mark.interop, pytest.mark.anyio]
 
 T = TypeVar("T")
+
+#: A flow's descriptor code (§2.7.4), as FrameSniffer records it.
+_FLOW = 0x13
 
 #: Seconds any single test may take (the 1,000-message tests get more).
 TIMEOUT = 10.0
@@ -744,6 +749,36 @@ async def test_credit_top_up_is_written_before_the_application_yields(broker: Pr
             assert [d.message.body for d in taken + rest] == list(range(20))
             for delivery in rest:
                 await delivery.accept()
+
+
+async def test_credit_is_topped_up_once_per_half_prefetch_not_per_message(broker: ProtonBroker) -> None:
+    """A receiver with ``credit=N`` grants credit again once N/2 of it is used up (credit plus queued deliveries
+    down to half), not at every message taken: a flow per message costs a write each, and RabbitMQ before 4.0
+    adds each flow's credit to what it still holds (rabbitmq-server#2597), so flows that frequent made it send
+    past our tolerance (a 50,000-message receive failed with amqp:link:transfer-limit-exceeded). The flows are
+    read off the wire by proton's decoder (a proxy in front of the broker)."""
+    for i in range(30):
+        broker.put("half-prefetch", i)
+    sniffer = FrameSniffer(broker.port)
+    try:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(sniffer.url) as conn:
+                receiver = await conn.open_receiver("half-prefetch", credit=10)
+                await until(lambda: receiver.queued == 10)
+                before = len(sniffer.performatives(_FLOW))
+                taken = [receiver.receive_nowait() for _ in range(10)]  # all ten, the application never suspending
+                await anyio.sleep(0.3)  # the flows reach the proxy
+                credits = [fields[6] for fields in sniffer.performatives(_FLOW)[before:]]
+                # One top-up at the fifth message taken (to 5: five still queued), one at the tenth (to 10); a
+                # flow per message taken would be ten.
+                assert credits == [5, 10]
+                rest = [await receiver.receive() for _ in range(20)]
+                assert [d.message.body for d in taken + rest if d is not None] == list(range(30))
+                for delivery in taken + rest:
+                    assert delivery is not None
+                    await delivery.accept()
+    finally:
+        sniffer.close()
 
 
 @ALL_BACKENDS

@@ -535,14 +535,16 @@ class _ReceivingLink(_Link):
     def _top_up(self) -> None:
         link = self._engine_link
         prefetch = self._prefetch
-        if link.link_credit <= prefetch >> 1 and prefetch and link.local_state is ACTIVE:
-            # Credit plus what waits in the queue stays at most ``prefetch``: memory is bounded by it.
-            wanted = prefetch - len(link.incoming)
-            if wanted > link.link_credit:
-                link.grant_credit(wanted)
-                # Written now: the sender may have run out of credit, and the application may take the deliveries
-                # queued before its next await that suspends (woken, the writer would run only then).
-                self.connection._write_soon()
+        queued = len(link.incoming)
+        if link.link_credit + queued <= prefetch >> 1 and prefetch and link.local_state is ACTIVE:
+            # Once half the prefetch is taken (what the sender may still send plus what waits here is down to half),
+            # top the credit up so that the two make ``prefetch`` again: memory stays bounded by it, and a flow
+            # goes out once per half a prefetch of messages, not once per message (RabbitMQ before 4.0 adds each
+            # flow's credit to what it still holds, rabbitmq-server#2597: frequent flows make it overshoot more).
+            link.grant_credit(prefetch - queued)
+            # Written now: the sender may have run out of credit, and the application may take the deliveries
+            # queued before its next await that suspends (woken, the writer would run only then).
+            self.connection._write_soon()
 
     def add_credit(self, credit: int) -> None:
         """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control)."""
