@@ -28,7 +28,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 
 from .codec import sections as _sections
-from .codec._decoder import _DECODERS, decode_value
+from .codec._decoder import _DECODERS, _dec_list8, decode_value
 from .codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
 from .codec.values import AMQPValue
 from .errors import AMQPError, DecodeError, EncodeError
@@ -694,6 +694,24 @@ class Message:
         start = 0
         body_sections: list[Any] | None = None
         try:
+            # The sections most messages have, in their order (§3.2) and each named by a smallulong descriptor as
+            # every client writes them, read without the loop's bookkeeping: an empty header (list0, as proton
+            # writes a default one), a properties list8, an amqp-value body. The loop reads what follows, or all
+            # of a message that starts otherwise.
+            if data[:4] == b"\x00\x53\x70\x45":
+                position = 4
+                previous = _HEADER
+            if data[position : position + 4] == b"\x00\x53\x73\xc0":
+                start = position
+                value, position = _dec_list8(data, position + 4, 1)
+                self._decode_properties(value, start)
+                previous = _PROPERTIES
+            if data[position : position + 3] == b"\x00\x53\x77" and position + 3 < end:
+                start = position
+                value, position = decoders[data[position + 3]](data, position + 4, 1)
+                self.body = _amqp_value_body(value)
+                self._inferred = False
+                previous = _AMQP_VALUE
             while position < end:
                 start = position
                 if data[position] == 0 and data[position + 1] == 0x53:
@@ -727,11 +745,7 @@ class Message:
                 if code == _AMQP_VALUE:
                     if body_sections is not None:
                         raise DecodeError("a message body is either amqp-value, data or amqp-sequence", offset=start)
-                    if value.__class__ is _Data or value.__class__ is _AmqpSequence:
-                        # A described data or amqp-sequence value inside amqp-value: keep it a described value,
-                        # so that encoding it again writes the same amqp-value section.
-                        value = Described(ulong(_DATA if value.__class__ is _Data else _AMQP_SEQUENCE), value.value)
-                    self.body = value
+                    self.body = _amqp_value_body(value)
                     self._inferred = False
                 elif code == _PROPERTIES:
                     self._decode_properties(value, start)
@@ -873,6 +887,14 @@ _PROPERTY_PADDING = tuple((None,) * (13 - count) for count in range(14))
 # Header sections (their list, from its constructor) that were decoded, and the fields they set (bounded).
 _HEADERS: dict[bytes, dict[str, Any]] = {}
 _HEADERS_LIMIT = 256
+
+
+def _amqp_value_body(value: Any) -> Any:
+    """The body an amqp-value section's value makes: itself, but for a described data or amqp-sequence value,
+    which stays a described value, so that encoding it again writes the same amqp-value section."""
+    if value.__class__ is _Data or value.__class__ is _AmqpSequence:
+        return Described(ulong(_DATA if value.__class__ is _Data else _AMQP_SEQUENCE), value.value)
+    return value
 
 
 def _remember_shape(shapes: set[tuple[Any, ...]], shape: tuple[Any, ...]) -> None:

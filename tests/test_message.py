@@ -1121,6 +1121,17 @@ BAD_MESSAGES: dict[str, bytes] = {
     "list32 claims 4 GiB": bytes.fromhex("005377d0ffffffffffffffff"),
     "map with odd count": bytes.fromhex("005374c1030141"),
     "string with invalid UTF-8": bytes.fromhex("005377a102c328"),
+    # The sections Message.decode reads before its loop (an empty header, properties, an amqp-value body), broken:
+    "empty header, properties cut short": bytes.fromhex("00537045005373c00501"),
+    "empty header, properties with message-id a long": bytes.fromhex("00537045") + _props(0, 5),
+    "empty header, section without value": bytes.fromhex("00537045005377"),
+    "properties twice": sec(PROPERTIES, ["a"]) + sec(PROPERTIES, ["b"]),
+    "empty header, properties, amqp-value twice": bytes.fromhex("00537045")
+    + sec(PROPERTIES, ["id"])
+    + sec(AMQP_VALUE, 1)
+    + sec(AMQP_VALUE, 2),
+    "amqp-value, then a data section": sec(AMQP_VALUE, 1) + sec(DATA, b"x"),
+    "amqp-value, then a header": sec(AMQP_VALUE, 1) + bytes.fromhex("00537045"),
 }
 
 
