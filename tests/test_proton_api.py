@@ -830,6 +830,39 @@ def test_at_most_once_receiver_gets_settled_transfers_and_sends_no_disposition(p
     assert peer.queued("amo-in") == []
 
 
+def test_credit_top_up_is_written_while_the_handlers_work_through_a_read(peer: ProtonBroker) -> None:
+    """The flow controller's top-up goes to the socket when it is granted, not once the handlers have been called
+    for every delivery of the read that brought them: meanwhile the sender, out of credit, would wait (through our
+    broker that halved the callback API's receive rate). A handler that stops at its fifth message sees the top-up
+    on the wire (read by proton's decoder in a proxy) before it returns."""
+    for n in range(30):
+        peer.put("cb-top-up", n)
+    sniffer = FrameSniffer(peer.port)
+    seen: list[int] = []
+
+    def link_flows_with_credit() -> int:
+        return sum(
+            1 for fields in sniffer.performatives(_FLOW) if len(fields) > 6 and fields[4] is not None and fields[6]
+        )
+
+    class StopsAtTheFifth(ReceiveN):
+        def on_message(self, event: Any) -> None:
+            super().on_message(event)
+            if len(self.bodies) == 5:
+                deadline = time.monotonic() + 3.0
+                while link_flows_with_credit() < 2 and time.monotonic() < deadline:
+                    time.sleep(0.01)  # the container's thread is held here: only a flow written already can arrive
+                seen.append(link_flows_with_credit())
+
+    handler = StopsAtTheFifth(sniffer.url, "cb-top-up", 30, prefetch=10)
+    try:
+        run_container(Container(handler))
+    finally:
+        sniffer.close()
+    assert handler.bodies == list(range(30))
+    assert seen and seen[0] >= 2  # the first grant (10) and a top-up, before the fifth message's handler returned
+
+
 def test_at_least_once_sends_unsettled(peer: ProtonBroker) -> None:
     handler = SendN(peer.url, "alo", ["x"], options=AtLeastOnce())
     run_container(Container(handler))

@@ -116,6 +116,10 @@ class Receiver(Link):
             impl.add_credit(n)
             if container is not None:
                 container._dirty[connection] = None
+                if connection._channel is not None:
+                    # To the socket now: the sender may be out of credit while the handlers still work through
+                    # the deliveries of one read, after which the container would write it.
+                    connection._channel.write_now()
         else:
             self._credit_wanted += n
         collector = connection._collector
