@@ -53,6 +53,7 @@ log = logging.getLogger("proton")
 _LOCAL_UNINIT, _LOCAL_ACTIVE, _LOCAL_CLOSED = Endpoint.LOCAL_UNINIT, Endpoint.LOCAL_ACTIVE, Endpoint.LOCAL_CLOSED
 _REMOTE_ACTIVE, _REMOTE_CLOSED = Endpoint.REMOTE_ACTIVE, Endpoint.REMOTE_CLOSED
 _ACTIVE = ACTIVE
+_new_message = Message.__new__
 _ACCEPTED, _REJECTED, _RELEASED, _MODIFIED = Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED
 
 
@@ -199,7 +200,7 @@ def _resolved(handler: Any, method: str) -> Any:
 
 def recv_msg(delivery: Delivery) -> Message:
     """Decode the message of a complete incoming delivery and advance its link past it."""
-    message = Message()
+    message = _new_message(Message)  # decode() sets every field: __init__ would only set defaults
     payload = delivery._payload
     if payload is not None and delivery._read == 0:
         delivery._read = len(payload)
