@@ -767,7 +767,8 @@ async def test_credit_is_topped_up_once_per_half_prefetch_not_per_message(broker
                 await until(lambda: receiver.queued == 10)
                 before = len(sniffer.performatives(_FLOW))
                 taken = [receiver.receive_nowait() for _ in range(10)]  # all ten, the application never suspending
-                await anyio.sleep(0.3)  # the flows reach the proxy
+                await until(lambda: len(sniffer.performatives(_FLOW)) >= before + 2)  # the flows reach the proxy
+                await anyio.sleep(0.1)  # a flow per message taken would be eight more, written at once
                 credits = [fields[6] for fields in sniffer.performatives(_FLOW)[before:]]
                 # One top-up at the fifth message taken (to 5: five still queued), one at the tenth (to 10); a
                 # flow per message taken would be ten.
