@@ -498,9 +498,8 @@ class Connection(LinkOpener):
         output the peer waits on while the application goes on without yielding (a credit top-up while it takes
         queued deliveries), which waking the writer would hold until the application's next ``await`` that
         suspends."""
-        driver = self._driver
-        if driver is not None and not driver.write_now():
-            driver.kick()
+        if self._driver is not None:
+            self._driver.write_or_wake()
 
     def _write_eagerly(self) -> None:
         """Write now the output a caller waits on (see :meth:`EngineDriver.write_eagerly`), or wake the writer."""

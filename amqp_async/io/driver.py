@@ -258,9 +258,9 @@ class EngineDriver:
             self.kick()
             return
         self._eager_written = True
-        self._write_or_wake()
+        self.write_or_wake()
 
-    def _write_or_wake(self) -> None:
+    def write_or_wake(self) -> None:
         """Write the engine's output now when the socket takes all of it (it then counts as flushed); else wake
         the writer for it."""
         self.flush_epoch += 1
@@ -475,7 +475,7 @@ class EngineDriver:
             self._failure(exc)
             return
         self._eager_written = False
-        self._write_or_wake()  # on streams other than asyncio TCP, the writer takes all of it
+        self.write_or_wake()  # on streams other than asyncio TCP, the writer takes all of it
         if not self._opened and engine.remote_open is not None:
             self._opened = True
             self.wake_timer()  # the peer's idle timeout is known now

@@ -651,6 +651,14 @@ class ReceiverLink(Link):
             return True
         return False
 
+    def _use_credit(self) -> None:
+        """A delivery's first frame arrived (§2.6.7): it used a credit and advanced the delivery-count. Here and in
+        the receive hot path (transfer_intake)."""
+        self.link_credit -= 1
+        self.delivery_count = (self.delivery_count + 1) & MASK
+        if self.drain and self.link_credit == 0:
+            self.drain = False  # the credit is used up, so the drain we asked for is complete
+
     def _on_transfer(self, fields: list[Any], payload: bytes, offset: int) -> Delivery | None:
         """Take one transfer frame (§2.7.5); return the delivery once it is complete or aborted."""
         count = len(fields)
@@ -680,10 +688,7 @@ class ReceiverLink(Link):
                 )
             message_format = fields[3] if count > 3 and fields[3] is not None else 0
             settled = count > 4 and fields[4] is True
-            self.link_credit -= 1
-            self.delivery_count = (self.delivery_count + 1) & MASK
-            if self.drain and self.link_credit == 0:
-                self.drain = False  # §2.6.7: the credit is used up, so the drain we asked for is complete
+            self._use_credit()
             current = Delivery(self, delivery_id, tag, message_format, b"", False)
             current.remote_settled = settled
             if count > 7 and fields[7] is not None:

@@ -775,6 +775,17 @@ class Session(Endpoint):
         if self._outgoing_queue:
             self._pump_outgoing()
 
+    def _count_incoming_frame(self) -> None:
+        """A transfer frame taken (§2.5.6): it uses a unit of the incoming window, which reopens to its size (less
+        what the layer above holds unread) once half of it is used. Called once the window was found open, here and
+        by the receive hot path (transfer_intake)."""
+        self.next_incoming_id = (self.next_incoming_id + 1) & MASK
+        self.incoming_window -= 1
+        self.remote_outgoing_window -= 1
+        if self.incoming_window <= (self.initial_incoming_window >> 1) - self.held_frames:
+            self.incoming_window = self.initial_incoming_window - self.held_frames
+            self._queue_session_flow()
+
     def _on_transfer(self, fields: Any, payload: bytes | memoryview) -> None:
         if self.local_state is CLOSED:
             return  # §2.5.1: after our end, frames other than the peer's end are ignored
@@ -789,12 +800,7 @@ class Session(Endpoint):
             )
         if fields.__class__ is not list or not fields:
             raise RemoteProtocolError("a transfer without fields", condition=conditions.DECODE_ERROR)
-        self.next_incoming_id = (self.next_incoming_id + 1) & MASK
-        self.incoming_window -= 1
-        self.remote_outgoing_window -= 1
-        if self.incoming_window <= (self.initial_incoming_window >> 1) - self.held_frames:
-            self.incoming_window = self.initial_incoming_window - self.held_frames
-            self._queue_session_flow()
+        self._count_incoming_frame()
         link = self._links_by_remote_handle.get(fields[0])
         if link is None:
             link = self._remote_link(fields[0])  # raises the unattached-handle error

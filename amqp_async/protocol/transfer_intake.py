@@ -10,10 +10,10 @@ receiving link that is attached and has credit, in a session that is begun and w
 It takes only frames for which nothing can be wrong, and enforces no rule of its own: the first frame it does not
 take (another performative, an unusual encoding, a frame cut short, a delivery in several frames, a link without
 credit, a window used up, anything the peer got wrong) ends the run, and the general path reads that frame, with
-every check and the error the spec names. The bookkeeping of a frame taken is the general path's, step for step:
-the session's incoming window (§2.5.6: Session._on_transfer), the link's credit and delivery-count (§2.6.7:
-ReceiverLink._on_transfer), the unsettled map (§2.6.12), the delivery queued on the link and announced once per
-input.
+every check and the error the spec names. A frame taken is counted by the general path's own methods: the
+session's incoming window (§2.5.6: Session._count_incoming_frame), the link's credit and delivery-count (§2.6.7:
+ReceiverLink._use_credit); then, as there, the unsettled map (§2.6.12), and the delivery queued on the link and
+announced once per input.
 """
 
 from __future__ import annotations
@@ -147,18 +147,9 @@ def take_transfers(connection: Connection) -> int:
                 or link.streaming
             ):
                 break
-            # The frame is taken: the session's window (Session._on_transfer) ...
-            session.next_incoming_id = (session.next_incoming_id + 1) & MASK
-            session.incoming_window -= 1
-            session.remote_outgoing_window -= 1
-            if session.incoming_window <= (session.initial_incoming_window >> 1) - session.held_frames:
-                session.incoming_window = session.initial_incoming_window - session.held_frames
-                session._queue_session_flow()
-            # ... the link's credit (ReceiverLink._on_transfer) ...
-            link.link_credit -= 1
-            link.delivery_count = (link.delivery_count + 1) & MASK
-            if link.drain and link.link_credit == 0:
-                link.drain = False  # §2.6.7: the credit is used up, so the drain we asked for is complete
+            # The frame is taken: the session's window and the link's credit, as the general path counts them.
+            session._count_incoming_frame()
+            link._use_credit()
             delivery = Delivery(link, delivery_id, tag, message_format, data[list_end:end], False)
             if settled:
                 delivery.remote_settled = True  # settled by the sender: nothing to track
