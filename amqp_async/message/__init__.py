@@ -27,13 +27,15 @@ import json as _json
 import uuid
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 
-from .codec import sections as _sections
-from .codec._decoder import _DECODERS, _dec_list8, decode_value
-from .codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
-from .codec.values import AMQPValue
-from .errors import AMQPError, DecodeError, EncodeError
-from .protocol.payload import Gathered
-from .types import Described, char, symbol, timestamp, ubyte, uint, ulong
+from ..codec import sections as _sections
+from ..codec._decoder import _DECODERS, _dec_list8, decode_value
+from ..codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
+from ..codec.values import AMQPValue
+from ..errors import AMQPError, DecodeError, EncodeError
+from ..protocol.payload import Gathered
+from ..types import Described, char, symbol, timestamp, ubyte, uint, ulong
+from ._layouts import layouts_for as _layouts_for
+from ._layouts import learn as _learn_layout
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -687,6 +689,17 @@ class Message:
         if data.__class__ is not bytes:
             data = bytes(data)  # the decoders work on bytes (see codec._decoder)
         self.__dict__.clear()
+        # A message laid out as one decoded before reads its varying values only (message_layouts.py).
+        layouts = _layouts_for(len(data))
+        if layouts is not None:
+            for layout in layouts:
+                if layout(self, data):
+                    return
+        self._decode_sections(data)
+        _learn_layout(self, data)
+
+    def _decode_sections(self, data: bytes) -> None:
+        """Decode ``data`` section by section, every byte read and checked (the general decoder)."""
         decoders = _DECODERS
         end = len(data)
         position = 0
