@@ -106,9 +106,9 @@ class _NotLearnable(Exception):
     """The message holds something a layout does not cover (arrays, described values, a footer...)."""
 
 
-def layouts_for(length: int) -> tuple[Layout, ...] | None:
-    """The layouts learnt for messages of ``length`` bytes, if any."""
-    return _layouts.get(length)
+#: ``layouts_for(length)``: the layouts learnt for messages of ``length`` bytes, or None. The dictionary's own
+#: ``get`` (it is cleared, never replaced): the lookup every decode makes costs no call of a Python function.
+layouts_for: Callable[[int], tuple[Layout, ...] | None] = _layouts.get
 
 
 def learn(message: Any, data: bytes) -> None:
