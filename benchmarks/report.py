@@ -86,6 +86,8 @@ def codec_rows(quick: bool) -> list[Row]:
             "lower", 2),
         Row(section, f"decode {ours['size']:.0f} B message", "µs", micro(ours, "decode"), micro(theirs, "decode"),
             "lower", 2),
+        Row(section, f"decode {ours['size']:.0f} B, general decoder (layout not learnt)", "µs",
+            micro(ours, "decode_general"), micro(theirs, "decode"), "lower", 2),
         Row(section, "encode 1 MiB body", "MB/s", rate(ours, "encode_1mib"), rate(theirs, "encode_1mib"), target=2),
         Row(section, "decode 1 MiB body", "MB/s", rate(ours, "decode_1mib"), rate(theirs, "decode_1mib"), target=2),
     ]  # fmt: skip

@@ -419,7 +419,9 @@ class Delivery:
         if not self._settled_here:
             self._settled_here = True
             self.link._settle(self)
-            self._forget()
+            impl = self._impl
+            if impl is not None:
+                impl.user_data = None  # _forget(), inline: once per message
 
     def settle(self) -> None:
         """Settle the delivery on this end: nothing more will be said or heard about it.
