@@ -9,7 +9,7 @@ and decode variations of their bytes both ways; python-qpid-proton is the oracle
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -35,24 +35,24 @@ def fresh_layouts() -> Iterator[None]:
     layouts.forget()
 
 
-def general(data: bytes) -> Any:
-    """What the general decoder makes of ``data``: the message's attributes, or the error's text."""
+def _outcome(decode: Callable[[Message, bytes], None], data: bytes) -> Any:
+    """What ``decode`` makes of ``data`` in a fresh message: its attributes, or the error's text."""
     message = Message.__new__(Message)
     try:
-        message._decode_sections(data)
+        decode(message, data)
     except DecodeError as exc:
         return f"DecodeError: {exc}"
     return message.__dict__
+
+
+def general(data: bytes) -> Any:
+    """What the general decoder makes of ``data``."""
+    return _outcome(Message._decode_sections, data)
 
 
 def decoded(data: bytes) -> Any:
-    """What ``Message.decode`` (layouts first) makes of ``data``, as ``general`` gives it."""
-    message = Message.__new__(Message)
-    try:
-        message.decode(data)
-    except DecodeError as exc:
-        return f"DecodeError: {exc}"
-    return message.__dict__
+    """What ``Message.decode`` (layouts first) makes of ``data``."""
+    return _outcome(Message.decode, data)
 
 
 def learnt(data: bytes) -> int:
