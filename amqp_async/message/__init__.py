@@ -689,7 +689,7 @@ class Message:
         if data.__class__ is not bytes:
             data = bytes(data)  # the decoders work on bytes (see codec._decoder)
         self.__dict__.clear()
-        # A message laid out as one decoded before reads its varying values only (message_layouts.py).
+        # A message laid out as one decoded before reads its varying values only (_layouts.py).
         layouts = _layouts_for(len(data))
         if layouts is not None:
             for layout in layouts:

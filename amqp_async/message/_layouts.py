@@ -172,21 +172,22 @@ class _Generator:
         self.constants[name] = value
         return name
 
-    def number(self, code: int, start: int) -> str:
-        """A hole for the fixed-width value at ``start`` (its content), read by the layout's one struct call."""
+    def number(self, code: int, start: int) -> tuple[str, int]:
+        """A hole for the content of the fixed-width value at ``start``, read by the layout's one struct call: the
+        expression building the value, and the position after it."""
         fmt = _NUMBER_FORMATS[code]
-        width = struct.calcsize(">" + fmt)
+        end = start + struct.calcsize(">" + fmt)
         local = f"n{len(self.holes)}"
-        self.holes.append((start, start + width, fmt, local))
+        self.holes.append((start, end, fmt, local))
         if code == 0x98:
-            return f"{self.constant(uuid_class())}(bytes={local})"
-        if width == 1:
-            return f"{self.constant(_one_byte_values(code))}[{local}]"
-        sample = _DECODERS[code](bytes(width), 0, 1)[0]
+            return f"{self.constant(uuid_class())}(bytes={local})", end
+        if end - start == 1:
+            return f"{self.constant(_one_byte_values(code))}[{local}]", end
+        sample = _DECODERS[code](bytes(end - start), 0, 1)[0]
         if sample.__class__ in (int, float):
-            return local
+            return local, end
         new = int.__new__ if isinstance(sample, int) else float.__new__
-        return f"{self.constant(new)}({self.constant(sample.__class__)}, {local})"
+        return f"{self.constant(new)}({self.constant(sample.__class__)}, {local})", end
 
     def value(self, position: int, key: bool = False) -> tuple[str, int]:
         """The expression building the value encoded at ``position`` and the position after it. A map key is a
@@ -206,8 +207,7 @@ class _Generator:
                 raise _NotLearnable("a key that is a compound or described value")
             return self.constant(value), end
         if code in _NUMBER_FORMATS:
-            width = struct.calcsize(">" + _NUMBER_FORMATS[code])
-            return self.number(code, position + 1), position + 1 + width
+            return self.number(code, position + 1)
         if code in (0xA0, 0xA1):  # vbin8, str8
             return self.blob(code == 0xA1, position + 2, position + 2 + data[position + 1])
         if code in (0xB0, 0xB1):  # vbin32, str32
