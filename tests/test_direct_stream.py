@@ -134,6 +134,7 @@ def test_a_transport_that_copies_is_handed_a_piece_at_a_time() -> None:
                 await writer.drain()  # returns once nothing is held and the transport is below its high-water mark
         assert received[0] == expected
         assert writer.idle()  # every byte was read, so the transport holds none (drain alone does not say that)
+        assert writer._held is None  # the emptied queue is let go: an idle connection keeps none
         assert most <= (256 + 64) << 10
         await _close(client, server, listener)
 

@@ -133,6 +133,44 @@ class Connection(LinkOpener):
         offered_capabilities, desired_capabilities: what the peer announced in its open.
     """
 
+    # An idle connection is mostly its objects' headers: without slots its 32 attributes would take a dict of
+    # 1.5 KiB (CPython shares an instance dict's keys only up to 30), a fifteenth of a connection's footprint.
+    __slots__ = (
+        "__weakref__",
+        "_address",
+        "_attempts",
+        "_close_seen",
+        "_closing",
+        "_controller",
+        "_controller_lock",
+        "_default_session",
+        "_done",
+        "_driver",
+        "_engine",
+        "_error",
+        "_finished",
+        "_loop",
+        "_loop_handle",
+        "_loss",
+        "_open_timed_out",
+        "_open_watch",
+        "_opened",
+        "_opened_at",
+        "_options",
+        "_publisher",
+        "_reconnecting",
+        "_reconnects",
+        "_run_scope",
+        "_sessions",
+        "_state",
+        "_state_changed",
+        "_stream",
+        "_tracer",
+        "_tracing",
+        "_transport_failed",
+        "container_id",
+    )
+
     def __init__(self, options: ResolvedOptions) -> None:
         self._options = options
         self.container_id = options.container_id

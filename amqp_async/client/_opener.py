@@ -43,6 +43,8 @@ __all__ = ["LinkOpener"]
 class LinkOpener:
     """The methods that open links; a subclass says on which session by defining the two ``_attach_*`` methods."""
 
+    __slots__ = ()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Each subclass gets its own function objects, named after it: Python's TypeError for a misspelt keyword
         # names the function's __qualname__, and the user called Connection.open_receiver, not LinkOpener's.
