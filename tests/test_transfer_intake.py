@@ -284,6 +284,50 @@ def test_a_frame_split_anywhere_is_taken_whole(taken: list[int]) -> None:
     assert sum(taken) > 0
 
 
+def links_on_two_sessions(credit: int, window: int) -> tuple[EnginePeer, list[ReceiverLink]]:
+    """A client engine with receivers on two sessions: handles 0 and 1 on channel 0, handle 0 on channel 1, each
+    with ``credit``, each session's incoming window ``window``."""
+    server = EnginePeer("server", auto_accept=True)
+    client = EnginePeer("client")
+    client.connection.open()
+    first = client.connection.begin_session(incoming_window=window)
+    second = client.connection.begin_session(incoming_window=window)
+    links = [first.attach_receiver("a", source="q"), first.attach_receiver("b", source="q")]
+    links.append(second.attach_receiver("c", source="q"))
+    pump(client, server)
+    for link in links:
+        link.grant_credit(credit)
+    client.take()
+    return client, links
+
+
+def run_on_links(data: bytes, credit: int, window: int) -> list[Any]:
+    client, links = links_on_two_sessions(credit, window)
+    client.connection.receive_data(data, 0.0)
+    return [snapshot(client, link) for link in links]
+
+
+@pytest.mark.parametrize(("credit", "window"), [(100, 2048), (3, 2048), (100, 5), (2, 4)])
+def test_frames_of_several_links_and_sessions_interleaved_are_counted_on_each(
+    taken: list[int], credit: int, window: int
+) -> None:
+    """The fast path checks a link once for a run of its frames: a frame of another link (of the same session,
+    whose window they share, or of another) between them is counted against its own link, and the run's link is
+    checked again after it; credit and window run out where the general path finds them out."""
+    order = [(0, 0), (0, 1), (0, 0), (1, 0), (0, 0), (0, 1), (0, 1), (1, 0), (0, 0), (0, 0)]
+    data = b"".join(
+        transfer(channel=channel, handle=handle, delivery_id=n) for n, (channel, handle) in enumerate(order)
+    )
+    fast = run_on_links(data, credit, window)
+    with general_path_only():
+        general = run_on_links(data, credit, window)
+    assert fast == general
+    assert sum(taken) > 0
+    if credit >= len(order) and window >= len(order):
+        assert sum(taken) == len(order)
+        assert [len(snapshot["deliveries"]) for snapshot in fast] == [5, 3, 2]
+
+
 # --- any mixture, any split --------------------------------------------------------------------------------------
 
 _frame = st.one_of(

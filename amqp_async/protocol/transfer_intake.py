@@ -28,6 +28,7 @@ from .serial import MASK
 
 if TYPE_CHECKING:
     from .connection import Connection
+    from .session import Session
 
 __all__ = ["take_transfers"]
 
@@ -52,6 +53,11 @@ def take_transfers(connection: Connection) -> int:
     max_frame_size = decoder.max_frame_size
     sessions = connection._sessions_by_remote_channel
     taken = 0
+    # The link of the last frame taken, and how many more frames it may take before it is checked again.
+    run_channel = run_handle = -1
+    run_session: Session  # set with the budget
+    run_link: ReceiverLink
+    budget = 0
     try:
         while position + _SMALLEST <= limit:
             size, data_offset, frame_type, channel, head, list_size, count = _unpack_head(data, position)
@@ -131,33 +137,43 @@ def take_transfers(connection: Connection) -> int:
                         cursor += 1
             if cursor != list_end:
                 break
-            session = sessions.get(channel)
-            if session is None or session.local_state is not ACTIVE:
-                break
-            remaining = (session._advertised_limit - session.next_incoming_id) & MASK
-            if remaining == 0 or remaining >= _HALF_SERIAL:
-                break
-            link = session._links_by_remote_handle.get(handle)
-            if (
-                link is None
-                or link.__class__ is not ReceiverLink
-                or link.local_state is not ACTIVE
-                or link.link_credit <= 0
-                or link._current is not None
-                or link.streaming
-            ):
-                break
+            if budget == 0 or channel != run_channel or handle != run_handle:
+                # Another link than the last frame's (or its budget is spent): look it up and check it.
+                session = sessions.get(channel)
+                if session is None or session.local_state is not ACTIVE:
+                    break
+                remaining = (session._advertised_limit - session.next_incoming_id) & MASK
+                if remaining == 0 or remaining >= _HALF_SERIAL:
+                    break
+                link = session._links_by_remote_handle.get(handle)
+                if (
+                    link is None
+                    or link.__class__ is not ReceiverLink
+                    or link.local_state is not ACTIVE
+                    or link.link_credit <= 0
+                    or link._current is not None
+                    or link.streaming
+                ):
+                    break
+                # Nothing but this loop acts on the engine until it returns, and a frame taken changes only the
+                # window and the credit, by one each: so the same link may take this many frames unchecked.
+                budget = min(remaining, link.link_credit)
+                run_channel = channel
+                run_handle = handle
+                run_session = session
+                run_link = link
+                if link not in connection._announced:
+                    connection._announce_deliveries(link)
             # The frame is taken: the session's window and the link's credit, as the general path counts them.
-            session._count_incoming_frame()
-            link._use_credit()
-            delivery = Delivery(link, delivery_id, tag, message_format, data[list_end:end], False)
+            budget -= 1
+            run_session._count_incoming_frame()
+            run_link._use_credit()
+            delivery = Delivery(run_link, delivery_id, tag, message_format, data[list_end:end], False)
             if settled:
                 delivery.remote_settled = True  # settled by the sender: nothing to track
             else:
-                session._incoming_unsettled[delivery_id] = delivery
-            link.incoming.append(delivery)
-            if link not in connection._announced:
-                connection._announce_deliveries(link)
+                run_session._incoming_unsettled[delivery_id] = delivery
+            run_link.incoming.append(delivery)
             position = end
             taken += 1
     except (IndexError, struct.error):
