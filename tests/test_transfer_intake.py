@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import amqp_async.protocol.connection as connection_module
@@ -328,6 +328,42 @@ def test_frames_of_several_links_and_sessions_interleaved_are_counted_on_each(
         assert [len(snapshot["deliveries"]) for snapshot in fast] == [5, 3, 2]
 
 
+@settings(deadline=None)
+@given(
+    initial=st.one_of(st.just(-1), st.integers(1, 40)),  # -1: a window the layer above manages (manual_window)
+    held=st.one_of(st.just(0), st.integers(0, 30)),
+    window=st.integers(0, 60),
+    count=st.integers(1, 130),
+)
+@example(initial=40, held=0, window=10, count=5)  # below its low mark before the run: the first frame reopens it
+@example(initial=40, held=3, window=18, count=100)  # reopened several times within the run
+def test_a_run_of_frames_is_counted_as_that_many_single_frames(
+    initial: int, held: int, window: int, count: int
+) -> None:
+    """The fast path counts a run of frames against the session's window in one call: the window, the ids and the
+    session flow it queues are what the rule applied frame by frame leaves (§2.5.6: each frame uses a unit of the
+    window; the window reopens to its size, less the frames held unread, whenever it is down to half of that)."""
+    _client, link = receiving_client(credit=0, window=100)
+    session = link.session
+    session.initial_incoming_window = initial
+    session.held_frames = held
+    session.incoming_window = window
+    session.next_incoming_id = 0xFFFFFFF0  # the ids wrap within a run
+    session.remote_outgoing_window = 1000
+    session._session_flow_pending = False
+    session._count_incoming_frames(count)
+
+    expected_window, reopened = window, False
+    for _ in range(count):  # the rule, one frame at a time
+        expected_window -= 1
+        if expected_window <= (initial >> 1) - held:
+            expected_window, reopened = initial - held, True
+    assert session.incoming_window == expected_window
+    assert session.next_incoming_id == (0xFFFFFFF0 + count) & 0xFFFFFFFF
+    assert session.remote_outgoing_window == 1000 - count
+    assert session._session_flow_pending is reopened
+
+
 # --- any mixture, any split --------------------------------------------------------------------------------------
 
 _frame = st.one_of(
@@ -352,6 +388,10 @@ _frame = st.one_of(
 )
 
 
+_REUSED_ID = transfer(delivery_id=0, count=5, settled=False)
+_REUSED_ID_SETTLED = transfer(delivery_id=0, count=5, settled=True)
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(
     frames=st.lists(_frame, max_size=12),
@@ -359,6 +399,9 @@ _frame = st.one_of(
     credit=st.integers(0, 12),
     window=st.integers(1, 16),
 )
+# A peer that reuses the delivery-id of one it has not settled, then settles the next it sends with that id (found
+# by this test: the fast path kept the first one tracked, the general path dropped it).
+@example(frames=[_REUSED_ID, _REUSED_ID_SETTLED], splits=[], credit=7, window=7)
 def test_any_mixture_of_frames_split_anywhere_leaves_the_engine_as_the_general_path_does(
     frames: list[bytes], splits: list[int], credit: int, window: int
 ) -> None:

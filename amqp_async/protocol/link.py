@@ -651,11 +651,12 @@ class ReceiverLink(Link):
             return True
         return False
 
-    def _use_credit(self) -> None:
-        """A delivery's first frame arrived (§2.6.7): it used a credit and advanced the delivery-count. Here and in
-        the receive hot path (transfer_intake)."""
-        self.link_credit -= 1
-        self.delivery_count = (self.delivery_count + 1) & MASK
+    def _use_credit(self, count: int = 1) -> None:
+        """``count`` deliveries' first frames arrived (§2.6.7): each used a credit and advanced the delivery-count
+        (the caller found the credit for all of them). Here for one, and in the receive hot path (transfer_intake)
+        for a run of them."""
+        self.link_credit -= count
+        self.delivery_count = (self.delivery_count + count) & MASK
         if self.drain and self.link_credit == 0:
             self.drain = False  # the credit is used up, so the drain we asked for is complete
 

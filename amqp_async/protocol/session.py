@@ -775,16 +775,23 @@ class Session(Endpoint):
         if self._outgoing_queue:
             self._pump_outgoing()
 
-    def _count_incoming_frame(self) -> None:
-        """A transfer frame taken (§2.5.6): it uses a unit of the incoming window, which reopens to its size (less
-        what the layer above holds unread) once half of it is used. Called once the window was found open, here and
-        by the receive hot path (transfer_intake)."""
-        self.next_incoming_id = (self.next_incoming_id + 1) & MASK
-        self.incoming_window -= 1
-        self.remote_outgoing_window -= 1
-        if self.incoming_window <= (self.initial_incoming_window >> 1) - self.held_frames:
-            self.incoming_window = self.initial_incoming_window - self.held_frames
-            self._queue_session_flow()
+    def _count_incoming_frames(self, count: int = 1) -> None:
+        """``count`` transfer frames taken (§2.5.6): each uses a unit of the incoming window, which reopens to its
+        size (less what the layer above holds unread) whenever half of it is used. Called once the window was found
+        open for all of them: here for one frame, by the receive hot path (transfer_intake) for a run of frames."""
+        self.next_incoming_id = (self.next_incoming_id + count) & MASK
+        self.remote_outgoing_window -= count
+        window = self.incoming_window
+        full = self.initial_incoming_window - self.held_frames
+        low = (self.initial_incoming_window >> 1) - self.held_frames
+        reopened_at = window - low  # the frame (counted from 1) that takes the window down to its low mark
+        if reopened_at > count:
+            self.incoming_window = window - count
+            return
+        # Reopened to its full size at that frame, and again each time the frames after it used what lies above the
+        # low mark: what one frame at a time leaves.
+        self.incoming_window = full - (count - max(reopened_at, 1)) % max(full - low, 1)
+        self._queue_session_flow()
 
     def _on_transfer(self, fields: Any, payload: bytes | memoryview) -> None:
         if self.local_state is CLOSED:
@@ -800,7 +807,7 @@ class Session(Endpoint):
             )
         if fields.__class__ is not list or not fields:
             raise RemoteProtocolError("a transfer without fields", condition=conditions.DECODE_ERROR)
-        self._count_incoming_frame()
+        self._count_incoming_frames()
         link = self._links_by_remote_handle.get(fields[0])
         if link is None:
             link = self._remote_link(fields[0])  # raises the unattached-handle error

@@ -10,16 +10,16 @@ receiving link that is attached and has credit, in a session that is begun and w
 It takes only frames for which nothing can be wrong, and enforces no rule of its own: the first frame it does not
 take (another performative, an unusual encoding, a frame cut short, a delivery in several frames, a link without
 credit, a window used up, anything the peer got wrong) ends the run, and the general path reads that frame, with
-every check and the error the spec names. A frame taken is counted by the general path's own methods: the
-session's incoming window (§2.5.6: Session._count_incoming_frame), the link's credit and delivery-count (§2.6.7:
-ReceiverLink._use_credit); then, as there, the unsettled map (§2.6.12), and the delivery queued on the link and
-announced once per input.
+every check and the error the spec names. The frames taken are counted by the general path's own methods, once
+for each run of frames of one link: the session's incoming window (§2.5.6: Session._count_incoming_frames), the
+link's credit and delivery-count (§2.6.7: ReceiverLink._use_credit); each delivery goes, as there, into the
+unsettled map (§2.6.12) and the link's queue, announced once per input.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .delivery import Delivery
 from .endpoint import ACTIVE
@@ -53,11 +53,12 @@ def take_transfers(connection: Connection) -> int:
     max_frame_size = decoder.max_frame_size
     sessions = connection._sessions_by_remote_channel
     taken = 0
-    # The link of the last frame taken, and how many more frames it may take before it is checked again.
+    # The link of the run of frames being taken, how many it may take before it is checked again, how many it took.
     run_channel = run_handle = -1
-    run_session: Session  # set with the budget
-    run_link: ReceiverLink
-    budget = 0
+    # Set with the budget, before the run's first frame (a run of none counts nothing).
+    run_session = cast("Session", None)
+    run_link = cast("ReceiverLink", None)
+    budget = run_taken = 0
     try:
         while position + _SMALLEST <= limit:
             size, data_offset, frame_type, channel, head, list_size, count = _unpack_head(data, position)
@@ -137,8 +138,13 @@ def take_transfers(connection: Connection) -> int:
                         cursor += 1
             if cursor != list_end:
                 break
-            if budget == 0 or channel != run_channel or handle != run_handle:
-                # Another link than the last frame's (or its budget is spent): look it up and check it.
+            if run_taken == budget or channel != run_channel or handle != run_handle:
+                # Another link than the last frame's (or its budget is spent): count the run, then look the frame's
+                # link up and check it.
+                if run_taken:
+                    run_session._count_incoming_frames(run_taken)
+                    run_link._use_credit(run_taken)
+                    run_taken = 0
                 session = sessions.get(channel)
                 if session is None or session.local_state is not ACTIVE:
                     break
@@ -156,7 +162,8 @@ def take_transfers(connection: Connection) -> int:
                 ):
                     break
                 # Nothing but this loop acts on the engine until it returns, and a frame taken changes only the
-                # window and the credit, by one each: so the same link may take this many frames unchecked.
+                # window and the credit, by one each: so the same link may take this many frames unchecked, and
+                # they are counted together once the run ends.
                 budget = min(remaining, link.link_credit)
                 run_channel = channel
                 run_handle = handle
@@ -164,20 +171,24 @@ def take_transfers(connection: Connection) -> int:
                 run_link = link
                 if link not in connection._announced:
                     connection._announce_deliveries(link)
-            # The frame is taken: the session's window and the link's credit, as the general path counts them.
-            budget -= 1
-            run_session._count_incoming_frame()
-            run_link._use_credit()
+            # The frame is taken (the run's frames are counted against the window and the credit when it ends).
             delivery = Delivery(run_link, delivery_id, tag, message_format, data[list_end:end], False)
             if settled:
-                delivery.remote_settled = True  # settled by the sender: nothing to track
+                # Settled by the sender: nothing to track, and an entry of its id (a peer reusing the id of one not
+                # settled) goes, as the general path, which tracks it and then drops it, leaves the map.
+                delivery.remote_settled = True
+                run_session._incoming_unsettled.pop(delivery_id, None)
             else:
                 run_session._incoming_unsettled[delivery_id] = delivery
             run_link.incoming.append(delivery)
             position = end
+            run_taken += 1
             taken += 1
     except (IndexError, struct.error):
         pass  # a frame cut short: the general path reads it and says so
+    if run_taken:
+        run_session._count_incoming_frames(run_taken)
+        run_link._use_credit(run_taken)
     if taken:
         decoder.consume_to(position)
     return taken
