@@ -174,8 +174,8 @@ def take_transfers(connection: Connection) -> int:
             # The frame is taken (the run's frames are counted against the window and the credit when it ends).
             delivery = Delivery(run_link, delivery_id, tag, message_format, data[list_end:end], False)
             if settled:
-                # Settled by the sender: nothing to track, and an entry of its id (a peer reusing the id of one not
-                # settled) goes, as the general path, which tracks it and then drops it, leaves the map.
+                # Settled by the sender: not tracked, and any entry of its id (a peer reusing the id of an unsettled
+                # delivery) is dropped: the general path tracks it and then drops it, which leaves the map so too.
                 delivery.remote_settled = True
                 run_session._incoming_unsettled.pop(delivery_id, None)
             else:
