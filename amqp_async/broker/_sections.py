@@ -15,6 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..codec import decode_value, encode
+from ..codec.section_codes import DELIVERY_ANNOTATIONS as _DELIVERY_ANNOTATIONS
+from ..codec.section_codes import FOOTER as _FOOTER
+from ..codec.section_codes import HEADER as _HEADER
+from ..codec.section_codes import MESSAGE_ANNOTATIONS as _MESSAGE_ANNOTATIONS
+from ..codec.section_codes import PROPERTIES as _PROPERTIES
 from ..errors import DecodeError
 from ..types import symbol, uint
 
@@ -32,11 +37,6 @@ __all__ = [
     "with_ttl_at",
 ]
 
-_HEADER = 0x70
-_DELIVERY_ANNOTATIONS = 0x71
-_MESSAGE_ANNOTATIONS = 0x72
-_PROPERTIES = 0x73
-_FOOTER = 0x78
 _SECTION_NAMES = {
     "amqp:header:list": _HEADER,
     "amqp:delivery-annotations:map": _DELIVERY_ANNOTATIONS,

@@ -26,17 +26,17 @@ import struct
 
 from ..errors import DecodeError
 from ..types import symbol
+from .section_codes import AMQP_SEQUENCE as _AMQP_SEQUENCE
+from .section_codes import AMQP_VALUE as _AMQP_VALUE
+from .section_codes import DATA as _DATA
+from .section_codes import FOOTER as _FOOTER
+from .section_codes import HEADER as _HEADER
 
 __all__ = ["DEFAULT_MAX_KEPT", "SectionReader"]
 
 #: The most bytes of head and footer sections a reader keeps by default.
 DEFAULT_MAX_KEPT = 1 << 20
 
-_HEADER = 0x70
-_DATA = 0x75
-_AMQP_SEQUENCE = 0x76
-_AMQP_VALUE = 0x77
-_FOOTER = 0x78
 _BODY = (_DATA, _AMQP_SEQUENCE, _AMQP_VALUE)
 _NAMES = {
     symbol("amqp:header:list"): 0x70,

@@ -30,6 +30,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 from ..codec import sections as _sections
 from ..codec._decoder import _DECODERS, _dec_list8, decode_value
 from ..codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
+from ..codec.section_codes import AMQP_SEQUENCE as _AMQP_SEQUENCE
+from ..codec.section_codes import AMQP_VALUE as _AMQP_VALUE
+from ..codec.section_codes import APPLICATION_PROPERTIES as _APPLICATION_PROPERTIES
+from ..codec.section_codes import DATA as _DATA
+from ..codec.section_codes import DELIVERY_ANNOTATIONS as _DELIVERY_ANNOTATIONS
+from ..codec.section_codes import FOOTER as _FOOTER
+from ..codec.section_codes import HEADER as _HEADER
+from ..codec.section_codes import MESSAGE_ANNOTATIONS as _MESSAGE_ANNOTATIONS
+from ..codec.section_codes import PROPERTIES as _PROPERTIES
 from ..codec.values import AMQPValue
 from ..errors import AMQPError, DecodeError, EncodeError
 from ..protocol.payload import Gathered
@@ -74,17 +83,6 @@ class MessageBodyError(AMQPError, ValueError):
 # A bytes body at least this large is sent by reference (see Message._encode_payload), not copied into the
 # encoding: below it, one copy costs less than the extra buffer does on its way to the socket.
 _GATHER_MIN = 65536
-
-# Section descriptor codes, §3.2.
-_HEADER = 0x70
-_DELIVERY_ANNOTATIONS = 0x71
-_MESSAGE_ANNOTATIONS = 0x72
-_PROPERTIES = 0x73
-_APPLICATION_PROPERTIES = 0x74
-_DATA = 0x75
-_AMQP_SEQUENCE = 0x76
-_AMQP_VALUE = 0x77
-_FOOTER = 0x78
 
 _SECTION_NAMES = {
     "amqp:header:list": _HEADER,

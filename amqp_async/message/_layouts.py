@@ -39,6 +39,13 @@ from typing import Any
 
 from ..codec._decoder import _DECODERS
 from ..codec._uuid import uuid_class
+from ..codec.section_codes import AMQP_VALUE as _AMQP_VALUE
+from ..codec.section_codes import APPLICATION_PROPERTIES as _APPLICATION_PROPERTIES
+from ..codec.section_codes import DATA as _DATA
+from ..codec.section_codes import DELIVERY_ANNOTATIONS as _DELIVERY_ANNOTATIONS
+from ..codec.section_codes import HEADER as _HEADER
+from ..codec.section_codes import MESSAGE_ANNOTATIONS as _MESSAGE_ANNOTATIONS
+from ..codec.section_codes import PROPERTIES as _PROPERTIES
 
 __all__ = [
     "LAYOUTS_PER_LENGTH",
@@ -77,8 +84,6 @@ _values_held = 0  # in _layouts
 _learning = threading.Lock()  # the proton API's threads decode too; two learning the same length keep one each
 
 # The message's attribute that each section sets (the general decoder, in __init__.py, sets the same ones).
-_HEADER, _DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS, _PROPERTIES = 0x70, 0x71, 0x72, 0x73
-_APPLICATION_PROPERTIES, _DATA, _AMQP_VALUE = 0x74, 0x75, 0x77
 _MAP_ATTRIBUTES = {
     _DELIVERY_ANNOTATIONS: "_instructions",
     _MESSAGE_ANNOTATIONS: "_annotations",

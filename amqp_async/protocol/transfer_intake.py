@@ -43,6 +43,12 @@ _SMALLEST = 8 + 6 + 1 + 1 + 2
 _HALF_SERIAL = 1 << 31
 
 
+def _count_run(session: Session, link: ReceiverLink, frames: int) -> None:
+    """A run of ``frames`` frames of ``link`` taken: counted as the general path counts each of them."""
+    session._count_incoming_frames(frames)
+    link._use_credit(frames)
+
+
 def take_transfers(connection: Connection) -> int:
     """Take the ordinary transfer frames at the start of ``connection``'s buffered input (see the module's
     docstring), as the general path would; return how many were taken (0: the next frame is the general path's,
@@ -142,8 +148,7 @@ def take_transfers(connection: Connection) -> int:
                 # Another link than the last frame's (or its budget is spent): count the run, then look the frame's
                 # link up and check it.
                 if run_taken:
-                    run_session._count_incoming_frames(run_taken)
-                    run_link._use_credit(run_taken)
+                    _count_run(run_session, run_link, run_taken)
                     run_taken = 0
                 session = sessions.get(channel)
                 if session is None or session.local_state is not ACTIVE:
@@ -169,8 +174,7 @@ def take_transfers(connection: Connection) -> int:
                 run_handle = handle
                 run_session = session
                 run_link = link
-                if link not in connection._announced:
-                    connection._announce_deliveries(link)
+                connection._announce_deliveries(link)  # once per input (it says so only the first time)
             # The frame is taken (the run's frames are counted against the window and the credit when it ends).
             delivery = Delivery(run_link, delivery_id, tag, message_format, data[list_end:end], False)
             if settled:
@@ -187,8 +191,7 @@ def take_transfers(connection: Connection) -> int:
     except (IndexError, struct.error):
         pass  # a frame cut short: the general path reads it and says so
     if run_taken:
-        run_session._count_incoming_frames(run_taken)
-        run_link._use_credit(run_taken)
+        _count_run(run_session, run_link, run_taken)
     if taken:
         decoder.consume_to(position)
     return taken
