@@ -149,6 +149,14 @@ class DirectStream:
             raise anyio.BrokenResourceError from self._protocol.exception
         try:
             if not self._gather:
+                if (
+                    self._held is None
+                    and len(buffers) == 1
+                    and len(buffers[0]) <= _PIECE
+                    and transport.get_write_buffer_size() <= _LOW_WATER
+                ):
+                    transport.write(buffers[0])  # what _write_held does with one piece, without its queue
+                    return
                 if self._held is None:
                     self._held = deque(buffers)
                 else:

@@ -47,6 +47,7 @@ from ..codec.framing import (
 from ..codec.performatives import Attach, Begin, Close, Detach, Disposition, End, Error, Flow, Open, Transfer
 from ..errors import DecodeError, EncodeError
 from ..types import symbol
+from .disposition_frames import parse_disposition
 from .endpoint import ACTIVE, CLOSED, UNINIT, Endpoint
 from .errors import ConnectionClosedError, LocalProtocolError, RemoteProtocolError
 from .events import (
@@ -668,22 +669,33 @@ class Connection(Endpoint):
             return  # an empty frame: the peer is alive (§2.4.5)
         if self.remote_state is CLOSED:
             return  # §2.4.3: nothing may follow close; ignore it
+        fields = None
         if (
-            end - body > 3  # a body too short for a transfer's descriptor and list is the decoder's to refuse
+            end - body > 3  # a body too short for a descriptor and a list is the decoder's to refuse
             and data[body] == 0
             and data[body + 1] == 0x53
-            and data[body + 2] == 0x14
             and self.remote_open is not None
         ):
-            # The hot path: a transfer, read as a bare field list (no Transfer object). Its parser reads only the
-            # common layouts, each field in an encoding of its type; any other goes through the composite decoder
-            # below, which checks every field's type (a handle that is a list must not reach the session maps).
-            try:
-                fields = parse_transfer_fields(data, body + 3, end)
-            except (IndexError, StructError):  # a field cut short by the end of the bytes: the decoder says so
-                fields = None
-        else:
-            fields = None
+            code = data[body + 2]
+            if code == 0x14:
+                # The hot path: a transfer, read as a bare field list (no Transfer object). Its parser reads only
+                # the common layouts, each field in an encoding of its type; any other goes through the composite
+                # decoder below, which checks every field's type (a handle that is a list must not reach the
+                # session maps).
+                try:
+                    fields = parse_transfer_fields(data, body + 3, end)
+                except (IndexError, StructError):  # a field cut short by the end of the bytes: the decoder says so
+                    fields = None
+            elif code == 0x15:
+                # A disposition (the outcome of a confirmed send, one per message at low rates) in a common layout:
+                # read by hand, then handled as the decoder's would be; any other layout goes the decoder's way.
+                try:
+                    disposition = parse_disposition(data, body + 3, end)
+                except (IndexError, StructError):
+                    disposition = None
+                if disposition is not None:
+                    self._on_session_frame(channel, disposition)
+                    return
         if fields is not None:
             after = body + 5 + data[body + 4]  # the payload follows the list8 of fields
             session = self._sessions_by_remote_channel.get(channel)
