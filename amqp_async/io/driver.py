@@ -568,7 +568,12 @@ class EngineDriver:
                         _write_direct(direct, buffers)
                         # Handed over, in order: write_now (a long callback) may add behind it while we wait.
                         self._writing = False
-                        await direct.drain()
+                        if not direct.idle():
+                            # The socket did not take it all (or the connection is lost): wait for room (or
+                            # the error). When it did, the writer goes on without yielding here: it suspends
+                            # next, in _sleep, unless more was queued meanwhile (the yield would cost a turn of
+                            # the loop per write, twice per request/reply round trip).
+                            await direct.drain()
                     elif len(buffers) == 1:
                         await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken
                     else:
