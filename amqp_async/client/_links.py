@@ -299,7 +299,13 @@ class Sender(_Link, Generic[_R]):
             TransactionError, LinkError, ConnectionError: as for :meth:`send`.
         """
         tracker = await self._transfer(message, transaction)
-        self.connection._kick()
+        if len(self._pending) <= 1:
+            # The only message in flight on the link (a request, say, whose reply the caller awaits next): written
+            # now when the socket takes it, with whatever else is queued (an accept before it), rather than at the
+            # writer's turn. A window of submits is left to the writer, which writes it together.
+            self.connection._write_eagerly()
+        else:
+            self.connection._kick()
         return tracker
 
     async def _transfer(
