@@ -37,7 +37,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .. import protocol
 from ..codec import conditions
-from ..codec.performatives import Error
+from ..codec.performatives import SENDER, Error
 from ..errors import (
     AMQPError,
     AuthenticationError,
@@ -582,11 +582,15 @@ class Connection(LinkOpener):
             await driver.wait_flushed(driver.flush_epoch, self._check)
 
     def _dispatch(self, events: list[ev.Event]) -> None:
+        changed = False
         for event in events:
-            handler = _EVENT_HANDLERS.get(type(event))
+            kind = type(event)
+            handler = _EVENT_HANDLERS.get(kind)
             if handler is not None:
                 handler(self, event)
-        if events:
+            if kind is not ev.DeliveriesUpdated or not _outcomes_of_sent(event):  # type: ignore[arg-type]
+                changed = True
+        if changed:
             self._notify()
 
     def _on_opened(self, event: ev.ConnectionOpened) -> None:
@@ -856,6 +860,16 @@ class Connection(LinkOpener):
 
     def __repr__(self) -> str:
         return f"<amqp_async.Connection {self._address} {self._state.value}>"
+
+
+def _outcomes_of_sent(event: ev.DeliveriesUpdated) -> bool:
+    """True when ``event`` only brings outcomes of deliveries we sent (one disposition's deliveries are all of one
+    role): each goes to its tracker, which wakes its own waiters, and nothing that waits for a change of state
+    (:meth:`Connection._wait_state`: credit, attaches, deliveries received, a receiver's settlement...) looks at
+    them. Such a batch wakes none of those waiters: a task waiting for a reply on the same connection would wake
+    for nothing on the outcome of its request."""
+    deliveries = event.deliveries
+    return bool(deliveries) and deliveries[0].link.role is SENDER
 
 
 _EVENT_HANDLERS: dict[type, Callable[[Connection, Any], None]] = {
