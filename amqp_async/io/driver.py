@@ -110,6 +110,12 @@ def _write_direct(direct: DirectStream, buffers: list[bytes | bytearray | memory
     direct.write(buffers if len(buffers) == 1 else list(_coalesce(buffers)))
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    """The writer's deadline came (a loop timer's callback): wake it, unless something else did first."""
+    if not future.done():
+        future.set_result(None)
+
+
 def _loop_clock() -> Callable[[], float]:
     """The event loop's clock (anyio's ``current_time``), looked up once: asyncio's ``loop.time`` directly, a
     fifth of the cost of going through anyio each time."""
@@ -318,21 +324,32 @@ class EngineDriver:
                 wake.set_result(None)
 
     async def _sleep(self, deadline: float | None) -> None:
-        """The writer sleeps until woken (or until ``deadline``). On asyncio a bare future is its wake-up: a tenth
-        of the memory of an event, and this is the one thing an idle connection waits on besides its socket."""
+        """The writer sleeps until woken (or until ``deadline``). On asyncio a bare future is its wake-up, and a
+        timer of the loop its deadline: a tenth of the memory of an event (this is the one thing an idle connection
+        waits on besides its socket), and a fraction of the cost of a cancel scope (a writer with a heartbeat to
+        keep sleeps with a deadline after every write)."""
         try:
-            wake: asyncio.Future[None] | anyio.Event = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
         except RuntimeError:  # not asyncio (trio)
-            wake = anyio.Event()
-        self._wake = wake
+            event = self._wake = anyio.Event()
+            try:
+                if deadline is None:
+                    await event.wait()
+                else:
+                    with anyio.CancelScope(deadline=deadline):
+                        await event.wait()
+            finally:
+                self._wake = None
+            return
+        future = self._wake = loop.create_future()
+        # The deadline is on the loop's clock (self._clock is loop.time): the loop's timer needs no conversion.
+        timer = None if deadline is None or deadline == math.inf else loop.call_at(deadline, _resolve, future)
         try:
-            if deadline is None:
-                await (wake.wait() if isinstance(wake, anyio.Event) else wake)
-            else:
-                with anyio.CancelScope(deadline=deadline):
-                    await (wake.wait() if isinstance(wake, anyio.Event) else wake)
+            await future
         finally:
             self._wake = None
+            if timer is not None:
+                timer.cancel()
 
     def _wake_flush_waiters(self) -> None:
         flushed = self._flushed
@@ -560,29 +577,31 @@ class EngineDriver:
         if buffers:
             self._writing = True
             try:
-                # A peer that reads nothing must not hold the writer past an abort or the close's deadline.
-                with anyio.CancelScope(deadline=self._write_deadline()) as scope:
-                    self._write_scope = scope
-                    direct = self._direct
-                    if direct is not None:
-                        _write_direct(direct, buffers)
-                        # Handed over, in order: write_now (a long callback) may add behind it while we wait.
-                        self._writing = False
-                        if not direct.idle():
-                            # The socket did not take it all (or the connection is lost): wait for room (or
-                            # the error). When it did, the writer goes on without yielding here: it suspends
-                            # next, in _sleep, unless more was queued meanwhile (the yield would cost a turn of
-                            # the loop per write, twice per request/reply round trip).
+                direct = self._direct
+                waits = True
+                if direct is not None:
+                    _write_direct(direct, buffers)
+                    # Handed over, in order: write_now (a long callback) may add behind it while we wait.
+                    self._writing = False
+                    # The socket took it all: nothing to wait for, so no cancel scope (and its timer) either, and
+                    # no yield: the writer suspends next, in _sleep, unless more was queued meanwhile. Otherwise
+                    # (or the connection is lost) it waits for room, or the error.
+                    waits = not direct.idle()
+                if waits:
+                    # A peer that reads nothing must not hold the writer past an abort or the close's deadline.
+                    with anyio.CancelScope(deadline=self._write_deadline()) as scope:
+                        self._write_scope = scope
+                        if direct is not None:
                             await direct.drain()
-                    elif len(buffers) == 1:
-                        await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object is taken
-                    else:
-                        for data in _coalesce(buffers):
-                            await self.stream.send(data)  # type: ignore[arg-type]
-                if scope.cancelled_caught:
-                    with anyio.CancelScope(shield=True):
-                        await self._close_stream()  # the reader sees the end
-                    return False
+                        elif len(buffers) == 1:
+                            await self.stream.send(buffers[0])  # type: ignore[arg-type]  # any bytes-like object
+                        else:
+                            for data in _coalesce(buffers):
+                                await self.stream.send(data)  # type: ignore[arg-type]
+                    if scope.cancelled_caught:
+                        with anyio.CancelScope(shield=True):
+                            await self._close_stream()  # the reader sees the end
+                        return False
             except _SEND_ERRORS as exc:
                 if not self._stopping:
                     self.transport_failed = not self.closing
