@@ -147,8 +147,15 @@ class ServerConnection:
         )
 
     def kick(self) -> None:
-        """Wake the writer: the engine has output."""
-        self._driver.kick()
+        """The engine has output: wake the writer, or, when another connection's input made it (a message routed
+        to one of our consumers, say), write it once that input is handled (see :meth:`_on_events`): one write per
+        connection for all a read of the other's made, without a turn of our writer task."""
+        broker = self.broker
+        handling = broker.handling
+        if handling is not None and handling is not self:
+            broker.touched[self] = None
+        else:
+            self._driver.kick()
 
     async def run(self) -> None:
         """Serve the connection until it ends."""
@@ -225,14 +232,22 @@ class ServerConnection:
         self.kick()
 
     def _on_events(self, events: list[ev.Event]) -> None:
-        for event in events:
-            if self.failed:
-                return
-            self._on_event(event)
-        progress = self._progress
-        if progress is not None:
-            self._progress = None
-            progress.set()
+        broker = self.broker
+        outer = broker.handling
+        broker.handling = self
+        try:
+            for event in events:
+                if self.failed:
+                    return
+                self._on_event(event)
+            progress = self._progress
+            if progress is not None:
+                self._progress = None
+                progress.set()
+        finally:
+            broker.handling = outer
+            if outer is None:
+                _write_touched(broker.touched)
 
     def fail(self, exc: BaseException) -> None:
         """Our handling of this connection raised ``exc`` (a bug of ours, not the peer's): log it once, close the
@@ -701,3 +716,12 @@ class ServerConnection:
             gone = topic.subscriptions.pop(key, None) is not None
         if gone:
             queue.clear()  # a deleted node: its messages are dropped
+
+
+def _write_touched(touched: dict[ServerConnection, None]) -> None:
+    """Write the output the input just handled gave other connections: each now, when its socket takes it, else
+    by its writer."""
+    while touched:
+        connection = next(iter(touched))
+        del touched[connection]
+        connection._driver.write_or_wake()

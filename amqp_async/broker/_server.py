@@ -182,6 +182,10 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerConnection] = set()
+        #: The connection whose input (or timer) is being handled, and the others it gave output to meanwhile (a
+        #: message routed to their consumers, say): see ServerConnection.kick.
+        self.handling: ServerConnection | None = None
+        self.touched: dict[ServerConnection, None] = {}
         self._store = InMemoryCredentialStore(users) if users else None
         self._dynamic_names = itertools.count(1)
         self._group: anyio.abc.TaskGroup | None = None
