@@ -32,12 +32,22 @@ __all__ = [
     "frames_only",
     "parse_stream",
     "raw_frame",
+    "uint",
     "with_byte",
     "with_doff",
     "with_size",
 ]
 
 _HEAD = struct.Struct(">IBBH")
+
+
+def uint(value: int, encoding: str) -> bytes:
+    """A uint field in one of its three encodings (§1.6.8: uint0 only for 0, smalluint only below 256)."""
+    if encoding == "uint0" and value == 0:
+        return b"\x43"
+    if encoding in ("uint0", "smalluint") and value < 256:
+        return bytes((0x52, value))
+    return b"\x70" + struct.pack(">I", value)
 
 
 def body_bytes(body: Any) -> bytes:

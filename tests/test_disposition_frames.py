@@ -24,6 +24,11 @@ from amqp_async.errors import DecodeError
 from amqp_async.protocol.disposition_frames import parse_disposition
 from amqp_async.types import symbol
 
+try:
+    from frames import uint
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.frames import uint
+
 _DESCRIPTOR = b"\x00\x53\x15"
 
 
@@ -65,14 +70,6 @@ def check(body: bytes, following: bytes = b"") -> Disposition | None:
 
 
 # --- hand-made layouts ---------------------------------------------------------------------------------------------
-
-
-def uint(value: int, encoding: str) -> bytes:
-    if encoding == "uint0" and value == 0:
-        return b"\x43"
-    if encoding in ("uint0", "smalluint") and value < 256:
-        return bytes((0x52, value))
-    return b"\x70" + struct.pack(">I", value)
 
 
 BOOLEANS = {True: b"\x41", False: b"\x42", None: b"\x40"}

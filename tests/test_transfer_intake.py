@@ -12,7 +12,6 @@ python-qpid-proton's sender goes through it in tests/test_engine_proton.py and e
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -27,21 +26,12 @@ from amqp_async.protocol.transfer_intake import take_transfers
 
 try:
     from engine_peer import EnginePeer, pump
-    from frames import raw_frame
+    from frames import raw_frame, uint
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.engine_peer import EnginePeer, pump
-    from tests.frames import raw_frame
+    from tests.frames import raw_frame, uint
 
 # --- field encodings ---------------------------------------------------------------------------------------------
-
-
-def uint(value: int, encoding: str) -> bytes:
-    """A uint in one of its three encodings (uint0 only for 0, smalluint only below 256)."""
-    if encoding == "uint0" and value == 0:
-        return b"\x43"
-    if encoding in ("uint0", "smalluint") and value < 256:
-        return bytes((0x52, value))
-    return b"\x70" + struct.pack(">I", value)
 
 
 def transfer(

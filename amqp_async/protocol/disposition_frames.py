@@ -26,6 +26,8 @@ _unpack_II = struct.Struct(">II").unpack_from
 _EMPTY_OUTCOMES = {0x24: Accepted(), 0x26: Released()}
 #: What null, true and false read as where a boolean may be null (the composite applies the field's default).
 _BOOLEANS = {0x40: None, 0x41: True, 0x42: False}
+#: What :func:`_boolean` returns for anything else.
+_NOT_READ = object()
 
 
 def parse_disposition(data: bytes, position: int, end: int) -> Disposition | None:
@@ -43,7 +45,7 @@ def parse_disposition(data: bytes, position: int, end: int) -> Disposition | Non
         if position + 2 + data[position + 1] != end:
             return None
         position += 3
-    elif code == 0xD0:  # list32 (python-qpid-proton's codec writes it for every list, RabbitMQ for some)
+    elif code == 0xD0:  # list32 (python-qpid-proton's codec writes it for every list)
         size, count = _unpack_II(data, position + 1)
         if position + 5 + size != end:
             return None
@@ -58,7 +60,10 @@ def parse_disposition(data: bytes, position: int, end: int) -> Disposition | Non
     first, position = _uint(data, position + 1)
     if first is None:
         return None
-    last = settled = state = batchable = None
+    last: int | None = None
+    settled: object = None
+    state = None
+    batchable: object = None
     if count > 2:
         if data[position] == 0x40:
             position += 1
@@ -67,11 +72,9 @@ def parse_disposition(data: bytes, position: int, end: int) -> Disposition | Non
             if last is None:
                 return None
     if count > 3:
-        code = data[position]
-        if code not in _BOOLEANS:
+        settled, position = _boolean(data, position)
+        if settled is _NOT_READ:
             return None
-        settled = _BOOLEANS[code]
-        position += 1
     if count > 4:
         if data[position] == 0x40:
             position += 1
@@ -90,11 +93,9 @@ def parse_disposition(data: bytes, position: int, end: int) -> Disposition | Non
             else:
                 return None
     if count > 5:
-        code = data[position]
-        if code not in _BOOLEANS:
+        batchable, position = _boolean(data, position)
+        if batchable is _NOT_READ:
             return None
-        batchable = _BOOLEANS[code]
-        position += 1
     if position != end:
         return None
     return Disposition._decode([role, first, last, settled, state, batchable])  # type: ignore[no-any-return]
@@ -110,3 +111,10 @@ def _uint(data: bytes, position: int) -> tuple[int | None, int]:
     if code == 0x70:
         return _unpack_I(data, position + 1)[0], position + 5
     return None, position
+
+
+def _boolean(data: bytes, position: int) -> tuple[object, int]:
+    """A boolean or null at ``position`` (§1.6.2: 0x41 true, 0x42 false, 0x40 null), and where it ends;
+    :data:`_NOT_READ` for anything else (a boolean of another encoding, 0x56, is the decoder's)."""
+    value = _BOOLEANS.get(data[position], _NOT_READ)
+    return value, position + 1
