@@ -144,6 +144,7 @@ class Connection(LinkOpener):
         "_controller",
         "_controller_lock",
         "_default_session",
+        "_deliveries_changed",
         "_done",
         "_driver",
         "_engine",
@@ -177,8 +178,10 @@ class Connection(LinkOpener):
         self._engine: protocol.Connection | None = None
         self._stream: anyio.abc.ByteStream | None = None
         self._address: Address | None = None
-        # Made only while someone waits (an idle connection holds none): see _notify and _wait_state.
+        # Made only while someone waits (an idle connection holds none): see _notify and _wait_state. Receivers
+        # waiting for deliveries have one of their own, which the credit given to our senders does not set.
         self._state_changed: anyio.Event | None = None
+        self._deliveries_changed: anyio.Event | None = None
         self._finished = False  # the background task has ended
         self._done: anyio.Event | None = None
         self._opened = False
@@ -546,15 +549,34 @@ class Connection(LinkOpener):
 
     def _notify(self) -> None:
         """Wake everything that waits for a state change (credit, deliveries, outcomes, attach, close...)."""
+        self._notify_credit()
+        changed = self._deliveries_changed
+        if changed is not None:
+            self._deliveries_changed = None
+            changed.set()
+
+    def _notify_credit(self) -> None:
+        """Wake what waits for a state change, but not receivers waiting for deliveries (:meth:`_wait_deliveries`):
+        for credit given to a sender of ours, which changes nothing a receiver looks at."""
         changed = self._state_changed
         if changed is not None:
             self._state_changed = None
             changed.set()
 
     async def _wait_state(self) -> None:
+        """Wait for a state change: any event of the connection but the outcomes of messages sent (those wake
+        their trackers)."""
         changed = self._state_changed
         if changed is None:
             changed = self._state_changed = anyio.Event()
+        await changed.wait()
+
+    async def _wait_deliveries(self) -> None:
+        """Wait, as a receiver does for its next delivery, for a state change other than credit given to our
+        senders (a peer that tops credit up after every message would wake a waiting receiver as often)."""
+        changed = self._deliveries_changed
+        if changed is None:
+            changed = self._deliveries_changed = anyio.Event()
         await changed.wait()
 
     async def _wait_writable(self) -> None:
@@ -582,16 +604,22 @@ class Connection(LinkOpener):
             await driver.wait_flushed(driver.flush_epoch, self._check)
 
     def _dispatch(self, events: list[ev.Event]) -> None:
-        changed = False
+        changed = credit = False
         for event in events:
             kind = type(event)
             handler = _EVENT_HANDLERS.get(kind)
             if handler is not None:
                 handler(self, event)
-            if kind is not ev.DeliveriesUpdated or not _outcomes_of_sent(event):  # type: ignore[arg-type]
-                changed = True
+            if kind is ev.DeliveriesUpdated and _outcomes_of_sent(event):  # type: ignore[arg-type]
+                continue
+            if kind is ev.FlowReceived and _credit_of_sender(event):  # type: ignore[arg-type]
+                credit = True
+                continue
+            changed = True
         if changed:
             self._notify()
+        elif credit:
+            self._notify_credit()
 
     def _on_opened(self, event: ev.ConnectionOpened) -> None:
         if self._driver is not None:
@@ -860,6 +888,13 @@ class Connection(LinkOpener):
 
     def __repr__(self) -> str:
         return f"<amqp_async.Connection {self._address} {self._state.value}>"
+
+
+def _credit_of_sender(event: ev.FlowReceived) -> bool:
+    """True when ``event`` is a link's flow for one of our senders (its credit): what waits for credit wakes, and
+    receivers waiting for deliveries do not (:meth:`Connection._wait_deliveries`)."""
+    link = event.link
+    return link is not None and link.role is SENDER and not event.drained
 
 
 def _outcomes_of_sent(event: ev.DeliveriesUpdated) -> bool:

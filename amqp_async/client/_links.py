@@ -662,7 +662,7 @@ class Receiver(_ReceivingLink):
                 self._top_up()
                 return delivery
             self._check()
-            await self.connection._wait_state()
+            await self.connection._wait_deliveries()
 
     async def receive_many(self, max_count: int, *, timeout: float | None = None) -> list[Delivery]:
         """Take up to ``max_count`` deliveries: those queued at once, then those that arrive, until there are

@@ -107,7 +107,7 @@ class StreamReceiver(_ReceivingLink):
                 delivery = self._current = StreamDelivery(self, engine_delivery)
                 return delivery
             self._check()
-            await self.connection._wait_state()
+            await self.connection._wait_deliveries()
 
     def __aiter__(self) -> StreamReceiver:
         return self
