@@ -5,7 +5,8 @@ Run: ``python benchmarks/latency.py [--quick] [--messages N]``.
 - confirmed send: one message (16-byte body, at-least-once) at a time to the Qpid Proton C ``direct`` example as
   the receiver (it accepts and settles each one); the round trip runs from handing the message to the client to
   learning its outcome (ours: ``await sender.send(message)``; proton: ``sender.send()`` in ``on_sendable`` to
-  ``on_accepted``), and the next message goes only then.
+  ``on_accepted``), and the next message goes only then. The proton program also runs on our callback API
+  (``amqp_async.proton``, only its imports changed): proton's own way of writing it, beside proton.
 - request/reply: a request (16-byte body, at-least-once, ``reply_to`` = a dynamic reply queue the client attached
   with ``dynamic=True``) to the ``requests`` queue of our broker (its own process); a responder in a third process
   (our client, the same for both) answers each to its ``reply_to``. The round trip runs from handing the request
@@ -15,13 +16,15 @@ Run: ``python benchmarks/latency.py [--quick] [--messages N]``.
 The first ``warm-up`` round trips of every run are left out of the figures, the same number for both clients. The
 p50 rows' note gives each client's CPU time per round trip (user and system, over its whole run): what is left of
 a round trip is the peer's work and the two processes' wake-ups. Each
-client runs in a fresh process of its own; ours on asyncio, and the confirmed send also on uvloop. The clients take
+client runs in a fresh process of its own; ours on asyncio, and the confirmed send also on uvloop and on the
+callback API. The clients take
 turns, twice by default, and each keeps its run with the lowest median (p99 from that same run).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -59,12 +62,14 @@ async def ours_confirmed(url: str, address: str, count: int, warmup: int) -> lis
         return times[warmup:]
 
 
-def proton_confirmed(url: str, address: str, count: int, warmup: int) -> list[float] | None:
-    if not proton_available():
+def proton_confirmed(url: str, address: str, count: int, warmup: int, api: str = "proton") -> list[float] | None:
+    """The round trips of a proton program: python-qpid-proton's, or with ``api="amqp_async.proton"`` the same
+    program on our callback API (only the imports differ)."""
+    if api == "proton" and not proton_available():
         return None
-    from proton import Message as ProtonMessage
-    from proton.handlers import MessagingHandler
-    from proton.reactor import Container
+    ProtonMessage = importlib.import_module(api).Message
+    MessagingHandler = importlib.import_module(f"{api}.handlers").MessagingHandler
+    Container = importlib.import_module(f"{api}.reactor").Container
 
     total = warmup + count
 
@@ -122,6 +127,8 @@ def child(kind: str, client: str, url: str, address: str, count: int, warmup: in
     if client == "proton":
         function = proton_confirmed if kind == "confirmed" else proton_request_reply
         return function(url, address, count, warmup)
+    if client == "callback":
+        return proton_confirmed(url, address, count, warmup, api="amqp_async.proton")
     function = ours_confirmed if kind == "confirmed" else ours_request_reply
     return anyio.run(function, url, address, count, warmup, **CLIENTS[client])  # type: ignore[no-any-return]
 
@@ -293,7 +300,7 @@ def run(quick: bool = False, messages: int | None = None, repeat: int | None = N
     count = messages or (1_000 if quick else 10_000)
     warmup = max(50, count // 20)
     turns = repeat or (1 if quick else 2)
-    clients = ("proton", "asyncio", "uvloop")
+    clients = ("proton", "asyncio", "uvloop", "callback")
     confirmed: dict[str, list[Summary | None]] = {client: [] for client in clients}
     replies: dict[str, list[Summary | None]] = {client: [] for client in ("proton", "asyncio")}
     for turn in range(turns):
@@ -310,6 +317,13 @@ def run(quick: bool = False, messages: int | None = None, repeat: int | None = N
     theirs = _best(confirmed["proton"])
     rows = _rows("latency", "confirmed send to C direct", _best(confirmed["asyncio"]), theirs, True)
     rows += _rows("latency", "confirmed send to C direct, uvloop", _best(confirmed["uvloop"]), theirs, True)
+    rows += _rows(
+        "latency",
+        "confirmed send to C direct, callback API (proton's program)",
+        _best(confirmed["callback"]),
+        theirs,
+        True,
+    )
     rows += _rows(
         "latency",
         "request/reply, dynamic queue, our broker",
