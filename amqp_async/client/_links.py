@@ -299,10 +299,11 @@ class Sender(_Link, Generic[_R]):
             TransactionError, LinkError, ConnectionError: as for :meth:`send`.
         """
         tracker = await self._transfer(message, transaction)
-        if len(self._pending) <= 1:
+        if tracker._sender is not None and len(self._pending) <= 1:
             # The only message in flight on the link (a request, say, whose reply the caller awaits next): written
             # now when the socket takes it, with whatever else is queued (an accept before it), rather than at the
-            # writer's turn. A window of submits is left to the writer, which writes it together.
+            # writer's turn. A window of submits, and at-most-once ones (nothing is in flight to tell), are left to
+            # the writer, which writes them together.
             self.connection._write_eagerly()
         else:
             self.connection._kick()
