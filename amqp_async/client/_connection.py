@@ -133,7 +133,7 @@ class Connection(LinkOpener):
         offered_capabilities, desired_capabilities: what the peer announced in its open.
     """
 
-    # An idle connection is mostly its objects' headers: without slots its 32 attributes would take a dict of
+    # An idle connection is mostly its objects' headers: without slots its 33 attributes would take a dict of
     # 1.5 KiB (CPython shares an instance dict's keys only up to 30), a fifteenth of a connection's footprint.
     __slots__ = (
         "__weakref__",

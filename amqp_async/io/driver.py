@@ -241,10 +241,8 @@ class EngineDriver:
         if direct is None or self._writing or self._stopping or not direct.idle():
             return False
         epoch = self.flush_epoch
-        buffers = self.engine.buffers_to_send(self._clock())  # _take_output inline: twice per round trip
+        buffers = self._take_output()
         if buffers:
-            if self._tracer is not None:
-                self._tracer.sent(b"".join(buffers))
             try:
                 _write_direct(direct, buffers)
             except anyio.BrokenResourceError:

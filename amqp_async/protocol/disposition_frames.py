@@ -15,10 +15,10 @@ import struct
 
 from ..codec.delivery_states import Accepted, Released
 from ..codec.performatives import Disposition
+from .transfer_frames import uint_at
 
 __all__ = ["parse_disposition"]
 
-_unpack_I = struct.Struct(">I").unpack_from
 _unpack_II = struct.Struct(">II").unpack_from
 
 #: The outcomes without fields, by descriptor code (§3.4.2, §3.4.4): one shared instance each (they hold nothing,
@@ -57,20 +57,17 @@ def parse_disposition(data: bytes, position: int, end: int) -> Disposition | Non
     role = _BOOLEANS.get(data[position])
     if role is None:
         return None
-    first, position = _uint(data, position + 1)
-    if first is None:
+    first, position = uint_at(data, position + 1)
+    if first is None or first < 0:  # null (first is mandatory) or not a uint: the decoder's to say
         return None
     last: int | None = None
     settled: object = None
     state = None
     batchable: object = None
     if count > 2:
-        if data[position] == 0x40:
-            position += 1
-        else:
-            last, position = _uint(data, position)
-            if last is None:
-                return None
+        last, position = uint_at(data, position)
+        if last is not None and last < 0:
+            return None
     if count > 3:
         settled, position = _boolean(data, position)
         if settled is _NOT_READ:
@@ -99,18 +96,6 @@ def parse_disposition(data: bytes, position: int, end: int) -> Disposition | Non
     if position != end:
         return None
     return Disposition._decode([role, first, last, settled, state, batchable])  # type: ignore[no-any-return]
-
-
-def _uint(data: bytes, position: int) -> tuple[int | None, int]:
-    """A uint at ``position`` in one of its three encodings (§1.6.8), and where it ends; None for anything else."""
-    code = data[position]
-    if code == 0x52:
-        return data[position + 1], position + 2
-    if code == 0x43:
-        return 0, position + 1
-    if code == 0x70:
-        return _unpack_I(data, position + 1)[0], position + 5
-    return None, position
 
 
 def _boolean(data: bytes, position: int) -> tuple[object, int]:

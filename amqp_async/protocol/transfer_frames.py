@@ -16,7 +16,14 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-__all__ = ["encode_handle", "parse_transfer_fields", "transfer_head_size", "write_transfer", "write_transfer_head"]
+__all__ = [
+    "encode_handle",
+    "parse_transfer_fields",
+    "transfer_head_size",
+    "uint_at",
+    "write_transfer",
+    "write_transfer_head",
+]
 
 _pack_frame_head = struct.Struct(">IBBHBBBBBB").pack
 _pack_list32_head = struct.Struct(">IBBHBBBBII").pack
@@ -119,8 +126,9 @@ def write_transfer_head(
     out += state_fields
 
 
-def _uint_at(data: bytes, position: int) -> tuple[int | None, int]:
-    """A uint (or null) at ``position`` in its usual encodings; ``(-1, position)`` for anything else."""
+def uint_at(data: bytes, position: int) -> tuple[int | None, int]:
+    """A uint (or null) at ``position`` in its usual encodings (§1.6.8) and where it ends; ``(-1, position)`` for
+    anything else. The hand parsers of performatives on the hot path share it (transfers, dispositions)."""
     code = data[position]
     if code == 0x43:
         return 0, position + 1
@@ -150,7 +158,7 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> list[Any] | N
         return None
     position += 3
     # Handle and delivery-id: a smalluint (or uint0) inline, as almost every frame has them (one call less each
-    # per message); any other encoding through _uint_at.
+    # per message); any other encoding through uint_at.
     code = data[position]
     if code == 0x52:
         handle: int | None = data[position + 1]
@@ -159,7 +167,7 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> list[Any] | N
         handle = 0
         position += 1
     else:
-        handle, position = _uint_at(data, position)
+        handle, position = uint_at(data, position)
         if handle is None or handle < 0:
             return None
     fields: list[Any] = [handle]
@@ -172,7 +180,7 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> list[Any] | N
             delivery_id = _unpack_I(data, position + 1)[0]
             position += 5
         else:
-            delivery_id, position = _uint_at(data, position)
+            delivery_id, position = uint_at(data, position)
             if delivery_id is not None and delivery_id < 0:
                 return None
         fields.append(delivery_id)
@@ -192,7 +200,7 @@ def parse_transfer_fields(data: bytes, position: int, end: int) -> list[Any] | N
             message_format: int | None = 0
             position += 1
         else:
-            message_format, position = _uint_at(data, position)
+            message_format, position = uint_at(data, position)
             if message_format is not None and message_format < 0:
                 return None
         fields.append(message_format)
