@@ -40,6 +40,7 @@ from ..codec.framing import (
 from ..codec.performatives import Close, Open
 from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
+from . import _engine_input, _engine_output
 from ._condition import Condition
 from ._events import Event
 
@@ -207,14 +208,10 @@ class EngineIO:
         self.scan_partial()
 
     def translate(self, events: list[ev.Event], was_sasl: bool = False) -> None:
-        from ._engine_input import translate
-
-        translate(self, events, was_sasl)
+        _engine_input.translate(self, events, was_sasl)
 
     def scan_partial(self) -> None:
-        from ._engine_input import scan_partial
-
-        scan_partial(self)
+        _engine_input.scan_partial(self)
 
     def _closed(self, event: ev.ConnectionClosed, was_sasl: bool) -> None:
         """The engine stopped: the peer's close, or a transport error (proton's ``pn_do_error``)."""
@@ -316,9 +313,7 @@ class EngineIO:
             and (not engine.closed or engine.remote_state is CLOSED)
         ):
             # (after the peer's close, the input is over but the application still answers it)
-            from ._engine_output import process
-
-            process(self)
+            _engine_output.process(self)
             if engine.local_state is CLOSED:
                 self.close_written = True
         self.collect(engine)

@@ -63,6 +63,10 @@ class Link(Endpoint):
     is_receiver = False
 
     def __init__(self, session: Session, name: str) -> None:
+        # Read for every delivery: copied onto the instance (see Delivery.__init__ for why).
+        cls = type(self)
+        self.is_sender = cls.is_sender
+        self.is_receiver = cls.is_receiver
         self.session = session
         self._connection = session.connection
         self.name = name
