@@ -11,7 +11,8 @@ called on the event loop with no ``await`` in between, so the engine is only eve
   the engine's time (``tick``: heartbeats, the peer's idle timeout), sleeping no longer than the engine's next
   deadline, and when a timeout closed the connection it writes the close and closes the stream (a silent peer
   will not answer);
-- the reader writes what the owner's handling of a read queued as soon as it returns, and a caller that waits
+- the reader writes what the owner's handling of a read queued as soon as it returns (a :meth:`EngineDriver.kick`
+  made meanwhile wakes no writer: that write takes its output), and a caller that waits
   on its output (a confirmed send) has it written at once (:meth:`EngineDriver.write_eagerly`): a round trip
   does not wait for the writer task's turn, and when the kernel takes all of it, the writer is not woken at all
   (what went out counts as flushed);
@@ -155,6 +156,7 @@ class EngineDriver:
         "_direct",
         "_eager_written",
         "_flushed",
+        "_handling_input",
         "_on_error",
         "_on_events",
         "_opened",
@@ -205,6 +207,7 @@ class EngineDriver:
         self._write_scope: anyio.CancelScope | None = None  # the writer's current write, while it waits
         self._writing = False  # the writer holds output it took from the engine and has not handed to the stream
         self._eager_written = False  # write_eagerly wrote since the last input or the writer's last turn
+        self._handling_input = False  # in _on_input's handling: its write follows, a kick needs no writer
         self._direct = DirectStream.of(stream)
         self._clock = _loop_clock()
         self._read_size = SMALL_READ  # for streams read through anyio (trio, TLS): see _read_size
@@ -221,9 +224,12 @@ class EngineDriver:
     # --- coordination ------------------------------------------------------------------------------------
 
     def kick(self) -> None:
-        """Wake the writer: the engine has (or may have) output."""
+        """Wake the writer: the engine has (or may have) output. While the owner handles input (``on_events``
+        called from the reader), only counted: the reader writes what the handling queued once it returns, and
+        wakes the writer for what the socket does not take (a callback API's handler that sends as it handles an
+        outcome: no turn of the writer per round trip)."""
         self.flush_epoch += 1
-        if not self._woken:
+        if not self._woken and not self._handling_input:
             self._woken = True
             self._wake_writer()
 
@@ -483,14 +489,18 @@ class EngineDriver:
         engine = self.engine
         if self._tracer is not None:
             self._tracer.received(data)
+        self._handling_input = True
         try:
             engine.receive_data(data, self._clock())
             self._on_events(engine.next_events())
         except Exception as exc:
+            self._handling_input = False
+            self.kick()  # what the handling queued before it failed (a kick made meanwhile woke nothing)
             if self._on_error is None:
                 raise
             self._failure(exc)
             return
+        self._handling_input = False
         self._eager_written = False
         self.write_or_wake()  # on streams other than asyncio TCP, the writer takes all of it
         if not self._opened and engine.remote_open is not None:
