@@ -210,7 +210,7 @@ class Delivery:
         self._impl = impl
         # Every field is set here rather than left as a default on the class: they are read several times per
         # message, and CPython 3.11 reads an instance's own attribute in a specialised instruction but a class
-        # default through the generic lookup, three times slower (the engine API pair: 8% fewer instructions a
+        # default through the generic lookup, about 13 ns more a read (the engine API pair: 8% fewer instructions a
         # message). Instance values are allocated for these fields either way.
         self._local: Disposition | None = None
         self._local_type = 0
