@@ -2,9 +2,10 @@
 
 CPython 3.11 reads an instance's own attribute in a specialised instruction and a default left on the class through
 the generic lookup (about 13 ns more a read); the engine API read 27 such defaults a message before they moved
-(docs/benchmarks.md, "proton's APIs per message"). Here each class-level default of ``Delivery`` and the link
-classes is replaced by a descriptor that counts the reads reaching it (an instance's own attribute hides it), and
-an engine-API program moves messages between two in-memory engines, as proton's own engine tests do.
+(docs/benchmarks.md, "Class defaults, and proton's APIs per message"). Here each class-level default of
+``Delivery`` and the link classes is replaced by a descriptor that counts the reads reaching it (an instance's own
+attribute hides it), and an engine-API program moves messages between two in-memory engines, as proton's own
+engine tests do.
 """
 
 from __future__ import annotations
