@@ -191,9 +191,11 @@ class Connection(Endpoint):
     """
 
     _is_connection = True
-    _tracing: Any = None  # the container's OpenTelemetry tracing of this connection (see _tracing.py)
 
     def __init__(self, impl: Any = None) -> None:
+        # The container's OpenTelemetry tracing of this connection (see _tracing.py); read for every message sent:
+        # on the instance (a class default costs CPython 3.11 a generic lookup).
+        self._tracing: Any = None
         self._impl: EngineConnection | None = impl
         self._local = _UNINIT
         self._reactor: Any = None
