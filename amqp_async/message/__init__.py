@@ -250,9 +250,10 @@ class Message:
 
     DEFAULT_PRIORITY = _DEFAULT_PRIORITY
 
-    # Defaults live on the class, so a new message costs no attribute writes and ``decode`` resets every field
-    # with one ``__dict__.clear()``. ``_props`` holds the properties section's 13 fields in spec order; the
-    # shared default is an immutable tuple, replaced by a list on the first write.
+    # Defaults live on the class, so ``decode`` (and ``clear``) resets every field with one ``__dict__.clear()``;
+    # ``__init__`` copies them onto a message made to be sent (see there). ``_props`` holds the properties
+    # section's 13 fields in spec order; the shared default is an immutable tuple, replaced by a list on the first
+    # write.
     if TYPE_CHECKING:
         # For type checkers, ``body`` and ``properties`` read as what a message can hold (what decoding gives)
         # and take anything a caller may put there (the encoder refuses what AMQP cannot carry, with an
@@ -291,7 +292,7 @@ class Message:
     def __init__(self, body: object = None, **fields: Unpack[MessageFields]) -> None:
         # A message made to be sent has every field encode() reads set on it, the class's defaults copied: CPython
         # 3.11 reads a default left on the class through the generic lookup, about 13 ns more a read, and encode()
-        # reads a dozen (a decoded message, reset by decode(), reads them from the class: it is seldom encoded).
+        # reads a dozen (a decoded message, reset by decode(), falls back on the class's: it is seldom encoded).
         self.body = body
         self.properties = None
         self.footer = None
