@@ -4,8 +4,8 @@ CPython 3.11 reads an instance's own attribute in a specialised instruction and 
 the generic lookup (about 13 ns more a read); the engine API read 27 such defaults a message before they moved
 (docs/benchmarks.md, "Class defaults, and proton's APIs per message"). Here each class-level default of
 ``Delivery`` and the link classes is replaced by a descriptor that counts the reads reaching it (an instance's own
-attribute hides it), and an engine-API program moves messages between two in-memory engines, as proton's own
-engine tests do.
+attribute hides it), and an engine-API program moves messages between two in-memory engines (the sides and pump of
+tests/proton_engine_program.py, as proton's own engine tests do).
 """
 
 from __future__ import annotations
@@ -20,6 +20,11 @@ from amqp_async.proton._delivery import Delivery
 from amqp_async.proton._links import Link
 from amqp_async.proton._receiver import Receiver
 from amqp_async.proton._sender import Sender
+
+try:
+    from proton_engine_program import Side, pump
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.proton_engine_program import Side, pump
 
 MESSAGES = 200
 
@@ -50,68 +55,47 @@ def default_reads(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return reads
 
 
-def _pump(source: Any, destination: Any) -> bool:
-    pending = source.pending()
-    if pending <= 0:
-        return False
-    data = source.peek(pending)
-    destination.push(data)
-    source.pop(len(data))
-    return True
-
-
 def _send_accept_settle(count: int) -> int:
     """``count`` messages sent, accepted and settled by the receiver, then settled by the sender; how many."""
-    sending, receiving = proton.Connection(), proton.Connection()
-    sending_events, receiving_events = proton.Collector(), proton.Collector()
-    sending.collect(sending_events)
-    receiving.collect(receiving_events)
-    client, server = proton.Transport(), proton.Transport(proton.Transport.SERVER)
-    client.bind(sending)
-    server.bind(receiving)
-
-    def pump() -> None:
-        while _pump(client, server) or _pump(server, client):
-            pass
-
-    sending.open()
-    session = sending.session()
+    log: list[tuple[Any, ...]] = []
+    client = Side("a", "amqp_async.proton", False, log)
+    server = Side("b", "amqp_async.proton", True, log)
+    client.bind()
+    server.bind()
+    client.connection.open()
+    session = client.connection.session()
     session.open()
     sender = session.sender("sender")
     sender.target.address = "q"
     sender.open()
-    pump()
-    receiving.open()
+    pump(client, server)
+    server.connection.open()
     opened = proton.Endpoint.LOCAL_UNINIT | proton.Endpoint.REMOTE_ACTIVE
-    receiving.session_head(opened).open()
-    receiver = receiving.link_head(opened)
+    server.connection.session_head(opened).open()
+    receiver = server.connection.link_head(opened)
     receiver.target.copy(receiver.remote_target)
     receiver.open()
     receiver.flow(count)
-    pump()
+    pump(client, server)
     for number in range(count):
         sender.delivery(b"%d" % number)
         sender.send(b"x" * 100)
         sender.advance()
-    pump()
-    while receiving_events.peek() is not None:
-        event = receiving_events.peek()
+    pump(client, server)
+    for event in server.drain():
         delivery = event.delivery
         if event.type == proton.Event.DELIVERY and delivery.readable and not delivery.partial:
             receiver.recv(delivery.pending)
             delivery.update(proton.Delivery.ACCEPTED)
             delivery.settle()
-        receiving_events.pop()
-    pump()
+    pump(client, server)
     settled = 0
-    while sending_events.peek() is not None:
-        event = sending_events.peek()
+    for event in client.drain():
         delivery = event.delivery
         if event.type == proton.Event.DELIVERY and delivery.remote_state == proton.Delivery.ACCEPTED:
             delivery.settle()
             settled += 1
-        sending_events.pop()
-    pump()
+    pump(client, server)
     return settled
 
 
