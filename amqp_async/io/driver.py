@@ -500,7 +500,8 @@ class EngineDriver:
                 raise
             self._failure(exc)
             return
-        self._handling_input = False
+        finally:
+            self._handling_input = False  # whatever ended the handling (a KeyboardInterrupt too)
         self._eager_written = False
         self.write_or_wake()  # on streams other than asyncio TCP, the writer takes all of it
         if not self._opened and engine.remote_open is not None:
