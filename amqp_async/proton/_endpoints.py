@@ -17,7 +17,7 @@ import abc
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.performatives import Error
-from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT
+from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT, EndpointState
 from . import _engine_lifecycle
 from ._condition import Condition
 from ._delivery import Delivery
@@ -41,7 +41,14 @@ _OVERSHOOT_TOLERANCE = 4096
 # proton writes what callbacks send once they return; a callback that sends its whole credit would leave the peer
 # idle (and the output growing) until then. Past this much output, it is handed to the socket as it comes.
 _WRITE_THROUGH = 16384
-_REMOTE_BITS = {UNINIT: 8, ACTIVE: 16, CLOSED: 32}
+
+
+def remote_bits(state: EndpointState) -> int:
+    """proton's REMOTE_UNINIT, REMOTE_ACTIVE or REMOTE_CLOSED bit for an engine endpoint's remote state (compared by
+    identity: an Enum member's hash, as a dict key needs, is Python code, slower than the comparisons)."""
+    return 16 if state is ACTIVE else 32 if state is CLOSED else 8
+
+
 _TRANSPORT_EVENT = Event.TRANSPORT
 # The local changes after which proton's engine says the transport has work (a TRANSPORT event).
 _LOCAL_EVENTS = frozenset(
@@ -142,7 +149,7 @@ class Endpoint(abc.ABC):
     def state(self) -> int:
         """The local and remote state bits."""
         impl = self._impl
-        return self._local | (8 if impl is None else _REMOTE_BITS[impl.remote_state])
+        return self._local | (8 if impl is None else remote_bits(impl.remote_state))
 
     @property
     def remote_condition(self) -> Condition | None:

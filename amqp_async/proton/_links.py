@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..codec.performatives import RCV_FIRST, SENDER, SND_MIXED
+from ..protocol.endpoint import ACTIVE as _ENGINE_ACTIVE
 from ..protocol.endpoint import CLOSED, UNINIT
 from ..types import symbol, ulong
 from . import _engine_lifecycle, _engine_links
@@ -18,7 +19,6 @@ from ._delivery import Delivery
 from ._endpoints import (
     _ACTIVE,
     _CLOSED,
-    _REMOTE_BITS,
     _UNINIT,
     Connection,
     Endpoint,
@@ -67,6 +67,7 @@ class Link(Endpoint):
         cls = type(self)
         self.is_sender = cls.is_sender
         self.is_receiver = cls.is_receiver
+        self._remote_detached = False  # the peer detached without closing (proton's engine API keeps REMOTE_ACTIVE)
         self.session = session
         self._connection = session.connection
         self.name = name
@@ -96,15 +97,16 @@ class Link(Endpoint):
     def _owner(self) -> Connection:
         return self.session.connection
 
-    _remote_detached = False  # the peer detached without closing (proton's engine API keeps REMOTE_ACTIVE)
-
     @property
     def state(self) -> int:
         """The local and remote state bits (a peer's detach that does not close leaves the remote state active)."""
         impl = self._impl
         if impl is None:
             return self._local | 8
-        return self._local | (16 if self._remote_detached else _REMOTE_BITS[impl.remote_state])
+        if self._remote_detached:
+            return self._local | 16
+        state = impl.remote_state  # remote_bits(), inline: a sender's state is read for every flow it gets
+        return self._local | (16 if state is _ENGINE_ACTIVE else 32 if state is CLOSED else 8)
 
     def _work(self) -> list[Delivery]:
         """This link's deliveries on proton's work list (see :attr:`Connection.work_head`)."""
