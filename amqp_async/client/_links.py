@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from ..protocol.link import Link as EngineLink
     from ..protocol.link import ReceiverLink, SenderLink
+    from ..protocol.payload import Gathered
     from ..protocol.session import Session as EngineSession
     from ._session import Session
     from ._tracing import MessageTracing
@@ -37,6 +38,9 @@ else:
     _R = TypeVar("_R")
 
 __all__ = ["Receiver", "SendManyError", "Sender", "Tracker", "selector"]
+
+#: Output bytes waiting in the engine past which a send waits for the writer to take them (backpressure).
+_OUTPUT_HIGH_WATER = 1 << 20
 
 
 def _link_error(error: Error | None, default: str) -> AMQPError:
@@ -298,16 +302,43 @@ class Sender(_Link, Generic[_R]):
             TypeError: ``message`` is neither a Message nor bytes (the error names what it is).
             TransactionError, LinkError, ConnectionError: as for :meth:`send`.
         """
-        tracker = await self._transfer(message, transaction)
-        if tracker._sender is not None and len(self._pending) <= 1:
-            # The only message in flight on the link (a request, say, whose reply the caller awaits next): written
-            # now when the socket takes it, with whatever else is queued (an accept before it), rather than at the
-            # writer's turn. A window of submits, and at-most-once ones (nothing is in flight to tell), are left to
-            # the writer, which writes them together.
-            self.connection._write_eagerly()
-        else:
-            self.connection._kick()
+        tracker = self._transfer_now(message) if transaction is None else None
+        if tracker is None:
+            tracker = await self._transfer(message, transaction)
+        driver = self.connection._driver
+        if driver is not None:
+            if tracker._sender is not None and len(self._pending) <= 1:
+                # The only message in flight on the link (a request, say, whose reply the caller awaits next):
+                # written now when the socket takes it, with whatever else is queued (an accept before it), rather
+                # than at the writer's turn. A window of submits, and at-most-once ones (nothing is in flight to
+                # tell), are left to the writer, which writes them together.
+                driver.write_eagerly()
+            elif driver.kick_streaming():
+                # A chunk waits and only the writer task can write it: let it (the message is handed over
+                # already, so no cancellation here).
+                await anyio.lowlevel.cancel_shielded_checkpoint()
         return tracker
+
+    def _transfer_now(self, message: Message | bytes) -> Tracker[_R] | None:
+        """:meth:`_transfer` without a coroutine, for the common case: a :class:`Message` (not traced, outside a
+        transaction) on a link with credit and room in the output, handed to the engine at once. None when the case
+        is any other (nothing done then: :meth:`_transfer` takes it)."""
+        link = self._engine_link
+        connection = self.connection
+        engine = connection._engine
+        if (
+            message.__class__ is not Message
+            or self._tracing is not None
+            or link.link_credit <= 0
+            or connection._reconnecting
+            or engine is None
+            or engine.output_buffered > _OUTPUT_HIGH_WATER
+            or self._error is not None
+            or self._closed
+            or connection._error is not None
+        ):
+            return None
+        return self._hand_over(link, message._encode_payload(), None)
 
     async def _transfer(
         self, message: Message | bytes, transaction: Transaction | None = None, traced: bool = True
@@ -331,12 +362,16 @@ class Sender(_Link, Generic[_R]):
             link.link_credit <= 0
             or connection._reconnecting
             or connection._engine is None
-            or connection._engine.output_buffered > (1 << 20)
+            or connection._engine.output_buffered > _OUTPUT_HIGH_WATER
         ):
             await self._wait_for_credit()
             link = self._engine_link
         elif self._error is not None or self._closed or connection._error is not None:
             self._check()
+        return self._hand_over(link, payload, transaction)
+
+    def _hand_over(self, link: SenderLink, payload: bytes | Gathered, transaction: Transaction | None) -> Tracker[_R]:
+        """Send ``payload`` on ``link`` (credit checked) and track its delivery."""
         try:
             if transaction is None:
                 delivery = link.send(payload)
@@ -427,7 +462,9 @@ class Sender(_Link, Generic[_R]):
             DeliveryInDoubt: the connection or link ended before the outcome was known.
             LinkError, ConnectionError: the link or connection failed.
         """
-        tracker = await self._transfer(message, transaction)
+        tracker = self._transfer_now(message) if transaction is None else None
+        if tracker is None:
+            tracker = await self._transfer(message, transaction)
         connection = self.connection
         connection._write_eagerly()  # the caller waits on this transfer: it need not wait for the writer's turn
         if tracker._sender is None:  # settled on sending (at-most-once): done once it is written
@@ -474,7 +511,9 @@ class Sender(_Link, Generic[_R]):
                     raise  # the link or connection is gone and nothing was sent: the error is the call's
                 sent.extend([exc] * (len(batch) - len(sent)))  # the rest are not sent
                 break
-            connection._kick()
+            driver = connection._driver
+            if driver is not None and driver.kick_streaming():
+                await anyio.lowlevel.cancel_shielded_checkpoint()  # for the writer (as in submit)
         results: list[Accepted | AMQPError | None] = []
         failed = False
         unconfirmed = False

@@ -48,7 +48,7 @@ from ..protocol.events import Event
 from .direct_stream import DirectStream
 from .read_size import SMALL_READ, next_read_size
 
-__all__ = ["CLOSE_TIMEOUT", "EngineDriver", "describe_transport_error", "underlying_error"]
+__all__ = ["CLOSE_TIMEOUT", "STREAMING_CHUNK", "EngineDriver", "describe_transport_error", "underlying_error"]
 
 #: Seconds the peer has to answer our close before the stream is closed without its answer (read when the close
 #: is written, so that tests may lower it).
@@ -56,6 +56,10 @@ CLOSE_TIMEOUT = 10.0
 
 # Output buffers are joined into writes of up to this size; a larger buffer is written on its own, uncopied.
 _WRITE_SIZE = 262144
+#: The output a producer that does not yield may queue before it is written at once (see kick_streaming; proton's
+#: callback API writes through past it too). Measured against proton's C ``direct``: 8 to 32 KiB keep both ends
+#: busy, 64 KiB let them fall into taking turns again in some runs.
+STREAMING_CHUNK = 16384
 # How long the final write may take once the connection has ended, and how long the writer may take to do it.
 _FINAL_WRITE = 1.0
 _STOP_GRACE = 2.0
@@ -164,6 +168,8 @@ class EngineDriver:
         "_reader_scope",
         "_retime",
         "_stopping",
+        "_streaming_yield_at",
+        "_streaming_yields",
         "_tracer",
         "_wake",
         "_woken",
@@ -207,6 +213,10 @@ class EngineDriver:
         self._write_scope: anyio.CancelScope | None = None  # the writer's current write, while it waits
         self._writing = False  # the writer holds output it took from the engine and has not handed to the stream
         self._eager_written = False  # write_eagerly wrote since the last input or the writer's last turn
+        # The output size from which kick_streaming asks its producer to yield (0: the first chunk), and how many
+        # times it did since the writer last took output.
+        self._streaming_yield_at = 0
+        self._streaming_yields = 0
         self._handling_input = False  # in _on_input's handling: its write follows, a kick needs no writer
         self._direct = DirectStream.of(stream)
         self._clock = _loop_clock()
@@ -232,6 +242,35 @@ class EngineDriver:
         if not self._woken and not self._handling_input:
             self._woken = True
             self._wake_writer()
+
+    def kick_streaming(self) -> bool:
+        """:meth:`kick`, for output queued by a producer that may go on without yielding (sends in a loop while
+        the link has credit): once :data:`STREAMING_CHUNK` bytes wait, they are written at once, or, where there
+        is no writing from synchronous code (trio, TLS), True tells the producer to yield to the writer once.
+
+        The writer runs only when the producer yields. Left to it, a window of a thousand sends reaches the peer
+        in one burst once the producer waits for their outcomes; the peer, idle until then, answers only once it
+        has handled the whole burst, while the producer waits idle in turn: the two ends take turns instead of
+        working at once (measured against proton's C ``direct``: runs at 120,000 messages a second with 3 ms
+        pauses, against 200,000 when written in chunks).
+        """
+        self.kick()
+        buffered = self.engine.output_buffered
+        if buffered < STREAMING_CHUNK:
+            return False
+        if self._direct is not None:
+            self.write_now()  # else the socket is backed up: the writer waits for it, with what it took
+            return False
+        if buffered < self._streaming_yield_at:
+            return False
+        # Twice a chunk: trio runs the tasks ready at a time in a random order, so the producer may go on first once.
+        # Then not before the next chunk: the writer is blocked on a socket the peer does not empty (yielding on
+        # every send would only cost), or waits for its next turn to take what is queued.
+        self._streaming_yields += 1
+        if self._streaming_yields >= 2:
+            self._streaming_yields = 0
+            self._streaming_yield_at = buffered + STREAMING_CHUNK
+        return True
 
     def write_now(self) -> bool:
         """Hand the engine's output to the stream at once, from synchronous code on the event loop; True if all of
@@ -281,6 +320,7 @@ class EngineDriver:
 
     def _take_output(self) -> list[bytes | bytearray | memoryview]:
         """The engine's output, as buffers to write in order (shown to the tracer, if any)."""
+        self._streaming_yield_at = self._streaming_yields = 0
         buffers = self.engine.buffers_to_send(self._clock())
         if buffers and self._tracer is not None:
             self._tracer.sent(b"".join(buffers))

@@ -17,6 +17,7 @@ import abc
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..codec.performatives import Error
+from ..io.driver import STREAMING_CHUNK
 from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT, EndpointState
 from . import _engine_lifecycle
 from ._condition import Condition
@@ -39,8 +40,9 @@ LinkT = TypeVar("LinkT", bound="Link")
 _ENGINE_ACTIVE = ACTIVE
 _OVERSHOOT_TOLERANCE = 4096
 # proton writes what callbacks send once they return; a callback that sends its whole credit would leave the peer
-# idle (and the output growing) until then. Past this much output, it is handed to the socket as it comes.
-_WRITE_THROUGH = 16384
+# idle (and the output growing) until then. Past this much output, it is handed to the socket as it comes (the
+# awaitable API's senders likewise, see EngineDriver.kick_streaming).
+_WRITE_THROUGH = STREAMING_CHUNK
 
 
 def remote_bits(state: EndpointState) -> int:
