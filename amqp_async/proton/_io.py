@@ -309,7 +309,6 @@ class Channel:
                 incoming = link.incoming
                 queue = receiver._incoming
                 collector = container._collector
-                delivery_event = Event.DELIVERY
                 tracing = self.connection._tracing
                 while incoming:
                     engine_delivery = incoming.popleft()
@@ -319,17 +318,16 @@ class Channel:
                     queue.append(delivery)
                     if tracing is not None:
                         tracing.received(receiver, delivery, engine_delivery.payload)
-                    collector.append(Event(delivery_event, delivery, container))
+                    collector.append(delivery)  # its DELIVERY event, made as it is dispatched (see there)
             elif kind is ev.DeliveriesUpdated:
                 collector = container._collector
-                delivery_event = Event.DELIVERY
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
                     if delivery is not None:
                         delivery._updated = True
                         if delivery._span is not None:
                             self.connection._tracing.updated(delivery)
-                        collector.append(Event(delivery_event, delivery, container))
+                        collector.append(delivery)
             elif kind is ev.FlowReceived:
                 link = event.link  # type: ignore[attr-defined]
                 if link is not None and link.user_data is not None:
