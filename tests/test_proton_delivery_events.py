@@ -12,8 +12,8 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from amqp_async.proton.handlers import MessagingHandler
 from amqp_async.proton import Event
+from amqp_async.proton.handlers import MessagingHandler
 from amqp_async.proton.reactor import Container
 
 try:
