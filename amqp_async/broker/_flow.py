@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["WINDOW", "Flow", "Producer"]
 
 #: The credit a producer holds at most (and gets again once it used half). With 500, a producer sending as fast as
-#: it could used it up before the broker's next flow came, and waited idle a quarter of the time (88,000-101,000
-#: messages of 16 bytes a second against 131,000 with 2,000); the limits make it smaller where they apply.
+#: it could used it up before the broker's next flow came: 100,000 messages of 16 bytes waited for credit 237 times,
+#: 0.7 s of 1.3 (none with 2,000, and a third faster); the limits make it smaller where they apply.
 WINDOW = 2000
 #: The size a message is assumed to take before the broker has seen one (for the memory limit's first credit).
 UNSEEN_SIZE = 64 << 10
