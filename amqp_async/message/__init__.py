@@ -593,13 +593,13 @@ class Message:
         """
         return bytes(self._encode(False))
 
-    def _encode_payload(self) -> bytes | Gathered:
-        """:meth:`encode`, for a sender: a large ``bytes`` body in a data section stays out of the result (a
-        :class:`Gathered` of the sections before it and the body itself), so the engine sends it uncopied."""
-        return self._encode(True)
+    def _encode(self, gather: bool = True, empty_sections: bool = False) -> bytes | Gathered:
+        """The sections; ``empty_sections``: an empty header and properties are written (as proton does).
 
-    def _encode(self, gather: bool, empty_sections: bool = False) -> bytes | Gathered:
-        """The sections; ``empty_sections``: an empty header and properties are written (as proton does)."""
+        ``gather`` (the default: a sender's call, :meth:`_encode_payload`): a large ``bytes`` body in a data section
+        stays out of the result (a :class:`Gathered` of the sections before it and the body itself), so the engine
+        sends it uncopied.
+        """
         buf = bytearray()
         if (
             self._durable
@@ -676,6 +676,9 @@ class Message:
             buf += b"\x00\x53\x78"
             _enc_map(buf, _annotation_keys(self.footer, "footer"))
         return bytes(buf)
+
+    #: :meth:`encode`, for a sender (see ``gather``): the same function, not a call more per message sent.
+    _encode_payload = _encode
 
     def send(self, sender: Any, tag: Any = None) -> Any:
         """Send this message on a callback-API sender (proton's ``Message.send``); returns the delivery."""

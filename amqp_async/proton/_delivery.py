@@ -439,7 +439,8 @@ class Delivery:
         if container is None:
             engine_model.settle(self)
             return
-        if container._loop_thread not in (None, get_ident()):
+        loop_thread = container._loop_thread
+        if loop_thread is not None and loop_thread != get_ident():
             container._check_thread()  # raises: another thread
         self._settled_here = True
         link._settle(self)

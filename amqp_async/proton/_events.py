@@ -309,7 +309,9 @@ class Event(EventBase):
     @property
     def sender(self) -> Sender | None:
         """The link of the event when it is a sender, else None."""
-        link = self.link
+        context = self._context
+        # A delivery's link (an outcome's event, read by on_accepted for every message sent) without link's call.
+        link = context.link if getattr(context, "_is_delivery", False) else self.link
         return link if link is not None and link.is_sender else None  # type: ignore[return-value]
 
     @property

@@ -18,12 +18,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
+from ..errors import DecodeError
+from ..message import Message as _Message
 from ..protocol.endpoint import ACTIVE
 from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import Connection, Endpoint, Link, Receiver, Session
 from ._events import DELIVERY_ROLES, NOOP_CALLBACKS, Event, Handler, _route, dispatch
-from ._exceptions import MessageException, ProtonException
+from ._exceptions import MessageException, ProtonException, _MessageDecodeError
 from ._message import Message
 
 __all__ = [
@@ -54,6 +56,7 @@ _LOCAL_UNINIT, _LOCAL_ACTIVE, _LOCAL_CLOSED = Endpoint.LOCAL_UNINIT, Endpoint.LO
 _REMOTE_ACTIVE, _REMOTE_CLOSED = Endpoint.REMOTE_ACTIVE, Endpoint.REMOTE_CLOSED
 _ACTIVE = ACTIVE
 _new_message = Message.__new__
+_decode_message = _Message.decode
 _ACCEPTED, _REJECTED, _RELEASED, _MODIFIED = Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED
 
 
@@ -202,13 +205,21 @@ def recv_msg(delivery: Delivery) -> Message:
     """Decode the message of a complete incoming delivery and advance its link past it."""
     message = _new_message(Message)  # decode() sets every field: __init__ would only set defaults
     payload = delivery._payload
+    link: Any = delivery.link
     if payload is not None and delivery._read == 0:
         delivery._read = len(payload)
-        message.decode(payload)
+        try:
+            _decode_message(message, payload)  # Message.decode without its call (once per message received)
+        except DecodeError as exc:
+            raise _MessageDecodeError(exc.description) from exc
     else:
-        link = delivery.link
-        message.decode(link.recv(delivery.pending) or b"")  # type: ignore[attr-defined]
-    delivery.link.advance()
+        message.decode(link.recv(delivery.pending) or b"")
+    if link._connection._reactor is None:
+        link.advance()  # proton's engine API: its own model
+    else:
+        incoming = link._incoming
+        if incoming:
+            incoming.popleft()  # link.advance(), inline: the container's receiver
     return message
 
 

@@ -89,7 +89,7 @@ class Sender(Link):
             # proton's (engine_model.sender_credit, without the calls: a sender reads it for every message)
             transport_credit = 0 if impl is None else impl.link_credit + len(self._in_flight)
             return int(transport_credit - self._queued - self._drained_amount)
-        return 0 if impl is None else int(impl.link_credit)
+        return 0 if impl is None else impl.link_credit  # an int (the engine's; read for every message sent)
 
     def _work(self) -> list[Delivery]:
         work = [d for d in self._unsettled if d._updated and not d._settled_here]
