@@ -254,7 +254,11 @@ class EngineDriver:
         working at once (measured against proton's C ``direct``: runs at 120,000 messages a second with 3 ms
         pauses, against 200,000 when written in chunks).
         """
-        self.kick()
+        # kick(), inline (once per message submitted)
+        self.flush_epoch += 1
+        if not self._woken and not self._handling_input:
+            self._woken = True
+            self._wake_writer()
         buffered = self.engine.output_buffered
         if buffered < STREAMING_CHUNK:
             return False
