@@ -78,7 +78,6 @@ class DirectStream:
     """Reads from and writes to the asyncio transport under an anyio TCP stream (see the module's docstring)."""
 
     __slots__ = (
-        "_event",
         "_failure",
         "_gather",
         "_held",
@@ -92,7 +91,6 @@ class DirectStream:
     def __init__(self, transport: Any, protocol: Any) -> None:
         self._transport = transport
         self._protocol = protocol
-        self._event: asyncio.Event = protocol.write_event
         self._readable: asyncio.Event = protocol.read_event
         self._queue: deque[bytes] = protocol.read_queue
         self._gather = _gathers(transport)
@@ -221,7 +219,9 @@ class DirectStream:
     async def _wait_writable(self) -> None:
         """Wait while the transport holds more than its high-water mark (:data:`_LOW_WATER`, for a transport that
         copies), or yield once; then raise if the connection was lost."""
-        event = self._event
+        # Read each time: anyio's protocol replaces its write event with a new one whenever the transport pauses it
+        # (kept from the start, the first one stayed set, and a writer facing a full socket yielded in a loop).
+        event: asyncio.Event = self._protocol.write_event
         if event.is_set():
             await anyio.lowlevel.cancel_shielded_checkpoint()
         else:
