@@ -117,3 +117,33 @@ async def test_a_producer_whose_peer_stops_reading_waits_without_spinning(anyio_
     assert largest <= (1 << 20) + 2 * (len(body) + 64)
     assert outcomes == [amqp_async.Accepted()] * (credit - 1)
     assert subjects == [str(number) for number in range(credit)]
+
+
+async def test_larger_messages_go_out_many_to_a_write(anyio_backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk's worth of 4 KiB messages is four of them: written a chunk at a time, a trio sender spent on writes
+    what it had for messages (half its rate, 89,000 -> 46,000 msg/s through the embedded broker). They go out
+    :data:`driver._STREAMING_BURST` messages (or 256 KiB) to a write."""
+    messages = 1000
+    body = b"w" * 4096
+    takes: list[int] = []
+    original = driver.EngineDriver._take_output
+
+    def counted(self: driver.EngineDriver) -> list[Any]:
+        buffers = original(self)
+        if buffers:
+            takes.append(sum(len(buffer) for buffer in buffers))
+        return buffers
+
+    with ProtonBroker(timeout=30.0, credit_window=messages + 1) as broker:
+        async with amqp_async.connect(broker.url, reconnect=False) as connection:
+            sender = await connection.open_sender("queue")
+            await sender.send(amqp_async.Message(body=body, subject="0"))  # credit has come
+            monkeypatch.setattr(driver.EngineDriver, "_take_output", counted)
+            trackers = [await sender.submit(amqp_async.Message(body=body, subject=str(n))) for n in range(messages)]
+            monkeypatch.undo()
+            outcomes = [await tracker for tracker in trackers]
+        subjects = [message.subject for message in broker.queued("queue")]
+    assert outcomes == [amqp_async.Accepted()] * messages
+    assert subjects == ["0"] + [str(number) for number in range(messages)]
+    # About sixteen writes (64 messages each; a chunk a write would make 250); the socket may take fewer, larger ones.
+    assert 0 < len(takes) <= messages // 32

@@ -57,9 +57,13 @@ CLOSE_TIMEOUT = 10.0
 # Output buffers are joined into writes of up to this size; a larger buffer is written on its own, uncopied.
 _WRITE_SIZE = 262144
 #: The output a producer that does not yield may queue before it is written at once (see kick_streaming; proton's
-#: callback API writes through past it too). Measured against proton's C ``direct``: 8 to 32 KiB keep both ends
-#: busy, 64 KiB let them fall into taking turns again in some runs.
+#: callback API writes through past it too). Measured against proton's C ``direct`` with small messages: 8 to 32 KiB
+#: keep both ends busy, 64 KiB let them fall into taking turns again in some runs.
 STREAMING_CHUNK = 16384
+# ...once it holds this many messages, or this many bytes whatever their number: a write per 16 KiB of 4 KiB
+# messages halved a trio sender's rate (a write costs a trio task more than it does asyncio's callback).
+_STREAMING_BURST = 64
+_STREAMING_MOST = 256 << 10
 # How long the final write may take once the connection has ended, and how long the writer may take to do it.
 _FINAL_WRITE = 1.0
 _STOP_GRACE = 2.0
@@ -168,6 +172,7 @@ class EngineDriver:
         "_reader_scope",
         "_retime",
         "_stopping",
+        "_streamed",
         "_streaming_yield_at",
         "_streaming_yields",
         "_tracer",
@@ -217,6 +222,7 @@ class EngineDriver:
         # times it did since the writer last took output.
         self._streaming_yield_at = 0
         self._streaming_yields = 0
+        self._streamed = 0  # kick_streaming calls since the writer last took output
         self._handling_input = False  # in _on_input's handling: its write follows, a kick needs no writer
         self._direct = DirectStream.of(stream)
         self._clock = _loop_clock()
@@ -245,8 +251,9 @@ class EngineDriver:
 
     def kick_streaming(self) -> bool:
         """:meth:`kick`, for output queued by a producer that may go on without yielding (sends in a loop while
-        the link has credit): once :data:`STREAMING_CHUNK` bytes wait, they are written at once, or, where there
-        is no writing from synchronous code (trio, TLS), True tells the producer to yield to the writer once.
+        the link has credit): once :data:`STREAMING_CHUNK` bytes wait in :data:`_STREAMING_BURST` messages or more
+        (or :data:`_STREAMING_MOST` bytes in fewer), they are written at once, or, where there is no writing from
+        synchronous code (trio, TLS), True tells the producer to yield to the writer once.
 
         The writer runs only when the producer yields. Left to it, a window of a thousand sends reaches the peer
         in one burst once the producer waits for their outcomes; the peer, idle until then, answers only once it
@@ -259,8 +266,9 @@ class EngineDriver:
         if not self._woken and not self._handling_input:
             self._woken = True
             self._wake_writer()
+        streamed = self._streamed = self._streamed + 1
         buffered = self.engine.output_buffered
-        if buffered < STREAMING_CHUNK:
+        if buffered < STREAMING_CHUNK or (streamed < _STREAMING_BURST and buffered < _STREAMING_MOST):
             return False
         if self._direct is not None:
             self.write_now()  # else the socket is backed up: the writer waits for it, with what it took
@@ -324,7 +332,7 @@ class EngineDriver:
 
     def _take_output(self) -> list[bytes | bytearray | memoryview]:
         """The engine's output, as buffers to write in order (shown to the tracer, if any)."""
-        self._streaming_yield_at = self._streaming_yields = 0
+        self._streaming_yield_at = self._streaming_yields = self._streamed = 0
         buffers = self.engine.buffers_to_send(self._clock())
         if buffers and self._tracer is not None:
             self._tracer.sent(b"".join(buffers))
