@@ -60,8 +60,9 @@ _WRITE_SIZE = 262144
 #: callback API writes through past it too). Measured against proton's C ``direct`` with small messages: 8 to 32 KiB
 #: keep both ends busy, 64 KiB let them fall into taking turns again in some runs.
 STREAMING_CHUNK = 16384
-# ...once it holds this many messages, or this many bytes whatever their number: a write per 16 KiB of 4 KiB
-# messages halved a trio sender's rate (a write costs a trio task more than it does asyncio's callback).
+# A chunk goes out once it also holds this many messages, or this many bytes whatever their number: a write per
+# 16 KiB of 4 KiB messages (four a write) halved a trio sender's rate (a write costs a trio task more than it costs
+# asyncio's callback).
 _STREAMING_BURST = 64
 _STREAMING_MOST = 256 << 10
 # How long the final write may take once the connection has ended, and how long the writer may take to do it.
