@@ -27,6 +27,7 @@ import argparse
 import importlib
 import json
 import os
+import socket
 import sys
 import threading
 import traceback
@@ -77,6 +78,16 @@ def _labeller(urls: dict[str, str]) -> Callable[[Any], Any]:
 
 def _dead_url() -> str:
     return f"127.0.0.1:{free_port()}"
+
+
+def _dead_urls() -> tuple[str, str]:
+    """Two different addresses where nothing listens. Two calls of :func:`_dead_url` may give the same port (the
+    kernel can hand a released port out again at once), and the two URLs' labels then merge: both ports are held
+    until both are chosen."""
+    with socket.socket() as one, socket.socket() as other:
+        one.bind(("127.0.0.1", 0))
+        other.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{one.getsockname()[1]}", f"127.0.0.1:{other.getsockname()[1]}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -400,7 +411,7 @@ def reconnect_urls_object(proton: Any, handlers: Any, reactor: Any) -> dict[str,
 def reconnect_policy(proton: Any, handlers: Any, reactor: Any) -> dict[str, Any]:
     """An old-protocol policy (``reset()``, ``next()``) that gives up by raising, as cli-proton-python's
     ``CustomBackoff`` does: each delay covers both URLs, and ``run()`` raises the policy's exception."""
-    first, second = _dead_url(), _dead_url()
+    first, second = _dead_urls()
     label = _labeller({first: "first", second: "second"})
     log: list[Any] = []
 
@@ -434,7 +445,7 @@ def reconnect_policy(proton: Any, handlers: Any, reactor: Any) -> dict[str, Any]
 def reconnect_iterable(proton: Any, handlers: Any, reactor: Any) -> dict[str, Any]:
     """A policy that is an iterable of delays (``__iter__`` only): the attempts end with it, and the connection
     gives up quietly."""
-    first, second = _dead_url(), _dead_url()
+    first, second = _dead_urls()
     label = _labeller({first: "first", second: "second"})
     log: list[Any] = []
 
