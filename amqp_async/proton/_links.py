@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..codec.performatives import RCV_FIRST, SENDER, SND_MIXED
-from ..protocol.endpoint import ACTIVE as _ENGINE_ACTIVE
 from ..protocol.endpoint import CLOSED, UNINIT
 from ..types import symbol, ulong
 from . import _engine_lifecycle, _engine_links
@@ -25,6 +24,7 @@ from ._endpoints import (
     Session,
     _close_later,
     _error_of,
+    remote_bits,
 )
 from ._events import Event
 from ._exceptions import LinkException
@@ -105,8 +105,7 @@ class Link(Endpoint):
             return self._local | 8
         if self._remote_detached:
             return self._local | 16
-        state = impl.remote_state  # remote_bits(), inline: a sender's state is read for every flow it gets
-        return self._local | (16 if state is _ENGINE_ACTIVE else 32 if state is CLOSED else 8)
+        return self._local | remote_bits(impl.remote_state)
 
     def _work(self) -> list[Delivery]:
         """This link's deliveries on proton's work list (see :attr:`Connection.work_head`)."""
