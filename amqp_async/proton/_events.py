@@ -9,6 +9,7 @@ the container (:meth:`Event.handler`: the link's, the session's or the connectio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -70,6 +71,13 @@ DELIVERY_ROLES: dict[Any, str] = {}
 #: functions known to do nothing (the defaults of MessagingHandler's callbacks), registered by their modules.
 NOOP_CALLBACKS: set[Any] = set()
 
+#: Two ``on_delivery`` methods that a receiver's delivery plan makes one call when they come one after the other
+#: (MessagingHandler's flow controller, then its incoming message handler: every message received), registered by
+#: their module: ``(first, second) -> make(first_handler, second_handler)``, which returns the one call. It must do
+#: what the two calls do, in their order; the methods are the classes' own (a subclass that overrides one is not
+#: fused).
+FUSED_DELIVERY_CALLS: dict[tuple[Any, Any], Callable[[Any, Any], Callable[[Any], None]]] = {}
+
 
 def _route(handler: Any, method: str) -> int:
     cls = handler.__class__
@@ -108,6 +116,8 @@ class _Plan:
         self.lists: list[tuple[Any, list[Any] | tuple[Any, ...], int]] = []
         self.role = role
         self._add(root, method, 0)
+        if role == "receiver" and FUSED_DELIVERY_CALLS:
+            self.calls = _fused(self.calls)
 
     def _add(self, handler: Any, method: str, depth: int) -> None:
         if depth > 50:
@@ -133,6 +143,24 @@ class _Plan:
             if len(children) != count or getattr(owner, "handlers", None) is not children:
                 return False
         return True
+
+
+def _fused(calls: list[Any]) -> list[Any]:
+    """``calls`` with each pair :data:`FUSED_DELIVERY_CALLS` knows made one call."""
+    fused: list[Any] = []
+    index = 0
+    while index < len(calls):
+        call = calls[index]
+        if index + 1 < len(calls):
+            following = calls[index + 1]
+            make = FUSED_DELIVERY_CALLS.get((getattr(call, "__func__", None), getattr(following, "__func__", None)))
+            if make is not None:
+                fused.append(make(call.__self__, following.__self__))
+                index += 2
+                continue
+        fused.append(call)
+        index += 1
+    return fused
 
 
 class _Unhandled:

@@ -307,23 +307,30 @@ class Channel:
                 link = event.link  # type: ignore[attr-defined]
                 receiver: Receiver = link.user_data
                 incoming = link.incoming
-                queue = receiver._incoming
                 collector = container._collector
                 tracing = self.connection._tracing
+                if tracing is None:
+                    # Queued as they are: each one's proton Delivery and DELIVERY event are made as it is dispatched
+                    # (Reactor._dispatch_all; see Receiver._take_arrived).
+                    receiver._arrived += len(incoming)
+                    collector.extend(incoming)
+                    incoming.clear()
+                    continue
+                queue = receiver._incoming
                 while incoming:
+                    # Traced: its receive span starts as it arrives.
                     engine_delivery = incoming.popleft()
                     delivery = Delivery(receiver, engine_delivery.tag, engine_delivery)
                     delivery._payload = engine_delivery.payload
                     engine_delivery.user_data = delivery
                     queue.append(delivery)
-                    if tracing is not None:
-                        tracing.received(receiver, delivery, engine_delivery.payload)
+                    tracing.received(receiver, delivery, engine_delivery.payload)
                     collector.append(delivery)  # its DELIVERY event, made as it is dispatched (see there)
             elif kind is ev.DeliveriesUpdated:
                 collector = container._collector
                 for engine_delivery in event.deliveries:  # type: ignore[attr-defined]
                     delivery = engine_delivery.user_data
-                    if delivery is not None:
+                    if delivery is not None:  # (None: settled and forgotten, or its DELIVERY event is queued)
                         delivery._updated = True
                         if delivery._span is not None:
                             self.connection._tracing.updated(delivery)

@@ -27,6 +27,7 @@ from ..client._backoff import Backoff as _ClientBackoff
 from ..client._config import resolve_options
 from ..codec.transactions import TransactionalState
 from ..io import runner
+from ..protocol.delivery import Delivery as EngineDelivery
 from ..types import Described, symbol, ulong
 from ._delivery import Delivery
 from ._endpoints import Connection, Link, Receiver, Sender, Session, Terminus
@@ -516,8 +517,10 @@ class Reactor:
         self.timeout = 0.0
         # The events to dispatch, in order. A DELIVERY event is queued as its Delivery, and made as it is
         # dispatched: a batch of a thousand incoming messages then holds a thousand objects fewer until dispatched
-        # (and the garbage collector, which runs on the count of objects made and not yet freed, runs less).
-        self._collector: deque[EventBase | Delivery] = deque()
+        # (and the garbage collector, which runs on the count of objects made and not yet freed, runs less). A
+        # delivery that arrived on a receiver is queued as the engine's, its Delivery made then too
+        # (Receiver._take_arrived).
+        self._collector: deque[EventBase | Delivery | EngineDelivery] = deque()
         self._dirty: dict[Connection, None] = {}
         self._updated: list[Delivery] = []
         self._closing: deque[Any] = deque()
@@ -940,6 +943,7 @@ class Reactor:
         last_key: Any = None
         key: Any
         calls: list[Any] = []
+        only_call: Any = None
         # One setting per round: a handler that sets it, sets it for the next. The default root without children
         # receives nothing worth calling: skipped.
         global_handler = self._global_handler
@@ -953,6 +957,21 @@ class Reactor:
             context: Any
             if type(item) is Delivery:
                 context = item
+                event = Event(delivery_event, context, self)
+                is_delivery = True
+            elif type(item) is EngineDelivery:
+                # A delivery that arrived on a receiver: its proton Delivery is made now (see Receiver._take_arrived).
+                engine_link = item.link
+                receiver = engine_link.user_data
+                if receiver is None:
+                    continue  # its link is gone
+                # receiver._take_arrived(item), inline (every message received)
+                context = Delivery(receiver, item.tag, item)
+                context._payload = item.payload
+                item.user_data = context
+                if engine_link is receiver._impl:
+                    receiver._arrived -= 1
+                    receiver._incoming.append(context)
                 event = Event(delivery_event, context, self)
                 is_delivery = True
             else:
@@ -973,9 +992,13 @@ class Reactor:
                     calls = plan_calls(handler, "on_delivery", "sender" if key == "s" else "receiver")
                 else:
                     calls = plan_calls(handler, event._type.method)
+                # A plan of one call (a MessagingHandler's deliveries, sent or received) is called without the loop.
+                only_call = calls[0] if len(calls) == 1 else None
             try:
                 if traced and is_delivery and context._span is not None:
                     context.connection._tracing.dispatch(context, calls, event)
+                elif only_call is not None:
+                    only_call(event)
                 else:
                     for call in calls:
                         call(event)
