@@ -273,8 +273,8 @@ def _receive(flow: FlowController | None, handler: IncomingMessageHandler, event
     """``handler.on_delivery(event)``; with ``flow``, what ``flow.on_delivery(event)`` does first, in the same call.
 
     A container's plan for MessagingHandler's receivers makes the two calls one (:data:`FUSED_DELIVERY_CALLS`): for
-    every message received, that saves two calls (this one's and recv_msg's) and the checks both repeat, 9% of the
-    receive's time (``benchmarks/callback.py``, receive from C ``direct``).
+    every message received, that saves two calls (this one's and recv_msg's) and the checks both repeat: about 3% of
+    the receive's instructions (``benchmarks/callback.py``'s program, from C ``direct``).
     """
     delivery = event._context
     if type(delivery) is not Delivery:
