@@ -208,28 +208,6 @@ def _resolved(handler: Any, method: str) -> Any:
     return None
 
 
-def recv_msg(delivery: Delivery) -> Message:
-    """Decode the message of a complete incoming delivery and advance its link past it."""
-    message = _new_message(Message)  # decode() sets every field: __init__ would only set defaults
-    payload = delivery._payload
-    link: Any = delivery.link
-    if payload is not None and delivery._read == 0:
-        delivery._read = len(payload)
-        try:
-            _decode_message(message, payload)  # Message.decode without its call (once per message received)
-        except DecodeError as exc:
-            raise _MessageDecodeError(exc.description) from exc
-    else:
-        message.decode(link.recv(delivery.pending) or b"")
-    if link._connection._reactor is None:
-        link.advance()  # proton's engine API: its own model
-    else:
-        incoming = link._incoming
-        if incoming:
-            incoming.popleft()  # link.advance(), inline: the container's receiver
-    return message
-
-
 def reject_undecodable(delivery: Delivery, error: MessageException) -> None:
     """A received message that does not decode: there is no message for ``on_message``, so it is rejected with
     ``amqp:decode-error`` (§3.4.3: the receiver found it invalid), for the sender to learn of it, and logged on the
@@ -273,8 +251,8 @@ def _receive(flow: FlowController | None, handler: IncomingMessageHandler, event
     """``handler.on_delivery(event)``; with ``flow``, what ``flow.on_delivery(event)`` does first, in the same call.
 
     A container's plan for MessagingHandler's receivers makes the two calls one (:data:`FUSED_DELIVERY_CALLS`): for
-    every message received, that saves two calls (this one's and recv_msg's) and the checks both repeat: about 3% of
-    the receive's instructions (``benchmarks/callback.py``'s program, from C ``direct``).
+    every message received, that saves a call and the checks both repeat: about 3% of the receive's instructions
+    (``benchmarks/callback.py``'s program, from C ``direct``).
     """
     delivery = event._context
     if type(delivery) is not Delivery:
@@ -306,24 +284,26 @@ def _receive(flow: FlowController | None, handler: IncomingMessageHandler, event
         return
     incoming = link._incoming
     if incoming and incoming[0] is delivery:  # readable: the link's current delivery
+        # Decoded (whole, once, with the complete delivery's bytes; else what recv() gives), then the link advanced
+        # past it.
+        message = _new_message(Message)  # decode() sets every field: __init__ would only set defaults
         payload = delivery._payload
-        if payload is not None and delivery._read == 0 and link._connection._reactor is not None:
-            # recv_msg(), inline for a container's complete delivery (every message received): decoded whole,
-            # then the link advanced past it.
-            message = _new_message(Message)  # decode() sets every field: __init__ would only set defaults
-            delivery._read = len(payload)
-            try:
-                _decode_message(message, payload)
-            except DecodeError as exc:
-                reject_undecodable(delivery, _MessageDecodeError(exc.description))
-                return
-            incoming.popleft()
+        try:
+            if payload is not None and delivery._read == 0:
+                delivery._read = len(payload)
+                _decode_message(message, payload)  # Message.decode without its call (every message received)
+            else:
+                message.decode(link.recv(delivery.pending) or b"")
+        except DecodeError as exc:
+            reject_undecodable(delivery, _MessageDecodeError(exc.description))
+            return
+        except MessageException as exc:
+            reject_undecodable(delivery, exc)
+            return
+        if link._connection._reactor is None:
+            link.advance()  # proton's engine API: its own model
         else:
-            try:
-                message = recv_msg(delivery)
-            except MessageException as exc:
-                reject_undecodable(delivery, exc)
-                return
+            incoming.popleft()  # link.advance(), inline: a container's receiver, this its current delivery
         event.message = message
         if link._local == _LOCAL_CLOSED:
             if handler.auto_accept:
