@@ -8,6 +8,10 @@ tests/test_streaming_interop.py). One line of JSON per event on stdout; a listen
         listen; to the first receiver that attaches with credit, send SIZE bytes of a message and abort it
         (§2.6.14), then a complete message of SIZE bytes whose body is ``bytes(range(256))`` repeated; print
         {"sent": "aborted"} and {"sent": "complete", "sha256": H}
+    python proton_stream_peer.py listen-send-endless
+        listen; to the first receiver that attaches with credit, send a message that never ends: 1 MiB more of it
+        whenever less than 4 MiB of output waits, until the receiver detaches the link; then print
+        {"error": CONDITION, "description": ..., "streamed": BYTES} (BYTES: what was given to the link)
     python proton_stream_peer.py send URL ADDRESS SIZE
         connect; send one message whose body is SIZE bytes (``bytes(range(256))`` repeated; one data section);
         print {"outcome": ..., "sha256": H} or {"error": CONDITION, "description": ...} when the link fails
@@ -113,6 +117,55 @@ class ListenSendAborted(MessagingHandler):  # type: ignore[misc]
             self.acceptor.close()
 
 
+class ListenSendEndless(MessagingHandler):  # type: ignore[misc]
+    """A hostile sender: one delivery, more=true on every frame, for as long as the receiver takes it."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sender: Any = None
+        self.streamed = 0
+        self.ended = False
+
+    def on_start(self, event: Any) -> None:
+        port = free_port()
+        self.container = event.container
+        self.acceptor = event.container.listen(f"127.0.0.1:{port}")
+        print(f"listening on {port}", flush=True)
+
+    def on_sendable(self, event: Any) -> None:
+        if self.sender is None:
+            self.sender = event.sender
+            self.sender.delivery(b"endless")  # its bytes never need to decode: the delivery never ends
+            self.more()
+
+    def more(self) -> None:
+        if self.ended:
+            return
+        transport = self.sender.connection.transport
+        if transport is not None and transport.pending() < 4 * self.CHUNK:
+            self.sender.stream(pattern(self.CHUNK))
+            self.streamed += self.CHUNK
+        self.container.schedule(0.002, _Later(self.more))
+
+    def on_link_error(self, event: Any) -> None:  # proton's handler for a remote detach with an error
+        self.on_link_closing(event)
+
+    def on_link_closing(self, event: Any) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        condition = event.link.remote_condition
+        say(
+            error=str(condition.name) if condition else None,
+            description=condition.description if condition else None,
+            streamed=self.streamed,
+        )
+        event.connection.close()
+        self.acceptor.close()
+
+
 class Send(MessagingHandler):  # type: ignore[misc]
     def __init__(self, url: str, address: str, size: int) -> None:
         super().__init__()
@@ -160,6 +213,8 @@ def main(argv: list[str]) -> None:
         handler: MessagingHandler = ListenReceive(int(argv[1]))
     elif mode == "listen-send-aborted":
         handler = ListenSendAborted(int(argv[1]))
+    elif mode == "listen-send-endless":
+        handler = ListenSendEndless()
     elif mode == "send":
         handler = Send(argv[1], argv[2], int(argv[3]))
     else:

@@ -179,6 +179,26 @@ class ServerConnection:
             return 0
         return credit
 
+    def _exceeds_receiver_limit(self, link: protocol.SenderLink, entry: Entry) -> bool:
+        """Whether ``entry`` is larger than the receiving peer's max-message-size; if so the link is detached.
+
+        §2.7.3: "Any attempt to deliver a message larger than this results in a message-size-exceeded
+        link-error." The error is the link's alone (the connection and the peer's other links go on), the message
+        is not counted as a delivery attempt, and the detached link gets no more (its credit reads 0 from now).
+        """
+        limit = link.remote_max_message_size
+        if not limit:
+            return False
+        body = entry.body
+        size = len(entry.payload) + (0 if body is None else body.body_size)
+        if size <= limit:
+            return False
+        description = f"message of {size} bytes exceeds the receiver's max-message-size {limit}"
+        log.info("link %r detached (%s): %s", link.name, self.peer, description)
+        link.detach(closed=True, error=_error(conditions.LINK_MESSAGE_SIZE_EXCEEDED, description))
+        self.kick()
+        return True
+
     def _send_large(
         self, link: protocol.SenderLink, entry: Entry, settled: bool, outbound: _Outbound
     ) -> protocol.Delivery | None:
@@ -481,6 +501,8 @@ class ServerConnection:
 
         def send(entry: Entry) -> Any:
             # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
+            if self._exceeds_receiver_limit(link, entry):
+                raise ConsumerFailed  # not sent: the message keeps its place for a receiver that takes it
             try:
                 if entry.body is None:
                     delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)

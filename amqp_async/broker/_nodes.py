@@ -206,8 +206,9 @@ class Entry:
 
 
 class ConsumerFailed(Exception):
-    """Raised by a consumer's ``send`` whose connection failed while sending: the entry was not sent (it stays in
-    the queue), and the consumer is passed over (its connection is being closed)."""
+    """Raised by a consumer's ``send`` that did not send the entry: its connection failed while sending (it is
+    being closed), or the entry is larger than the receiver takes (its link is being detached). The entry stays
+    in the queue, and the consumer is passed over."""
 
 
 class Consumer:

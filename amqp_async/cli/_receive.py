@@ -13,6 +13,8 @@ import attrs
 import click
 
 from ..client import Delivery, Receiver, connect
+from ..codec.conditions import LINK_MESSAGE_SIZE_EXCEEDED
+from ..errors import LinkError
 from ..message import Message
 from ._connect import connect_arguments, connection_options, split_connection_options
 from ._exit import CommandFailed, ExitCode
@@ -69,6 +71,18 @@ def _top_up(receiver: Receiver, plan: ReceivePlan, received: int) -> None:
         receiver.add_credit(missing)
 
 
+async def _take(receiver: Receiver) -> Delivery:
+    """The next delivery; a message larger than a receiver holds whole says how to receive it."""
+    try:
+        return await receiver.receive()
+    except LinkError as error:
+        if error.condition != LINK_MESSAGE_SIZE_EXCEEDED:
+            raise
+        raise CommandFailed(
+            ExitCode.NOT_ACCEPTED, f"{error} (receive --output-dir DIR streams a message of any size to a file)"
+        ) from error
+
+
 async def _settle(delivery: Delivery, settle: str) -> None:
     if settle == "accept":
         await delivery.accept()
@@ -92,7 +106,7 @@ async def _receive(url: str | None, options: dict[str, Any], plan: ReceivePlan) 
                 _top_up(receiver, plan, progress.messages)
                 delivery = None
                 with anyio.move_on_after(plan.timeout):
-                    delivery = await receiver.receive()
+                    delivery = await _take(receiver)
                 if delivery is None:
                     if plan.count is not None and plan.count_required:
                         out.flush()

@@ -261,9 +261,21 @@ def sender_options(
         properties=_fields(properties, "properties"),
         offered_capabilities=_symbols(offered_capabilities, "offered_capabilities"),
         desired_capabilities=_symbols(desired_capabilities, "desired_capabilities"),
-        max_message_size=max_message_size,
+        max_message_size=_message_size(max_message_size),
         initial_delivery_count=initial_delivery_count,
     )
+
+
+def _message_size(value: int | None) -> int | None:
+    """A max-message-size option: None or 0 for no limit (§2.7.3: "If this field is zero or unset, there is no
+    maximum size imposed by the link endpoint"), else a positive number of bytes (a uint: below 2**64)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_message_size must be an int (bytes) or None, got {value!r}")
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"max_message_size must be between 0 and 2**64 - 1 bytes (0: no limit), got {value!r}")
+    return value or None
 
 
 def receiver_options(
@@ -326,7 +338,7 @@ def receiver_options(
         properties=_fields(properties, "properties"),
         offered_capabilities=_symbols(offered_capabilities, "offered_capabilities"),
         desired_capabilities=_symbols(desired_capabilities, "desired_capabilities"),
-        max_message_size=max_message_size,
+        max_message_size=_message_size(max_message_size),
         credit=credit,
         on_error=on_error,
     )

@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 DEFAULT_STREAM_SEND_BUFFER = 1 << 20
 #: The bytes of frames a stream receiver's own session lets the peer send ahead of the reader.
 DEFAULT_STREAM_RECEIVE_BUFFER = 1 << 20
+#: The largest message a receiver takes unless told otherwise (``open_receiver``'s ``max_message_size``): a
+#: message is held whole before it is handed over, so without a limit a peer could make the process hold any
+#: amount (an endless delivery). 128 MiB is RabbitMQ 3's own default limit; larger messages are read in bounded
+#: memory with ``open_stream_receiver``, which has no limit by default.
+DEFAULT_RECEIVE_MAX_MESSAGE_SIZE = 128 << 20
 
 __all__ = ["LinkOpener"]
 
@@ -163,7 +168,7 @@ class LinkOpener:
             properties: the link's properties (§2.7.3; str keys are sent as symbols).
             offered_capabilities: the capabilities the link offers (§2.7.3; symbols, a str is one).
             desired_capabilities: the capabilities the link desires of the peer (§2.7.3).
-            max_message_size: the largest message we send, in bytes (None: no limit).
+            max_message_size: the largest message we send, in bytes (None or 0: no limit).
             initial_delivery_count: the delivery-count the link starts at (§2.6.7).
 
         Raises:
@@ -218,7 +223,7 @@ class LinkOpener:
         properties: Mapping[str, object] | None = None,
         offered_capabilities: str | Sequence[str] | None = None,
         desired_capabilities: str | Sequence[str] | None = None,
-        max_message_size: int | None = None,
+        max_message_size: int | None = DEFAULT_RECEIVE_MAX_MESSAGE_SIZE,
         target: str | Target | None = None,
     ) -> Opening[Receiver]:
         """Attach a receiver from ``source`` (None with ``dynamic=True``: a node the peer creates).
@@ -253,7 +258,11 @@ class LinkOpener:
             properties: the link's properties (§2.7.3; str keys are sent as symbols).
             offered_capabilities: the capabilities the link offers (§2.7.3; symbols, a str is one).
             desired_capabilities: the capabilities the link desires of the peer (§2.7.3).
-            max_message_size: the largest message we take, in bytes (None: no limit).
+            max_message_size: the largest message we take, in bytes: announced in the attach (§2.7.3), and a
+                larger one detaches the link with ``amqp:link:message-size-exceeded`` (the message is not taken:
+                the peer keeps it). Default 128 MiB (:data:`DEFAULT_RECEIVE_MAX_MESSAGE_SIZE`), as a message is held
+                whole; None or 0: no limit. Larger messages are read in bounded memory with
+                :meth:`open_stream_receiver`.
             target: our target address (or a :class:`~amqp_async.codec.terminus.Target`).
 
         Raises:
@@ -416,6 +425,7 @@ class LinkOpener:
             buffer_size: the bytes of frames the peer may send ahead of the reader (default 1 MiB; at least two
                 frames).
             credit: messages whose first frame may come ahead of the reader (default 1).
+            max_message_size: as :meth:`open_receiver`'s, but no limit by default (a body is never held whole).
 
         Raises:
             ValueError, TypeError: an option out of its range or of the wrong type (at the call).
