@@ -68,10 +68,15 @@ from .session import TRANSFER_OVERHEAD, Session
 from .transfer_frames import parse_transfer_fields
 from .transfer_intake import take_transfers
 
-__all__ = ["CLIENT", "SERVER", "Connection"]
+__all__ = ["CLIENT", "LEAST_IDLE_TIMEOUT", "SERVER", "Connection"]
 
 CLIENT = "client"
 SERVER = "server"
+
+#: The shortest idle-time-out (seconds) a peer may ask of us by default: one asking less would have us write a frame
+#: more often than every 50 ms, for as long as the connection lasts (a thousand a second at 1 ms): a cost a peer
+#: could impose at no cost of its own. Real peers ask for seconds or minutes.
+LEAST_IDLE_TIMEOUT = 0.1
 
 # Phases of the input stream.
 _AWAIT_SASL_HEADER = "await-sasl-header"
@@ -115,6 +120,9 @@ class Connection(Endpoint):
             a detach answering the peer's, still go out before our end or close), and still takes the peer's
             detach of a link whose session we ended, so the layer above learns the link was closed. False also
             leaves the settlement of a delivery the receiver gave an unsettled outcome to the layer above.
+        least_remote_idle_timeout: the shortest idle-time-out (seconds) the peer's open may ask for (default
+            :data:`LEAST_IDLE_TIMEOUT`; 0: any): a shorter one closes the connection with ``amqp:invalid-field``
+            and the reason (§2.4.5).
         idle_from_start: run ``idle_timeout`` from the first :meth:`tick` rather than from the peer's open, so that
             a peer silent before its open (no header, a SASL exchange that stops) is given up too, with the same
             ``amqp:resource-limit-exceeded``. proton's transport counts from its first tick; the callback API asks
@@ -156,6 +164,7 @@ class Connection(Endpoint):
         "hostname",
         "idle_timeout",
         "incoming_window",
+        "least_remote_idle_timeout",
         "max_frame_size",
         "offered_capabilities",
         "properties",
@@ -185,6 +194,7 @@ class Connection(Endpoint):
         answer_detach: bool = True,
         answer_close: bool = True,
         idle_from_start: bool = False,
+        least_remote_idle_timeout: float = LEAST_IDLE_TIMEOUT,
     ) -> None:
         super().__init__()
         if role not in (CLIENT, SERVER):
@@ -200,6 +210,7 @@ class Connection(Endpoint):
         self.channel_max = channel_max
         self.idle_timeout = idle_timeout
         self.advertised_idle_timeout = idle_timeout if advertised_idle_timeout is None else advertised_idle_timeout
+        self.least_remote_idle_timeout = least_remote_idle_timeout
         self.properties = properties
         self.offered_capabilities = as_symbols(offered_capabilities)
         self.desired_capabilities = as_symbols(desired_capabilities)
@@ -797,6 +808,17 @@ class Connection(Endpoint):
             raise RemoteProtocolError(
                 f"max-frame-size {frame.max_frame_size} is below {MIN_MAX_FRAME_SIZE}",
                 condition=conditions.FRAME_SIZE_TOO_SMALL,
+            )
+        least = self.least_remote_idle_timeout
+        asked = frame.idle_time_out
+        if asked and least and asked < least * 1000:
+            # §2.4.5: "If a peer can not, for any reason support a proposed idle timeout, then it SHOULD close the
+            # connection using a close frame with an error explaining why. There is no requirement for peers to
+            # support arbitrarily short or long idle timeouts."
+            raise RemoteProtocolError(
+                f"idle-time-out {asked} ms asked is shorter than the least we support, "
+                f"{round(least * 1000)} ms (§2.4.5)",
+                condition=conditions.INVALID_FIELD,
             )
         self.remote_open = frame
         self.remote_state = ACTIVE

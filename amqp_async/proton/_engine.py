@@ -130,6 +130,7 @@ class EngineIO:
             require_sasl=sasl is not None and (not server or transport._auth_required()),
             answer_detach=False,
             answer_close=False,
+            least_remote_idle_timeout=0.0,  # proton keeps any idle-time-out its peer asks for
         )
         self.engine = engine
         engine.send_header()  # a client's header goes out at once, bound or not (proton's)
