@@ -10,7 +10,7 @@ tests/test_streaming_interop.py). One line of JSON per event on stdout; a listen
         {"sent": "aborted"} and {"sent": "complete", "sha256": H}
     python proton_stream_peer.py listen-send-endless
         listen; to the first receiver that attaches with credit, send a message that never ends: 1 MiB more of it
-        whenever less than 4 MiB of output waits, until the receiver detaches the link; then print
+        whenever less than 4 MiB of it waits to go, until the receiver detaches the link; then print
         {"error": CONDITION, "description": ..., "streamed": BYTES} (BYTES: what was given to the link)
     python proton_stream_peer.py send URL ADDRESS SIZE
         connect; send one message whose body is SIZE bytes (``bytes(range(256))`` repeated; one data section);
@@ -137,14 +137,16 @@ class ListenSendEndless(MessagingHandler):  # type: ignore[misc]
     def on_sendable(self, event: Any) -> None:
         if self.sender is None:
             self.sender = event.sender
-            self.sender.delivery(b"endless")  # its bytes never need to decode: the delivery never ends
+            self.delivery = self.sender.delivery(b"endless")  # its bytes never need to decode: it never ends
             self.more()
 
     def more(self) -> None:
         if self.ended:
             return
+        # What proton holds is bounded: the delivery's bytes not yet framed (the receiver's session window decides
+        # when they are) and the frames not yet written
         transport = self.sender.connection.transport
-        if transport is not None and transport.pending() < 4 * self.CHUNK:
+        if transport is not None and transport.pending() + self.delivery.pending < 4 * self.CHUNK:
             self.sender.stream(pattern(self.CHUNK))
             self.streamed += self.CHUNK
         self.container.schedule(0.002, _Later(self.more))
