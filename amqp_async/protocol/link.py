@@ -516,8 +516,10 @@ class SenderLink(Link):
         receiver_count = flow.delivery_count
         if receiver_count is None:
             receiver_count = self.remote_attach_initial_count()
-        credit = flow.link_credit or 0
-        self.link_credit = max(serial_diff((receiver_count + credit) & MASK, self.delivery_count), 0)
+        # Only the deliveries in flight (sent, not yet counted by the receiver) are a serial-number difference; the
+        # credit is a plain uint, and any up to 2**32 - 1 is the receiver's to grant.
+        in_flight = serial_diff(self.delivery_count, receiver_count)
+        self.link_credit = min(max((flow.link_credit or 0) - in_flight, 0), MASK)
         self.drain = bool(flow.drain)
         return False
 
@@ -636,15 +638,18 @@ class ReceiverLink(Link):
 
     def _on_flow(self, flow: Flow) -> bool:
         """Update from the sender's flow; return True when a drain we asked for has completed."""
-        limit = (self.delivery_count + self.link_credit) & MASK
         if flow.delivery_count is not None:
             # §2.6.7: a sender that drains advances its delivery-count past what it sent: that much credit is
-            # given back (proton's ``drained``).
-            advanced = serial_diff(flow.delivery_count & MASK, self.delivery_count)
+            # given back (proton's ``drained``). The credit itself is a plain uint (any up to 2**32 - 1), only
+            # the counts are serial numbers.
+            advanced = (flow.delivery_count - self.delivery_count) & MASK
+            if advanced > self.link_credit:
+                # not an advance within the credit we gave (a drain of more than 2**31 is one): a stale count
+                advanced = serial_diff(flow.delivery_count & MASK, self.delivery_count)
             if advanced > 0:
                 self.drained_credit += advanced
             self.delivery_count = flow.delivery_count & MASK
-        self.link_credit = max(serial_diff(limit, self.delivery_count), 0)
+            self.link_credit = min(max(self.link_credit - advanced, 0), MASK)
         self.available = flow.available or 0
         if self.drain and self.link_credit == 0:
             self.drain = False

@@ -52,7 +52,7 @@ from .errors import LocalProtocolError, RemoteProtocolError
 from .events import DeliveriesUpdated, FlowReceived, LinkAttached, LinkDetached, SessionEnded
 from .link import Link, ReceiverLink, SenderLink
 from .payload import BY_REFERENCE, payload_slice
-from .serial import MASK
+from .serial import MASK, serial_diff
 from .transfer_frames import encode_handle, transfer_head_size, write_transfer_head
 
 if TYPE_CHECKING:
@@ -757,10 +757,10 @@ class Session(Endpoint):
     def _on_flow(self, flow: Flow) -> None:
         # §2.5.6: remote-incoming-window := next-incoming-id(flow) + incoming-window(flow) - next-outgoing-id.
         # A flow without next-incoming-id answers no begin of ours yet: count from our initial id, 0.
+        # The window is a plain uint (2**32 - 1 is a peer's "unlimited"); only the transfers it has not counted yet
+        # (sent since its next-incoming-id) are a serial-number difference.
         next_incoming = flow.next_incoming_id if flow.next_incoming_id is not None else 0
-        self.remote_incoming_window = ((next_incoming + flow.incoming_window - self.next_outgoing_id) + (1 << 31)) % (
-            1 << 32
-        ) - (1 << 31)
+        self.remote_incoming_window = flow.incoming_window - serial_diff(self.next_outgoing_id, next_incoming)
         self.remote_outgoing_window = flow.outgoing_window
         link: Link | None = None
         drained = False
