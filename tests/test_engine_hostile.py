@@ -36,6 +36,7 @@ from amqp_async.codec.performatives import (
     Flow,
     Open,
 )
+from amqp_async.codec.terminus import Source, Target
 from amqp_async.protocol.connection import Connection
 from amqp_async.protocol.events import (
     ConnectionClosed,
@@ -507,3 +508,55 @@ def test_open_with_nothing_else_is_answered() -> None:
     assert [type(e) for e in events] == [ConnectionOpened]
     assert kinds(out) == ["Open"]
     assert not [f for f in frames_only(out) if isinstance(f.body, (Begin, Attach))]
+
+
+# --- limits the peer set itself ----------------------------------------------------------------------------------
+
+
+def test_a_second_link_beyond_the_peers_own_handle_max_ends_the_session_naming_it() -> None:
+    """The peer begins with handle-max 0 and attaches two links: our answer to the second would need a handle
+    above 0, which the peer said it cannot take (§2.7.2). The session ends with resource-limit-exceeded, the
+    connection stands (before, answering raised out of the application's attach: the broker closed the connection
+    with internal-error)."""
+    conn = opened_server()
+    begin = frame(Begin(next_outgoing_id=0, incoming_window=100, outgoing_window=100, handle_max=0))
+    first = frame(Attach(name="a", handle=0, role=True, source=Source(address="q1"), target=Target()))
+    second = frame(Attach(name="b", handle=1, role=True, source=Source(address="q2"), target=Target()))
+    events, out = feed_and_answer(conn, begin + first + second)
+    assert [type(e) for e in events] == [SessionBegun, LinkAttached, SessionEnded]
+    assert condition_of(events[-1]) == conditions.RESOURCE_LIMIT_EXCEEDED
+    assert kinds(out) == ["Begin", "End"]  # the first link's late answer does nothing: its session ended
+    [error] = end_errors(out)
+    assert error is not None and "no handle is left to answer on within handle-max 0" in str(error.description)
+    assert conn.is_open
+
+
+def test_a_second_session_beyond_the_peers_own_channel_max_closes_the_connection_naming_it() -> None:
+    """The peer opens with channel-max 0 and begins two sessions: no channel is left for our answer to the second
+    (§2.7.1), and nothing of it can be written: the connection is closed with resource-limit-exceeded."""
+    conn = new_server()
+    data = AMQP_HEADER + frame(Open(container_id="eager", channel_max=0)) + PEER_BEGIN
+    data += frame(Begin(next_outgoing_id=0, incoming_window=100, outgoing_window=100), channel=1)
+    events, out = feed_and_answer(conn, data)
+    assert [type(e) for e in events] == [ConnectionOpened, SessionBegun, ConnectionClosed]
+    error = close_error(out)
+    assert error is not None and error.condition == conditions.RESOURCE_LIMIT_EXCEEDED
+    assert "no channel is left to answer on within channel-max 0" in str(error.description)
+
+
+def test_within_the_peers_limits_every_link_and_session_is_answered() -> None:
+    """handle-max 1 and channel-max 1: two links and two sessions are answered, nothing refused."""
+    conn = new_server()
+    data = AMQP_HEADER + frame(Open(container_id="exact", channel_max=1))
+    for channel in (0, 1):
+        data += frame(
+            Begin(next_outgoing_id=0, incoming_window=100, outgoing_window=100, handle_max=1), channel=channel
+        )
+        for handle in (0, 1):
+            attach = Attach(
+                name=f"l{channel}{handle}", handle=handle, role=True, source=Source(address="q"), target=Target()
+            )
+            data += frame(attach, channel=channel)
+    _events, out = feed_and_answer(conn, data)
+    assert kinds(out) == ["Open", "Begin", "Attach", "Attach", "Begin", "Attach", "Attach"]
+    assert conn.is_open

@@ -857,6 +857,15 @@ class Connection(Endpoint):
                     condition=conditions.NOT_ALLOWED,
                 )
         else:
+            limit = min(self.channel_max, self._remote_channel_max)
+            unanswered = sum(1 for other in self._sessions_by_remote_channel.values() if other.channel is None)
+            if len(self._sessions_by_channel) + unanswered > limit:
+                # Our answer needs a channel within the peer's channel-max (§2.7.1), and the peer, which set it,
+                # has them all: none is left to answer on, so nothing of this session can be written.
+                raise RemoteProtocolError(
+                    f"begin on channel {channel}: no channel is left to answer on within channel-max {limit}",
+                    condition=conditions.RESOURCE_LIMIT_EXCEEDED,
+                )
             session = Session(self, incoming_window=self.incoming_window)
         session.remote_channel = channel
         self._sessions_by_remote_channel[channel] = session

@@ -302,6 +302,11 @@ class Session(Endpoint):
 
     # --- handles -----------------------------------------------------------------------------------------
 
+    def _handles_taken(self) -> int:
+        """Our handles in use, and those the links the peer attached and we have not answered yet will take."""
+        waiting = sum(1 for link in self._links_by_name.values() if link.handle is None and link.remote_state is ACTIVE)
+        return len(self._links_by_handle) + waiting
+
     def _allocate_handle(self, link: Link) -> int:
         limit = min(self.handle_max, self.remote_handle_max)
         handle = 0
@@ -694,6 +699,16 @@ class Session(Endpoint):
             )
         our_role = not attach.role
         link = self._links_by_name.get((attach.name, our_role))
+        needs_handle = link is None or link.remote_state is not UNINIT or link.handle is None
+        limit = min(self.handle_max, self.remote_handle_max)
+        if needs_handle and self._handles_taken() > limit:
+            # Our answer needs a handle within the peer's handle-max (§2.7.2), and the peer, which set it, has
+            # them all: none is left to answer on, so the link can neither be attached nor refused.
+            raise RemoteProtocolError(
+                f"attach of link {attach.name!r}: no handle is left to answer on within handle-max {limit}",
+                condition=conditions.RESOURCE_LIMIT_EXCEEDED,
+                scope="session",
+            )
         if link is None or link.remote_state is not UNINIT:
             link = SenderLink(self, attach.name) if our_role is SENDER else ReceiverLink(self, attach.name)
             self._links_by_name[(attach.name, our_role)] = link
