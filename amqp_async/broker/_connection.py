@@ -53,13 +53,18 @@ from .selector import SelectorError, compile_selector
 if TYPE_CHECKING:
     from ._server import Broker
 
-__all__ = ["INCOMING_CREDIT", "OUTPUT_LIMIT", "ServerConnection"]
+__all__ = ["AWAITING_SETTLEMENT_LIMIT", "INCOMING_CREDIT", "OUTPUT_LIMIT", "ServerConnection"]
 
 log = logging.getLogger("amqp_async.broker")
 
 INCOMING_CREDIT = WINDOW
 #: The most output a connection queues for its socket before its consumers wait (a slow reader).
 OUTPUT_LIMIT = 1 << 20
+#: The most of a session's messages that may wait for their producer's settlement (receiver settle mode second,
+#: §2.6.12: the broker's outcome is sent unsettled, and the producer settles it): beyond it, the session's producers
+#: get no credit until they settle (a producer that never does would otherwise make the broker keep a delivery for
+#: every message it ever sent).
+AWAITING_SETTLEMENT_LIMIT = 4096
 
 
 class _DriverEnded(Exception):
@@ -141,6 +146,7 @@ class ServerConnection:
         self._inbound: list[_Inbound] = []
         self._group: anyio.abc.TaskGroup | None = None
         self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
+        self._awaiting_settlement = False  # a producer was refused credit until it settles (see _settled_by_producer)
         self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
         self.transactions = TransactionCoordinator(
             broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
@@ -377,9 +383,15 @@ class ServerConnection:
                 node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
 
         def grant(room: int) -> None:
-            if link.local_state is ACTIVE:
-                link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
-                self.kick()
+            if link.local_state is not ACTIVE:
+                return
+            if link.session.unsettled_incoming >= AWAITING_SETTLEMENT_LIMIT:
+                # Receiver settle mode second (§2.6.12): each message waits, with its delivery, for the producer's
+                # settlement; one that does not settle gets no more credit until it does (_on_outcomes).
+                self._awaiting_settlement = True
+                return
+            link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
+            self.kick()
 
         # Its credit counts the messages received and not routed yet: they take room that is not taken yet.
         inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node))
@@ -587,6 +599,7 @@ class ServerConnection:
                 if delivery.aborted:
                     continue
                 payload = bytes(delivery.payload)
+                delivery.payload = b""  # the entry holds it now (a delivery may wait for the producer's settlement)
                 body = None
             else:
                 break
@@ -649,6 +662,21 @@ class ServerConnection:
             return
         link.settle(delivery, state, settled=not second)
 
+    def _settled_by_producer(self, deliveries: list[Any]) -> None:
+        """Producers settled messages they sent in receiver settle mode second: once a session waits on few
+        enough, its producers that were refused credit for it get credit again."""
+        sessions = {delivery.link.session for delivery in deliveries if delivery.link.user_data.__class__ is _Inbound}
+        resumed = [session for session in sessions if session.unsettled_incoming < AWAITING_SETTLEMENT_LIMIT // 2]
+        if not resumed:
+            return
+        self._awaiting_settlement = any(
+            inbound.link.session.unsettled_incoming >= AWAITING_SETTLEMENT_LIMIT // 2 for inbound in self._inbound
+        )
+        for inbound in self._inbound:
+            if inbound.link.session in resumed:
+                self.broker.flow.top_up(inbound.producer)
+        self.kick()
+
     def _settle_stored(self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool) -> None:
         """Send the outcome that waited for the store's commit (unless the link has gone meanwhile: the client
         then holds the message in doubt)."""
@@ -679,6 +707,8 @@ class ServerConnection:
     def _on_outcomes(self, event: ev.DeliveriesUpdated) -> None:
         touched = False
         unknown: list[tuple[protocol.Link, Any]] = []
+        if self._awaiting_settlement and event.settled:
+            self._settled_by_producer(event.deliveries)
         for delivery in event.deliveries:
             outbound = delivery.link.user_data
             if not isinstance(outbound, _Outbound):
