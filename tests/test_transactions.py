@@ -569,3 +569,38 @@ async def test_work_after_an_explicit_rollback_is_refused_as_not_active() -> Non
             await txn.commit()
         await txn.rollback()  # again: nothing to do
         assert depth(broker, "q") == 0
+
+
+# --- the memory limit ---------------------------------------------------------------------------------------------
+
+
+async def test_sends_within_an_open_transaction_count_against_the_memory_limit() -> None:
+    """Messages sent under a transaction wait for its commit in the broker: they count in max_memory like queued
+    ones, so a transaction that is never discharged cannot fill the broker past its limit (before, a producer's
+    credit kept coming: 8,000 x 4 KB held with max_memory 8 MiB); the commit moves the count to the queue, a
+    rollback frees it and the producer's credit comes back."""
+    size, limit = 4000, 1 << 20
+    async with serving(max_memory=limit) as broker, connect(broker) as conn:
+        sender = await conn.open_sender("q")
+        txn = await conn.transaction()
+        sent = 0
+        with anyio.move_on_after(2.0):  # until the broker withholds credit
+            while True:
+                await sender.send(Message(body=b"x" * size), transaction=txn)
+                sent += 1
+        flow = broker.flow
+        assert sent > 0 and sent * size <= limit  # credit stopped at the limit
+        assert flow.held_bytes <= limit
+        assert depth(broker, "q") == 0
+        held = flow.held_bytes
+        await txn.rollback()
+        assert flow.held_bytes < held // 10  # what the transaction held is free: its messages are gone
+        await sender.send(Message(body="after"))  # and the producer has credit again
+        assert bodies(broker, "q") == ["after"]
+        txn = await conn.transaction()
+        for _ in range(10):
+            await sender.send(Message(body=b"y" * size), transaction=txn)
+        before = flow.held_bytes
+        await txn.commit()
+        assert flow.held_bytes == before  # counted once: by the queue now, no longer by the transaction
+        assert depth(broker, "q") == 11

@@ -149,7 +149,7 @@ class ServerConnection:
         self._awaiting_settlement = False  # a producer was refused credit until it settles (see _settled_by_producer)
         self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
         self.transactions = TransactionCoordinator(
-            broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout
+            broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout, flow=broker.flow
         )
 
     def kick(self) -> None:

@@ -29,6 +29,7 @@ from ..codec.transactions import TransactionalState
 from ..types import symbol
 
 if TYPE_CHECKING:
+    from ._flow import Flow
     from ._nodes import Consumer, Entry, Queue
 
 __all__ = ["Coordinator", "Transaction"]
@@ -54,17 +55,30 @@ class Transaction:
         acquired: (queue, consumer, entry, outcome) to settle at commit, or to return at rollback.
     """
 
-    def __init__(self, txn_id: bytes, started: float = 0.0) -> None:
+    def __init__(self, txn_id: bytes, started: float = 0.0, flow: Flow | None = None) -> None:
         self.txn_id = txn_id
         self.started = started
+        self.flow = flow
         #: the outcome of a transfer within it, accepted provisionally (§4.4.1): one object for all its sends.
         self.accepted = TransactionalState(txn_id=txn_id, outcome=Accepted())
         self.published: list[tuple[str, Entry]] = []
         self.acquired: list[tuple[Queue, Consumer | None, Entry, Any]] = []
 
     def publish(self, address: str, entry: Entry) -> None:
-        """Hold a message sent under the transaction until the commit."""
+        """Hold a message sent under the transaction until the commit. It counts against the broker's memory
+        limit while it waits (a transaction is no way round the limit): the commit hands it to its queue, which
+        counts it from then on; a rollback drops it."""
         self.published.append((address, entry))
+        if self.flow is not None:
+            self.flow.hold(entry.size)
+
+    def release_published(self) -> None:
+        """The messages sent under the transaction are no longer held by it (routed, or dropped)."""
+        flow = self.flow
+        if flow is not None:
+            for _, entry in self.published:
+                flow.drop(entry.size)
+        self.published.clear()
 
     def acquire(self, queue: Queue, consumer: Consumer | None, entry: Entry, outcome: Any) -> None:
         """Hold a delivered message with its transactional outcome until the discharge."""
@@ -80,6 +94,8 @@ class Coordinator:
         settle: applies an outcome to a delivered message (as a non-transactional outcome would).
         timeout: roll back transactions open longer than this many seconds (None: never).
         clock: the clock the timeout is measured with.
+        flow: the broker's accounting of the memory held, which the messages sent under a transaction count in
+            until its discharge (None: not counted).
     """
 
     def __init__(
@@ -90,7 +106,9 @@ class Coordinator:
         *,
         timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        flow: Flow | None = None,
     ) -> None:
+        self._flow = flow
         self._route = route
         self._has_room = has_room
         self._settle = settle
@@ -102,7 +120,7 @@ class Coordinator:
     def declare(self) -> Transaction:
         """Start a transaction (§4.3) with a new id."""
         txn_id = b"txn-%d" % next(_txn_numbers)
-        transaction = self.transactions[txn_id] = Transaction(txn_id, self._clock())
+        transaction = self.transactions[txn_id] = Transaction(txn_id, self._clock(), self._flow)
         return transaction
 
     def get(self, txn_id: Any) -> Transaction | None:
@@ -162,13 +180,14 @@ class Coordinator:
                 # §4.5.8: "amqp:transaction:rollback: The transaction was rolled back for an unspecified reason."
                 return _error(conditions.TRANSACTION_ROLLBACK, f"node {address!r} has no room for {count} messages")
         for address, entry in transaction.published:
-            self._route(address, entry)
+            self._route(address, entry)  # its queue counts it now: the transaction's count goes after
+        transaction.release_published()
         for queue, consumer, entry, outcome in transaction.acquired:
             self._settle(queue, consumer, entry, outcome)
         return None
 
     def _rollback(self, transaction: Transaction) -> None:
-        transaction.published.clear()
+        transaction.release_published()
         by_queue: dict[int, tuple[Queue, list[Entry]]] = {}
         for queue, _, entry, _ in transaction.acquired:
             by_queue.setdefault(id(queue), (queue, []))[1].append(entry)
