@@ -61,7 +61,9 @@ class Assembly:
         self._flow = flow
         self._spool = spool
         self._large = large_message_size
-        self._parts: list[bytes] = []
+        # One buffer, not the frames' own bytes objects: a message in tiny frames (one byte each, say) would
+        # otherwise hold some forty bytes per frame beyond what the memory limit counts.
+        self._buffer = bytearray()
         self._counted = 0  # bytes counted in flow.assembling
         self._reader: SectionReader | None = None  # finds where the body starts (spooled messages)
         self._head: bytes | None = None  # the leading sections of a spooled message, once its body started
@@ -87,7 +89,7 @@ class Assembly:
         if self._file is not None:
             self._write(chunks)
             return
-        self._parts.extend(chunks)
+        self._buffer += chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if self._spool is not None and self.size > self._large:
             self._spill()
             return
@@ -112,10 +114,10 @@ class Assembly:
         assert self._spool is not None
         self._path, self._file = self._spool.create()
         self._reader = SectionReader()
-        parts = self._parts
-        self._parts = []
+        parts = bytes(self._buffer)
+        self._buffer = bytearray()
         self._uncount()
-        self._write(parts)
+        self._write([parts])
 
     def _write(self, chunks: list[bytes]) -> None:
         file = self._file
@@ -137,9 +139,9 @@ class Assembly:
         """
         self._uncount()
         if self._file is None:
-            parts = self._parts
-            self._parts = []
-            return (parts[0] if len(parts) == 1 else b"".join(parts)), None
+            payload = bytes(self._buffer)
+            self._buffer = bytearray()
+            return payload, None
         file = self._file
         self._file = None
         file.close()
@@ -154,7 +156,7 @@ class Assembly:
     def drop(self) -> None:
         """The message will not be taken (refused, aborted, cut off): free what it holds."""
         self._uncount()
-        self._parts = []
+        self._buffer = bytearray()
         file = self._file
         if file is not None:
             self._file = None
