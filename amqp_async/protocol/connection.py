@@ -572,6 +572,14 @@ class Connection(Endpoint):
 
     # --- channels ----------------------------------------------------------------------------------------
 
+    def _no_channel_left(self, limit: int) -> bool:
+        """Whether every channel up to ``limit`` is ours, or will be our answer to a session the peer began."""
+        sessions = self._sessions_by_channel
+        if len(sessions) + len(self._sessions_by_remote_channel) <= limit:
+            return False  # the quick bound: counted exactly only near the limit
+        unanswered = sum(1 for other in self._sessions_by_remote_channel.values() if other.channel is None)
+        return len(sessions) + unanswered > limit
+
     def _allocate_channel(self, session: Session) -> int:
         limit = self.channel_max if self.remote_open is None else min(self.channel_max, self._remote_channel_max)
         channel = 0
@@ -858,8 +866,7 @@ class Connection(Endpoint):
                 )
         else:
             limit = min(self.channel_max, self._remote_channel_max)
-            unanswered = sum(1 for other in self._sessions_by_remote_channel.values() if other.channel is None)
-            if len(self._sessions_by_channel) + unanswered > limit:
+            if self._no_channel_left(limit):
                 # Our answer needs a channel within the peer's channel-max (§2.7.1), and the peer, which set it,
                 # has them all: none is left to answer on, so nothing of this session can be written.
                 raise RemoteProtocolError(

@@ -302,10 +302,13 @@ class Session(Endpoint):
 
     # --- handles -----------------------------------------------------------------------------------------
 
-    def _handles_taken(self) -> int:
-        """Our handles in use, and those the links the peer attached and we have not answered yet will take."""
-        waiting = sum(1 for link in self._links_by_name.values() if link.handle is None and link.remote_state is ACTIVE)
-        return len(self._links_by_handle) + waiting
+    def _no_handle_left(self, limit: int) -> bool:
+        """Whether every handle up to ``limit`` is in use, or will be our answer to a link the peer attached."""
+        links = self._links_by_name
+        if len(links) <= limit:
+            return False  # the quick bound: counted exactly only near the limit
+        waiting = sum(1 for link in links.values() if link.handle is None and link.remote_state is ACTIVE)
+        return len(self._links_by_handle) + waiting > limit
 
     def _allocate_handle(self, link: Link) -> int:
         limit = min(self.handle_max, self.remote_handle_max)
@@ -701,7 +704,7 @@ class Session(Endpoint):
         link = self._links_by_name.get((attach.name, our_role))
         needs_handle = link is None or link.remote_state is not UNINIT or link.handle is None
         limit = min(self.handle_max, self.remote_handle_max)
-        if needs_handle and self._handles_taken() > limit:
+        if needs_handle and self._no_handle_left(limit):
             # Our answer needs a handle within the peer's handle-max (§2.7.2), and the peer, which set it, has
             # them all: none is left to answer on, so the link can neither be attached nor refused.
             raise RemoteProtocolError(
