@@ -24,20 +24,17 @@ proton = pytest.importorskip("proton", reason="python-qpid-proton is a test depe
 from proton.handlers import MessagingHandler  # noqa: E402 - after the importorskip that explains its absence
 from proton.reactor import AtLeastOnce, Container, LinkOption  # noqa: E402
 
+try:
+    from proton_stream_peer import _Later
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.proton_stream_peer import _Later
+
 TIMEOUT = 60.0
 
 
 class _SettleModeSecond(LinkOption):  # type: ignore[misc]
     def apply(self, link: Any) -> None:
         link.rcv_settle_mode = proton.Link.RCV_SECOND
-
-
-class _Later:
-    def __init__(self, function: Any) -> None:
-        self.function = function
-
-    def on_timer_task(self, event: Any) -> None:
-        self.function()
 
 
 class UnsettlingProducer(MessagingHandler):  # type: ignore[misc]

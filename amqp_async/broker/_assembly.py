@@ -89,7 +89,9 @@ class Assembly:
         if self._file is not None:
             self._write(chunks)
             return
-        self._buffer += chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        buffer = self._buffer
+        for chunk in chunks:
+            buffer += chunk  # into the buffer: no joined copy of them first
         if self._spool is not None and self.size > self._large:
             self._spill()
             return

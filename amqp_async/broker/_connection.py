@@ -599,7 +599,8 @@ class ServerConnection:
                 if delivery.aborted:
                     continue
                 payload = bytes(delivery.payload)
-                delivery.payload = b""  # the entry holds it now (a delivery may wait for the producer's settlement)
+                if second:
+                    delivery.payload = b""  # the entry holds it; the delivery waits for the producer's settlement
                 body = None
             else:
                 break
