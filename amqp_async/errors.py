@@ -20,6 +20,14 @@ The connection's errors, by type (docs/client.md, "Errors", has the table)::
         ConnectionClosed            the peer closed it (its condition and description)
         ConnectionLost              the network failed while it was open (or reconnecting gave up)
     ClosedByApplication             used after the application closed it (connection, session, link, delivery)
+
+A peer that stays connected but does not answer (docs/client.md, "Defaults and their bounds")::
+
+    SessionError
+        SessionTimeout              no begin within ``open_timeout``; also the builtin TimeoutError
+    LinkError
+        LinkTimeout                 no attach within ``open_timeout``, or no drain within ``drain_timeout``; also
+                                    the builtin TimeoutError
 """
 
 from __future__ import annotations
@@ -51,11 +59,13 @@ __all__ = [
     "InvalidURL",
     "LinkDetached",
     "LinkError",
+    "LinkTimeout",
     "MessageModified",
     "MessageRejected",
     "MessageReleased",
     "NameResolutionError",
     "SessionError",
+    "SessionTimeout",
     "TLSError",
     "TransactionError",
     "TransactionInDoubt",
@@ -309,8 +319,25 @@ class SessionError(AMQPError):
     """The session ended with an error."""
 
 
+class SessionTimeout(SessionError, builtins.TimeoutError):
+    """The peer did not answer a session's begin within ``open_timeout`` (condition
+    ``amqp:resource-limit-exceeded``): the session was ended, with that error, so a late answer is not used. Also
+    the builtin :class:`TimeoutError`."""
+
+    default_condition = "amqp:resource-limit-exceeded"
+
+
 class LinkError(AMQPError):
     """The link was detached with an error (for example ``amqp:not-found`` for an unknown address)."""
+
+
+class LinkTimeout(LinkError, builtins.TimeoutError):
+    """The peer did not answer in time (condition ``amqp:resource-limit-exceeded``): a link's attach within
+    ``open_timeout`` (the link was then detached with that error, so a late answer is not used), or a drain
+    within ``drain_timeout`` (the link stays attached: the credit is the sender's until it answers). Also the
+    builtin :class:`TimeoutError`."""
+
+    default_condition = "amqp:resource-limit-exceeded"
 
 
 class LinkDetached(LinkError):

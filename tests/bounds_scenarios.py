@@ -9,7 +9,8 @@ declared transaction, a second connection to close), then makes the peer go away
 - ``killed``: SIGKILL, the kernel closes its sockets (the calls start once the client saw the loss, so that each
   call's outcome is exact);
 - ``stopped``: SIGSTOP, its sockets stay open and nothing answers (new TCP connections still complete into the
-  listen backlog): only the idle timeout (heartbeat) tells;
+  listen backlog): only the idle timeout (heartbeat) tells, and ``open_timeout`` (shorter) for a begin or an
+  attach;
 - ``nothing-listening``: no broker at all: ``connect()`` alone.
 
 Each call then runs in a task of its own; the outcome is the name of the exception it raised (``"returned"`` if it
@@ -39,9 +40,10 @@ Outcome = dict[str, Any]  # {"raised": class name or "returned", "seconds": floa
 EXPECTED: dict[str, dict[str, str]] = {
     "stopped": {
         "connect": "ConnectTimeout",  # TCP completes into the backlog; the open never comes
-        "open_session": "ConnectionLost",
-        "open_sender": "ConnectionLost",
-        "open_receiver": "ConnectionLost",
+        # the begin and the attaches go out on the stopped peer's connection: open_timeout passes before heartbeat
+        "open_session": "SessionTimeout",
+        "open_sender": "LinkTimeout",
+        "open_receiver": "LinkTimeout",
         "send": "DeliveryInDoubt",  # transferred; the outcome never came before the loss
         "submit_tracker": "DeliveryInDoubt",
         "receive": "ConnectionLost",
@@ -55,6 +57,7 @@ EXPECTED: dict[str, dict[str, str]] = {
     },
     "killed": {
         "connect": "ConnectionRefused",
+        # the connection was reconnecting all along: that time is not the peer's to answer in (open_timeout)
         "open_session": "ConnectionLost",
         "open_sender": "ConnectionLost",
         "open_receiver": "ConnectionLost",

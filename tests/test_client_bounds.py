@@ -5,8 +5,9 @@ tests/bounds_scenarios.py's; the peer is the embedded broker as a process of its
 
 Two sets: with small bounds passed explicitly, on asyncio and trio (fast); and with the library's DEFAULTS, which
 prove the documented bounds (docs/client.md, "Defaults and their bounds"): heartbeat 30 s, connect_timeout 30 s,
-reconnect max_time 60 s, close 10 s. The default runs take up to a minute and a half: they run in processes of
-their own, all three at once (``tests/default_bounds_program.py``), and print the time each call took.
+open_timeout 15 s, reconnect max_time 60 s, close 10 s. The default runs take up to a minute and a half: they run
+in processes of their own, all three at once (``tests/default_bounds_program.py``), and print the time each call
+took.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 import amqp_async
 import amqp_async.io.driver
 from amqp_async.client._backoff import DEFAULT_MAX_TIME
-from amqp_async.client._config import DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEARTBEAT
+from amqp_async.client._config import DEFAULT_CONNECT_TIMEOUT, DEFAULT_HEARTBEAT, DEFAULT_OPEN_TIMEOUT
 
 try:
     from bounds_scenarios import EXPECTED, Outcome, run_scenario
@@ -42,6 +43,7 @@ SLACK = 2.0
 # Small bounds, passed explicitly.
 HEARTBEAT = 1.0
 CONNECT_TIMEOUT = 1.0
+OPEN_TIMEOUT = 0.25  # shorter than HEARTBEAT, as the defaults are (15 s and 30 s)
 MAX_TIME = 2.0
 CLOSE_TIMEOUT = 1.0
 
@@ -52,7 +54,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 def bounds(
-    scenario: str, *, heartbeat: float, connect_timeout: float, max_time: float, close: float
+    scenario: str, *, heartbeat: float, connect_timeout: float, open_timeout: float, max_time: float, close: float
 ) -> dict[str, float]:
     """The documented bound of each call, in seconds from the moment the peer went away."""
     waits = {"killed": max_time, "stopped": heartbeat + max_time}.get(scenario, 0.0)
@@ -60,6 +62,8 @@ def bounds(
     result["close"] = close
     if scenario == "stopped":
         result["connect"] = connect_timeout
+        for name in ("open_session", "open_sender", "open_receiver"):
+            result[name] = open_timeout
     if scenario != "stopped":
         result["connect"] = 0.0  # refused at once
         result["connect_failover"] = 0.0
@@ -78,18 +82,31 @@ async def test_every_call_ends_within_small_bounds(scenario: str, monkeypatch: p
     options = {
         "heartbeat": HEARTBEAT,
         "connect_timeout": CONNECT_TIMEOUT,
+        "open_timeout": OPEN_TIMEOUT,
         "reconnect": amqp_async.Backoff(initial=0.05, max_time=MAX_TIME),
     }
     with anyio.fail_after(60):
         outcomes = await run_scenario(scenario, options)
     limits = bounds(
-        scenario, heartbeat=HEARTBEAT, connect_timeout=CONNECT_TIMEOUT, max_time=MAX_TIME, close=CLOSE_TIMEOUT
+        scenario,
+        heartbeat=HEARTBEAT,
+        connect_timeout=CONNECT_TIMEOUT,
+        open_timeout=OPEN_TIMEOUT,
+        max_time=MAX_TIME,
+        close=CLOSE_TIMEOUT,
     )
     check(scenario, outcomes, limits)
     if scenario == "stopped":
         # Only the idle timeout tells a silent peer: no wait on the connection ended before it.
         lost = [outcome for outcome in outcomes.values() if outcome["raised"] == "ConnectionLost"]
-        assert len(lost) == 5 and all(outcome["seconds"] >= HEARTBEAT + MAX_TIME - 0.5 for outcome in lost)
+        assert len(lost) == 2 and all(outcome["seconds"] >= HEARTBEAT + MAX_TIME - 0.5 for outcome in lost)
+        # the opens end by open_timeout, not sooner
+        opens = [outcomes[name] for name in ("open_session", "open_sender", "open_receiver")]
+        assert all(outcome["seconds"] >= OPEN_TIMEOUT - 0.05 for outcome in opens), opens
+    if scenario == "killed":
+        # the opens waited through the reconnecting (open_timeout does not count it) and ended with it
+        opens = [outcomes[name] for name in ("open_session", "open_sender", "open_receiver")]
+        assert all(outcome["seconds"] > OPEN_TIMEOUT + 0.5 for outcome in opens), opens
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -135,6 +152,7 @@ def default_bounds(scenario: str) -> dict[str, float]:
         scenario,
         heartbeat=DEFAULT_HEARTBEAT,
         connect_timeout=DEFAULT_CONNECT_TIMEOUT,
+        open_timeout=DEFAULT_OPEN_TIMEOUT,
         max_time=DEFAULT_MAX_TIME,
         close=amqp_async.io.driver.CLOSE_TIMEOUT,
     )
@@ -142,7 +160,7 @@ def default_bounds(scenario: str) -> dict[str, float]:
 
 def test_the_documented_defaults() -> None:
     """The figures docs/client.md states; the slow tests below prove that they bound every wait."""
-    assert (DEFAULT_HEARTBEAT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_TIME) == (30.0, 30.0, 60.0)
+    assert (DEFAULT_HEARTBEAT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_OPEN_TIMEOUT, DEFAULT_MAX_TIME) == (30, 30, 15, 60)
     assert amqp_async.io.driver.CLOSE_TIMEOUT == 10.0
     assert max(max(default_bounds(scenario).values()) for scenario in EXPECTED) + SLACK <= 120  # the issue's bound
 

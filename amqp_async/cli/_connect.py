@@ -67,6 +67,11 @@ _OPTIONS = [
         help="seconds a connection attempt may take, up to the peer's open.",
     ),
     click.option(
+        "--open-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        help="seconds to wait for the peer's answer to a session's begin or a link's attach (default: 15).",
+    ),
+    click.option(
         "--reconnect/--no-reconnect",
         default=False,
         show_default=True,
@@ -94,6 +99,7 @@ CONNECTION_OPTION_NAMES = frozenset(
         "virtual_host",
         "heartbeat",
         "connect_timeout",
+        "open_timeout",
         "reconnect",
         "max_frame_size",
         "container_id",
@@ -143,6 +149,7 @@ def connect_arguments(values: Mapping[str, Any]) -> tuple[str | None, dict[str, 
         "virtual_host": "virtual_host",
         "heartbeat": "heartbeat",
         "connect_timeout": "connect_timeout",
+        "open_timeout": "open_timeout",
         "max_frame_size": "max_frame_size",
         "container_id": "container_id",
     }

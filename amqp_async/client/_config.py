@@ -64,6 +64,8 @@ OPTION_NAMES = frozenset(
         "allow_insecure_mechs",
         "heartbeat",
         "connect_timeout",
+        "open_timeout",
+        "drain_timeout",
         "reconnect",
         "max_frame_size",
         "virtual_host",
@@ -82,6 +84,18 @@ OPTION_NAMES = frozenset(
 #: unless ``connect_timeout`` says otherwise: a peer that accepts the socket and then says nothing (or not enough)
 #: must not hold ``connect`` (or a reconnect) for ever. Two attempts fit in the reconnect's default ``max_time``.
 DEFAULT_CONNECT_TIMEOUT = 30.0
+
+#: Seconds ``open_session``, ``open_sender`` and ``open_receiver`` wait for the peer's begin or attach on one
+#: transport, unless ``open_timeout`` says otherwise: a peer that keeps the connection alive (it answers
+#: heartbeats) but never answers would hold the call for ever. ProtonJ2's ``openTimeout`` bounds the same waits,
+#: with the same default. Shorter than ``heartbeat``, so that a peer stopped with its socket open fails an open by
+#: this bound alone, not by whichever of the two comes first.
+DEFAULT_OPEN_TIMEOUT = 15.0
+
+#: Seconds ``Receiver.drain()`` waits for the sender's answer, unless ``drain_timeout`` (or its ``timeout``) says
+#: otherwise. Longer than ``open_timeout``: the sender may first have to send up to the whole credit. Some peers
+#: never answer a drain (Qpid Proton's C broker example); ProtonJ2's ``drainTimeout`` is 60 s too.
+DEFAULT_DRAIN_TIMEOUT = 60.0
 
 #: Our idle timeout in seconds (``heartbeat``) unless the caller says otherwise (None: none): a peer silent for
 #: that long is declared gone (§2.4.5), so that a peer stopped with its socket open (a frozen process or host)
@@ -205,6 +219,10 @@ class ResolvedOptions:
         heartbeat: our idle timeout, in seconds (the peer is asked for a frame every half of it), or None for none.
         connect_timeout: the seconds one connection attempt may take, from the TCP connect to the peer's open
             frame, or None for no limit.
+        open_timeout: the seconds opening a session or a link waits for the peer's begin or attach on one
+            transport (time spent reconnecting is not counted), or None for no limit.
+        drain_timeout: the seconds ``Receiver.drain()`` waits for the sender's answer by default, or None for no
+            limit.
         reconnect: the reconnect delays, or False when reconnecting is disabled.
         max_frame_size: the largest frame to accept, or None for the library's default.
         virtual_host: the hostname for the open performative as given, or None to use each URL's host; an empty
@@ -229,6 +247,8 @@ class ResolvedOptions:
     allow_insecure_mechs: bool = DEFAULT_ALLOW_INSECURE_MECHS
     heartbeat: float | None = DEFAULT_HEARTBEAT
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT
+    open_timeout: float | None = DEFAULT_OPEN_TIMEOUT
+    drain_timeout: float | None = DEFAULT_DRAIN_TIMEOUT
     reconnect: Backoff | Literal[False] = attrs.field(factory=Backoff)
     max_frame_size: int | None = None
     virtual_host: str | None = None
@@ -316,13 +336,14 @@ def _heartbeat(value: object) -> float | None:
     return float(value)
 
 
-def _connect_timeout(value: object) -> float | None:
+def timeout_option(name: str, value: object) -> float | None:
+    """A time limit in seconds: a number > 0, or None (or infinity) for none."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"connect_timeout must be a number of seconds or None, not {type(value).__name__}")
+        raise TypeError(f"{name} must be a number of seconds or None, not {type(value).__name__}")
     if not value > 0:
-        raise ValueError(f"connect_timeout must be > 0 seconds, not {value!r}")
+        raise ValueError(f"{name} must be > 0 seconds, not {value!r}")
     return None if value == float("inf") else float(value)
 
 
@@ -515,9 +536,10 @@ def resolve_options(
     Arguments:
         url: one URL (a str or an :class:`Address`), or None.
         options: the keyword arguments of ``connect``: ``urls``, ``user``, ``password``, ``sasl_enabled``,
-            ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``connect_timeout``, ``reconnect``,
-            ``max_frame_size``, ``virtual_host``, ``properties``, ``offered_capabilities``,
-            ``desired_capabilities``, ``sni``, ``ssl_context``, ``container_id``, ``http_proxy``, ``tracing``.
+            ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``connect_timeout``, ``open_timeout``,
+            ``drain_timeout``, ``reconnect``, ``max_frame_size``, ``virtual_host``, ``properties``,
+            ``offered_capabilities``, ``desired_capabilities``, ``sni``, ``ssl_context``, ``container_id``,
+            ``http_proxy``, ``tracing``.
         env: the environment used to find connect.json.
         config: the configuration to use instead of looking for connect.json (None: no file); for tests.
 
@@ -591,7 +613,9 @@ def resolve_options(
             "allow_insecure_mechs", opts.get("allow_insecure_mechs", DEFAULT_ALLOW_INSECURE_MECHS)
         ),
         heartbeat=_heartbeat(opts.get("heartbeat", DEFAULT_HEARTBEAT)),
-        connect_timeout=_connect_timeout(opts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
+        connect_timeout=timeout_option("connect_timeout", opts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
+        open_timeout=timeout_option("open_timeout", opts.get("open_timeout", DEFAULT_OPEN_TIMEOUT)),
+        drain_timeout=timeout_option("drain_timeout", opts.get("drain_timeout", DEFAULT_DRAIN_TIMEOUT)),
         reconnect=_reconnect(opts.get("reconnect")),
         max_frame_size=_max_frame_size(opts.get("max_frame_size")),
         virtual_host=_opt_str("virtual_host", opts.get("virtual_host")),

@@ -56,15 +56,16 @@ def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> _Conne
     at the end. Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
     ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
     ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``) plus
-    ``ssl_context``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or False for none;
-    default: the https_proxy/http_proxy/no_proxy environment variables) and ``tracing`` (OpenTelemetry: True for
-    the global tracer provider, or a TracerProvider; off by default); a ``connect.json`` is honoured as proton
-    honours it. ``url`` is ``amqp://``, ``amqps://``, ``ws://`` or ``wss://`` (AMQP over WebSocket, the URL
-    naming the WebSocket endpoint).
+    ``connect_timeout``, ``open_timeout``, ``drain_timeout``, ``ssl_context``, ``container_id``, ``http_proxy``
+    (for ``ws``/``wss`` URLs: a proxy URL, or False for none; default: the https_proxy/http_proxy/no_proxy
+    environment variables) and ``tracing`` (OpenTelemetry: True for the global tracer provider, or a
+    TracerProvider; off by default); a ``connect.json`` is honoured as proton honours it. ``url`` is ``amqp://``,
+    ``amqps://``, ``ws://`` or ``wss://`` (AMQP over WebSocket, the URL naming the WebSocket endpoint).
 
     Defaults bound every wait (docs/client.md, "Defaults and their bounds"): ``connect_timeout`` 30 s per attempt,
-    ``heartbeat`` 30 s (our idle timeout), and reconnecting after a network failure gives up after 60 s
-    (``reconnect=Backoff(max_time=None)`` reconnects for ever).
+    ``heartbeat`` 30 s (our idle timeout), ``open_timeout`` 15 s for the peer's answer to a session's begin or a
+    link's attach, ``drain_timeout`` 60 s for its answer to a drain, and reconnecting after a network failure
+    gives up after 60 s (``reconnect=Backoff(max_time=None)`` reconnects for ever). None lifts a limit.
 
     Raises:
         NameResolutionError: the host name does not resolve.

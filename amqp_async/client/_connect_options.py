@@ -31,6 +31,8 @@ class ConnectOptions(TypedDict, total=False):
     allow_insecure_mechs: bool
     heartbeat: float | None
     connect_timeout: float | None
+    open_timeout: float | None
+    drain_timeout: float | None
     reconnect: Backoff | bool | None
     max_frame_size: int | None
     virtual_host: str | None

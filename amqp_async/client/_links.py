@@ -10,11 +10,22 @@ import anyio
 
 from ..codec.delivery_states import Accepted
 from ..codec.performatives import Error
-from ..errors import AMQPError, ClosedByApplication, DeliveryError, LinkDetached, LinkError, SessionError
+from ..errors import (
+    AMQPError,
+    ClosedByApplication,
+    DeliveryError,
+    LinkDetached,
+    LinkError,
+    LinkTimeout,
+    SessionError,
+)
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT
 from ..protocol.errors import LocalProtocolError
+from ..types import symbol
+from ._answer_due import AnswerDue
+from ._config import timeout_option
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
 from ._tracker import Tracker, _TracedTracker
@@ -41,6 +52,20 @@ __all__ = ["Receiver", "SendManyError", "Sender", "Tracker", "selector"]
 
 #: Output bytes waiting in the engine past which a send waits for the writer to take them (backpressure).
 _OUTPUT_HIGH_WATER = 1 << 20
+
+
+class _Default:
+    """The type of :data:`_DEFAULT`: an argument not given (None means "no limit" where it is taken)."""
+
+    def __repr__(self) -> str:
+        return "<the connection's default>"
+
+
+_DEFAULT = _Default()
+
+
+def _timeout(value: float | None) -> float | None:
+    return timeout_option("timeout", value)
 
 
 def _link_error(error: Error | None, default: str) -> AMQPError:
@@ -96,27 +121,54 @@ class _Link:
     async def _wait_attached(self) -> None:
         self.connection._kick()
         try:
-            # The engine link is read again on each wake-up: a reconnect meanwhile attaches a new one (_restore),
-            # and the old one never hears from the peer again.
-            while self._engine_link.remote_state is UNINIT:
-                self._check()
-                await self.connection._wait_state()
-            link = self._engine_link
-            # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
-            refused = (link.role and link.remote_source is None) or (
-                not link.role and link.remote_target is None and self._target_address_expected()
-            )
-            while refused and link.remote_state is ACTIVE and self._error is None:
-                if link is not self._engine_link:
-                    break  # reconnected meanwhile: the new link's attach is what counts
-                await self.connection._wait_state()
+            await self._wait_attach_answered()
             self._check()
         except (LinkError, SessionError) as exc:
+            if isinstance(exc, LinkTimeout):
+                raise
             # The peer refused the link (detached it, or ended its session): say which link, with its words.
             what = self._describe()
             raise type(exc)(
                 f"the peer refused the {what}: {exc.description}", condition=exc.condition, info=exc.info
             ) from exc
+
+    async def _wait_attach_answered(self) -> None:
+        limit = self.connection._options.open_timeout
+        due = AnswerDue(self.connection, limit)
+        # The engine link is read again on each wake-up: a reconnect meanwhile attaches a new one (_restore), and
+        # the old one never hears from the peer again.
+        while self._engine_link.remote_state is UNINIT:
+            self._check()
+            if due.passed(self._engine_link):
+                self._give_up_attach(limit)
+                return
+            await due.wait()
+        link = self._engine_link
+        # §2.6.3: a peer that refuses a link attaches with a null terminus and detaches at once.
+        refused = (link.role and link.remote_source is None) or (
+            not link.role and link.remote_target is None and self._target_address_expected()
+        )
+        while refused and link.remote_state is ACTIVE and self._error is None:
+            if link is not self._engine_link:
+                break  # reconnected meanwhile: the new link's attach is what counts
+            if due.passed(link):  # a refusal whose detach never comes
+                self._give_up_attach(limit)
+                return
+            await due.wait()
+
+    def _give_up_attach(self, limit: float | None) -> None:
+        """The peer did not answer our attach within ``open_timeout``: detach the link, telling the peer why (a
+        late attach then meets our detach, and no transfer flows on it), and fail with :class:`LinkTimeout`."""
+        error = LinkTimeout(
+            f"the peer did not answer the attach of the {self._describe()} within open_timeout ({limit} s)"
+        )
+        link = self._engine_link
+        connection = self.connection
+        if not connection.is_closed and not connection._reconnecting and link.local_state is ACTIVE:
+            link.detach(closed=True, error=Error(condition=symbol(error.condition), description=error.description))
+            connection._kick()
+        self._closed = True
+        self._error = error
 
     def _describe(self) -> str:
         """The link in words, for errors: its kind and address."""
@@ -654,20 +706,38 @@ class Receiver(_ReceivingLink):
         if self._prefetch:
             self._engine_link.grant_credit(self._prefetch)
 
-    async def drain(self) -> None:
-        """Ask the sender to use up or give back all credit now (§2.6.7 drain), and wait until it has."""
+    async def drain(self, *, timeout: float | _Default | None = _DEFAULT) -> None:
+        """Ask the sender to use up or give back all credit now (§2.6.7 drain), and wait until it has.
+
+        Args:
+            timeout: the seconds to wait for the sender's answer (default: the connection's ``drain_timeout``,
+                60 s unless ``connect()`` said otherwise); None waits as long as it takes.
+
+        Raises:
+            LinkTimeout: the sender did not answer within ``timeout`` (also the builtin TimeoutError). Some peers
+                never answer a drain (Qpid Proton's C broker example). The drain is then withdrawn (a flow with
+                drain false, §2.6.7) and the link stays attached: the sender keeps the credit, and messages may
+                still come for it.
+            LinkError, SessionError, ConnectionError: the link, session or connection ended instead.
+        """
         self._check()
+        limit = self.connection._options.drain_timeout if isinstance(timeout, _Default) else _timeout(timeout)
         link = self._engine_link
         link.grant_credit(link.link_credit, drain=True)
         connection = self.connection
         connection._kick()
-        while True:
-            self._check()  # the link, its session or the connection may have ended instead of draining
-            if link is not self._engine_link:
-                return  # reconnected meanwhile: the old link's credit went with it
-            if not (link.drain and link.local_state is ACTIVE) and not connection._reconnecting:
-                return
-            await connection._wait_state()
+        with anyio.move_on_after(math.inf if limit is None else limit):
+            while True:
+                self._check()  # the link, its session or the connection may have ended instead of draining
+                if link is not self._engine_link:
+                    return  # reconnected meanwhile: the old link's credit went with it
+                if not (link.drain and link.local_state is ACTIVE) and not connection._reconnecting:
+                    return
+                await connection._wait_state()
+        if link is self._engine_link and link.drain and link.local_state is ACTIVE and not connection.is_closed:
+            link.grant_credit(link.link_credit, drain=False)
+            connection._kick()
+        raise LinkTimeout(f"the sender did not answer the drain of the {self._describe()} within {limit} s")
 
     def receive_nowait(self) -> Delivery | None:
         """Take the next delivery if one is queued, else None (never waits)."""

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..codec.performatives import Error
-from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError
+from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError, SessionTimeout
 from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE, UNINIT
+from ..types import symbol
+from ._answer_due import AnswerDue
 from ._link_options import (
     ReceiverOptions,
     SenderOptions,
@@ -62,11 +64,28 @@ class Session(LinkOpener):
         engine_session.user_data = self
         self._engine_session = engine_session
         connection._kick()
+        limit = connection._options.open_timeout
+        due = AnswerDue(connection, limit)
         # Read again on each wake-up: a reconnect meanwhile begins a new engine session (_restore).
         while self._engine_session.remote_state is UNINIT:
             self._check()
-            await connection._wait_state()
+            if due.passed(self._engine_session):
+                self._give_up_begin(limit)
+                break
+            await due.wait()
         self._check()
+
+    def _give_up_begin(self, limit: float | None) -> None:
+        """The peer did not answer our begin within ``open_timeout``: end the session, telling the peer why (a
+        late begin then meets our end, and nothing is attached on it), and fail with :class:`SessionTimeout`."""
+        error = SessionTimeout(f"the peer did not answer the session's begin within open_timeout ({limit} s)")
+        engine_session = self._engine_session
+        connection = self.connection
+        if engine_session is not None and not connection.is_closed and not connection._reconnecting:
+            engine_session.end(Error(condition=symbol(error.condition), description=error.description))
+            connection._kick()
+        self._ended = True
+        self._error = error
 
     def _restore(self) -> None:
         """After a reconnect: begin again on the new connection and re-attach every link."""

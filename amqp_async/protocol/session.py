@@ -263,7 +263,10 @@ class Session(Endpoint):
         self._outgoing_queue.clear()
         self._streaming.clear()
         self._flows_after.clear()
-        self.connection._release_channel(self)
+        if self.remote_state is not UNINIT:
+            self.connection._release_channel(self)
+        # else the peer still owes the answer to our begin, and then its end (§2.5.1): the channel stays ours until
+        # that end (_on_end), so that a late begin finds the session it answers rather than "no session".
 
     def _mark_ended(self) -> None:
         """Our side is over without an end frame (nothing can be written for the session any more)."""
