@@ -76,6 +76,7 @@ class Entry:
         "excluded",
         "expires",
         "payload",
+        "place",
         "sequence",
         "size",
         "stored",
@@ -93,6 +94,8 @@ class Entry:
         self.payload = payload
         self.body = body
         self.sequence = next(_sequence)
+        #: its place in its queue's order (:meth:`Queue.put`, :meth:`Queue.put_back`).
+        self.place = 0
         self._message = message
         self._junk = False  # the payload was found not to decode
         #: consumers that said undeliverable-here (by identity).
@@ -124,6 +127,7 @@ class Entry:
         entry.payload = self.payload
         entry.body = self.body  # one file for every copy: it goes with the last of them
         entry.sequence = next(_sequence)
+        entry.place = 0
         entry._message = self._message
         entry._junk = self._junk
         entry.excluded = None
@@ -221,7 +225,7 @@ class Consumer:
         browse: distribution-mode copy: see messages, leave them queued.
     """
 
-    __slots__ = ("browse", "credit", "last_seen", "selector", "send", "unsettled")
+    __slots__ = ("browse", "credit", "known_from", "known_to", "last_seen", "selector", "send", "unsettled")
 
     def __init__(
         self,
@@ -236,6 +240,11 @@ class Consumer:
         self.selector = selector
         self.browse = browse
         self.last_seen = -1  # browsers: the sequence number of the last message shown
+        #: The places (:attr:`Entry.place`) of a run of its queue's entries it is known not to want: every entry
+        #: of the queue placed from ``known_from`` to ``known_to`` (empty when from > to) was found unwanted, or
+        #: shown (a browser). Dispatch skips them without asking again (see :meth:`Queue.dispatch`).
+        self.known_from = 1
+        self.known_to = 0
         #: entries sent and not settled yet, by the token ``send`` returned.
         self.unsettled: dict[Any, Entry] = {}
 
@@ -282,6 +291,10 @@ class Queue:
         self.delivery_limit = delivery_limit
         self.dead_letter = dead_letter
         self.entries: deque[Entry] = deque()
+        # The places the next entries take (Entry.place): counting up at the tail, down at the head, so that the
+        # entries are always in the order of their places, and a place, once left, is never given again.
+        self._tail_place = 0
+        self._head_place = -1
         self.consumers: list[Consumer] = []
         #: the links that send to it (for their credit, :mod:`._flow`).
         self.producers: set[Producer] = set()
@@ -317,6 +330,8 @@ class Queue:
         store = self.store
         if store is not None and is_durable(entry.payload):
             store.insert(entry, self.name)
+        entry.place = self._tail_place
+        self._tail_place += 1
         self.entries.append(entry)
         if entry.expires is not None:
             self._will_expire(entry.expires)
@@ -326,6 +341,8 @@ class Queue:
         """Append a message loaded from the store (counted; not stored again, not dispatched yet)."""
         if self.flow is not None:
             self.flow.hold(entry.size)
+        entry.place = self._tail_place
+        self._tail_place += 1
         self.entries.append(entry)
         if entry.expires is not None:
             self._will_expire(entry.expires)
@@ -335,6 +352,10 @@ class Queue:
         for entry in reversed(entries):
             if entry.dirty:
                 self._changed(entry)
+            # a new place: what a consumer learned of it before (a selector's verdict on bytes since modified, a
+            # browser that saw it) no longer stands for it
+            entry.place = self._head_place
+            self._head_place -= 1
             self.entries.appendleft(entry)
             if entry.expires is not None:
                 self._will_expire(entry.expires)
@@ -438,7 +459,13 @@ class Queue:
 
     def dispatch(self) -> None:
         """Offer queued messages to consumers with credit, round-robin among competing consumers (those expired
-        first taken out: an expired message is never delivered)."""
+        first taken out: an expired message is never delivered).
+
+        What each consumer was found not to want is remembered (:attr:`Consumer.known_from`, ``known_to``), so
+        that a consumer whose selector matches none of a deep backlog costs each later dispatch the new messages
+        only, not the whole backlog again: every message that arrives, and every flow of that consumer, used to
+        ask its selector about all of them.
+        """
         consumers = self.consumers
         if not consumers or not self.entries:
             return
@@ -447,34 +474,72 @@ class Queue:
             self.expire(time.time())
             if not self.entries:
                 return
-        for browser in [consumer for consumer in consumers if consumer.browse]:
-            for entry in list(self.entries):
-                if browser.credit() <= 0:
-                    break
-                if browser.wants(entry):
-                    try:
-                        browser.send(entry)
-                    except ConsumerFailed:
-                        break
-                    browser.last_seen = entry.sequence
+        for browser in consumers:
+            if browser.browse:
+                self._show(browser)
         competing = [consumer for consumer in consumers if not consumer.browse]
-        if not competing:
-            return
-        index = 0
+        if competing:
+            self._deal(competing)
+
+    def _show(self, browser: Consumer) -> None:
+        """Show a browser the messages it has not seen, in order, as its credit allows."""
         entries = self.entries
-        before = len(entries)
-        while index < len(entries) and any(consumer.credit() > 0 for consumer in competing):
+        index = self._first_unknown(browser)
+        if index >= len(entries) or browser.credit() <= 0:
+            return
+        head_place, first_place, last_place = entries[0].place, entries[index].place, None
+        while index < len(entries):
             entry = entries[index]
+            if browser.known_from <= entry.place <= browser.known_to:
+                index = self._index_after(browser.known_to)  # seen, or not wanted: skipped at once
+                last_place = entries[index - 1].place
+                continue
+            if browser.credit() <= 0:
+                break
+            if browser.wants(entry):
+                try:
+                    browser.send(entry)
+                except ConsumerFailed:
+                    break
+                browser.last_seen = entry.sequence
+            last_place = entry.place
+            index += 1
+        self._learned(browser, head_place, first_place, last_place)
+
+    def _deal(self, competing: list[Consumer]) -> None:
+        """Give queued messages to the competing consumers with credit, round-robin, in order."""
+        entries = self.entries
+        ready = [consumer for consumer in competing if consumer.credit() > 0]
+        if not ready:
+            return
+        index = min(self._first_unknown(consumer) for consumer in ready)
+        if index >= len(entries):
+            return
+        # Every consumer ready now learns, of the entries from the first one looked at, up to where it stops being
+        # ready (its credit used up: `stopped`) or the walk ends, that none is left that it wants.
+        head_place, first_place = entries[0].place, entries[index].place
+        last_place: int | None = None
+        stopped: dict[Consumer, int | None] = {}
+        waiting = len(ready)  # the consumers with credit still
+        before = len(entries)
+        while index < len(entries) and waiting:
+            entry = entries[index]
+            place = entry.place
             chosen = None
             count = len(competing)
             for step in range(count):
                 consumer = competing[(self._next + step) % count]
+                if consumer.known_from <= place <= consumer.known_to:
+                    continue  # known not to want it
                 if consumer.credit() > 0 and consumer.wants(entry):
                     chosen = consumer
                     self._next = (self._next + step + 1) % count
                     break
             if chosen is None:
-                index += 1  # no consumer for this one now (selectors, exclusions): try the next message
+                # no consumer for this one now (selectors, exclusions): on to the next message, or past the run
+                # that every consumer with credit is known not to want
+                index = self._next_unknown(index + 1, ready, stopped)
+                last_place = entries[index - 1].place  # this one, or the last of the run passed over
                 continue
             del entries[index]
             try:
@@ -482,9 +547,16 @@ class Queue:
             except ConsumerFailed:
                 entries.insert(index, entry)  # not sent: it keeps its place
                 competing.remove(chosen)
+                if chosen not in stopped:
+                    stopped[chosen] = last_place  # it wanted this one: what it knows ends before it
+                    waiting -= 1
                 if not competing:
-                    return
+                    break
                 continue
+            last_place = place
+            if chosen.credit() <= 0 and chosen not in stopped:
+                stopped[chosen] = place
+                waiting -= 1
             if entry.expires is not None:
                 self.expiring -= 1
                 if self.expiring <= 0:  # none left to expire: no sweep of this queue until one comes
@@ -494,9 +566,67 @@ class Queue:
                 chosen.unsettled[token] = entry
             else:
                 self.release(entry)  # sent settled (at-most-once): done with
+        for consumer in ready:
+            self._learned(consumer, head_place, first_place, stopped.get(consumer, last_place))
         flow = self.flow
         if flow is not None and flow.starved and len(entries) < before:
             flow.freed()  # room in the queue for producers waiting for credit
+
+    # --- what consumers are known not to want -------------------------------------------------------------
+
+    def _index_after(self, place: int) -> int:
+        """The index of the first entry placed after ``place`` (the entries are in the order of their places)."""
+        entries = self.entries
+        low, high = 0, len(entries)
+        while low < high:
+            middle = (low + high) // 2
+            if entries[middle].place <= place:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def _first_unknown(self, consumer: Consumer) -> int:
+        """The index of the first entry the consumer may want: the head, unless its known run starts there."""
+        entries = self.entries
+        if consumer.known_from > consumer.known_to or not entries or entries[0].place < consumer.known_from:
+            return 0
+        return self._index_after(consumer.known_to)
+
+    def _next_unknown(self, index: int, ready: list[Consumer], stopped: dict[Consumer, int | None]) -> int:
+        """``index``, or past the entries from there that every consumer still with credit knows it does not
+        want."""
+        entries = self.entries
+        if index >= len(entries):
+            return index
+        place = entries[index].place
+        ends = []
+        for consumer in ready:
+            if consumer in stopped:
+                continue
+            if not consumer.known_from <= place <= consumer.known_to:
+                return index
+            ends.append(consumer.known_to)
+        return self._index_after(min(ends)) if ends else index
+
+    @staticmethod
+    def _learned(consumer: Consumer, head_place: int, first_place: int, last_place: int | None) -> None:
+        """The consumer was found to want none of the queue's entries placed from ``first_place`` to
+        ``last_place`` (a walk that started with the head at ``head_place``): join that to its known run."""
+        if last_place is None or last_place < first_place:
+            return
+        known_from, known_to = consumer.known_from, consumer.known_to
+        if known_from > known_to:
+            consumer.known_from, consumer.known_to = first_place, last_place
+        elif head_place >= known_from:
+            # the walk started after the entries of the known run (or within it): the two are one run
+            consumer.known_to = max(known_to, last_place)
+        elif last_place >= known_from:
+            # the walk started at the head, before the known run, and reached it
+            consumer.known_from, consumer.known_to = first_place, max(known_to, last_place)
+        elif last_place - first_place >= known_to - known_from:
+            # two runs apart (entries between them not looked at): keep the longer
+            consumer.known_from, consumer.known_to = first_place, last_place
 
 
 class Topic:
