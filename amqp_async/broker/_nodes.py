@@ -24,6 +24,7 @@ and removes them on settlement (:meth:`Queue.release`).
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 from collections import deque
@@ -302,6 +303,10 @@ class Queue:
         self.durable_subscription = False
         #: how many of its entries have an expiry.
         self.expiring = 0
+        # (expires, place, entry) of the entries with an expiry, earliest first; an item whose entry has left the
+        # queue since (delivered, or put back at another place) stays until it comes up, or until such items are
+        # half the heap (_will_expire).
+        self._expiries: list[tuple[float, int, Entry]] = []
         #: the earliest expiry among its entries (or earlier: the entry may have left), None when none expires.
         self.next_expiry: float | None = None
 
@@ -317,10 +322,23 @@ class Queue:
         """The queues its producers fill: itself."""
         return [self]
 
-    def _will_expire(self, expires: float) -> None:
+    def _will_expire(self, entry: Entry) -> None:
+        """An entry with an expiry joined the queue (at its place)."""
+        assert entry.expires is not None
         self.expiring += 1
-        if self.next_expiry is None or expires < self.next_expiry:
-            self.next_expiry = expires
+        heap = self._expiries
+        heapq.heappush(heap, (entry.expires, entry.place, entry))
+        if len(heap) > 2 * self.expiring + 64:
+            # most items are of entries that left the queue: keep the others (a look-up each, not a pass over
+            # every message queued, most of which may not expire at all)
+            heap[:] = [item for item in heap if self._queued_at(item[2], item[1])]
+            heapq.heapify(heap)
+        self.next_expiry = heap[0][0]
+
+    def _queued_at(self, entry: Entry, place: int) -> bool:
+        """Whether ``entry`` is in the queue, at ``place``."""
+        index = self._index_after(place - 1)
+        return index < len(self.entries) and self.entries[index] is entry
 
     def put(self, entry: Entry) -> None:
         """Append a message (counted; stored when durable and the queue is kept) and offer it to the consumers."""
@@ -334,7 +352,7 @@ class Queue:
         self._tail_place += 1
         self.entries.append(entry)
         if entry.expires is not None:
-            self._will_expire(entry.expires)
+            self._will_expire(entry)
         self.dispatch()
 
     def load(self, entry: Entry) -> None:
@@ -345,7 +363,7 @@ class Queue:
         self._tail_place += 1
         self.entries.append(entry)
         if entry.expires is not None:
-            self._will_expire(entry.expires)
+            self._will_expire(entry)
 
     def put_back(self, entries: list[Entry]) -> None:
         """Return messages to the head of the queue, keeping their order (released, or from a gone consumer)."""
@@ -358,7 +376,7 @@ class Queue:
             self._head_place -= 1
             self.entries.appendleft(entry)
             if entry.expires is not None:
-                self._will_expire(entry.expires)
+                self._will_expire(entry)
         self.dispatch()
 
     def failed(self, entries: list[Entry]) -> None:
@@ -391,24 +409,21 @@ class Queue:
         expired messages free their memory and depth even when nobody consumes.
         """
         entries = self.entries
-        kept: list[Entry] = []
+        heap = self._expiries
         expired: list[Entry] = []
-        earliest: float | None = None
-        for entry in entries:
-            expires = entry.expires
-            if expires is None:
-                kept.append(entry)
-            elif expires <= now:
+        while heap and heap[0][0] <= now:
+            _, place, entry = heapq.heappop(heap)
+            index = self._index_after(place - 1)
+            if index < len(entries) and entries[index] is entry:  # still queued there (else: left since)
+                del entries[index]
                 expired.append(entry)
-            else:
-                kept.append(entry)
-                if earliest is None or expires < earliest:
-                    earliest = expires
-        self.expiring = len([entry for entry in kept if entry.expires is not None]) if earliest is not None else 0
-        self.next_expiry = earliest
+        self.expiring -= len(expired)
+        if self.expiring <= 0:
+            self.expiring = 0
+            heap.clear()  # what is left is of entries that left the queue
+        self.next_expiry = heap[0][0] if heap else None
         if expired:
-            entries.clear()
-            entries.extend(kept)
+            expired.sort(key=lambda entry: entry.place)  # given up in the queue's order
             for entry in expired:
                 self.give_up(entry, "expired", "expired (ttl or absolute-expiry-time) before it was delivered")
             flow = self.flow
@@ -439,6 +454,7 @@ class Queue:
         entries = list(self.entries)
         self.entries.clear()
         self.expiring = 0
+        self._expiries.clear()
         self.next_expiry = None
         for entry in entries:
             self.release(entry)
@@ -561,6 +577,7 @@ class Queue:
                 self.expiring -= 1
                 if self.expiring <= 0:  # none left to expire: no sweep of this queue until one comes
                     self.expiring = 0
+                    self._expiries.clear()
                     self.next_expiry = None
             if token is not None:
                 chosen.unsettled[token] = entry
