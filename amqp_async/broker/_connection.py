@@ -43,7 +43,7 @@ from ..protocol.streaming import StreamingDelivery
 from ..types import symbol
 from ._assembly import Assembly
 from ._bodies import BodyFile
-from ._flow import WINDOW, Producer
+from ._flow import WINDOW, NoRoomForNode, Producer
 from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
 from ._outbound import stream_body
 from ._store import is_durable
@@ -367,20 +367,25 @@ class ServerConnection:
             self._attach_coordinator(link)
             return
         broker = self.broker
-        if isinstance(target, Target) and target.dynamic:
-            address: str | None = broker._temporary_address()
-            broker.queue(address, dynamic=True)  # type: ignore[arg-type]
-        elif isinstance(target, Target) or target is None:
-            address = None if target is None else target.address
-        else:
-            self._refuse(link, conditions.NOT_IMPLEMENTED, f"targets of type {type(target).__name__} are not supported")
-            return
         node: Queue | Topic | None = None
-        if address is not None:
-            if broker._is_topic(address):
-                node = broker.topic(address)
-            elif not broker._is_topic(address, getattr(target, "capabilities", None)):
-                node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
+        try:
+            if isinstance(target, Target) and target.dynamic:
+                address: str | None = broker._temporary_address()
+                broker.queue(address, dynamic=True)  # type: ignore[arg-type]
+            elif isinstance(target, Target) or target is None:
+                address = None if target is None else target.address
+            else:
+                description = f"targets of type {type(target).__name__} are not supported"
+                self._refuse(link, conditions.NOT_IMPLEMENTED, description)
+                return
+            if address is not None:
+                if broker._is_topic(address):
+                    node = broker.topic(address)
+                elif not broker._is_topic(address, getattr(target, "capabilities", None)):
+                    node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
+        except NoRoomForNode as exc:
+            self._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
+            return
 
         def grant(room: int) -> None:
             if link.local_state is not ACTIVE:
@@ -487,25 +492,29 @@ class ServerConnection:
                     return
         owner: Topic | None = None
         key: str | None = None
-        if source.dynamic:
-            address = broker._temporary_address()
-            queue = broker.queue(address, dynamic=True)
-        elif source.address is None:
+        if source.address is None and not source.dynamic:
             self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
             return
-        else:
-            address = str(source.address)
-            if broker._is_topic(address, source.capabilities):
-                owner = broker.topic(address)
-                durable = bool(source.durable) and source.expiry_policy == NEVER
-                remote_open = self.engine.remote_open
-                container = remote_open.container_id if remote_open is not None else self.peer
-                key = f"{container}/{link.name}" if durable else f"{id(link)}"
-                queue = owner.subscription(
-                    key, max_depth=broker.max_queue_depth, durable=durable, store=broker.storage, flow=broker.flow
-                )
+        try:
+            if source.dynamic:
+                address = broker._temporary_address()
+                queue = broker.queue(address, dynamic=True)
             else:
-                queue = broker.queue(address)
+                address = str(source.address)
+                if broker._is_topic(address, source.capabilities):
+                    owner = broker.topic(address)
+                    durable = bool(source.durable) and source.expiry_policy == NEVER
+                    remote_open = self.engine.remote_open
+                    container = remote_open.container_id if remote_open is not None else self.peer
+                    key = f"{container}/{link.name}" if durable else f"{id(link)}"
+                    queue = owner.subscription(
+                        key, max_depth=broker.max_queue_depth, durable=durable, store=broker.storage, flow=broker.flow
+                    )
+                else:
+                    queue = broker.queue(address)
+        except NoRoomForNode as exc:
+            self._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
+            return
         browse = source.distribution_mode == COPY
         settled = link.remote_snd_settle_mode == SND_SETTLED
 
@@ -769,6 +778,7 @@ class ServerConnection:
             gone = topic.subscriptions.pop(key, None) is not None
         if gone:
             queue.clear()  # a deleted node: its messages are dropped
+            broker.flow.drop_node()
 
 
 def _write_touched(touched: dict[ServerConnection, None]) -> None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DecodeError
 from ..message import Message
+from ._flow import NoRoomForNode
 from ._sections import NO_TTL, cannot_expire, delivery_failed, expiry, merge_annotations, with_ttl, with_ttl_at
 from ._store import is_durable
 
@@ -684,11 +685,24 @@ class Topic:
         durable: bool = False,
         store: Store | None = None,
         flow: Flow | None = None,
+        refusable: bool = True,
     ) -> Queue:
-        """The subscription queue for ``key`` (made on first use); a durable one is kept in ``store``."""
+        """The subscription queue for ``key`` (made on first use); a durable one is kept in ``store``.
+
+        Raises:
+            NoRoomForNode: ``flow``'s memory limit leaves no room for a new subscription (unless not
+                ``refusable``: one loaded from the store).
+        """
         queue = self.subscriptions.get(key)
         if queue is None:
             name = f"{self.name}#{key}"
+            if flow is not None:
+                if refusable and not flow.room_for_node():
+                    raise NoRoomForNode(
+                        f"no room for a new subscription to {self.name!r} within the broker's memory limit "
+                        f"({flow.max_memory} bytes)"
+                    )
+                flow.hold_node()
             queue = self.subscriptions[key] = Queue(
                 name,
                 max_depth=max_depth,

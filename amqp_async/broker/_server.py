@@ -40,7 +40,7 @@ from ..types import symbol
 from ._bodies import BodyFile, BodySpool
 from ._connection import ServerConnection
 from ._deadletter import DeadLetters
-from ._flow import Flow
+from ._flow import Flow, NoRoomForNode
 from ._nodes import Consumer, Entry, Queue, Topic
 from ._store import Store
 
@@ -95,8 +95,10 @@ class Broker:
         max_queue_depth: the most messages waiting in a queue: producers get no more credit than the room left
             (or, with ``when_full="reject"``, messages beyond it are refused with ``amqp:resource-limit-exceeded``).
         max_memory: the most memory the messages held may take (queued, or delivered and not settled: their bytes
-            and :data:`~._nodes.ENTRY_OVERHEAD` each): producers get no more credit than the room left. By default
-            :data:`DEFAULT_MAX_MEMORY`; None: no limit.
+            and :data:`~._nodes.ENTRY_OVERHEAD` each), with the nodes made (queues, topics, subscriptions:
+            :data:`~._flow.NODE_SIZE` each): producers get no more credit than the room left, and a node the room
+            does not take is not made (its attach, or a message to its address, is refused with
+            ``amqp:resource-limit-exceeded``). By default :data:`DEFAULT_MAX_MEMORY`; None: no limit.
         when_full: ``"block"`` (withhold credit, the default) or ``"reject"``: what a full queue does to producers.
         data_dir: keep queues, durable subscriptions and durable messages in this directory (SQLite), across
             restarts; a durable message is accepted once it is stored. Messages larger than ``large_message_size``
@@ -166,7 +168,9 @@ class Broker:
         self.delivery_limit = delivery_limit
         self.expiry_interval = expiry_interval
         #: the dead-letter handling (counts of what it moved and dropped, by reason).
-        self.dead_letters = DeadLetters(dead_letter_queue, self.queue)
+        # (the dead-letter queue is made when needed even with the memory limit reached: one node, and dead letters
+        # never fail)
+        self.dead_letters = DeadLetters(dead_letter_queue, lambda name: self.queue(name, refusable=False))
         self.transaction_timeout = transaction_timeout
         self.container_id = container_id
         self.ws_port = ws_port
@@ -211,10 +215,16 @@ class Broker:
 
     # --- nodes -------------------------------------------------------------------------------------------
 
-    def queue(self, name: str, *, dynamic: bool = False) -> Queue:
-        """The queue named ``name``, made on first use (kept in the store, if any, unless it is ``dynamic``)."""
+    def queue(self, name: str, *, dynamic: bool = False, refusable: bool = True) -> Queue:
+        """The queue named ``name``, made on first use (kept in the store, if any, unless it is ``dynamic``).
+
+        Raises:
+            NoRoomForNode: the memory limit leaves no room for a new queue (unless not ``refusable``: one loaded
+                from the store, the dead-letter queue).
+        """
         queue = self.queues.get(name)
         if queue is None:
+            self._node_made(f"queue {name!r}", refusable)
             store = None if dynamic else self.storage
             queue = self.queues[name] = Queue(
                 name,
@@ -238,11 +248,16 @@ class Broker:
         known: set[str] = set()
         for stored in store.load():
             if stored.topic is not None and stored.subscription is not None:
-                queue = self.topic(stored.topic).subscription(
-                    stored.subscription, max_depth=self.max_queue_depth, durable=True, store=store, flow=self.flow
+                queue = self.topic(stored.topic, refusable=False).subscription(
+                    stored.subscription,
+                    max_depth=self.max_queue_depth,
+                    durable=True,
+                    store=store,
+                    flow=self.flow,
+                    refusable=False,
                 )
             else:
-                queue = self.queue(stored.name)
+                queue = self.queue(stored.name, refusable=False)
             for identifier, payload, expires, body_name, body_at in stored.messages:
                 body = None
                 if body_name is not None:
@@ -265,22 +280,33 @@ class Broker:
         log.info("store %s: %d queues, %d messages loaded", store.path, len(self.queues), loaded)
         return store
 
-    def topic(self, name: str) -> Topic:
-        """The topic named ``name``, made on first use."""
+    def topic(self, name: str, *, refusable: bool = True) -> Topic:
+        """The topic named ``name``, made on first use (raises :class:`NoRoomForNode` as :meth:`queue` does)."""
         topic = self.topics.get(name)
         if topic is None:
+            self._node_made(f"topic {name!r}", refusable)
             topic = self.topics[name] = Topic(name, delivery_limit=self.delivery_limit, dead_letter=self.dead_letters)
         return topic
+
+    def _node_made(self, what: str, refusable: bool) -> None:
+        """Count a node about to be made in the memory limit, or refuse it (see :mod:`._flow`)."""
+        flow = self.flow
+        if refusable and not flow.room_for_node():
+            raise NoRoomForNode(f"no room for a new {what} within the broker's memory limit ({flow.max_memory} bytes)")
+        flow.hold_node()
 
     def _is_topic(self, address: str, capabilities: Any = None) -> bool:
         return address.startswith(TOPIC_PREFIX) or (capabilities is not None and symbol("topic") in tuple(capabilities))
 
     def route(self, address: str, entry: Entry) -> Error | None:
         """Put a message on the node at ``address``; return the error that refuses it, if any."""
-        if self._is_topic(address):
-            self.topic(address).publish(entry)
-            return None
-        queue = self.queue(address)
+        try:
+            if self._is_topic(address):
+                self.topic(address).publish(entry)
+                return None
+            queue = self.queue(address)
+        except NoRoomForNode as exc:
+            return _error(conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
         if queue.full:
             description = f"queue {address!r} is full ({queue.max_depth})"
             condition = conditions.RESOURCE_LIMIT_EXCEEDED
@@ -294,8 +320,9 @@ class Broker:
         """Whether the node at ``address`` takes ``count`` more messages (a topic always does)."""
         if self._is_topic(address):
             return True
-        queue = self.queue(address)
-        return queue.max_depth is None or len(queue.entries) + count <= queue.max_depth
+        queue = self.queues.get(address)  # (not made here: a check makes no node)
+        depth = 0 if queue is None else len(queue.entries)
+        return self.max_queue_depth is None or depth + count <= self.max_queue_depth
 
     def _settle_entry(self, queue: Queue, consumer: Consumer | None, entry: Entry, state: Any) -> None:
         """Apply the outcome a consumer gave a delivered message (now, or at the commit of its transaction)."""
