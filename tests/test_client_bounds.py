@@ -41,9 +41,9 @@ PROGRAM = Path(__file__).resolve().parent / "default_bounds_program.py"
 SLACK = 2.0
 
 # Small bounds, passed explicitly.
-HEARTBEAT = 1.0
+HEARTBEAT = 1.5
 CONNECT_TIMEOUT = 1.0
-OPEN_TIMEOUT = 0.25  # shorter than HEARTBEAT, as the defaults are (15 s and 30 s)
+OPEN_TIMEOUT = 0.25  # well within HEARTBEAT, as the defaults are (15 s and 30 s): a stalled loop must not swap them
 MAX_TIME = 2.0
 CLOSE_TIMEOUT = 1.0
 

@@ -204,11 +204,11 @@ async def test_an_unanswered_drain_is_withdrawn_after_drain_timeout_and_the_cred
                 delivery = await receiver.receive()
                 assert delivery.message.body == "later"
                 await delivery.accept()
-                # a call's own timeout wins over the connection's
+                # a call's own timeout wins over the connection's (the message names the one that passed)
                 started = time.monotonic()
                 with pytest.raises(amqp_async.LinkTimeout, match=r"within 0\.2 s"):
                     await receiver.drain(timeout=0.2)
-                assert time.monotonic() - started < LIMIT
+                assert time.monotonic() - started >= 0.2
 
 
 async def test_a_drain_answered_returns_before_its_timeout() -> None:
