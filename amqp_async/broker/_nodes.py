@@ -5,6 +5,8 @@ fields). Consumers are the broker's sending links; each has the credit its recei
 queue in order and offers each message to the consumers in round-robin order, skipping those without credit, whose
 selector does not match, or to which the message is undeliverable (a ``modified`` outcome with
 undeliverable-here). Browsers (distribution-mode ``copy``) see every message once and leave it in the queue.
+Each entry has a place in its queue's order, and each consumer remembers the run of places it does not want (or,
+a browser, has seen), so that a dispatch asks a consumer about a message once, however deep the backlog.
 
 Messages sent to a consumer wait, unsettled, in the consumer's ``unsettled`` map until its outcome: accepted drops
 them; released and modified put them back at the head (modified with delivery-failed counts the attempt in the
@@ -14,7 +16,8 @@ original order.
 
 Expiry (§3.2.1 ttl, §3.2.4 absolute-expiry-time): each entry knows when it expires (from its arrival); a queue
 knows its earliest expiry, so a dispatch takes the expired messages out first (an expired message is never
-delivered) and the broker's periodic sweep (:meth:`Queue.expire`) frees them when nobody consumes. A message
+delivered) and the broker's periodic sweep (:meth:`Queue.expire`) frees them when nobody consumes. The entries
+that may expire are in a heap, earliest first: finding the expired ones costs them, not the whole queue. A message
 given up (expired, at the delivery limit) goes to the broker's dead-letter handling, or is dropped.
 
 A queue counts the messages it holds (queued, or delivered and not settled) in the broker's :class:`Flow` (the
