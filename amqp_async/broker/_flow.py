@@ -94,6 +94,10 @@ class Flow:
         self.last_size = 0
         self.producers: set[Producer] = set()
         self.starved: set[Producer] = set()
+        # Bytes dropped since the starved producers were last looked at, and how many must be for one of them to
+        # be worth a look again (the least any of them lacked then): see drop().
+        self._dropped = 0
+        self._lacking = 0
 
     # --- accounting (from the queues) ---------------------------------------------------------------------
 
@@ -108,7 +112,12 @@ class Flow:
         self.held_bytes -= size
         self.held_count -= 1
         if self.starved:
-            self.freed()
+            # Not a pass over the starved producers at every settlement: with a thousand of them starved, each
+            # settlement cost a million credit reads and the broker stopped answering (heartbeats included). Only
+            # once the bytes dropped make up what the least needy of them lacked at the last pass.
+            self._dropped += size
+            if self._dropped >= self._lacking or not self.held_count:  # (the estimate of a size may have moved)
+                self.freed()
 
     def resize(self, change: int) -> None:
         """A held message changed size (annotations, delivery-count)."""
@@ -149,36 +158,50 @@ class Flow:
         if self.starved:
             self.freed()
 
-    def top_up(self, producer: Producer) -> None:
-        """Give a producer a new window when it used half of its own (and the limits leave room)."""
+    def top_up(self, producer: Producer, promised: _Promised | None = None) -> int:
+        """Give a producer a new window when it used half of its own (and the limits leave room).
+
+        Returns the bytes the memory limit lacked for a window worth granting (0 when granted, or when another
+        limit held it back).
+        """
         credit = producer.credit()
         if credit >= WINDOW // 2:
-            return
+            return 0
         if self.max_memory is None and (not self.block_full_queues or producer.target is None):
             producer.grant(WINDOW)  # no limit applies: the plain window
-            return
-        room, worth = self._room(producer)
+            return 0
+        room, worth, lacking = self._room(producer, promised or _Promised(self), credit)
         if room - credit >= worth:
             producer.grant(room)
             self.starved.discard(producer)
-        else:
-            self.starved.add(producer)
+            if promised is not None:
+                promised.granted(producer, room - credit)
+            return 0
+        self.starved.add(producer)
+        return lacking
 
     def freed(self) -> None:
-        """Room was made (messages taken or settled): starved producers get credit again if it is worth it."""
-        for producer in list(self.starved):
-            self.top_up(producer)
+        """Room was made (messages taken or settled): starved producers get credit again if it is worth it.
 
-    def _room(self, producer: Producer) -> tuple[int, int]:
-        """The most credit ``producer`` may hold now, and the least worth granting."""
+        One pass: the credit the producers hold is summed once for all of them (it was once for each, so a pass
+        over a thousand starved producers read a million credits)."""
+        promised = _Promised(self)
+        lacking = [self.top_up(producer, promised) for producer in list(self.starved)]
+        self._dropped = 0
+        self._lacking = min(lacking, default=0)
+
+    def _room(self, producer: Producer, promised: _Promised, credit: int) -> tuple[int, int, int]:
+        """The most credit ``producer`` (holding ``credit``) may hold now, the least worth granting, and the bytes
+        the memory limit lacks for that (0: none lacking)."""
         room = WINDOW
         worth = WINDOW // 2
+        lacking = 0
         target = producer.target
         if self.block_full_queues and target is not None:
-            promised = sum(other.credit() for other in target.producers if other is not producer)
+            others = promised.to_target(target) - credit
             for queue in target.queues():
                 if queue.max_depth is not None:
-                    room = min(room, queue.max_depth - len(queue.entries) - promised)
+                    room = min(room, queue.max_depth - len(queue.entries) - others)
                     worth = min(worth, max(1, queue.max_depth // 2))
         if self.max_memory is not None:
             # Counted in messages of the larger of the average size held and the last one seen; before the first
@@ -188,8 +211,40 @@ class Flow:
                 size = max(self.last_size, self.held_bytes // self.held_count if self.held_count else 0, 1)
             else:
                 size = UNSEEN_SIZE
-            promised = sum(other.credit() for other in self.producers if other is not producer)
             held = self.held_bytes + self.assembling + self.node_bytes
-            room = min(room, (self.max_memory - held) // size - promised)
+            memory_room = (self.max_memory - held) // size - (promised.to_all() - credit)
+            room = min(room, memory_room)
             worth = min(worth, max(1, self.max_memory // size // 2))
-        return max(room, 0), worth
+            lacking = max(0, worth - (memory_room - credit)) * size
+        return max(room, 0), worth, lacking
+
+
+class _Promised:
+    """The credit the producers hold, summed once for a pass over the starved ones (and kept up to date with what
+    the pass grants): in all, and by target."""
+
+    __slots__ = ("_all", "_by_target", "_flow")
+
+    def __init__(self, flow: Flow) -> None:
+        self._flow = flow
+        self._all: int | None = None
+        self._by_target: dict[int, int] = {}
+
+    def to_all(self) -> int:
+        if self._all is None:
+            self._all = sum(producer.credit() for producer in self._flow.producers)
+        return self._all
+
+    def to_target(self, target: Queue | Topic) -> int:
+        total = self._by_target.get(id(target))
+        if total is None:
+            total = self._by_target[id(target)] = sum(producer.credit() for producer in target.producers)
+        return total
+
+    def granted(self, producer: Producer, more: int) -> None:
+        """``producer`` was granted ``more`` credit than it held."""
+        if self._all is not None:
+            self._all += more
+        target = producer.target
+        if target is not None and id(target) in self._by_target:
+            self._by_target[id(target)] += more
