@@ -107,3 +107,19 @@ async def test_queues_loaded_from_the_data_dir_are_counted_and_never_refused(tmp
             with pytest.raises(amqp_async.LinkError) as raised:
                 await conn.open_receiver("not-kept")
             assert raised.value.condition == CONDITION
+
+
+async def test_a_commit_to_a_new_address_without_room_rolls_back_rather_than_lose_the_message() -> None:
+    broker = Broker(port=0, max_memory=LIMIT)
+    async with broker, amqp_async.connect(broker.url, reconnect=False) as conn:
+        with anyio.fail_after(TIMEOUT):
+            relay = await conn.open_sender(None)
+            transaction = await conn.transaction()
+            await relay.send(amqp_async.Message(body="kept?", address="late-node"), transaction=transaction)
+            with pytest.raises(amqp_async.LinkError):  # the room goes to other nodes meanwhile
+                for index in range(LIMIT // NODE_SIZE + 1):
+                    await (await conn.open_receiver(f"filler-{index}")).close()
+            with pytest.raises(amqp_async.TransactionRolledBack) as raised:
+                await transaction.commit()
+            assert "has no room" in str(raised.value)
+            assert "late-node" not in broker.queues  # nothing routed, nothing made

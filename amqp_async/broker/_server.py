@@ -317,12 +317,19 @@ class Broker:
         return None
 
     def _has_room(self, address: str, count: int) -> bool:
-        """Whether the node at ``address`` takes ``count`` more messages (a topic always does)."""
-        if self._is_topic(address):
-            return True
-        queue = self.queues.get(address)  # (not made here: a check makes no node)
-        depth = 0 if queue is None else len(queue.entries)
-        return self.max_queue_depth is None or depth + count <= self.max_queue_depth
+        """Whether the node at ``address`` takes ``count`` more messages (a topic always does, once it is made).
+
+        The node is made here, as the first message would make it: a commit checks first, and must not find only
+        when it routes that the memory limit has no room for the node (its messages would be lost).
+        """
+        try:
+            if self._is_topic(address):
+                self.topic(address)
+                return True
+            queue = self.queue(address)
+        except NoRoomForNode:
+            return False
+        return queue.max_depth is None or len(queue.entries) + count <= queue.max_depth
 
     def _settle_entry(self, queue: Queue, consumer: Consumer | None, entry: Entry, state: Any) -> None:
         """Apply the outcome a consumer gave a delivered message (now, or at the commit of its transaction)."""
