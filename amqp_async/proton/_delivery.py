@@ -220,14 +220,24 @@ class Delivery:
         self._read = 0
         self._transfer_state: Any = None  # an outgoing delivery's state on its transfer (a transaction's, §4.4.1)
         self._span: Any = None  # the OpenTelemetry span while it is open (tracing on: see _tracing.py)
-        # proton's engine API (a connection without a container, see _engine_links): a sender's bytes not written
-        # yet, whether it was advanced (a receiver's: whether its last frame came), written entirely, aborted here;
-        # how many of a receiver's bytes the session counts as received.
-        self._buffer: bytes | bytearray = b""
+        self._aborted_here = False  # aborted on this end (read for every message received)
+
+    # proton's engine API (a connection without a container, see _engine_links): a sender's bytes not written yet,
+    # whether it was advanced (a receiver's: whether its last frame came), written entirely; how many of a
+    # receiver's bytes the session counts as received. A container never reads them: defaults here, set on the
+    # instance by _start_engine_state for the engine API, which reads them for every message.
+    _buffer: bytes | bytearray = b""
+    _done = False
+    _ended = False  # its last part was given to the engine
+    _sent = False
+    _counted = 0
+
+    def _start_engine_state(self) -> None:
+        """Give a delivery of proton's engine API its own engine fields (read per message: see __init__)."""
+        self._buffer = b""
         self._done = False
-        self._ended = False  # its last part was given to the engine
+        self._ended = False
         self._sent = False
-        self._aborted_here = False
         self._counted = 0
 
     # --- where it belongs --------------------------------------------------------------------------------

@@ -127,6 +127,7 @@ def abort(delivery: Delivery) -> None:
 def new_sender_delivery(sender: Sender, tag: bytes) -> Delivery:
     """A new delivery on ``sender``: the current one if there is none (proton's ``pn_delivery``)."""
     delivery = _delivery.Delivery(sender, tag)
+    delivery._start_engine_state()
     sender._deliveries[delivery] = None
     sender._unsettled_count += 1
     if sender._current is None:
@@ -275,6 +276,7 @@ def received(receiver: Receiver, engine_delivery: Any) -> Delivery:
     delivery: Delivery | None = engine_delivery.user_data
     if delivery is None:
         delivery = _delivery.Delivery(receiver, engine_delivery.tag, engine_delivery)
+        delivery._start_engine_state()
         engine_delivery.user_data = delivery
         receiver._incoming.append(delivery)
         receiver._deliveries[delivery] = None

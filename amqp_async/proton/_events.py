@@ -89,9 +89,27 @@ def _route(handler: Any, method: str) -> int:
         else:
             unhandled = getattr(cls, "on_unhandled", None)
             route = 0 if unhandled is None or unhandled is _NOOP_UNHANDLED else 2
-        if not any(name.startswith("on_") for name in getattr(handler, "__dict__", ())):
+        if not shadows(handler, method):
             _ROUTES[key] = route
     return route
+
+
+def shadows(handler: Any, method: str) -> bool:
+    """Whether the instance ``handler`` holds ``method`` itself (set on it, not found on its class).
+
+    Instance attributes: found without reading the instance's ``__dict__``, here and wherever a handler is looked
+    at. On CPython 3.11, an object whose ``__dict__`` has been read keeps a dict object from then on, and the
+    interpreter's specialised attribute reads miss on such a dict (``LOAD_ATTR_WITH_HINT`` finds its values empty)
+    and fall back to the generic lookup, for good: every ``self.count`` of a program's handler in every callback
+    would be one (about 8% of a callback send's instructions, ``benchmarks/callback.py``'s program). 3.12 and
+    later read such a dict at full speed.
+    """
+    found = getattr(handler, method, None)
+    if found is None:
+        return False
+    on_class = getattr(handler.__class__, method, None)
+    # A function of the class comes back bound to the instance (its ``__func__``); anything else comes back as is.
+    return found is not on_class and getattr(found, "__func__", None) is not on_class
 
 
 def dispatch(handler: Any, method: str, event: Any) -> None:
@@ -477,7 +495,7 @@ class _LazyHandlers:
         if obj is None:
             return self
         handlers: list[Any] = []
-        obj.__dict__["handlers"] = handlers
+        object.__setattr__(obj, "handlers", handlers)  # not through __dict__: see shadows()
         return handlers
 
 

@@ -24,7 +24,7 @@ from ..protocol.endpoint import ACTIVE
 from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import Connection, Endpoint, Link, Receiver, Session
-from ._events import DELIVERY_ROLES, FUSED_DELIVERY_CALLS, NOOP_CALLBACKS, Event, Handler, _route, dispatch
+from ._events import DELIVERY_ROLES, FUSED_DELIVERY_CALLS, NOOP_CALLBACKS, Event, Handler, _route, dispatch, shadows
 from ._exceptions import MessageException, ProtonException, _MessageDecodeError
 from ._message import Message
 
@@ -114,6 +114,9 @@ class OutgoingMessageHandler(Handler):
     def __init__(self, auto_settle: bool = True, delegate: Any = None) -> None:
         self.auto_settle = auto_settle
         self.delegate = delegate
+        # The delegate's outcome callbacks, looked up once per delegate (see _resolve_callbacks). An attribute, not
+        # an entry put in ``__dict__``: see _events.py, "instance attributes".
+        self._callbacks: tuple[Any, dict[str, Any], Any] | None = None
 
     def on_link_flow(self, event: Event) -> None:
         link = event.link
@@ -135,7 +138,7 @@ class OutgoingMessageHandler(Handler):
         outcome = None if state is None else _OUTCOME_OF_STATE.get(state.__class__)
         if self.__class__ is OutgoingMessageHandler:
             # Nothing is overridden here: hand the outcome straight to the delegate's own callbacks.
-            callbacks = self.__dict__.get("_callbacks")
+            callbacks = self._callbacks
             if callbacks is None or callbacks[0] is not self.delegate:
                 callbacks = self._resolve_callbacks()
             if outcome is not None:
@@ -169,7 +172,7 @@ class OutgoingMessageHandler(Handler):
         delegate = self.delegate
         outcomes = {name: _resolved(delegate, name) for name in ("on_accepted", "on_rejected", "on_released")}
         callbacks = (delegate, outcomes, _resolved(delegate, "on_settled"))
-        self.__dict__["_callbacks"] = callbacks
+        self._callbacks = callbacks
         return callbacks
 
     def on_sendable(self, event: Event) -> None:
@@ -198,7 +201,7 @@ def _resolved(handler: Any, method: str) -> Any:
     instance shadows its callbacks gets a dispatch on every call, as proton looks them up each time."""
     if handler is None:
         return None
-    if any(name.startswith("on_") for name in getattr(handler, "__dict__", ())):
+    if shadows(handler, method):
         return functools.partial(dispatch, handler, method)
     route = _route(handler, method)
     if route == 1:
@@ -230,6 +233,8 @@ class IncomingMessageHandler(Handler, Acking):
     def __init__(self, auto_accept: bool = True, delegate: Any = None) -> None:
         self.delegate = delegate
         self.auto_accept = auto_accept
+        # The delegate and its on_message as dispatch would call it, looked up once per delegate (see _receive).
+        self._on_message: tuple[Any, Any] | None = None
 
     def on_delivery(self, event: Event) -> None:
         _receive(None, self, event)
@@ -312,9 +317,9 @@ def _receive(flow: FlowController | None, handler: IncomingMessageHandler, event
         try:
             if handler.__class__ is IncomingMessageHandler and handler.delegate is not None:
                 # Nothing is overridden here: call the delegate's on_message directly.
-                callback = handler.__dict__.get("_on_message")
+                callback = handler._on_message
                 if callback is None or callback[0] is not handler.delegate:
-                    callback = handler.__dict__["_on_message"] = (
+                    callback = handler._on_message = (
                         handler.delegate,
                         _resolved(handler.delegate, "on_message"),
                     )

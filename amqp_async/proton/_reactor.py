@@ -947,7 +947,7 @@ class Reactor:
         # One setting per round: a handler that sets it, sets it for the next. The default root without children
         # receives nothing worth calling: skipped.
         global_handler = self._global_handler
-        if type(global_handler) is Handler and not global_handler.__dict__.get("handlers"):
+        if type(global_handler) is Handler and not global_handler.handlers:
             global_handler = None
         traced = self._traced
         delivery_event = Event.DELIVERY
