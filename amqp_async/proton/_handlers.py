@@ -116,7 +116,7 @@ class OutgoingMessageHandler(Handler):
         self.delegate = delegate
         # The delegate's outcome callbacks, looked up once per delegate (see _resolve_callbacks). An attribute, not
         # an entry put in ``__dict__``: see _events.py, "instance attributes".
-        self._callbacks: tuple[Any, dict[str, Any], Any] | None = None
+        self._callbacks: tuple[Any, dict[type, Any], Any] | None = None
 
     def on_link_flow(self, event: Event) -> None:
         link = event.link
@@ -135,14 +135,13 @@ class OutgoingMessageHandler(Handler):
         if impl is None or not delivery._updated or not delivery.link.is_sender:
             return
         state = impl.remote_state
-        outcome = None if state is None else _OUTCOME_OF_STATE.get(state.__class__)
         if self.__class__ is OutgoingMessageHandler:
             # Nothing is overridden here: hand the outcome straight to the delegate's own callbacks.
             callbacks = self._callbacks
             if callbacks is None or callbacks[0] is not self.delegate:
                 callbacks = self._resolve_callbacks()
-            if outcome is not None:
-                callback = callbacks[1][outcome]
+            if state is not None:
+                callback = callbacks[1].get(state.__class__)
                 if callback is not None:
                     callback(event)
             if impl.remote_settled:
@@ -154,11 +153,16 @@ class OutgoingMessageHandler(Handler):
                     if link._connection._reactor is not None:
                         # delivery.settle(), inline (every message sent): a container dispatches on its own thread
                         delivery._settled_here = True
-                        link._settle(delivery)
+                        if impl.settled and delivery._span is None:
+                            # link._settle(delivery), inline: settled by the peer, it has nothing left to send
+                            link._unsettled.pop(delivery, None)  # type: ignore[attr-defined]  # (a sender's)
+                        else:
+                            link._settle(delivery)
                         impl.user_data = None
                     else:
                         delivery.settle()
             return
+        outcome = None if state is None else _OUTCOME_OF_STATE.get(state.__class__)
         if outcome is not None:
             getattr(self, outcome)(event)
         if impl.remote_settled:
@@ -166,11 +170,11 @@ class OutgoingMessageHandler(Handler):
             if self.auto_settle:
                 delivery.settle()
 
-    def _resolve_callbacks(self) -> tuple[Any, dict[str, Any], Any]:
+    def _resolve_callbacks(self) -> tuple[Any, dict[type, Any], Any]:
         """The delegate's outcome callbacks as :func:`dispatch` would call them (None: nothing to call), looked up
         once per delegate."""
         delegate = self.delegate
-        outcomes = {name: _resolved(delegate, name) for name in ("on_accepted", "on_rejected", "on_released")}
+        outcomes = {state: _resolved(delegate, name) for state, name in _OUTCOME_OF_STATE.items()}
         callbacks = (delegate, outcomes, _resolved(delegate, "on_settled"))
         self._callbacks = callbacks
         return callbacks
