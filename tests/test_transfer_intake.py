@@ -85,14 +85,17 @@ def general_path_only() -> Iterator[None]:
         connection_module.take_transfers = original
 
 
-def receiving_client(credit: int, window: int) -> tuple[EnginePeer, ReceiverLink]:
+def receiving_client(credit: int, window: int, streaming: bool = False) -> tuple[EnginePeer, ReceiverLink]:
     """A client engine whose receiver ``r`` is attached to our own server engine (session channel 0, handle 0)
-    with ``credit``, its session's incoming window ``window``; then raw frames are fed to the client alone."""
+    with ``credit``, its session's incoming window ``window``; then raw frames are fed to the client alone. A
+    ``streaming`` receiver hands a delivery of several frames over at its first (as the stream receiver and the
+    broker's links do)."""
     server = EnginePeer("server", auto_accept=True)
     client = EnginePeer("client")
     client.connection.open()
     session = client.connection.begin_session(incoming_window=window)
     link = session.attach_receiver("r", source="q")
+    link.streaming = streaming
     pump(client, server)
     if credit:
         link.grant_credit(credit)
@@ -123,8 +126,8 @@ def snapshot(client: EnginePeer, link: ReceiverLink) -> dict[str, Any]:
     }
 
 
-def run(data: bytes, splits: list[int], credit: int, window: int) -> dict[str, Any]:
-    client, link = receiving_client(credit, window)
+def run(data: bytes, splits: list[int], credit: int, window: int, streaming: bool = False) -> dict[str, Any]:
+    client, link = receiving_client(credit, window, streaming)
     previous = 0
     for split in [*sorted(set(splits)), len(data)]:
         if previous < split <= len(data):
@@ -133,11 +136,13 @@ def run(data: bytes, splits: list[int], credit: int, window: int) -> dict[str, A
     return snapshot(client, link)
 
 
-def both_paths(data: bytes, splits: Sequence[int] = (), credit: int = 100, window: int = 2048) -> dict[str, Any]:
+def both_paths(
+    data: bytes, splits: Sequence[int] = (), credit: int = 100, window: int = 2048, streaming: bool = False
+) -> dict[str, Any]:
     """The snapshot with the fast path, checked equal to the general path's."""
-    fast = run(data, list(splits), credit, window)
+    fast = run(data, list(splits), credit, window, streaming)
     with general_path_only():
-        general = run(data, list(splits), credit, window)
+        general = run(data, list(splits), credit, window, streaming)
     assert fast == general
     return fast
 
@@ -388,14 +393,34 @@ _REUSED_ID_SETTLED = transfer(delivery_id=0, count=5, settled=True)
     splits=st.lists(st.integers(1, 2000), max_size=4),
     credit=st.integers(0, 12),
     window=st.integers(1, 16),
+    streaming=st.booleans(),
 )
 # A peer that reuses the delivery-id of one it has not settled, then settles the next it sends with that id (found
 # by this test: the fast path kept the first one tracked, the general path dropped it).
-@example(frames=[_REUSED_ID, _REUSED_ID_SETTLED], splits=[], credit=7, window=7)
+@example(frames=[_REUSED_ID, _REUSED_ID_SETTLED], splits=[], credit=7, window=7, streaming=False)
 def test_any_mixture_of_frames_split_anywhere_leaves_the_engine_as_the_general_path_does(
-    frames: list[bytes], splits: list[int], credit: int, window: int
+    frames: list[bytes], splits: list[int], credit: int, window: int, streaming: bool
 ) -> None:
-    both_paths(b"".join(frames), splits, credit, window)
+    both_paths(b"".join(frames), splits, credit, window, streaming)
+
+
+def test_a_streaming_links_whole_deliveries_are_taken_and_the_rest_streamed(taken: list[int]) -> None:
+    """On a streaming link (our broker's, a stream receiver's) a delivery of one frame is whole at once, as on any
+    link: the fast path takes it (it left every frame of such a link to the general path, which read each one a
+    second time: a fifth of the broker's instructions per message). A delivery of several frames goes to the general
+    path, which hands it over at its first frame; the frames after it are taken again."""
+    frames = [
+        transfer(delivery_id=0, tag=b"a"),
+        transfer(delivery_id=1, tag=b"b"),
+        transfer(delivery_id=2, tag=b"c", more=True, count=6, payload=b"\x00\x53\x75\xa0\x02he"),
+        transfer(delivery_id=None, tag=None, more=False, count=6, payload=b"llo"),
+        transfer(delivery_id=3, tag=b"d"),
+        transfer(delivery_id=4, tag=b"e"),
+    ]
+    result = both_paths(b"".join(frames), streaming=True)
+    assert [delivery[0] for delivery in result["deliveries"]] == [0, 1, 2, 3, 4]
+    # The whole ones before and after the streamed one were taken by the fast path (once with it, once without).
+    assert sum(taken) == 4, taken
 
 
 def test_the_fast_path_takes_nothing_before_the_peers_open() -> None:

@@ -5,7 +5,9 @@ the connection's dispatch, the field parser, the session, the link) and a list o
 one loop reads the frames of the buffered bytes in place and does for each what those five do for an ordinary
 message: a transfer frame (§2.7.5) in the common layout (as :func:`~.transfer_frames.parse_transfer_fields`
 reads it, here without the list), that is a whole delivery (not ``more``, not aborted, no state, §2.6.14), on a
-receiving link that is attached and has credit, in a session that is begun and whose incoming window has room.
+receiving link that is attached, has credit and no delivery under way, in a session that is begun and whose
+incoming window has room. A streaming link's too (the broker's, a stream receiver's): a delivery of one frame is
+whole at once there as well; one of several frames goes to the general path, which hands it over at its first.
 
 It takes only frames for which nothing can be wrong, and enforces no rule of its own: the first frame it does not
 take (another performative, an unusual encoding, a frame cut short, a delivery in several frames, a link without
@@ -164,7 +166,6 @@ def take_transfers(connection: Connection) -> int:
                     or link.local_state is not ACTIVE
                     or link.link_credit <= 0
                     or link._current is not None
-                    or link.streaming
                 ):
                     break
                 # Nothing but this loop acts on the engine until it returns, and a frame taken changes only the

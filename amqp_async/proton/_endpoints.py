@@ -201,6 +201,16 @@ class Connection(Endpoint):
 
     _is_connection = True
 
+    # What open sends, and the condition to close with: read when the connection opens or closes, so defaults left
+    # on the class (set on the instance when changed). An instance of 30 attributes or more keeps them in a dict,
+    # and CPython 3.11 and 3.12 then specialise no method call on it.
+    _password: str | None = None
+    authorization: str | None = None
+    _offered_capabilities: SymbolList | None = None
+    _desired_capabilities: SymbolList | None = None
+    properties: Any = None
+    condition: Condition | None = None
+
     def __init__(self, impl: Any = None) -> None:
         # The container's OpenTelemetry tracing of this connection (see _tracing.py); read for every message sent:
         # on the instance (a class default costs CPython 3.11 a generic lookup).
@@ -212,13 +222,7 @@ class Connection(Endpoint):
         self.container: str | None = None
         self.hostname: str | None = None
         self.user: str | None = None
-        self._password: str | None = None
-        self.authorization: str | None = None
         self.url: Any = None
-        self._offered_capabilities: SymbolList | None = None
-        self._desired_capabilities: SymbolList | None = None
-        self.properties: Any = None
-        self.condition: Condition | None = None
         self._sessions: list[Session] = []
         self._transport = Transport(_connection=self)
         self._tls: Any = None

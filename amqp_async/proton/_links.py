@@ -62,6 +62,16 @@ class Link(Endpoint):
     is_sender = False
     is_receiver = False
 
+    # What an attach sends, and the condition to close with: read when the link opens or closes, so defaults left on
+    # the class (set on the instance when changed). An instance of 30 attributes or more keeps them in a dict, and
+    # CPython 3.11 and 3.12 then specialise no method call on it (``self._send_payload(...)``, for every message).
+    condition: Condition | None = None
+    rcv_settle_mode = RCV_FIRST
+    max_message_size = 0
+    properties: Any = None
+    offered_capabilities: Any = None
+    desired_capabilities: Any = None
+
     def __init__(self, session: Session, name: str) -> None:
         # Read for every delivery: copied onto the instance (see Delivery.__init__ for why).
         cls = type(self)
@@ -74,15 +84,9 @@ class Link(Endpoint):
         self._impl: Any = None
         self._local = _UNINIT
         self._handler: Any = None
-        self.condition: Condition | None = None
         self.source = Terminus(Terminus.SOURCE)
         self.target = Terminus(Terminus.TARGET)
         self.snd_settle_mode = SND_MIXED
-        self.rcv_settle_mode = RCV_FIRST
-        self.max_message_size = 0
-        self.properties: Any = None
-        self.offered_capabilities: Any = None
-        self.desired_capabilities: Any = None
         self._drain_mode = False
         self._closes = True
         # proton's engine API: the link's deliveries not settled and forgotten (in the order they were made), how
