@@ -115,7 +115,7 @@ class OutgoingMessageHandler(Handler):
         self.auto_settle = auto_settle
         self.delegate = delegate
         # The delegate's outcome callbacks, looked up once per delegate (see _resolve_callbacks). An attribute, not
-        # an entry put in ``__dict__``: see _events.py, "instance attributes".
+        # an entry written into ``__dict__`` (see _events.shadows for why).
         self._callbacks: tuple[Any, dict[type, Any], Any] | None = None
 
     def on_link_flow(self, event: Event) -> None:
