@@ -33,6 +33,7 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -115,7 +116,7 @@ def cluster(argv: list[str]) -> None:
     findings: dict[str, Any] = {"driver_jvm": jvm_pid}
     for name, url in brokers.items():
         address = "/queue/spark-cluster" if name == "rabbitmq" else "spark-cluster"
-        port = int(url.rsplit(":", 1)[1])
+        where = urlsplit(url)
         orders(spark, count).write.format("amqp").option("url", url).option("address", address).mode("append").save()
         print(f"PHASE read {name}", file=sys.stderr, flush=True)
         started = time.monotonic()
@@ -127,7 +128,7 @@ def cluster(argv: list[str]) -> None:
             )
             return writer.format("memory").queryName(f"cluster_{name}").start()
 
-        with ConnectionWatch(port) as watch:
+        with ConnectionWatch(where.port or 5672, where.hostname or "127.0.0.1") as watch:
             query = run_query(start, timeout=600)
         print(f"PHASE end {name}", file=sys.stderr, flush=True)
         rows = spark.sql(f"select * from cluster_{name}").collect()

@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import datetime
 import fcntl
+import ipaddress
 import os
 import shutil
 import socket
@@ -266,15 +267,31 @@ def ancestors(pid: int) -> list[int]:
     return chain
 
 
-def connections_to(port: int) -> dict[int, str]:
-    """The processes holding an established TCP connection to ``port`` (its remote end): pid -> command line."""
+def _remote_address(field: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    """The address and port of a ``/proc/net/tcp`` or ``tcp6`` line's ``rem_address`` field (``0100007F:1F90``: the
+    address in 32-bit words of the host's byte order, little-endian here; an IPv4 peer of an IPv6 socket as the IPv4
+    address it maps)."""
+    address, port = field.rsplit(":", 1)
+    raw = b"".join(bytes.fromhex(address[index : index + 8])[::-1] for index in range(0, len(address), 8))
+    ip = ipaddress.ip_address(raw)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped, int(port, 16)
+    return ip, int(port, 16)
+
+
+def connections_to(port: int, host: str = "127.0.0.1") -> dict[int, str]:
+    """The processes holding an established TCP connection to ``host``:``port`` (its remote end): pid -> command
+    line. The address counts as well as the port: Spark's JVMs listen on the host's own address, where a port of
+    the same number as the broker's may be free (a connection between two JVMs was once taken for one to the
+    broker)."""
+    wanted = (ipaddress.ip_address(socket.gethostbyname(host)), port)
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as lines:
                 for line in list(lines)[1:]:
                     fields = line.split()
-                    if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":  # 01: ESTABLISHED
+                    if fields[3] == "01" and _remote_address(fields[2]) == wanted:  # 01: ESTABLISHED
                         inodes.add(fields[9])
         except OSError:
             continue
@@ -296,10 +313,11 @@ def connections_to(port: int) -> dict[int, str]:
 
 
 class ConnectionWatch:
-    """Samples :func:`connections_to` ``port`` every 50 ms in a thread: every process seen holding one."""
+    """Samples :func:`connections_to` ``host``:``port`` every 50 ms in a thread: every process seen holding one."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
         self.port = port
+        self.host = host
         self.holders: dict[int, str] = {}
         self.samples = 0
         self._stop = threading.Event()
@@ -307,7 +325,7 @@ class ConnectionWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.holders.update(connections_to(self.port))
+            self.holders.update(connections_to(self.port, self.host))
             self.samples += 1
             self._stop.wait(0.05)
 
