@@ -20,14 +20,16 @@ import anyio
 
 import amqp_async
 from amqp_async.broker import BrokerThread
-from amqp_async.proton import Message
-from amqp_async.proton.handlers import MessagingHandler
 from amqp_async.proton.reactor import Container
 
 try:
     from proton_broker import ProtonBroker
+    from test_proton_handler_attributes import MESSAGES as SENT
+    from test_proton_handler_attributes import SendThenReceive
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.proton_broker import ProtonBroker
+    from tests.test_proton_handler_attributes import MESSAGES as SENT
+    from tests.test_proton_handler_attributes import SendThenReceive
 
 #: The most attributes CPython 3.11 and 3.12 keep inline in an instance: measured, 29 give inline values and 30 a
 #: dict.
@@ -44,46 +46,35 @@ def _inline_or_slots(obj: Any) -> None:
     assert len(fields) <= MOST_INLINE, f"{type(obj).__qualname__} holds {len(fields)}: {sorted(fields)}"
 
 
-class Program(MessagingHandler):
-    """Sends ``MESSAGES`` messages and receives them back, keeping what it met on the way."""
+class Program(SendThenReceive):
+    """tests/test_proton_handler_attributes.py's program (sends messages, then receives them back), keeping what it
+    met on the way."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(prefetch=20)
-        self.url = url
-        self.sent = self.accepted = 0
-        self.bodies: list[Any] = []
+        super().__init__(url)
         self.met: dict[str, Any] = {}
 
     def on_start(self, event: Any) -> None:
-        self.connection = event.container.connect(self.url, reconnect=False)
-        event.container.create_sender(self.connection, "queue")
+        super().on_start(event)
         self.met["container"] = event.container
 
-    def on_sendable(self, event: Any) -> None:
-        sender = event.sender
-        while sender.credit and self.sent < MESSAGES:
-            self.met["outgoing delivery"] = sender.send(Message(body=f"message {self.sent}"))
-            self.sent += 1
-
     def on_accepted(self, event: Any) -> None:
-        self.accepted += 1
         self.met.update(sender=event.sender, session=event.session, connection=event.connection)
-        if self.accepted == MESSAGES:
-            event.container.create_receiver(self.connection, "queue")
+        self.met["outgoing delivery"] = event.delivery
+        super().on_accepted(event)
 
     def on_message(self, event: Any) -> None:
-        self.bodies.append(event.message.body)
         self.met.update(receiver=event.receiver, delivery=event.delivery, transport=event.transport)
-        if len(self.bodies) == MESSAGES:
+        if self.received + 1 == SENT:
             self.met["engine session"] = event.session._impl
-            event.connection.close()
+        super().on_message(event)
 
 
 def test_a_callback_programs_objects() -> None:
     with ProtonBroker(timeout=30.0) as broker:
         program = Program(broker.url.removeprefix("amqp://"))
         Container(program).run()
-    assert program.bodies == [f"message {number}" for number in range(MESSAGES)]
+    assert program.bodies == [f"message {number}" for number in range(SENT)]
     assert set(program.met) == {
         "container",
         "outgoing delivery",
