@@ -63,6 +63,7 @@ __all__ = [
     "MessageModified",
     "MessageRejected",
     "MessageReleased",
+    "MessageTooLarge",
     "NameResolutionError",
     "SessionError",
     "SessionTimeout",
@@ -368,6 +369,17 @@ class MessageModified(DeliveryError):
     """The receiver modified the message (§3.4.5): ``outcome`` says delivery_failed / undeliverable_here."""
 
     default_condition = "amqp:modified"
+
+
+class MessageTooLarge(DeliveryError):
+    """A message larger than the receiving end takes: its max-message-size, announced when the link was attached
+    (§2.7.3: "Any attempt to deliver a message larger than this results in a message-size-exceeded link-error").
+
+    Nothing of it was sent (a message streamed in parts is aborted at the part that passes the limit, §2.6.14), so
+    the link stays attached and usable for smaller messages. The description names the size and the limit.
+    """
+
+    default_condition = "amqp:link:message-size-exceeded"
 
 
 class DeliveryAborted(DeliveryError):

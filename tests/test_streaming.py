@@ -28,6 +28,7 @@ from amqp_async import (
     Message,
     MessageBodyError,
     MessageRejected,
+    MessageTooLarge,
     StreamDelivery,
     StreamReceiver,
     StreamSender,
@@ -35,7 +36,6 @@ from amqp_async import (
 from amqp_async.broker import Broker
 from amqp_async.codec import conditions
 from amqp_async.codec.sections import Data
-from amqp_async.protocol.errors import LocalProtocolError
 
 pytestmark = pytest.mark.anyio
 
@@ -377,7 +377,7 @@ async def test_above_max_message_size_the_sender_is_refused_with_the_limit_named
     with anyio.fail_after(TIMEOUT):
         async with serving(max_message_size=MiB) as broker, connect(broker) as conn:
             async with conn.open_stream_sender("q") as sender:
-                with pytest.raises(LocalProtocolError) as caught:
+                with pytest.raises(MessageTooLarge) as caught:
                     await sender.send_stream(aiter_of([b"z" * 300_000] * 5))
                 assert caught.value.condition == conditions.LINK_MESSAGE_SIZE_EXCEEDED
                 assert "max-message-size 1048576" in caught.value.description

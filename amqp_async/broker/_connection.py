@@ -75,6 +75,13 @@ _SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C
 _ACCEPTED = Accepted()
 
 
+def _not_an_address(field: str, value: object) -> str:
+    """Why a terminus address that is not a string is refused: the broker's nodes are named by strings, the
+    address-string of §3.5.3 and §3.5.4 (the fields' own type is ``*``, any type an address may take; here only a
+    string names a node). A message's ``to`` is a string already where it decodes (§3.2.4)."""
+    return f"the {field} address must be a string naming a node, got {type(value).__name__}"
+
+
 def _error(condition: str, description: str) -> Error:
     return Error(condition=symbol(condition), description=description)
 
@@ -374,6 +381,9 @@ class ServerConnection:
                 broker.queue(address, dynamic=True)  # type: ignore[arg-type]
             elif isinstance(target, Target) or target is None:
                 address = None if target is None else target.address
+                if address is not None and not isinstance(address, str):
+                    self._refuse(link, conditions.INVALID_FIELD, _not_an_address("target", address))
+                    return
             else:
                 description = f"targets of type {type(target).__name__} are not supported"
                 self._refuse(link, conditions.NOT_IMPLEMENTED, description)
@@ -495,12 +505,17 @@ class ServerConnection:
         if source.address is None and not source.dynamic:
             self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
             return
+        named = source.address
+        if not source.dynamic and not isinstance(named, str):
+            self._refuse(link, conditions.INVALID_FIELD, _not_an_address("source", named))
+            return
         try:
             if source.dynamic:
                 address = broker._temporary_address()
                 queue = broker.queue(address, dynamic=True)
             else:
-                address = str(source.address)
+                assert isinstance(named, str)  # checked above
+                address = named
                 if broker._is_topic(address, source.capabilities):
                     owner = broker.topic(address)
                     durable = bool(source.durable) and source.expiry_policy == NEVER

@@ -170,12 +170,21 @@ class Flow:
         if self.max_memory is None and (not self.block_full_queues or producer.target is None):
             producer.grant(WINDOW)  # no limit applies: the plain window
             return 0
-        room, worth, lacking = self._room(producer, promised or _Promised(self), credit)
+        promised = promised or _Promised(self)
+        room, worth, lacking = self._room(producer, promised, credit)
         if room - credit >= worth:
             producer.grant(room)
             self.starved.discard(producer)
-            if promised is not None:
-                promised.granted(producer, room - credit)
+            promised.granted(producer, room - credit)
+            return 0
+        if credit <= 0 and not self.last_size and self._depth_room(producer, promised, credit) > 0:
+            # No message seen yet, so the room is counted at UNSEEN_SIZE a message, and the producers that came
+            # first may hold it all without sending (the default limit holds two windows of it). Starved on that
+            # guess alone, a producer would wait for ever for a settlement that nothing is there to make: one credit
+            # lets its first message through, and with the size it shows, the room is counted anew (its next top-up).
+            producer.grant(1)
+            self.starved.discard(producer)
+            promised.granted(producer, 1)
             return 0
         self.starved.add(producer)
         return lacking
@@ -190,18 +199,28 @@ class Flow:
         self._dropped = 0
         self._lacking = min(lacking, default=0)
 
-    def _room(self, producer: Producer, promised: _Promised, credit: int) -> tuple[int, int, int]:
-        """The most credit ``producer`` (holding ``credit``) may hold now, the least worth granting, and the bytes
-        the memory limit lacks for that (0: none lacking)."""
+    def _depth_room(self, producer: Producer, promised: _Promised, credit: int) -> int:
+        """The most credit the queue-depth limit lets ``producer`` (holding ``credit``) hold now (WINDOW: none
+        applies)."""
         room = WINDOW
-        worth = WINDOW // 2
-        lacking = 0
         target = producer.target
         if self.block_full_queues and target is not None:
             others = promised.to_target(target) - credit
             for queue in target.queues():
                 if queue.max_depth is not None:
                     room = min(room, queue.max_depth - len(queue.entries) - others)
+        return room
+
+    def _room(self, producer: Producer, promised: _Promised, credit: int) -> tuple[int, int, int]:
+        """The most credit ``producer`` (holding ``credit``) may hold now, the least worth granting, and the bytes
+        the memory limit lacks for that (0: none lacking)."""
+        room = self._depth_room(producer, promised, credit)
+        worth = WINDOW // 2
+        lacking = 0
+        target = producer.target
+        if self.block_full_queues and target is not None:
+            for queue in target.queues():
+                if queue.max_depth is not None:
                     worth = min(worth, max(1, queue.max_depth // 2))
         if self.max_memory is not None:
             # Counted in messages of the larger of the average size held and the last one seen; before the first

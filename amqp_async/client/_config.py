@@ -19,6 +19,7 @@ from typing import Any, Literal
 import attrs
 
 from ..errors import AMQPError
+from ._arguments import check_encodable
 from ._backoff import Backoff
 from ._proxy import parse_proxy
 from ._url import Address, InvalidURL, parse_url
@@ -385,7 +386,9 @@ def _properties(value: object) -> dict[Any, Any] | None:
     if isinstance(value, Mapping):
         if not all(isinstance(k, str) for k in value):
             raise TypeError("properties must have str (or symbol) keys")
-        return dict(value)
+        properties = dict(value)
+        check_encodable(properties, "properties")
+        return properties
     raise TypeError(f"properties must be a map with str (or symbol) keys, not {type(value).__name__}")
 
 

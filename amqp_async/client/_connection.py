@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -51,6 +52,7 @@ from ..io import driver as _driver
 from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
+from ._arguments import check_thread, get_ident
 from ._attempts import Attempts, failed_before_open, first_connect_failure, lost
 from ._capabilities import PeerCapabilities
 from ._config import ResolvedOptions
@@ -166,6 +168,7 @@ class Connection(LinkOpener):
         "_state",
         "_state_changed",
         "_stream",
+        "_thread",
         "_tracer",
         "_tracing",
         "_transport_failed",
@@ -214,6 +217,8 @@ class Connection(LinkOpener):
         self._run_scope = anyio.CancelScope()
         self._loop: Any = None
         self._loop_handle = LoopHandle.current()  # for run_threadsafe, from other threads
+        # The thread whose event loop runs the connection: calls from any other are refused (check_thread).
+        self._thread = threading.get_ident()
 
     # --- state -------------------------------------------------------------------------------------------
 
@@ -310,6 +315,8 @@ class Connection(LinkOpener):
     def _check(self) -> None:
         """Raise the connection's error if it has one (or :class:`ClosedByApplication` if the application closed
         it)."""
+        if get_ident() != self._thread:
+            check_thread(self)
         error = self._error
         if error is not None:
             # One error object for every waiter, raised again and again: each raise starts a fresh traceback, else
@@ -843,6 +850,7 @@ class Connection(LinkOpener):
         answer; a cancelled ``close()`` closes the socket at once. Either way nothing of the connection is left
         running once ``close()`` returns (or raises the cancellation).
         """
+        check_thread(self)
         if self._finished:
             return
         if not self._closing:

@@ -15,6 +15,7 @@ from ..errors import AMQPError, DeliveryAlreadySettled, LinkDetached
 from ..message import Message
 from ..protocol.endpoint import ACTIVE
 from ..types import symbol
+from ._arguments import check_outcome, check_transaction, get_ident
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -123,9 +124,22 @@ class _Settlement:
         transaction: Transaction | None = None,
     ) -> None:
         """Reject the message (§3.4.3): it is invalid and must not be delivered again; the error says why.
-        ``transaction``, errors: as for :meth:`accept`."""
-        error = Error(condition=symbol(condition), description=description, info=info)
-        await self._settle(Rejected(error=error), transaction)
+        ``transaction``, errors: as for :meth:`accept`.
+
+        Raises:
+            TypeError: ``condition`` is not a str, ``description`` neither a str nor None, ``info`` not a dict.
+            EncodeError: ``info`` holds a value AMQP cannot carry.
+            ValueError: the error does not fit in one frame of the peer's (a disposition is one frame).
+        """
+        if not isinstance(condition, str):
+            raise TypeError(f"condition must be a str (a symbolic name, e.g. 'amqp:invalid-field'), got {condition!r}")
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"description must be a str or None, got {type(description).__name__}")
+        if info is not None and not isinstance(info, dict):
+            raise TypeError(f"info must be a dict or None, got {type(info).__name__}")
+        outcome = Rejected(error=Error(condition=symbol(condition), description=description, info=info))
+        check_outcome(outcome, self.receiver.connection, "the rejection")
+        await self._settle(outcome, transaction)
 
     async def release(self, delivered: bool = False, *, transaction: Transaction | None = None) -> None:
         """Release the message (§3.4.4): not processed, deliver it again (to anyone). With ``delivered=True``, as
@@ -146,15 +160,30 @@ class _Settlement:
     ) -> None:
         """Modify the message (§3.4.5): not processed; count a failed attempt, keep it away from this receiver,
         and/or add message annotations before it is delivered again. ``transaction``, errors: as for
-        :meth:`accept`."""
-        await self._settle(
-            Modified(
-                delivery_failed=delivery_failed,
-                undeliverable_here=undeliverable_here,
-                message_annotations={symbol(key): value for key, value in annotations.items()} if annotations else None,
-            ),
-            transaction,
+        :meth:`accept`.
+
+        Raises:
+            TypeError: ``delivery_failed`` or ``undeliverable_here`` is not a bool, ``annotations`` not a dict with
+                str keys.
+            EncodeError: ``annotations`` holds a value AMQP cannot carry.
+            ValueError: the annotations do not fit in one frame of the peer's (a disposition is one frame).
+        """
+        if not isinstance(delivery_failed, bool) or not isinstance(undeliverable_here, bool):
+            raise TypeError(
+                "delivery_failed and undeliverable_here must be bools, "
+                f"got {delivery_failed!r} and {undeliverable_here!r}"
+            )
+        if annotations is not None and (
+            not isinstance(annotations, dict) or not all(isinstance(key, str) for key in annotations)
+        ):
+            raise TypeError(f"annotations must be a dict with str keys or None, got {annotations!r}")
+        outcome = Modified(
+            delivery_failed=delivery_failed,
+            undeliverable_here=undeliverable_here,
+            message_annotations={symbol(key): value for key, value in annotations.items()} if annotations else None,
         )
+        check_outcome(outcome, self.receiver.connection, "the modified outcome")
+        await self._settle(outcome, transaction)
 
     async def _settle(self, state: Any, transaction: Transaction | None = None) -> None:
         if self._settle_now(state, transaction):
@@ -171,9 +200,11 @@ class _Settlement:
                 "a delivery has one outcome (§3.4)",
                 outcome=self._outcome,
             )
+        connection = receiver.connection
+        if get_ident() != connection._thread:
+            connection._check()  # raises: the call comes from another thread than the connection's loop
         if transaction is not None:
-            if transaction.connection is not receiver.connection:
-                raise ValueError("the transaction belongs to another connection")
+            check_transaction(transaction, connection)
             # §4.4.2: the outcome, given within the transaction, takes effect at its discharge
             state = transaction._outcome_state(state)
         link = delivery.link

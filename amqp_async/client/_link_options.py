@@ -19,6 +19,7 @@ from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import RCV_FIRST, RCV_SECOND, SND_MIXED, SND_SETTLED, SND_UNSETTLED
 from ..codec.terminus import Source, Target
 from ..types import Described, symbol
+from ._arguments import check_address, check_encodable
 
 __all__ = [
     "DeliveryMode",
@@ -161,7 +162,9 @@ def _fields(value: Mapping[str, object] | None, name: str) -> dict[Any, Any] | N
         return None
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a mapping with str keys, got {type(value).__name__}")
-    return dict(value)
+    fields = dict(value)
+    check_encodable(fields, name)
+    return fields
 
 
 def _settle_modes(
@@ -212,8 +215,10 @@ def _terminus_fields(
             raise ValueError(f"expiry_policy must be one of {list(_EXPIRY_POLICIES)} (§3.5.6), got {expiry_policy!r}")
         fields["expiry_policy"] = symbol(expiry_policy)
     if timeout is not None:
-        if timeout < 0:
-            raise ValueError(f"timeout must be seconds >= 0, got {timeout!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, int):
+            raise TypeError(f"timeout must be whole seconds (an int), got {type(timeout).__name__}")
+        if not 0 <= timeout <= 0xFFFFFFFF:
+            raise ValueError(f"timeout must be seconds from 0 to 2**32 - 1 (a uint, §3.5.3), got {timeout!r}")
         fields["timeout"] = timeout
     if dynamic:
         fields["dynamic"] = True
@@ -248,14 +253,28 @@ def sender_options(
         ValueError, TypeError: an option out of its range or of the wrong type, naming it.
     """
     snd, rcv = _settle_modes(delivery, snd_settle_mode, rcv_settle_mode, sender=True)
+    check_address(target, "target")
+    _check_name(name)
+    if not isinstance(source, Source):
+        check_address(source, "source")
+        source = Source(address=source)
+    if isinstance(initial_delivery_count, bool) or not isinstance(initial_delivery_count, int):
+        raise TypeError(f"initial_delivery_count must be an int, got {type(initial_delivery_count).__name__}")
+    if not 0 <= initial_delivery_count <= 0xFFFFFFFF:
+        raise ValueError(
+            f"initial_delivery_count must be a sequence number (0 to 2**32 - 1), got {initial_delivery_count}"
+        )
+    terminus = Target(
+        address=target,
+        capabilities=_symbols(capabilities, "capabilities"),
+        **_terminus_fields(durable, expiry_policy, timeout, dynamic, dynamic_node_properties),
+    )
+    check_encodable(terminus, "the target")
+    check_encodable(source, "source")
     return SenderOptions(
         name=name,
-        target=Target(
-            address=target,
-            capabilities=_symbols(capabilities, "capabilities"),
-            **_terminus_fields(durable, expiry_policy, timeout, dynamic, dynamic_node_properties),
-        ),
-        source=source if isinstance(source, Source) else Source(address=source),
+        target=terminus,
+        source=source,
         snd_settle_mode=snd,
         rcv_settle_mode=rcv,
         properties=_fields(properties, "properties"),
@@ -264,6 +283,13 @@ def sender_options(
         max_message_size=_message_size(max_message_size),
         initial_delivery_count=initial_delivery_count,
     )
+
+
+def _check_name(name: object) -> None:
+    """A link's name (§2.6.1: a string, unique among the links between the two containers), or None for one made
+    up."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
 
 
 def _message_size(value: int | None) -> int | None:
@@ -321,18 +347,26 @@ def receiver_options(
         filters = {**(filters or {}), **_selector(selector)}
     if default_outcome is not None and not isinstance(default_outcome, (Accepted, Rejected, Released, Modified)):
         raise TypeError(f"default_outcome must be an outcome (Accepted(), Released()...), got {default_outcome!r}")
+    check_address(source, "source")
+    _check_name(name)
+    if not isinstance(target, Target):
+        check_address(target, "target")
+        target = Target(address=target)
+    terminus = Source(
+        address=source,
+        capabilities=_symbols(capabilities, "capabilities"),
+        filter=filters,
+        distribution_mode=None if distribution_mode is None else symbol(distribution_mode),
+        default_outcome=default_outcome,
+        outcomes=_symbols(outcomes, "outcomes"),
+        **_terminus_fields(durable, expiry_policy, timeout, dynamic, dynamic_node_properties),
+    )
+    check_encodable(terminus, "the source")
+    check_encodable(target, "target")
     return ReceiverOptions(
         name=name,
-        source=Source(
-            address=source,
-            capabilities=_symbols(capabilities, "capabilities"),
-            filter=filters,
-            distribution_mode=None if distribution_mode is None else symbol(distribution_mode),
-            default_outcome=default_outcome,
-            outcomes=_symbols(outcomes, "outcomes"),
-            **_terminus_fields(durable, expiry_policy, timeout, dynamic, dynamic_node_properties),
-        ),
-        target=target if isinstance(target, Target) else Target(address=target),
+        source=terminus,
+        target=target,
         snd_settle_mode=snd,
         rcv_settle_mode=rcv,
         properties=_fields(properties, "properties"),

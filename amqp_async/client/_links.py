@@ -25,6 +25,7 @@ from ..protocol.endpoint import ACTIVE, CLOSED, UNINIT
 from ..protocol.errors import LocalProtocolError
 from ..types import symbol
 from ._answer_due import AnswerDue
+from ._arguments import check_credit, check_thread, check_transaction, get_ident, refusal
 from ._config import timeout_option
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
@@ -198,6 +199,7 @@ class _Link:
 
     async def close(self, error: Error | None = None) -> None:
         """Detach and close the link (§2.6.4), and wait for the peer's detach (idempotent)."""
+        check_thread(self.connection)
         link = self._engine_link
         if self._closed or self.connection.is_closed or link.local_state is CLOSED:
             self._closed = True
@@ -405,8 +407,7 @@ class Sender(_Link, Generic[_R]):
         else:
             raise _not_a_message(message)
         if transaction is not None:
-            if transaction.connection is not self.connection:
-                raise ValueError("the transaction belongs to another connection")
+            check_transaction(transaction, self.connection)
             transaction._require_active()
         link = self._engine_link
         connection = self.connection
@@ -424,15 +425,18 @@ class Sender(_Link, Generic[_R]):
 
     def _hand_over(self, link: SenderLink, payload: bytes | Gathered, transaction: Transaction | None) -> Tracker[_R]:
         """Send ``payload`` on ``link`` (credit checked) and track its delivery."""
+        connection = self.connection
+        if get_ident() != connection._thread:
+            connection._check()  # raises: the call comes from another thread than the connection's loop
         try:
             if transaction is None:
                 delivery = link.send(payload)
             else:
                 # checked after the wait for credit: the transaction may have ended meanwhile
                 delivery = link.send(payload, state=transaction._transfer_state())
-        except LocalProtocolError:
+        except LocalProtocolError as error:
             self._check()  # the link, session or connection ended: raise what ended it
-            raise  # a refusal with its own condition (e.g. amqp:link:message-size-exceeded)
+            raise refusal(error) from None
         tracker: Tracker[_R]
         if delivery.settled:
             tracker = Tracker(None, delivery)
@@ -639,15 +643,25 @@ class _ReceivingLink(_Link):
             # top the credit up so that the two make ``prefetch`` again: memory stays bounded by it, and a flow
             # goes out once per half a prefetch of messages, not once per message (RabbitMQ before 4.0 adds each
             # flow's credit to what it still holds, rabbitmq-server#2597: frequent flows make it overshoot more).
+            connection = self.connection
+            if get_ident() != connection._thread:
+                connection._check()  # raises: the call comes from another thread than the connection's loop
             link.grant_credit(prefetch - queued)
             # Written now: the sender may have run out of credit, and the application may take the deliveries
             # queued before its next await that suspends (woken, the writer would run only then).
             self.connection._write_soon()
 
     def add_credit(self, credit: int) -> None:
-        """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control)."""
+        """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control).
+
+        Raises:
+            TypeError: ``credit`` is not an int.
+            ValueError: it is negative, or would make the link's credit more than 2**32 - 1.
+            LinkError, SessionError, ConnectionError: the link, session or connection has ended.
+        """
         self._check()
-        self._engine_link.add_credit(credit)
+        link = self._engine_link
+        link.add_credit(check_credit(credit, link.link_credit))
         self.connection._kick()
 
 

@@ -12,6 +12,7 @@ from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE, UNINIT
 from ..types import symbol
 from ._answer_due import AnswerDue
+from ._arguments import check_thread
 from ._link_options import (
     ReceiverOptions,
     SenderOptions,
@@ -149,6 +150,7 @@ class Session(LinkOpener):
 
     async def close(self, error: Error | None = None) -> None:
         """End the session (§2.5.1) and wait for the peer's end (idempotent)."""
+        check_thread(self.connection)
         engine_session = self._engine_session
         if self._ended or engine_session is None or self.connection.is_closed:
             self._ended = True

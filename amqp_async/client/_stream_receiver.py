@@ -15,6 +15,7 @@ import anyio
 
 from ..codec.performatives import Error
 from ..errors import ClosedByApplication, LinkDetached
+from ._arguments import check_thread
 from ._link_options import ReceiverOptions
 from ._links import _ReceivingLink
 from ._stream_delivery import StreamDelivery
@@ -121,6 +122,7 @@ class StreamReceiver(_ReceivingLink):
     async def close(self, error: Error | None = None) -> None:
         """Detach and close the link (and end the session it was given of its own), waiting for the peer's
         answers (idempotent)."""
+        check_thread(self.connection)
         self._abandon_current()
         await super().close(error)
         if self._owns_session:

@@ -27,6 +27,7 @@ from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE
 from ..protocol.errors import LocalProtocolError
 from ..protocol.payload import Gathered
+from ._arguments import check_transaction, get_ident, refusal
 from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
 from ._links import _Link
 from ._tracker import Tracker
@@ -320,8 +321,7 @@ class MessageStream(Generic[_R]):
         sender._check()
         transaction = self._transaction
         if transaction is not None:
-            if transaction.connection is not sender.connection:
-                raise ValueError("the transaction belongs to another connection")
+            check_transaction(transaction, sender.connection)
             transaction._require_active()
         await sender._turn.acquire()
         self._holding = True
@@ -499,6 +499,9 @@ class MessageStream(Generic[_R]):
 
     def _hand(self, payload: Gathered, *, more: bool) -> None:
         sender = self._sender
+        connection = sender.connection
+        if get_ident() != connection._thread:
+            connection._check()  # raises: the call comes from another thread than the connection's loop
         link = sender._engine_link
         try:
             delivery = self._delivery
@@ -513,10 +516,10 @@ class MessageStream(Generic[_R]):
                 self._track(delivery)
             else:
                 link.send_more(delivery, payload, more=more)
-        except LocalProtocolError:
+        except LocalProtocolError as error:
             sender._check()  # the link, session or connection ended: raise what ended it
-            raise  # a refusal with its own condition (amqp:link:message-size-exceeded)
-        sender.connection._kick()
+            raise refusal(error) from None
+        connection._kick()
 
     def _track(self, delivery: EngineDelivery) -> None:
         sender = self._sender

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json as _json
 import uuid
+from numbers import Real
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
 
 from ..codec import sections as _sections
@@ -155,15 +156,25 @@ def _optional_symbol(value: Any, name: str) -> symbol | None:
     raise EncodeError(f"{name} must be a str or symbol, got {type(value).__name__}")
 
 
+def _milliseconds(value: Any, name: str) -> int:
+    """Seconds (an int or a float, as proton gives them) as the wire's milliseconds (§3.2.1, §3.2.4).
+
+    A str or bytes is refused here: multiplied by 1000 it would repeat itself rather than fail.
+    """
+    if value.__class__ is not float and value.__class__ is not int and not isinstance(value, Real):
+        raise EncodeError(f"{name} must be seconds as a number, got {type(value).__name__}")
+    try:
+        return int(value * 1000)  # type: ignore[no-any-return, call-overload]  # a Real times an int: a Real
+    except (ValueError, OverflowError) as exc:  # nan, infinity
+        raise EncodeError(f"{name} must be seconds as a finite number: {exc}") from None
+
+
 def _seconds_to_timestamp(value: Any, name: str) -> timestamp | None:
     """Proton gives times in seconds (floats); the wire carries milliseconds (§3.2.4)."""
     if value is None or value == 0:
         return None
-    try:
-        stamp: timestamp = timestamp(int(value * 1000))
-        return stamp
-    except (TypeError, ValueError) as exc:
-        raise EncodeError(f"{name} must be seconds as a number: {exc}") from None
+    stamp: timestamp = timestamp(_milliseconds(value, name))
+    return stamp
 
 
 def _annotation_keys(value: Any, name: str) -> dict[Any, Any] | None:
@@ -395,7 +406,7 @@ class Message:
 
     @ttl.setter
     def ttl(self, value: float) -> None:
-        milliseconds = int(value * 1000) if value else 0
+        milliseconds = _milliseconds(value, "ttl") if value else 0
         self._ttl = uint(milliseconds) if milliseconds else None
 
     @property
