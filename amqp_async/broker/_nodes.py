@@ -263,6 +263,14 @@ class Consumer:
         return self.selector is None or (entry.decodes and self.selector.matches(entry.message))
 
 
+#: How many messages at the head of a queue a returned message looks past for its place (:meth:`Queue.put_back`).
+RETURN_SCAN = 256
+
+
+def _arrival(entry: Entry) -> int:
+    return entry.sequence
+
+
 class Queue:
     """A queue: messages in order, competing consumers served round-robin, browsers.
 
@@ -370,18 +378,43 @@ class Queue:
             self._will_expire(entry)
 
     def put_back(self, entries: list[Entry]) -> None:
-        """Return messages to the head of the queue, keeping their order (released, or from a gone consumer)."""
-        for entry in reversed(entries):
+        """Return messages to the head of the queue (released, modified, or from a gone consumer), in the order
+        they arrived in: among themselves, and behind messages returned before them that arrived earlier.
+
+        A message returned goes behind the ones at the head that arrived before it, looking at most
+        :data:`RETURN_SCAN` of them (so that a consumer releasing many messages one disposition at a time costs
+        each release that much at most; past it, the message goes to the head). Before, each release went to the
+        head alone: a, b and c released one after the other came back as c, b, a.
+        """
+        queued = self.entries
+        for entry in sorted(entries, key=_arrival, reverse=True):  # the latest first: each lands before those
             if entry.dirty:
                 self._changed(entry)
-            # a new place: what a consumer learned of it before (a selector's verdict on bytes since modified, a
-            # browser that saw it) no longer stands for it
-            entry.place = self._head_place
-            self._head_place -= 1
-            self.entries.appendleft(entry)
-            if entry.expires is not None:
-                self._will_expire(entry)
+            ahead: list[Entry] = []
+            sequence = entry.sequence
+            while queued and queued[0].sequence < sequence and len(ahead) < RETURN_SCAN:
+                ahead.append(queued.popleft())
+            if ahead and queued and queued[0].sequence < sequence:  # past the scan: at the head, as before
+                queued.extendleft(reversed(ahead))  # back as they were, places unchanged
+                ahead = []
+            self._to_head(entry, counted=True)
+            for earlier in reversed(ahead):
+                self._to_head(earlier, counted=False)
         self.dispatch()
+
+    def _to_head(self, entry: Entry, *, counted: bool) -> None:
+        """Put ``entry`` at the head under a new place: what a consumer learned of it before (a selector's verdict
+        on bytes since modified, a browser that saw it) no longer stands for it. ``counted``: an entry joining the
+        queue (else one already in it, moved, whose expiry is counted already)."""
+        entry.place = self._head_place
+        self._head_place -= 1
+        self.entries.appendleft(entry)
+        if entry.expires is not None:
+            if counted:
+                self._will_expire(entry)
+            else:  # its old heap item is left behind (stale: it names the old place)
+                heapq.heappush(self._expiries, (entry.expires, entry.place, entry))
+                self.next_expiry = self._expiries[0][0]
 
     def failed(self, entries: list[Entry]) -> None:
         """Return messages whose delivery failed (modified with delivery-failed, a rolled-back transaction):
