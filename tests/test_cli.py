@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -274,6 +275,113 @@ def test_peek_leaves_the_messages(broker: BrokerCLI, queue: str) -> None:
         "message 2",
     ]
     assert len(ok("receive", "-u", broker.url, queue, "--count", "5").stdout.splitlines()) == 5
+
+
+def read_three_lines_then_close(*arguments: str, **env: str) -> tuple[int, list[str], str]:
+    """Run ``amqp-async ARGUMENTS...`` into a pipe whose reader takes three lines and goes (as ``| head -3``)."""
+    process = subprocess.Popen(
+        [*cli_command(), *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=cli_env(**env),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    lines = [process.stdout.readline().decode() for _ in range(3)]
+    process.stdout.close()
+    code = process.wait(TIMEOUT)
+    return code, lines, process.stderr.read().decode()
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["unbuffered", "buffered"])
+def test_a_reader_that_goes_away_ends_receive_quietly_and_loses_nothing(
+    broker: BrokerCLI, queue: str, unbuffered: str
+) -> None:
+    ok("send", "-u", broker.url, queue, "--count", "1000", "--quiet")
+    code, lines, stderr = read_three_lines_then_close(
+        "receive", "-u", broker.url, queue, "--count", "1000", "--output", "json", PYTHONUNBUFFERED=unbuffered
+    )
+    assert code == 141, stderr  # as a program ended by SIGPIPE; before: "error: [Errno 32] Broken pipe", exit 1
+    assert stderr == ""
+    assert [json.loads(line)["body"] for line in lines] == ["message 1", "message 2", "message 3"]
+    # What was not written was released, not accepted: it is delivered again. Unbuffered, each line is out once
+    # write() returns, so exactly the three read were taken; buffered, those in the pipe when the reader went too.
+    left = cli("receive", "-u", broker.url, queue, "--timeout", "1", "--output", "json").stdout
+    bodies = [line["body"] for line in json_lines(left)]
+    assert bodies == [f"message {n}" for n in range(1001 - len(bodies), 1001)]
+    if unbuffered:
+        assert len(bodies) == 997
+    else:
+        assert 0 < len(bodies) < 997
+    ok("send", "-u", broker.url, queue, "--count", "1000", "--quiet")
+    code, lines, stderr = read_three_lines_then_close("peek", "-u", broker.url, queue, "--timeout", "1")
+    assert (code, stderr, len(lines)) == (141, "", 3)  # before: "error: [Errno 32] Broken pipe", exit 1
+    assert len(ok("receive", "-u", broker.url, queue, "--timeout", "1").stdout.splitlines()) == 1000  # browsed only
+
+
+def test_a_failure_is_one_line_on_stderr(tmp_path: Path) -> None:
+    limited = BrokerCLI(tmp_path, "--max-connections", "1")
+    try:
+        holder = subprocess.Popen(
+            [*cli_command(), "receive", "-u", limited.url, "held", "--timeout", "30", "--quiet"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=cli_env(),
+        )
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while True:  # until the holder's connection is the one the broker takes
+                result = cli("send", "-u", limited.url, "other", "x")
+                if result.returncode != 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+            assert result.returncode == 3
+            # before: the connection's own warning ("... WARNING connection failed: ...") came first
+            assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr
+            assert result.stderr.startswith("amqp-async: error: amqp:resource-limit-exceeded")
+        finally:
+            holder.terminate()
+            holder.wait(TIMEOUT)
+    finally:
+        limited.stop()
+
+
+def test_ctrl_c_stops_send_while_it_waits_for_a_line(broker: BrokerCLI, queue: str) -> None:
+    process = subprocess.Popen(
+        [*cli_command(), "send", "-u", broker.url, queue, "-i", "-"],
+        stdin=subprocess.PIPE,  # kept open, nothing written: the read waits (tail -f log | amqp-async send ...)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
+    assert process.stdin is not None
+    try:
+        process.stdin.write(b"one\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + TIMEOUT
+        while not cli("peek", "-u", broker.url, queue, "--timeout", "0.2").stdout.strip():
+            assert time.monotonic() < deadline, "the first line was never sent"
+        process.send_signal(signal.SIGINT)  # now waiting for the second line
+        # before: still running until another line came (the reading thread held the process at exit)
+        code = process.wait(TIMEOUT)
+        assert code == 130
+        assert "interrupted" in process.communicate()[1].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(TIMEOUT)
+        process.stdin.close()
+    assert ok("receive", "-u", broker.url, queue, "--count", "1").stdout == "one\n"
+
+
+def test_send_shows_progress_while_its_window_is_not_full(broker: BrokerCLI, queue: str) -> None:
+    result = ok("send", "-u", broker.url, queue, "--count", "30", "--rate", "10", AMQP_ASYNC_PROGRESS_INTERVAL="0.5")
+    progress = [line for line in result.stderr.splitlines() if line.startswith("sent: ")]
+    counts = [int(line.split()[1].split("/")[0].replace(",", "")) for line in progress]
+    # lines as the run goes (before: none until the end, then "sent: 1/30"), their counts rising
+    assert len(counts) >= 3 and counts == sorted(counts) and counts[-1] >= 10, result.stderr
+    ok("receive", "-u", broker.url, queue, "--count", "30")
 
 
 def test_browse_option_of_receive(broker: BrokerCLI, queue: str) -> None:

@@ -47,13 +47,17 @@ def cli(debug: bool) -> None:
     \b
     Exit codes: 0 ok, 1 unexpected failure, 2 usage or input error, 3 connection failed,
     4 authentication failed, 5 timeout, 6 message not accepted, 7 link or session refused,
-    130 interrupted.
+    130 interrupted, 141 the output's reader went away.
     """
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    if not debug:
+        # A command reports its own failure in one line (amqp-async: error: ...): the connection's warning of
+        # the same failure (its state change to failed) would print it twice.
+        logging.getLogger("amqp_async.connection").setLevel(logging.ERROR)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -41,6 +41,9 @@ class ExitCode(enum.IntEnum):
     LINK = 7
     #: interrupted by Ctrl-C (SIGINT), as shells report it (128 + 2).
     INTERRUPTED = 130
+    #: the reader of the output went away (a pipe closed, as with ``| head``): ended quietly, as a program that
+    #: SIGPIPE ends is reported (128 + 13); the messages received and not written were released, not settled.
+    OUTPUT_CLOSED = 141
 
 
 class CommandFailed(Exception):

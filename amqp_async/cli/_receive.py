@@ -26,6 +26,8 @@ from ._values import message_to_json, to_json
 __all__ = ["peek", "receive"]
 
 OUTPUTS = ("text", "json", "none")
+#: The most messages printed before the output is flushed and they are settled, while more are ready.
+_FLUSH_EVERY = 256
 SETTLE_MODES = ("accept", "release", "reject")
 
 
@@ -99,6 +101,10 @@ async def _receive(url: str | None, options: dict[str, Any], plan: ReceivePlan) 
     if plan.browse:
         link_options["distribution_mode"] = "copy"
     out = sys.stdout
+    unwritten: list[Delivery] = []
+    # A line written to a stream without a buffer of its own (python -u, PYTHONUNBUFFERED, a terminal's line
+    # buffering) has left once write() returns: settled at once.
+    immediate = bool(getattr(out, "write_through", False) or getattr(out, "line_buffering", False))
     async with connect(url, **options) as connection:
         receiver = await connection.open_receiver(plan.address, **link_options)
         with RunProgress("received", plan.count, quiet=plan.quiet) as progress:
@@ -116,15 +122,43 @@ async def _receive(url: str | None, options: dict[str, Any], plan: ReceivePlan) 
                         )
                     break
                 message = delivery.message
-                if plan.output != "none":
-                    out.write(format_message(message, plan.output) + "\n")
-                    if not receiver.queued:  # flushed when nothing else is ready: a pipe sees messages as they come
-                        out.flush()
-                await _settle(delivery, plan.settle)
+                if plan.output == "none":
+                    await _settle(delivery, plan.settle)
+                else:
+                    # Settled once its line is out of our buffer (flushed when nothing else is ready: a pipe sees
+                    # messages as they come): a reader that goes away (| head) leaves the rest unsettled, released.
+                    unwritten.append(delivery)
+                    try:
+                        out.write(format_message(message, plan.output) + "\n")  # a full buffer writes: EPIPE too
+                    except BrokenPipeError:
+                        await _release(unwritten)
+                        raise
+                    if immediate or not receiver.queued or len(unwritten) >= _FLUSH_EVERY:
+                        await _flush(out, unwritten, plan.settle)
                 progress.advance(1, body_size(message))
-        out.flush()
+            await _flush(out, unwritten, plan.settle)
         if not plan.quiet:
             click.echo(progress.summary(), err=True)
+
+
+async def _flush(out: Any, unwritten: list[Delivery], settle: str) -> None:
+    """Flush the output, then settle the deliveries whose lines it held. A closed output (a pipe whose reader
+    has gone, EPIPE) releases them instead (§3.4.4: not processed, to be delivered again), then raises."""
+    try:
+        out.flush()
+    except BrokenPipeError:
+        await _release(unwritten)
+        raise
+    for delivery in unwritten:
+        await _settle(delivery, settle)
+    unwritten.clear()
+
+
+async def _release(unwritten: list[Delivery]) -> None:
+    for delivery in unwritten:
+        if not delivery.settled:
+            await delivery.release()
+    unwritten.clear()
 
 
 def _receive_options(function: Any) -> Any:

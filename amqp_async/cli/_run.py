@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,7 +15,7 @@ from ..io import runner
 from ..message import Message
 from ._exit import ExitCode, exit_code_for
 
-__all__ = ["body_size", "run_command"]
+__all__ = ["INPUT_THREAD", "body_size", "run_command"]
 
 
 def body_size(message: Message) -> int:
@@ -36,13 +38,35 @@ def run_command(function: Callable[..., Awaitable[Any]], *args: Any) -> None:
         runner.run(function, *args)  # Ctrl-C: KeyboardInterrupt on Python 3.10 too (amqp_async.io.runner)
     except KeyboardInterrupt:
         click.echo("amqp-async: interrupted", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
+        _exit(ExitCode.INTERRUPTED)
     except Exception as exc:  # every failure becomes a message and a documented exit code
         error = _unwrap(exc)
+        if isinstance(error, BrokenPipeError):
+            # The reader of our output has gone (| head): end quietly, as a program killed by SIGPIPE does, and
+            # keep Python's own flush of stdout at exit from failing again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _exit(ExitCode.OUTPUT_CLOSED)
         code = exit_code_for(error)
         logging.getLogger("amqp_async.cli").debug("command failed", exc_info=error)
         click.echo(f"amqp-async: error: {_describe(error)}", err=True)
-        sys.exit(code)
+        _exit(code)
+
+
+#: The name of the daemon thread that reads ``send``'s input stream (``_send._InputFeeder``).
+INPUT_THREAD = "amqp-async input"
+
+
+def _exit(code: ExitCode) -> None:
+    """Exit with ``code``. While a thread still waits on a read of stdin, at once: the interpreter's shutdown would
+    abort (SIGABRT) on the lock that read holds, when it closes stdin."""
+    if any(thread.name == INPUT_THREAD and thread.is_alive() for thread in threading.enumerate()):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe, a closed stream: nothing more to say there
+                pass
+        os._exit(code)
+    sys.exit(code)
 
 
 def _unwrap(error: BaseException) -> BaseException:

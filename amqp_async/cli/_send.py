@@ -3,7 +3,10 @@ files, each streamed as one message (``--file``, :mod:`._files`)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import queue
+import threading
 from collections import deque
 from collections.abc import Iterator
 from typing import IO, Any, cast
@@ -18,7 +21,7 @@ from ._connect import connect_arguments, connection_options, split_connection_op
 from ._exit import CommandFailed, ExitCode
 from ._files import send_files
 from ._progress import RunProgress
-from ._run import body_size, run_command
+from ._run import INPUT_THREAD, body_size, run_command
 
 __all__ = ["send"]
 
@@ -26,10 +29,57 @@ DELIVERY_MODES = ("at-least-once", "at-most-once", "exactly-once")
 _END = object()
 
 
-async def _next(items: Iterator[Message], threaded: bool) -> Any:
-    """The next message, or _END; from a thread when reading a stream (stdin may block for ever)."""
-    if threaded:
-        return await anyio.to_thread.run_sync(next, items, _END)
+class _InputFeeder:
+    """Messages read from a stream (stdin, a FIFO) in a daemon thread of its own, one at a time as asked for.
+
+    A read may block for ever (``tail -f log | amqp-async send logs -i -``). Read in one of anyio's worker threads,
+    it held the process after Ctrl-C until a line came: the task gave up waiting, but the interpreter joins such
+    threads before it exits. A daemon thread is not waited for.
+    """
+
+    def __init__(self, items: Iterator[Message]) -> None:
+        self._items = items
+        self._loop = asyncio.get_running_loop()
+        self._asked: queue.SimpleQueue[asyncio.Future[Any]] = queue.SimpleQueue()
+        threading.Thread(target=self._read, name=INPUT_THREAD, daemon=True).start()
+
+    async def next(self) -> Any:
+        """The next message, or _END (InputError for a line that does not make one)."""
+        future = self._loop.create_future()
+        self._asked.put(future)
+        return await future
+
+    def _read(self) -> None:
+        while True:
+            future = self._asked.get()
+            try:
+                item = next(self._items, _END)
+            except BaseException as exc:  # handed to the task that asked: InputError, an unreadable file...
+                self._answer(future, exc, None)
+                return
+            self._answer(future, None, item)
+            if item is _END:
+                return
+
+    def _answer(self, future: asyncio.Future[Any], error: BaseException | None, item: Any) -> None:
+        def settle() -> None:
+            if future.done():  # the task stopped waiting (cancelled): what was read goes unsent, as at Ctrl-C
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(item)
+
+        try:
+            self._loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop has closed: the command is over
+            pass
+
+
+async def _next(items: Iterator[Message], feeder: _InputFeeder | None) -> Any:
+    """The next message, or _END; from the feeder's thread when reading a stream (it may block for ever)."""
+    if feeder is not None:
+        return await feeder.next()
     return next(items, _END)
 
 
@@ -70,10 +120,11 @@ async def _send_all(
         sender = await connection.open_sender(address, delivery=cast(DeliveryMode, delivery))  # a click choice
         confirmed = delivery != "at-most-once"
         pending: deque[tuple[Tracker[Any], int]] = deque()
+        feeder = _InputFeeder(items) if threaded else None
         with RunProgress("sent", total, quiet=quiet) as progress:
             started = anyio.current_time()
             number = 0
-            while (message := await _next(items, threaded)) is not _END:
+            while (message := await _next(items, feeder)) is not _END:
                 if rate:
                     # Paced against the start, not the previous send: a late message does not delay the rest.
                     delay = started + number / rate - anyio.current_time()
@@ -83,7 +134,9 @@ async def _send_all(
                 tracker = await sender.submit(message)
                 if confirmed:
                     pending.append((tracker, body_size(message)))
-                    while len(pending) >= window:
+                    # Counted as their outcomes come (the progress line moves while the window is not full, as at
+                    # a low --rate), and waited for when the window is full.
+                    while pending and (len(pending) >= window or pending[0][0].done):
                         done, size = pending.popleft()
                         await done  # raises MessageRejected... for an outcome other than accepted
                         progress.advance(1, size)
