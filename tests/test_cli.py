@@ -384,6 +384,18 @@ def test_send_shows_progress_while_its_window_is_not_full(broker: BrokerCLI, que
     ok("receive", "-u", broker.url, queue, "--count", "30")
 
 
+def test_send_timeout_says_how_far_it_got_and_why(tmp_path: Path) -> None:
+    limited = BrokerCLI(tmp_path, "--max-queue-depth", "5")
+    try:
+        result = cli("send", "-u", limited.url, "deep", "--count", "20", "--timeout", "1")
+        assert result.returncode == 5
+        # before: "amqp-async: error: timed out"
+        assert "--timeout 1 s passed: 5 of 20 messages sent and settled" in result.stderr, result.stderr
+        assert "credit" in result.stderr
+    finally:
+        limited.stop()
+
+
 def test_browse_option_of_receive(broker: BrokerCLI, queue: str) -> None:
     ok("send", "-u", broker.url, queue, "one", "two")
     assert ok("receive", "-u", broker.url, queue, "--browse", "--count", "2").stdout.splitlines() == ["one", "two"]
@@ -542,7 +554,7 @@ def test_silent_peer_times_out_with_exit_3() -> None:
 def test_send_timeout_exits_5(broker: BrokerCLI, queue: str) -> None:
     result = cli("send", "-u", broker.url, queue, "--count", "100", "--rate", "10", "--timeout", "0.5", "-q")
     assert result.returncode == 5
-    assert "timed out" in result.stderr
+    assert "--timeout 0.5 s passed" in result.stderr and "--rate 10 paces them" in result.stderr
 
 
 def test_wrong_credentials_exit_4(tmp_path: Path, queue: str) -> None:

@@ -97,11 +97,26 @@ async def _send(
     timeout: float | None,
     quiet: bool,
 ) -> None:
+    progress = RunProgress("sent", total, quiet=quiet)
     try:
         with anyio.fail_after(timeout):
-            await _send_all(url, options, address, items, threaded, total, delivery, rate, window, quiet)
+            await _send_all(url, options, address, items, threaded, delivery, rate, window, quiet, progress)
     except InputError as exc:
         raise CommandFailed(ExitCode.USAGE, f"input: {exc}") from None
+    except TimeoutError:
+        if timeout is None:
+            raise  # not --timeout's: the connection's own (its error says which)
+        of = "" if total is None else f" of {total:,}"
+        why = (
+            f"--rate {rate:g} paces them"
+            if rate and total is not None and total / rate > timeout
+            else "the rest waited for the peer: its credit (a broker at a memory or queue-depth limit gives none) "
+            "or its outcomes"
+        )
+        raise CommandFailed(
+            ExitCode.TIMEOUT,
+            f"--timeout {timeout:g} s passed: {progress.messages:,}{of} messages sent and settled ({why})",
+        ) from None
 
 
 async def _send_all(
@@ -110,44 +125,62 @@ async def _send_all(
     address: str,
     items: Iterator[Message],
     threaded: bool,
-    total: int | None,
     delivery: str,
     rate: float | None,
     window: int,
     quiet: bool,
+    progress: RunProgress,
 ) -> None:
     async with connect(url, **options) as connection:
         sender = await connection.open_sender(address, delivery=cast(DeliveryMode, delivery))  # a click choice
         confirmed = delivery != "at-most-once"
         pending: deque[tuple[Tracker[Any], int]] = deque()
         feeder = _InputFeeder(items) if threaded else None
-        with RunProgress("sent", total, quiet=quiet) as progress:
-            started = anyio.current_time()
-            number = 0
-            while (message := await _next(items, feeder)) is not _END:
-                if rate:
-                    # Paced against the start, not the previous send: a late message does not delay the rest.
-                    delay = started + number / rate - anyio.current_time()
-                    if delay > 0:
-                        await anyio.sleep(delay)
-                number += 1
-                tracker = await sender.submit(message)
-                if confirmed:
-                    pending.append((tracker, body_size(message)))
-                    # Counted as their outcomes come (the progress line moves while the window is not full, as at
-                    # a low --rate), and waited for when the window is full.
-                    while pending and (len(pending) >= window or pending[0][0].done):
-                        done, size = pending.popleft()
-                        await done  # raises MessageRejected... for an outcome other than accepted
-                        progress.advance(1, size)
-                else:
-                    progress.advance(1, body_size(message))
-            while pending:
-                done, size = pending.popleft()
-                await done
-                progress.advance(1, size)
+        with progress:
+            try:
+                await _send_each(sender, items, feeder, confirmed, rate, window, pending, progress)
+            finally:  # a run ended early (--timeout): the messages the peer accepted meanwhile count too
+                accepted = sum(1 for done, _ in pending if done.settled)
+                if accepted:
+                    progress.advance(accepted, 0)
         if not quiet:
             click.echo(progress.summary(), err=True)
+
+
+async def _send_each(
+    sender: Any,
+    items: Iterator[Message],
+    feeder: _InputFeeder | None,
+    confirmed: bool,
+    rate: float | None,
+    window: int,
+    pending: deque[tuple[Tracker[Any], int]],
+    progress: RunProgress,
+) -> None:
+    """Send every message, at most ``window`` unsettled (confirmed), paced to ``rate``; ``pending`` holds the
+    trackers not counted yet."""
+    started = anyio.current_time()
+    number = 0
+    while (message := await _next(items, feeder)) is not _END:
+        if rate:
+            # Paced against the start, not the previous send: a late message does not delay the rest.
+            delay = started + number / rate - anyio.current_time()
+            if delay > 0:
+                await anyio.sleep(delay)
+        number += 1
+        tracker = await sender.submit(message)
+        if not confirmed:
+            progress.advance(1, body_size(message))
+            continue
+        pending.append((tracker, body_size(message)))
+        # Counted as their outcomes come (the progress line moves while the window is not full, as at a low
+        # --rate), and waited for when the window is full.
+        while pending and (len(pending) >= window or pending[0][0].done):
+            await pending[0][0]  # raises MessageRejected... for an outcome other than accepted
+            progress.advance(1, pending.popleft()[1])
+    while pending:
+        await pending[0][0]
+        progress.advance(1, pending.popleft()[1])
 
 
 @click.command()
