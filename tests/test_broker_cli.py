@@ -466,6 +466,25 @@ async def test_tls_cert_and_key(tmp_path: Path) -> None:
         assert broker.signal(signal.SIGTERM) == 0
 
 
+@pytest.mark.skipif(not openssl_available(), reason="the openssl command makes the test certificates")
+def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
+    ca = make_ca(tmp_path, "ca")
+    server = make_cert(tmp_path, "server", ca, "localhost", san=["IP:127.0.0.1"])
+    result = run_cli("--port", "0", "--tls-cert", server.cert)
+    assert result.returncode == 2
+    # before: "cannot load --tls-cert ...: PEM lib", naming neither what is missing nor how to give it
+    assert one_error_line(result) == (
+        f"cannot load --tls-cert {server.cert}: {server.cert} holds a certificate and no private key: "
+        "give the key's file too (--tls-key, key=...)"
+    )
+    # the client's TLS files (connect.json, the command line, Spark's options) say the same
+    from amqp_async.client._config import tls_context
+
+    with pytest.raises(ssl.SSLError, match="holds a certificate and no private key"):
+        tls_context(cert=server.cert)
+    tls_context(cert=server.cert, key=server.key)  # with it, the chain loads
+
+
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [

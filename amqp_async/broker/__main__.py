@@ -37,6 +37,7 @@ from typing import NoReturn
 
 import anyio
 
+from ..io.tls_files import load_cert_chain
 from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError
 
 __all__ = [
@@ -292,11 +293,11 @@ def _tls_context(arguments: argparse.Namespace) -> ssl.SSLContext | None:
             _read(path, option)  # a missing or unreadable file, named as such (ssl's error does not name it)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
-        context.load_cert_chain(arguments.tls_cert, arguments.tls_key)
+        load_cert_chain(context, arguments.tls_cert, arguments.tls_key)
     except ssl.SSLError as exc:
         key = f" with --tls-key {arguments.tls_key}" if arguments.tls_key else ""
         what = f"--tls-cert {arguments.tls_cert}{key}"
-        raise StartupError(f"cannot load {what}: {exc.reason or exc}") from exc
+        raise StartupError(f"cannot load {what}: {getattr(exc, 'reason', None) or exc}") from exc
     return context
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import attrs
 
 from ..errors import AMQPError
+from ..io.tls_files import load_cert_chain
 from ._arguments import check_encodable
 from ._backoff import Backoff
 from ._proxy import parse_proxy
@@ -486,7 +487,7 @@ def tls_context(
         else:
             context.load_verify_locations(cafile=ca)
     if cert:
-        context.load_cert_chain(cert, key or None)
+        load_cert_chain(context, cert, key)
     if not verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
