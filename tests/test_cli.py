@@ -494,6 +494,18 @@ def test_bench_json_and_table(broker: BrokerCLI, queue: str) -> None:
     assert "msg/s" in table and "send" in table and "receive" in table and "200" in table
 
 
+def test_bench_on_a_queue_that_holds_other_messages_says_so_and_takes_none_of_them(
+    broker: BrokerCLI, queue: str
+) -> None:
+    ok("send", "-u", broker.url, queue, "old 1", "old 2", "old 3")
+    result = cli("bench", "-u", broker.url, "--address", queue, "--count", "100", "--size", "10", "-o", "json")
+    # before: exit 0, the three counted among its 100 (9,712 bytes received) and three of its own left behind
+    assert result.returncode == 2
+    assert f"{queue} held messages this run did not send" in result.stderr
+    left = json_lines(ok("receive", "-u", broker.url, queue, "--timeout", "0.5", "--output", "json").stdout)
+    assert [line["body"] for line in left[:3]] == ["old 1", "old 2", "old 3"] and len(left) == 103
+
+
 def test_connect_json_when_no_url(broker: BrokerCLI, queue: str, tmp_path: Path) -> None:
     config = tmp_path / "connect.json"
     config.write_text(json.dumps({"scheme": "amqp", "host": "127.0.0.1", "port": broker.port}))

@@ -50,13 +50,15 @@ class PhaseResult:
         return {**attrs.asdict(self), "rate": self.rate, "throughput_mb_s": self.throughput}
 
 
-async def _send_phase(connection: Any, address: str, count: int, size: int, delivery: str, window: int) -> PhaseResult:
+async def _send_phase(
+    connection: Any, address: str, count: int, size: int, delivery: str, window: int, run: str
+) -> PhaseResult:
     sender = await connection.open_sender(address, delivery=delivery)
     body = b"x" * size
     pending: deque[Tracker] = deque()
     with RunProgress("sent", count) as progress:
         for _ in range(count):
-            tracker = await sender.submit(Message(body))
+            tracker = await sender.submit(Message(body, subject=run))
             if delivery == "at-most-once":
                 progress.advance(1, size)
                 continue
@@ -71,7 +73,9 @@ async def _send_phase(connection: Any, address: str, count: int, size: int, deli
     return PhaseResult("send", progress.messages, progress.size, progress.elapsed)
 
 
-async def _receive_phase(connection: Any, address: str, count: int, credit: int, timeout: float) -> PhaseResult:
+async def _receive_phase(
+    connection: Any, address: str, count: int, credit: int, timeout: float, run: str
+) -> PhaseResult:
     receiver = await connection.open_receiver(address, credit=min(credit, count))
     with RunProgress("received", count) as progress:
         while progress.messages < count:
@@ -80,7 +84,18 @@ async def _receive_phase(connection: Any, address: str, count: int, credit: int,
                 delivery = await receiver.receive()
             if delivery is None:
                 raise CommandFailed(ExitCode.TIMEOUT, f"received {progress.messages} of {count} messages")
-            size = len(delivery.message.body or b"")
+            message = delivery.message
+            if message.subject != run:
+                # A message this run did not send (the queue was not empty): counted, it would make the figures
+                # wrong and leave as many of the run's own behind. Given back, untouched.
+                await delivery.release()
+                raise CommandFailed(
+                    ExitCode.USAGE,
+                    f"{address} held messages this run did not send: bench needs an empty queue of its own (leave "
+                    f"--address out for a fresh one); they were given back, and the {count:,} this run sent are "
+                    f"there too, {progress.messages:,} of them received",
+                )
+            size = len(message.body or b"")
             await delivery.accept()
             progress.advance(1, size)
     await receiver.close()
@@ -108,8 +123,9 @@ async def _bench(
 
             url = (await stack.enter_async_context(Broker(port=0))).url
         connection = await stack.enter_async_context(connect(url, **options))
-        results.append(await _send_phase(connection, address, count, size, delivery, window))
-        results.append(await _receive_phase(connection, address, count, credit, timeout))
+        run = f"amqp-async bench {uuid.uuid4().hex[:12]}"  # the subject of this run's messages
+        results.append(await _send_phase(connection, address, count, size, delivery, window, run))
+        results.append(await _receive_phase(connection, address, count, credit, timeout, run))
     _report(results, output, title=f"{count:,} messages of {size:,} bytes, {delivery}")
 
 
