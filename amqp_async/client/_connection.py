@@ -28,7 +28,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -152,9 +152,12 @@ class Connection(LinkOpener):
         "_engine",
         "_error",
         "_finished",
+        "_first_failures",
+        "_first_pass",
         "_loop",
         "_loop_handle",
         "_loss",
+        "_next_url_failure",
         "_open_timed_out",
         "_open_watch",
         "_opened",
@@ -206,6 +209,11 @@ class Connection(LinkOpener):
         self._transport_failed = False
         self._reconnecting = False
         self._attempts = Attempts(options)
+        # The first connect's pass over the URLs, and why each tried failed: a peer that accepts TCP and then does
+        # not open the connection sends it to the next URL, as a refused one does (_on_closed).
+        self._first_pass: Iterator[tuple[float, Address]] | None = None
+        self._first_failures: list[ConnectError] = []
+        self._next_url_failure: ConnectError | None = None
         self._loss: ConnectionLost | None = None  # how the connection was last lost
         self._opened_at: float | None = None  # when the current connection opened (for the Backoff's restart)
         self._close_seen = False  # the engine reported the end of the current connection
@@ -402,9 +410,14 @@ class Connection(LinkOpener):
             ConnectionLost: (reconnect) reconnecting gave up; its cause is the last attempt's error.
         """
         attempts = self._attempts
-        failures: list[ConnectError] = []
+        if first:
+            if self._first_pass is None:
+                self._first_pass = attempts.first()
+            plan, failures = self._first_pass, self._first_failures  # resumed at the next URL (_run)
+        else:
+            plan, failures = attempts.reconnecting(), []  # (the call starts an outage's clock: only here)
         out_of_time = False
-        for delay, address in attempts.first() if first else attempts.reconnecting():
+        for delay, address in plan:
             if not first and attempts.out_of_time(delay):
                 out_of_time = True  # no attempt could start in time
                 break
@@ -446,6 +459,13 @@ class Connection(LinkOpener):
             with self._run_scope:
                 while True:
                     await self._drive()
+                    failure = self._next_url_failure
+                    if failure is not None:  # the first connect: on to the next URL of the list
+                        self._next_url_failure = None
+                        self._first_failures.append(failure)
+                        await self._close_stream()
+                        await self._connect_transport(first=True)  # or raises, naming every URL tried
+                        continue
                     if not self._should_reconnect():
                         break
                     await self._reconnect()
@@ -676,6 +696,11 @@ class Connection(LinkOpener):
         self._transport_failed = False
         located = where(self._address)
         if network_fault:
+            if not self._opened and not self._closing:
+                # The first connect: the stream connected, and ended or timed out before the peer's open. As for a
+                # URL that refuses, the next one of the list is tried (connect() raises once each was, _run).
+                self._next_url_failure = self._failed_before_open()
+                return
             self._fail(self._lost(idle_expired) if opened else self._failed_before_open())
             return
         if event.sasl_code is not None or (

@@ -1,0 +1,120 @@
+"""A first connect goes down the failover list past a peer that accepts TCP and never opens AMQP.
+
+``connect(urls=[...])`` tries each URL once. A URL that refused went on to the next; one whose peer accepted the
+TCP connection and then did not open the connection within ``connect_timeout`` (or closed the socket first) ended
+the connect there, with the URLs after it never tried. Now both go on to the next URL, and the error once every URL
+failed names each and why.
+
+The silent peers are plain sockets; the peer that works is python-qpid-proton's test broker (tests/proton_broker.py,
+an independent implementation), or our embedded broker where the test says so.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+import pytest
+
+import amqp_async
+from amqp_async import ConnectError, ConnectTimeout, Message
+from amqp_async.broker import Broker
+
+TIMEOUT = 20.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@contextmanager
+def silent_peer(close_at_once: bool = False) -> Iterator[str]:
+    """A TCP listener that accepts and never answers the protocol header (or closes each socket at once)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            if close_at_once:
+                conn.close()
+            else:
+                held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"amqp://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("close_at_once", [False, True], ids=["never-opens", "closes-the-socket"])
+async def test_the_first_connect_goes_on_past_a_peer_that_does_not_open(close_at_once: bool) -> None:
+    with silent_peer(close_at_once) as silent:
+        async with Broker(port=0) as broker:
+            started = time.monotonic()
+            with anyio.fail_after(TIMEOUT):
+                async with amqp_async.connect(urls=[silent, broker.url], connect_timeout=1) as conn:
+                    assert str(conn.address) == broker.url  # before: ConnectTimeout (or ConnectError) from the first
+                    sender = await conn.open_sender("failover")
+                    await sender.send(Message(body=b"through the second"))
+            assert time.monotonic() - started < 1 + TIMEOUT / 2
+            assert len(broker.queue("failover")) == 1
+
+
+def test_the_second_url_may_be_python_qpid_protons_broker() -> None:
+    pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
+    try:
+        from proton_broker import ProtonBroker
+    except ImportError:  # tests/ imported as a package
+        from tests.proton_broker import ProtonBroker
+
+    async def main(url: str, silent: str) -> str:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(urls=[silent, url], connect_timeout=1) as conn:
+                sender = await conn.open_sender("failover")
+                await sender.send(Message(body=b"x"))
+                return str(conn.address)
+
+    with silent_peer() as silent, ProtonBroker() as proton_broker:
+        assert anyio.run(main, proton_broker.url, silent) == proton_broker.url
+
+
+@pytest.mark.anyio
+async def test_when_every_url_fails_the_error_names_each() -> None:
+    with (
+        silent_peer() as silent,
+        silent_peer(close_at_once=True) as closing,
+        anyio.fail_after(TIMEOUT),
+        pytest.raises(ConnectError) as caught,
+    ):
+        await amqp_async.connect(urls=[silent, closing], connect_timeout=1)
+    description = caught.value.description
+    assert description.startswith("cannot connect to any of the 2 URLs: ")
+    assert f"{silent}: the peer did not open the connection within 1 s" in description
+    assert f"{closing}: " in description
+    # a single URL keeps its own error, as before
+    with (
+        silent_peer() as silent,
+        anyio.fail_after(TIMEOUT),
+        pytest.raises(ConnectTimeout, match="did not open the connection within 1 s"),
+    ):
+        await amqp_async.connect(silent, connect_timeout=1)
