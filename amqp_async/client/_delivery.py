@@ -15,7 +15,7 @@ from ..errors import AMQPError, DeliveryAlreadySettled, LinkDetached
 from ..message import Message
 from ..protocol.endpoint import ACTIVE
 from ..types import symbol
-from ._arguments import check_outcome, check_transaction, get_ident
+from ._arguments import check_outcome, check_thread, check_transaction, get_ident
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -202,7 +202,7 @@ class _Settlement:
             )
         connection = receiver.connection
         if get_ident() != connection._thread:
-            connection._check()  # raises: the call comes from another thread than the connection's loop
+            check_thread(connection)  # another thread than the connection's loop: refused
         if transaction is not None:
             check_transaction(transaction, connection)
             # §4.4.2: the outcome, given within the transaction, takes effect at its discharge

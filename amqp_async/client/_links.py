@@ -427,7 +427,7 @@ class Sender(_Link, Generic[_R]):
         """Send ``payload`` on ``link`` (credit checked) and track its delivery."""
         connection = self.connection
         if get_ident() != connection._thread:
-            connection._check()  # raises: the call comes from another thread than the connection's loop
+            check_thread(connection)  # another thread than the connection's loop: refused
         try:
             if transaction is None:
                 delivery = link.send(payload)
@@ -645,7 +645,7 @@ class _ReceivingLink(_Link):
             # flow's credit to what it still holds, rabbitmq-server#2597: frequent flows make it overshoot more).
             connection = self.connection
             if get_ident() != connection._thread:
-                connection._check()  # raises: the call comes from another thread than the connection's loop
+                check_thread(connection)  # another thread than the connection's loop: refused
             link.grant_credit(prefetch - queued)
             # Written now: the sender may have run out of credit, and the application may take the deliveries
             # queued before its next await that suspends (woken, the writer would run only then).

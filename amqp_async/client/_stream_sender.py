@@ -27,7 +27,7 @@ from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE
 from ..protocol.errors import LocalProtocolError
 from ..protocol.payload import Gathered
-from ._arguments import check_transaction, get_ident, refusal
+from ._arguments import check_thread, check_transaction, get_ident, refusal
 from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
 from ._links import _Link
 from ._tracker import Tracker
@@ -501,7 +501,7 @@ class MessageStream(Generic[_R]):
         sender = self._sender
         connection = sender.connection
         if get_ident() != connection._thread:
-            connection._check()  # raises: the call comes from another thread than the connection's loop
+            check_thread(connection)  # another thread than the connection's loop: refused
         link = sender._engine_link
         try:
             delivery = self._delivery
