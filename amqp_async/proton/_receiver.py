@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Receiver"]
 
+#: python-qpid-proton's ``flow(n)`` takes a C int: -2**31 to 2**31 - 1.
+_INT32 = 1 << 31
+
 
 class Receiver(Link):
     """A link on which this end receives messages.
@@ -133,7 +136,16 @@ class Receiver(Link):
         return None
 
     def flow(self, n: int) -> None:
-        """Give the sender ``n`` more credit."""
+        """Give the sender ``n`` more credit.
+
+        Raises:
+            TypeError: ``n`` is not an int (as python-qpid-proton's, whose C binding refuses it at the call; taken,
+                a float reached the engine's credit and failed only when the flow frame was encoded).
+        """
+        if n.__class__ is not int and not isinstance(n, int):
+            raise TypeError("an integer is required")
+        if not -_INT32 <= n < _INT32:
+            raise OverflowError(f"integer {n} does not fit '32-bit int'")  # proton's C int, its words
         connection = self._connection
         container = connection._reactor
         if container is None:
