@@ -249,6 +249,12 @@ def test_a_ttl_given_as_text_names_the_field(value: object) -> None:
         Message(body=b"x", ttl=float("nan"))
 
 
+@pytest.mark.parametrize("value", [2**70, -1])
+def test_a_message_id_out_of_a_ulongs_range_says_so(value: int) -> None:
+    with pytest.raises(EncodeError, match=r"out of a ulong's range \(0 to 2\*\*64 - 1\)"):  # before: "is negative"
+        Message(body=b"x", id=value)
+
+
 # --- the broker, given addresses that are not strings ------------------------------------------------------------
 # The termini's address fields have type * (§3.5.3, §3.5.4): a peer may send an int or bytes. The broker named its
 # nodes with them (an int has no startswith: an internal error that closed the whole connection); it now refuses

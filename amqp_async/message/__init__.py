@@ -136,7 +136,9 @@ def _message_id(value: Any, name: str) -> Any:
         try:
             return ulong(value)
         except EncodeError:
-            raise EncodeError(f"{name} must be a ulong, uuid, bytes or str; {value!r} is negative") from None
+            raise EncodeError(
+                f"{name} must be a ulong, uuid, bytes or str; {value!r} is out of a ulong's range (0 to 2**64 - 1)"
+            ) from None
     raise EncodeError(f"{name} must be a ulong, uuid, bytes or str, got {type(value).__name__}")
 
 
