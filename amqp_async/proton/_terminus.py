@@ -44,7 +44,7 @@ class Terminus:
 
     def __init__(self, kind: int = 0) -> None:
         self.type = kind
-        self.address: str | None = None
+        self._address: str | None = None
         self.durability = self.NONDURABLE
         self.expiry_policy = self.EXPIRE_WITH_SESSION
         self.timeout = 0
@@ -55,6 +55,19 @@ class Terminus:
         self.outcomes = Data()
         self.filter = Data()
         self.default_outcome: Any = None
+
+    @property
+    def address(self) -> str | None:
+        """The node's address (None: none, as for a dynamic node before the peer names it)."""
+        return self._address
+
+    @address.setter
+    def address(self, value: str | None) -> None:
+        # As python-qpid-proton's setter (its C binding takes a string): anything else is refused here, with its
+        # words, rather than sent to the peer as a value of another type.
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"Unrecognized string type: {value!r} ({type(value)!r})")
+        self._address = value
 
     def copy(self, src: Terminus) -> None:
         """Copy every attribute of ``src`` into this terminus."""

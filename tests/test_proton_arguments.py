@@ -1,9 +1,14 @@
-"""``receiver.flow(n)`` with an ``n`` proton's C binding refuses: refused at the call, on both, and the link goes on.
+"""Arguments python-qpid-proton's C binding refuses at the call are refused alike by amqp_async.proton.
+
+``receiver.flow(n)`` with an ``n`` proton refuses: refused at the call, on both, and the link goes on.
 
 python-qpid-proton's ``Link.flow`` takes a C int: a float raises ``TypeError: an integer is required`` and a value
 past 32 bits ``OverflowError``, with the credit untouched. amqp_async.proton took a float into the engine's credit
 (1.5), and the flow frame then failed to encode: every later flow failed too, and no message came. One program,
 run on each API (only its imports differ), against the embedded broker.
+
+A terminus address that is not a string (``link.target.address = 123``) is proton's ``TypeError: Unrecognized string
+type``; amqp_async.proton took it, and sent it to the peer as an int.
 """
 
 from __future__ import annotations
@@ -92,3 +97,14 @@ def test_a_flow_proton_refuses_is_refused_alike_and_the_link_still_receives(bad:
         # before, on amqp_async.proton: "flow: LocalProtocolError: ... cannot send Flow: 1.5 cannot be encoded",
         # credit 1.5, and nothing received
         assert lines[1:] == ["credit: 0", "received: ['one', 'two']"], (api, lines)
+
+
+@pytest.mark.parametrize("api", ["proton", "amqp_async.proton"])
+@pytest.mark.parametrize("address", [123, b"q", [1]])
+def test_a_terminus_address_that_is_not_a_string_is_refused_alike(api: str, address: object) -> None:
+    # before, on amqp_async.proton: taken, and sent to the peer as an int, bytes or a list
+    link = importlib.import_module(api).Connection().session().sender("link")
+    with pytest.raises(TypeError, match=r"^Unrecognized string type: "):
+        link.target.address = address
+    link.target.address = "q"
+    assert link.target.address == "q"
