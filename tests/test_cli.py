@@ -304,15 +304,13 @@ def test_a_reader_that_goes_away_ends_receive_quietly_and_loses_nothing(
     assert code == 141, stderr  # as a program ended by SIGPIPE; before: "error: [Errno 32] Broken pipe", exit 1
     assert stderr == ""
     assert [json.loads(line)["body"] for line in lines] == ["message 1", "message 2", "message 3"]
-    # What was not written was released, not accepted: it is delivered again. Unbuffered, each line is out once
-    # write() returns, so exactly the three read were taken; buffered, those in the pipe when the reader went too.
+    # What was not written was released, not accepted: it is delivered again, and nothing before it is missing.
+    # Taken are those whose lines reached the pipe before the reader closed it: the three read at least, and as
+    # many more as the pipe took meanwhile (unbuffered, each line as write() returns; buffered, at each flush).
     left = cli("receive", "-u", broker.url, queue, "--timeout", "1", "--output", "json").stdout
     bodies = [line["body"] for line in json_lines(left)]
     assert bodies == [f"message {n}" for n in range(1001 - len(bodies), 1001)]
-    if unbuffered:
-        assert len(bodies) == 997
-    else:
-        assert 0 < len(bodies) < 997
+    assert 0 < len(bodies) <= 997
     ok("send", "-u", broker.url, queue, "--count", "1000", "--quiet")
     code, lines, stderr = read_three_lines_then_close("peek", "-u", broker.url, queue, "--timeout", "1")
     assert (code, stderr, len(lines)) == (141, "", 3)  # before: "error: [Errno 32] Broken pipe", exit 1

@@ -108,3 +108,104 @@ def test_a_terminus_address_that_is_not_a_string_is_refused_alike(api: str, addr
         link.target.address = address
     link.target.address = "q"
     assert link.target.address == "q"
+
+
+SURVIVOR = r"""
+import importlib, sys
+api, url, case = sys.argv[1], sys.argv[2], sys.argv[3]
+proton = importlib.import_module(api)
+handlers = importlib.import_module(api + ".handlers")
+reactor = importlib.import_module(api + ".reactor")
+
+class Bad(reactor.LinkOption):
+    def apply(self, link):
+        if case == "properties":
+            link.properties = {proton.symbol("a"): object()}
+        elif case == "max_message_size":
+            link.max_message_size = -5
+        else:
+            link.target.timeout = "x"
+
+class Program(handlers.MessagingHandler):
+    def on_start(self, event):
+        container = event.container
+        self.bad = container.connect(url)
+        try:
+            container.create_sender(self.bad, "bad", options=Bad())
+        except Exception as exc:  # proton's C binding refuses at the call
+            print("refused at the call:", type(exc).__name__)
+        self.good = container.connect(url)
+        container.create_sender(self.good, "good")
+
+    def on_sendable(self, event):
+        if event.link.target.address == "good" and event.link.credit:
+            event.sender.send(proton.Message(body="through"))
+            event.link.close()
+
+    def on_accepted(self, event):
+        print("the other connection's message: accepted")
+        self.good.close()
+        if self.bad.state & proton.Endpoint.LOCAL_ACTIVE:
+            self.bad.close()
+
+    def on_transport_error(self, event):
+        print("transport error:", event.transport.condition.name)
+
+reactor.Container(Program()).run()
+print("run returned")
+"""
+
+
+@pytest.mark.parametrize("api", ["proton", "amqp_async.proton"])
+@pytest.mark.parametrize("case", ["properties", "max_message_size", "timeout"])
+def test_a_value_no_frame_can_carry_ends_its_connection_not_the_container(api: str, case: str) -> None:
+    with BrokerThread(port=0) as broker:
+        result = subprocess.run(
+            [sys.executable, "-c", SURVIVOR, api, broker.url, case],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+    lines = result.stdout.splitlines()
+    # before, on amqp_async.proton: run() raised an ExceptionGroup (LocalProtocolError, NegativeUnsignedError), and
+    # the healthy connection's message never went
+    assert result.returncode == 0, result.stderr
+    assert "the other connection's message: accepted" in lines and lines[-1] == "run returned", lines
+    if api == "amqp_async.proton" and not any(line.startswith("refused at the call") for line in lines):
+        assert any(line.startswith("transport error: amqp:") for line in lines), lines
+
+
+@pytest.mark.parametrize("api", ["proton", "amqp_async.proton"])
+def test_update_and_drain_refuse_what_proton_refuses(api: str) -> None:
+    module = importlib.import_module(api)
+    session = module.Connection().session()
+    delivery = session.sender("out").delivery(b"tag")
+    for state, error in (("x", TypeError), (object(), TypeError), (1.5, TypeError), (-1, OverflowError)):
+        with pytest.raises(error):  # before, on amqp_async.proton: taken, and failed where the disposition was written
+            delivery.update(state)  # type: ignore[arg-type]
+    delivery.update(module.Delivery.ACCEPTED)
+    receiver = session.receiver("in")
+    with pytest.raises(TypeError, match="an integer is required"):
+        receiver.drain(1.5)
+    receiver.drain(2)
+
+
+@pytest.mark.parametrize("api", ["proton", "amqp_async.proton"])
+def test_a_blocking_receiver_of_credit_0_asks_for_a_message_at_each_receive(api: str) -> None:
+    module = importlib.import_module(api)
+    blocking = importlib.import_module(api + ".utils")
+    with BrokerThread(port=0) as broker:
+        connection = blocking.BlockingConnection(broker.url, timeout=10)
+        try:
+            sender = connection.create_sender("pull")
+            for body in ("one", "two"):
+                sender.send(module.Message(body=body))
+            receiver = connection.create_receiver("pull", credit=0)
+            got = []
+            for _ in range(2):
+                got.append(receiver.receive(timeout=5).body)  # before, on amqp_async.proton: Timeout, no credit given
+                receiver.accept()
+            assert got == ["one", "two"]
+        finally:
+            connection.close()

@@ -406,7 +406,15 @@ class Delivery:
 
         The disposition is sent with the settlement when :meth:`settle` follows in the same callback (the usual
         ``accept``), else on its own, unsettled, once the callback returns.
+
+        Raises:
+            TypeError, OverflowError: ``state`` is not an int, or not a uint64 (as proton's C binding says at the
+                call; taken, it failed later, where the disposition was written).
         """
+        if state.__class__ is not int and not isinstance(state, int):
+            raise TypeError("an integer is required")
+        if not 0 <= state < 1 << 64:
+            raise OverflowError(f"integer {state} does not fit 'uint64_t'")
         link = self.link
         if link._connection._reactor is None:
             engine_model.update(self, state)

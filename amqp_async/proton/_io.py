@@ -25,9 +25,11 @@ from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
 from ..client._transport import open_stream
 from ..client._url import Address
+from ..errors import EncodeError
 from ..io.driver import EngineDriver, describe_transport_error
 from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
+from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslClient, SaslServer
 from ._condition import Condition
 from ._delivery import Delivery
@@ -224,20 +226,31 @@ class Channel:
         connection._tls = stream.extra(TLSAttribute.ssl_object, None)
         connection._transport.condition = None
         connection._transport._closed = False
-        connection._bind(engine)
-        if self.options is None:
-            container._push(Event.CONNECTION_BOUND, connection)
         self._head_reported = self._tail_reported = self._end_reported = False
         driver = self._driver = EngineDriver(engine, stream, self.on_events, tracer=FrameTracer.from_environment())
         try:
-            with anyio.CancelScope() as scope:
-                self._cancel = scope
-                container._process()
-                idle_timeout = connection._transport.idle_timeout
-                if idle_timeout and engine.idle_timeout is None and engine.local_state is UNINIT:
-                    # An accepted connection's handlers set it when it was bound (proton's on_connection_bound).
-                    engine.idle_timeout = engine.advertised_idle_timeout = idle_timeout
-                await driver.run()
+            try:
+                connection._bind(engine)
+                if self.options is None:
+                    container._push(Event.CONNECTION_BOUND, connection)
+                with anyio.CancelScope() as scope:
+                    self._cancel = scope
+                    container._process()
+                    idle_timeout = connection._transport.idle_timeout
+                    if idle_timeout and engine.idle_timeout is None and engine.local_state is UNINIT:
+                        # An accepted connection's handlers set it when it was bound (proton's on_connection_bound).
+                        engine.idle_timeout = engine.advertised_idle_timeout = idle_timeout
+                    await driver.run()
+            except Exception as exc:
+                misuse = _misuse_in(exc)
+                if misuse is None:
+                    raise
+                # A value the program gave (a link's properties, a terminus field, a settle mode...) that the engine
+                # refuses, found as it was given the frame or wrote it: this connection ends with a transport error
+                # naming it, where proton's C binding refused the value at the call. The container, and its other
+                # connections, go on.
+                log.warning("connection %s: %s", self.connection, misuse)
+                self._report_failure(Condition(str(misuse.condition), misuse.description))
         finally:
             self._cancel = None
             self._driver = None
@@ -468,3 +481,16 @@ class Listener:
         container._channels.add(channel)
         # The connection outlives the acceptor (closing it only stops accepting): run it in the container's tasks.
         container._start(channel.run)
+
+
+def _misuse_in(error: BaseException) -> LocalProtocolError | EncodeError | None:
+    """The engine's refusal to write a frame of the program's values, inside ``error`` (task groups wrap what their
+    tasks raise); None when ``error`` is anything else."""
+    if isinstance(error, (LocalProtocolError, EncodeError)):
+        return error
+    # Duck-typed: BaseExceptionGroup is a builtin from Python 3.11 only (anyio brings a backport on 3.10).
+    for inner in getattr(error, "exceptions", ()):
+        found = _misuse_in(inner)
+        if found is not None:
+            return found
+    return None

@@ -188,7 +188,15 @@ class Receiver(Link):
             connection._modified()  # proton's TRANSPORT event, unless it is the last one queued already
 
     def drain(self, n: int) -> None:
-        """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7)."""
+        """Give ``n`` more credit and ask the sender to use it all up or give it back (§2.6.7).
+
+        Raises:
+            TypeError, OverflowError: as :meth:`flow`.
+        """
+        if n.__class__ is not int and not isinstance(n, int):
+            raise TypeError("an integer is required")
+        if not -_INT32 <= n < _INT32:
+            raise OverflowError(f"integer {n} does not fit '32-bit int'")
         if self._connection._reactor is None:
             engine_model.receiver_drain(self, n)
             return

@@ -800,7 +800,11 @@ class BlockingConnection(Handler):
             if prefetch is None:
                 prefetch = 1
         else:
-            fetcher = Fetcher(self, credit)
+            if credit is not None and (isinstance(credit, bool) or not isinstance(credit, int)):
+                raise TypeError("an integer is required")  # proton's words (its flow() takes a C int)
+            # credit=0 (or below) asks for one message at each receive(), as proton's receive() flows one whenever
+            # the link has no credit: a window of 0 never asked for any.
+            fetcher = Fetcher(self, credit if credit is None or credit > 0 else None)
 
         def create() -> Receiver:
             receiver = self.container.create_receiver(
