@@ -37,6 +37,7 @@ from typing import NoReturn
 
 import anyio
 
+from .._exception_groups import leaves as exception_leaves
 from ..io.tls_files import load_cert_chain
 from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError
 
@@ -368,15 +369,6 @@ async def _serve(broker: Broker) -> None:
                 break
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside (nested) exception groups, in order; the exception itself when it is none."""
-    # Duck-typed: BaseExceptionGroup is a builtin from Python 3.11 only (anyio brings a backport on 3.10).
-    inner = getattr(exc, "exceptions", None)
-    if isinstance(inner, tuple) and type(exc).__name__.endswith("ExceptionGroup"):
-        return [leaf for child in inner for leaf in _leaves(child)]
-    return [exc]
-
-
 def _reason(exc: BaseException) -> str:
     """An OS error's reason in words, lower case (``no such file or directory``)."""
     if isinstance(exc, OSError) and exc.strerror:
@@ -386,7 +378,7 @@ def _reason(exc: BaseException) -> str:
 
 def describe_failure(exc: BaseException, arguments: argparse.Namespace) -> tuple[str, int]:
     """One line saying why the broker stopped or could not start, and the exit code."""
-    leaves = _leaves(exc)
+    leaves = exception_leaves(exc)
     known = [leaf for leaf in leaves if isinstance(leaf, (StartupError, ListenError, OSError, sqlite3.Error))]
     leaf = known[0] if known else leaves[0]
     if isinstance(leaf, StartupError):

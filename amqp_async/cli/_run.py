@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from .._exception_groups import leaves
 from ..io import runner
 from ..message import Message
 from ._exit import ExitCode, exit_code_for
@@ -40,7 +41,7 @@ def run_command(function: Callable[..., Awaitable[Any]], *args: Any) -> None:
         click.echo("amqp-async: interrupted", err=True)
         _exit(ExitCode.INTERRUPTED)
     except Exception as exc:  # every failure becomes a message and a documented exit code
-        error = _unwrap(exc)
+        error = leaves(exc)[0]  # the first real error (task groups wrap what their tasks raise)
         if isinstance(error, BrokenPipeError):
             # The reader of our output has gone (| head): end quietly, as a program killed by SIGPIPE does, and
             # keep Python's own flush of stdout at exit from failing again.
@@ -67,16 +68,6 @@ def _exit(code: ExitCode) -> None:
                 pass
         os._exit(code)
     sys.exit(code)
-
-
-def _unwrap(error: BaseException) -> BaseException:
-    """The first real error inside exception groups (task groups wrap what their tasks raise)."""
-    # Duck-typed: BaseExceptionGroup is a builtin from Python 3.11 only (anyio brings a backport on 3.10).
-    inner = getattr(error, "exceptions", None)
-    while isinstance(inner, tuple) and inner and isinstance(inner[0], BaseException):
-        error = inner[0]
-        inner = getattr(error, "exceptions", None)
-    return error
 
 
 def _describe(error: BaseException) -> str:

@@ -21,6 +21,7 @@ import anyio.abc
 from anyio.streams.tls import TLSAttribute
 
 from .. import protocol
+from .._exception_groups import leaves
 from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
 from ..client._transport import open_stream
@@ -485,12 +486,5 @@ class Listener:
 
 def _misuse_in(error: BaseException) -> LocalProtocolError | EncodeError | None:
     """The engine's refusal to write a frame of the program's values, inside ``error`` (task groups wrap what their
-    tasks raise); None when ``error`` is anything else."""
-    if isinstance(error, (LocalProtocolError, EncodeError)):
-        return error
-    # Duck-typed: BaseExceptionGroup is a builtin from Python 3.11 only (anyio brings a backport on 3.10).
-    for inner in getattr(error, "exceptions", ()):
-        found = _misuse_in(inner)
-        if found is not None:
-            return found
-    return None
+    tasks raise); None when ``error`` holds none."""
+    return next((leaf for leaf in leaves(error) if isinstance(leaf, (LocalProtocolError, EncodeError))), None)

@@ -32,6 +32,15 @@ __all__ = ["Receiver"]
 _INT32 = 1 << 31
 
 
+def _refuse_credit(n: object) -> None:
+    """Raise what python-qpid-proton's C binding raises for a credit ``n`` that is not a C int (its words); return
+    for an int subclass (a bool) within range."""
+    if not isinstance(n, int):
+        raise TypeError("an integer is required")
+    if not -_INT32 <= n < _INT32:
+        raise OverflowError(f"integer {n} does not fit '32-bit int'")
+
+
 class Receiver(Link):
     """A link on which this end receives messages.
 
@@ -142,10 +151,8 @@ class Receiver(Link):
             TypeError: ``n`` is not an int (as python-qpid-proton's, whose C binding refuses it at the call; taken,
                 a float reached the engine's credit and failed only when the flow frame was encoded).
         """
-        if n.__class__ is not int and not isinstance(n, int):
-            raise TypeError("an integer is required")
-        if not -_INT32 <= n < _INT32:
-            raise OverflowError(f"integer {n} does not fit '32-bit int'")  # proton's C int, its words
+        if n.__class__ is not int or not -_INT32 <= n < _INT32:
+            _refuse_credit(n)
         connection = self._connection
         container = connection._reactor
         if container is None:
@@ -193,10 +200,8 @@ class Receiver(Link):
         Raises:
             TypeError, OverflowError: as :meth:`flow`.
         """
-        if n.__class__ is not int and not isinstance(n, int):
-            raise TypeError("an integer is required")
-        if not -_INT32 <= n < _INT32:
-            raise OverflowError(f"integer {n} does not fit '32-bit int'")
+        if n.__class__ is not int or not -_INT32 <= n < _INT32:
+            _refuse_credit(n)
         if self._connection._reactor is None:
             engine_model.receiver_drain(self, n)
             return
