@@ -37,7 +37,7 @@ from typing import NoReturn
 
 import anyio
 
-from .._exception_groups import leaves as exception_leaves
+from ..io.exception_groups import leaves as exception_leaves
 from ..io.tls_files import load_cert_chain
 from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
-from .._exception_groups import leaves
 from ..io import runner
+from ..io.exception_groups import leaves
 from ..message import Message
 from ._exit import ExitCode, exit_code_for
 

@@ -21,13 +21,13 @@ import anyio.abc
 from anyio.streams.tls import TLSAttribute
 
 from .. import protocol
-from .._exception_groups import leaves
 from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
 from ..client._transport import open_stream
 from ..client._url import Address
 from ..errors import EncodeError
 from ..io.driver import EngineDriver, describe_transport_error
+from ..io.exception_groups import leaves
 from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
 from ..protocol.errors import LocalProtocolError
