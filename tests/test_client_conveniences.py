@@ -513,6 +513,32 @@ async def test_receive_many_checks_max_count_and_loses_nothing_when_cancelled() 
             assert [d.message.body for d in await receiver.receive_many(5, timeout=0.3)] == ["kept"]
 
 
+async def test_receive_many_cancelled_while_it_holds_deliveries_puts_them_back_in_order() -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with serving() as broker:
+            await fill(broker, "q", [0, 1, 2])
+            async with connect(broker) as conn:
+                receiver = await conn.open_receiver("q", credit=10)
+                sender = await conn.open_sender("q")
+                await eventually(lambda: receiver.queued == 3)
+
+                async def one_more() -> None:
+                    await anyio.sleep(0.05)
+                    await sender.send(Message(body=3))  # arrives while the call holds 0, 1 and 2
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(one_more)
+                    with anyio.move_on_after(0.3):
+                        await receiver.receive_many(10)  # no timeout: waits for 10, cancelled with 4
+                # before: the four were gone from the queue, unsettled, until the connection closed
+                assert receiver.queued == 4
+                got = await receiver.receive_many(10, timeout=0.2)
+                assert [d.message.body for d in got] == [0, 1, 2, 3]
+                for delivery in got:
+                    await delivery.accept()
+        assert queued_bodies(broker, "q") == []
+
+
 async def test_receive_many_ends_with_what_it_has_when_the_link_is_detached() -> None:
     with ProtonBroker(timeout=TIMEOUT) as broker:
         broker.put("q", "before")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import anyio
 
@@ -34,6 +34,7 @@ from ._tracker import Tracker, _TracedTracker
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
 
+    from ..protocol.delivery import Delivery as EngineDelivery
     from ..protocol.link import Link as EngineLink
     from ..protocol.link import ReceiverLink, SenderLink
     from ..protocol.payload import Gathered
@@ -816,27 +817,42 @@ class Receiver(_ReceivingLink):
                     self.add_credit(wanted)
                 except AMQPError:
                     pass  # the link is gone: what is queued is still returned, and receive() raises after it
-        deliveries: list[Delivery] = []
-        self._take_queued(deliveries, max_count)
-        if len(deliveries) == max_count:
-            return deliveries
-        with anyio.move_on_after(math.inf if timeout is None else timeout):
-            while len(deliveries) < max_count:
-                try:
-                    deliveries.append(await self.receive())
-                except AMQPError:
-                    if deliveries:
-                        break  # the next call raises it
-                    raise
-                self._take_queued(deliveries, max_count)
-        return deliveries
+        # Deliveries are taken off the queue as they come (a prefetch smaller than max_count is topped up as it
+        # drains) and made Delivery objects only on the way out: a cancellation puts the ones taken back at the
+        # head of their queue, in order, with nothing handed out (no receive span started for them).
+        taken: list[EngineDelivery] = []
+        self._take_queued(taken, max_count)
+        if len(taken) < max_count:
+            try:
+                with anyio.move_on_after(math.inf if timeout is None else timeout):
+                    while True:
+                        try:
+                            if self._detaching or self.session._closing or self.connection._closing:
+                                self._check()  # ClosedByApplication, as receive() raises it
+                            self._take_queued(taken, max_count)
+                            if len(taken) == max_count:
+                                break
+                            self._check()
+                        except AMQPError:
+                            if taken:
+                                break  # the next call raises it
+                            raise
+                        await self.connection._wait_deliveries()
+            except BaseException:
+                for delivery in reversed(taken):
+                    cast("ReceiverLink", delivery.link).incoming.appendleft(delivery)
+                raise
+        tracing = self._tracing
+        if tracing is None:
+            return [Delivery(self, delivery) for delivery in taken]
+        return [tracing.delivery(self, delivery) for delivery in taken]
 
-    def _take_queued(self, deliveries: list[Delivery], max_count: int) -> None:
-        while len(deliveries) < max_count:
-            delivery = self.receive_nowait()
-            if delivery is None:
-                return
-            deliveries.append(delivery)
+    def _take_queued(self, taken: list[EngineDelivery], max_count: int) -> None:
+        incoming = self._engine_link.incoming
+        if incoming and len(taken) < max_count:
+            while incoming and len(taken) < max_count:
+                taken.append(incoming.popleft())
+            self._top_up()
 
     def __aiter__(self) -> Receiver:
         return self
