@@ -19,6 +19,14 @@ A producer refused a full window is *starved*: once consumers take messages or s
 it gets credit again, as soon as the room is worth a window (half of one, or half of the limit when that is
 smaller) — never a trickle of single credits. Nothing is rejected and the producers' sends simply wait.
 
+The room is counted less the credit every producer holds, so a producer that holds credit and never uses it (a
+sender opened and left idle; one granted its window when messages were smaller than those since) starves the others
+while the memory and the queues are empty: nothing held, no settlement to wait for. The broker's periodic sweep
+(:meth:`Flow.unstall`, every ``expiry_interval``) gives the producers still starved since the last sweep a share of
+the room that is really free (the messages held, not the credit promised, counted), half of it at most for all of
+them together: a producer is never held back for good by credit that is not used. This can commit more than the
+limits if the idle producers then send all their credit: by at most the credit they held.
+
 Producers whose address is known only per message (the anonymous relay) are held by the memory limit only; a
 queue that is full when such a message arrives refuses it with ``amqp:resource-limit-exceeded``.
 
@@ -98,6 +106,8 @@ class Flow:
         # be worth a look again (the least any of them lacked then): see drop().
         self._dropped = 0
         self._lacking = 0
+        # The producers starved at the last unstall() pass.
+        self._starved_at_last_pass: set[Producer] = set()
 
     # --- accounting (from the queues) ---------------------------------------------------------------------
 
@@ -153,6 +163,7 @@ class Flow:
         """A producer is gone (its link detached): its credit is free for the others."""
         self.producers.discard(producer)
         self.starved.discard(producer)
+        self._starved_at_last_pass.discard(producer)
         if producer.target is not None:
             producer.target.producers.discard(producer)
         if self.starved:
@@ -199,6 +210,64 @@ class Flow:
         self._dropped = 0
         self._lacking = min(lacking, default=0)
 
+    def unstall(self) -> int:
+        """The broker's periodic pass: producers starved at the last pass and still starved get credit from the room
+        the messages held really leave (the credit others hold not counted), half of it at most among them; return
+        how many got some.
+
+        Starving a producer waits for room that settlements make. When the room is promised to producers that do
+        not send, no settlement comes: without this pass such a producer waited for ever with the broker empty."""
+        stalled = [producer for producer in self.starved if producer in self._starved_at_last_pass]
+        self._starved_at_last_pass = set(self.starved)
+        if not stalled:
+            return 0
+        free = None
+        if self.max_memory is not None:
+            held = self.held_bytes + self.assembling + self.node_bytes
+            free = (max(0, (self.max_memory - held) // self._message_size()) + 1) // 2
+        free_by_target: dict[int, int] = {}
+        unstalled = 0
+        for producer in stalled:
+            if producer.credit() > 0:
+                continue
+            share = WINDOW // 2
+            if free is not None:
+                share = min(share, max(1, free // len(stalled)), free)
+            target = producer.target
+            key = id(target)
+            if self.block_full_queues and target is not None:
+                if key not in free_by_target:
+                    free_by_target[key] = self._free_depth(target)
+                share = min(share, free_by_target[key])
+            if share <= 0:
+                continue
+            producer.grant(share)
+            self.starved.discard(producer)
+            self._starved_at_last_pass.discard(producer)
+            if free is not None:
+                free -= share
+            if key in free_by_target:
+                free_by_target[key] -= share
+            unstalled += 1
+        return unstalled
+
+    @staticmethod
+    def _free_depth(target: Queue | Topic) -> int:
+        """Half (rounded up) of what the fullest of ``target``'s queues with a ``max_depth`` has free, in messages
+        (WINDOW: none has a limit)."""
+        free = 2 * WINDOW
+        for queue in target.queues():
+            if queue.max_depth is not None:
+                free = min(free, max(0, queue.max_depth - len(queue.entries)))
+        return (free + 1) // 2
+
+    def _message_size(self) -> int:
+        """The size a message is counted at: the larger of the average held and the last seen (UNSEEN_SIZE before
+        the first)."""
+        if not self.last_size:
+            return UNSEEN_SIZE
+        return max(self.last_size, self.held_bytes // self.held_count if self.held_count else 0, 1)
+
     def _depth_room(self, producer: Producer, promised: _Promised, credit: int) -> int:
         """The most credit the queue-depth limit lets ``producer`` (holding ``credit``) hold now (WINDOW: none
         applies)."""
@@ -226,10 +295,7 @@ class Flow:
             # Counted in messages of the larger of the average size held and the last one seen; before the first
             # message, of UNSEEN_SIZE: a full window where the room is ample, one credit (to learn the size) where
             # the limit is tight.
-            if self.last_size:
-                size = max(self.last_size, self.held_bytes // self.held_count if self.held_count else 0, 1)
-            else:
-                size = UNSEEN_SIZE
+            size = self._message_size()
             held = self.held_bytes + self.assembling + self.node_bytes
             memory_room = (self.max_memory - held) // size - (promised.to_all() - credit)
             room = min(room, memory_room)

@@ -114,7 +114,8 @@ class Broker:
         delivery_limit: give a message up after this many failed deliveries (its header's delivery-count: modified
             with delivery-failed, rolled-back transactions); None: no limit.
         expiry_interval: seconds between sweeps of expired messages out of the queues (expired messages are also
-            taken out whenever a queue delivers).
+            taken out whenever a queue delivers); the same sweep gives credit to producers held back since the last
+            one by credit other producers hold and do not use.
         transaction_timeout: roll back transactions open longer than this many seconds (checked when they are
             next used or discharged, which then fail with ``amqp:transaction:timeout``); None: no limit.
         container_id: the broker's container id.
@@ -412,13 +413,16 @@ class Broker:
                 expired += queue.expire(now)
         return expired
 
-    async def _sweep_expired(self) -> None:
+    async def _sweep(self) -> None:
+        """Every ``expiry_interval``: expired messages out of the queues, and credit to producers starved since the
+        last sweep by credit other producers hold and do not use (:meth:`Flow.unstall`)."""
         while True:
             await anyio.sleep(self.expiry_interval)
             try:
                 self.expire_messages()
+                self.flow.unstall()
             except Exception:  # a bug of ours must not stop the sweeps (nor the broker)
-                log.exception("sweeping expired messages")
+                log.exception("the broker's periodic sweep")
 
     async def _listen(self, port: int | None = None) -> anyio.abc.Listener[Any]:
         websocket = port is not None
@@ -464,7 +468,7 @@ class Broker:
             async with anyio.create_task_group() as group:
                 if store is not None:
                     await group.start(store.run)
-                group.start_soon(self._sweep_expired)
+                group.start_soon(self._sweep)
                 task_status.started()
                 if ws_listener is not None:
                     group.start_soon(ws_listener.serve, self._handle_websocket)
