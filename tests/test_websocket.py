@@ -22,10 +22,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import ssl
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -211,6 +212,88 @@ async def test_a_text_message_ends_the_connection_with_1003() -> None:
                         closed = event
             assert accepted is not None and accepted.subprotocol == "amqp"
             assert closed is not None and closed.code == 1003, closed
+
+
+@asynccontextmanager
+async def scripted_ws_server(
+    answer: Callable[[Any], bytes],
+) -> AsyncIterator[int]:
+    """A WebSocket server that accepts the upgrade and writes, in the same write as its 101, ``answer(ws)``
+    (frames made with its wsproto connection); yields its port."""
+    import wsproto
+    from wsproto.events import AcceptConnection, Request
+
+    async def serve(stream: anyio.abc.ByteStream) -> None:
+        ws = wsproto.WSConnection(wsproto.ConnectionType.SERVER)
+        async with stream:
+            while True:
+                ws.receive_data(await stream.receive())
+                for event in ws.events():
+                    if isinstance(event, Request):
+                        await stream.send(ws.send(AcceptConnection(subprotocol="amqp")) + answer(ws))
+                        await anyio.sleep(TIMEOUT)
+                        return
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, serve)
+        yield listener.extra(anyio.abc.SocketAttribute.local_port)
+        group.cancel_scope.cancel()
+
+
+async def test_bytes_in_the_same_read_as_the_101_are_not_left_unread() -> None:
+    """WSB §2.4: message boundaries mean nothing. The server's first AMQP bytes, written with its 101, came in the
+    client's last handshake read: the client waited for more (connect_timeout), since no read would bring them."""
+    from wsproto.events import BytesMessage
+
+    from amqp_async.io.websocket import client_handshake
+
+    header = b"AMQP\x00\x01\x00\x00"
+    with anyio.fail_after(TIMEOUT):
+        async with scripted_ws_server(lambda ws: ws.send(BytesMessage(data=header))) as port:
+            transport = await anyio.connect_tcp("127.0.0.1", port)
+            stream = await client_handshake(transport, f"127.0.0.1:{port}", "/")
+            async with stream:
+                with anyio.fail_after(5):  # before: waited for ever
+                    assert await stream.receive() == header
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "said"),
+    [
+        (1008, "token expired", "status 1008 (policy violation): token expired"),
+        (1011, "", "status 1011 (internal error)"),
+        (4001, "quota", "status 4001: quota"),
+    ],
+)
+async def test_the_peers_close_status_and_reason_are_in_the_error(code: int, reason: str, said: str) -> None:
+    """RFC 6455 §7.1.5-6: a close carries why. It was dropped: "the peer closed the socket without closing the
+    connection", as for a TCP reset."""
+    from wsproto.events import CloseConnection
+
+    from amqp_async.io.websocket import WebSocketError, client_handshake
+
+    with anyio.fail_after(TIMEOUT):
+        async with scripted_ws_server(lambda ws: ws.send(CloseConnection(code=code, reason=reason))) as port:
+            transport = await anyio.connect_tcp("127.0.0.1", port)
+            async with await client_handshake(transport, f"127.0.0.1:{port}", "/") as stream:
+                with pytest.raises(WebSocketError, match=re.escape(said)):
+                    await stream.receive()
+            with pytest.raises(amqp_async.ConnectionError, match=re.escape(said)):
+                await amqp_async.connect(f"ws://127.0.0.1:{port}/", reconnect=False, http_proxy=False)
+
+
+async def test_a_normal_close_is_the_end_of_the_stream() -> None:
+    from wsproto.events import CloseConnection
+
+    from amqp_async.io.websocket import client_handshake
+
+    with anyio.fail_after(TIMEOUT):
+        async with scripted_ws_server(lambda ws: ws.send(CloseConnection(code=1000))) as port:
+            transport = await anyio.connect_tcp("127.0.0.1", port)
+            async with await client_handshake(transport, f"127.0.0.1:{port}", "/") as stream:
+                with pytest.raises(anyio.EndOfStream):
+                    await stream.receive()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -51,6 +51,9 @@ _MAX_HANDSHAKE = 1 << 16
 #: WebSocket close codes (RFC 6455 §7.4.1).
 _NORMAL_CLOSURE = 1000
 _UNSUPPORTED_DATA = 1003
+#: RFC 6455 §7.4.1: the close status (and the "none given" of §7.1.5) that say nothing went wrong; any other is the
+#: peer's reason for ending the connection, and the error says it.
+_UNEVENTFUL_CLOSES = (_NORMAL_CLOSURE, 1001, 1005)
 
 
 class WebSocketError(OSError):
@@ -85,12 +88,15 @@ class WebSocketStream(anyio.abc.ByteStream):
     """
 
     def __init__(self, transport: anyio.abc.ByteStream, connection: WSConnection) -> None:
-        events = require_wsproto().events
-        self._events = events
+        wsproto = require_wsproto()
+        self._events = wsproto.events
+        self._close_reasons = wsproto.frame_protocol.CloseReason
         self._transport = transport
         self._ws = connection
         self._chunks: deque[bytes] = deque()
         self._peer_closed = False
+        #: the peer's WebSocket close, as wsproto parsed it (None: it sent none).
+        self._peer_close: Any = None
         self._closed = False
         self._lock = anyio.Lock(fast_acquire=True)
 
@@ -105,7 +111,7 @@ class WebSocketStream(anyio.abc.ByteStream):
         chunks = self._chunks
         while not chunks:
             if self._peer_closed or self._closed:
-                raise anyio.EndOfStream
+                raise self._end()
             try:
                 data = await self._transport.receive(max(max_bytes, _READ_SIZE))
             except anyio.EndOfStream:
@@ -118,12 +124,36 @@ class WebSocketStream(anyio.abc.ByteStream):
             chunk = chunk[:max_bytes]
         return chunk
 
+    def _end(self) -> Exception:
+        """What a read past the end raises: the end of the stream, or the error the peer's close status gives."""
+        close = self._peer_close
+        if close is None or close.code in _UNEVENTFUL_CLOSES:
+            return anyio.EndOfStream()
+        code = int(close.code)
+        try:
+            name = f" ({self._close_reasons(code).name.lower().replace('_', ' ')})"
+        except ValueError:  # a status of the application's range (4000-4999) or unassigned
+            name = ""
+        reason = f": {close.reason}" if close.reason else ""
+        return WebSocketError(f"the peer closed the WebSocket with status {code}{name}{reason}")
+
     async def _feed(self, data: bytes) -> None:
         """Hand transport bytes to wsproto and act on its events."""
+        try:
+            self._ws.receive_data(data)
+        except require_wsproto().utilities.RemoteProtocolError as exc:
+            raise WebSocketError(f"the peer broke the WebSocket protocol: {exc}") from exc
+        await self._take_events()
+
+    async def _take_events(self) -> None:
+        """Act on the events wsproto has parsed: AMQP bytes queued, pings answered, a close answered and noted.
+
+        Also called once the handshake is done: the bytes that came in the same read as its last (the peer's
+        first AMQP frames right behind the 101 answer) are already in wsproto, and no read would bring them again.
+        """
         events = self._events
         ws = self._ws
         try:
-            ws.receive_data(data)
             for event in ws.events():
                 if isinstance(event, events.BytesMessage):
                     if event.data:
@@ -132,6 +162,7 @@ class WebSocketStream(anyio.abc.ByteStream):
                     await self._write(ws.send(event.response()))
                 elif isinstance(event, events.CloseConnection):
                     self._peer_closed = True
+                    self._peer_close = event
                     if ws.state.name == "REMOTE_CLOSING":
                         await self._write(ws.send(event.response()))
                 elif isinstance(event, events.TextMessage):
@@ -154,6 +185,9 @@ class WebSocketStream(anyio.abc.ByteStream):
         if isinstance(item, memoryview):
             item = item.tobytes()
         async with self._lock:
+            if self._peer_closed:  # wsproto refuses to frame a message once a close came: say why the stream ended
+                end = self._end()
+                raise end if isinstance(end, WebSocketError) else anyio.BrokenResourceError()
             await self._transport.send(self._ws.send(self._events.BytesMessage(data=item)))
 
     async def send_eof(self) -> None:
@@ -225,7 +259,9 @@ async def client_handshake(
                             f"the WebSocket server at {host}{resource} accepted without the {SUBPROTOCOL!r} "
                             f"subprotocol (it chose {event.subprotocol!r})"
                         )
-                    return WebSocketStream(transport, ws)
+                    stream = WebSocketStream(transport, ws)
+                    await stream._take_events()  # what came behind the 101 in the same read (WSB §2.4: no boundaries)
+                    return stream
                 if isinstance(event, events.RejectConnection):
                     raise WebSocketError(
                         f"the WebSocket server at {host}{resource} refused the upgrade: HTTP {event.status_code}"
@@ -267,6 +303,7 @@ async def server_handshake(transport: anyio.abc.ByteStream, path: str | None = N
                         f"WebSocket upgrade without the {SUBPROTOCOL!r} subprotocol (offered: {event.subprotocols})"
                     )
                 await transport.send(ws.send(events.AcceptConnection(subprotocol=SUBPROTOCOL)))
+                # (RFC 6455 §4.1: a client sends nothing more before the server's answer, so nothing is pending.)
                 return WebSocketStream(transport, ws)
         except wsproto.utilities.RemoteProtocolError as exc:
             try:
