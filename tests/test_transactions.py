@@ -325,6 +325,25 @@ async def test_a_dropped_connection_reports_the_transaction_rolled_back_never_co
         await conn.close()
 
 
+async def test_a_block_that_caught_the_rollback_of_its_work_does_not_end_quietly() -> None:
+    async with serving() as broker:
+        conn = await connect(broker)
+        sender = await conn.open_sender("out")
+        caught_in_block: list[TransactionRolledBack] = []
+        with pytest.raises(TransactionRolledBack, match="the connection it was declared on ended"):
+            async with conn.transaction() as txn:
+                await sender.send(Message(body="before"), transaction=txn)
+                drop_abruptly(conn)
+                await eventually(lambda: not broker.connections)
+                try:  # a per-message try/except, as a loop over messages has
+                    await sender.send(Message(body="after"), transaction=txn)
+                except TransactionRolledBack as exc:
+                    caught_in_block.append(exc)
+            # before: the block ended normally, and nothing had been committed
+        assert caught_in_block and txn.state == "rolled back" and depth(broker, "out") == 0
+        await conn.close()
+
+
 async def test_a_connection_lost_during_the_commit_leaves_it_in_doubt() -> None:
     async with serving() as broker:
         conn = await connect(broker)
@@ -449,6 +468,8 @@ def test_a_peer_without_a_coordinator_gives_a_clear_error_at_declare() -> None:
                     await conn.transaction()
                 assert caught.value.condition == "amqp:not-implemented"
                 assert "no transaction coordinator" in str(caught.value)
+                # the link refused is named as what it is (before: "the sender with no target (the anonymous relay)")
+                assert "refused the transaction controller link" in str(caught.value), caught.value
                 # the connection is still usable, and a second attempt fails the same way
                 sender = await conn.open_sender("q")
                 await sender.send(Message(body=1))
@@ -458,6 +479,32 @@ def test_a_peer_without_a_coordinator_gives_a_clear_error_at_declare() -> None:
 
     with ProtonBroker(timeout=TIMEOUT) as broker:
         anyio.run(main, broker.url)
+
+
+def test_a_peer_that_takes_the_coordinator_link_for_a_queue_has_no_coordinator() -> None:
+    """python-qpid-proton's broker example attaches any link, the coordinator's too, with a plain target (§4.5.1:
+    the controller's target is a coordinator). Before, the declare went to it as a message, the broker stored it,
+    and the error was "the coordinator answered the declare with Accepted(), not a declared outcome"."""
+    try:
+        from test_request_reply import proton_broker_example
+    except ImportError:  # pragma: no cover - tests/ imported as a package
+        from tests.test_request_reply import proton_broker_example
+
+    async def main(url: str) -> None:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(url, reconnect=False) as conn:
+                with pytest.raises(TransactionError) as caught:
+                    await conn.transaction()
+                assert caught.value.condition == "amqp:not-implemented"
+                assert "no transaction coordinator: it answered the coordinator link with the target" in str(
+                    caught.value
+                )
+                assert conn._controller is None  # detached, not kept
+                sender = await conn.open_sender("q")  # the connection goes on
+                await sender.send(Message(body=1))
+
+    with proton_broker_example() as url:
+        anyio.run(main, url)
 
 
 async def test_the_coordinator_refuses_malformed_and_distributed_declares() -> None:

@@ -67,6 +67,9 @@ class _Controller(Sender[Any]):
         arguments["source"] = Source(address=None)
         return arguments
 
+    def _describe(self) -> str:
+        return "transaction controller link (its target the peer's coordinator)"
+
     def __repr__(self) -> str:
         return f"<amqp_async transaction controller {self.name!r}>"
 
@@ -96,6 +99,19 @@ async def _controller(connection: Connection) -> _Controller:
                 condition=exc.condition,
                 info=exc.info,
             ) from exc
+        answered = controller._engine_link.remote_target
+        if not isinstance(answered, Coordinator):
+            # §4.5.1: the coordinator link's target is a coordinator. A peer that answers with another target
+            # (python-qpid-proton's example broker: a plain Target) took it for a link to a queue: a declare would
+            # be stored there as a message, and its outcome would be no transaction's.
+            await controller.close()
+            if controller in session._links:
+                session._links.remove(controller)
+            raise TransactionError(
+                "the peer has no transaction coordinator: it answered the coordinator link with the target "
+                f"{answered!r}, not a coordinator (§4.5.1)",
+                condition=conditions.NOT_IMPLEMENTED,
+            )
         connection._controller = controller
         return controller
 
@@ -313,6 +329,10 @@ class Transaction:
         if exc_type is None:
             if self.state == "active":
                 await self.commit()
+            elif self._lost_connection:
+                # The block caught the TransactionRolledBack of its work (a per-message try/except) and ended
+                # normally: nothing was committed, which the block's end must say as a commit() would have.
+                raise TransactionRolledBack("the transaction was rolled back: the connection it was declared on ended")
             return
         if self.state == "active":
             # Cancelled or failed: roll back, shielded from the cancellation (and bounded), then let it propagate.
