@@ -489,6 +489,67 @@ def test_a_continuous_query_stopped_and_restarted_loses_nothing(
     assert drain(broker.url, "followed") == []
 
 
+@pytest.mark.parametrize("failing_batch", [0, 1])
+def test_a_batch_whose_sink_failed_is_replayed_from_the_log_at_restart(
+    spark: Any, broker: BrokerThread, tmp_path: Path, failing_batch: int
+) -> None:
+    """The sink fails in micro-batch 0 (or 1), after its tasks accepted its messages; the query is restarted from
+    its checkpoint. Before, a failure in batch 0 lost the batch: Spark does not checkpoint the start of the first
+    batch and asked initialOffset() again, a new source id whose log was empty, so the tasks received afresh from
+    a queue that no longer held those messages."""
+    address = f"replayed-{failing_batch}"
+    fill(broker.url, address, [amqp_async.Message(body="x", id=f"r-{n}") for n in range(20)])
+    seen: list[str] = []
+    failing = [True]
+
+    def sink(batch: Any, batch_id: int) -> None:
+        ids = [row.message_id for row in batch.select("message_id").collect()]
+        if failing[0] and batch_id == failing_batch:
+            raise RuntimeError("injected sink failure")
+        seen.extend(ids)
+
+    def start() -> Any:
+        writer = read_until_empty(
+            spark,
+            broker.url,
+            address,
+            str(tmp_path / "checkpoint"),
+            maxMessagesPerBatch=10,
+            logLocation=str(tmp_path / "log"),
+        )
+        return writer.foreachBatch(sink).start()
+
+    with pytest.raises(Exception, match="injected sink failure"):
+        run_query(start, timeout=300)
+    failing[0] = False
+    run_query(start, timeout=300)
+    assert sorted(seen) == sorted(f"r-{n}" for n in range(20))  # before, failing in batch 0: the first 10 lost
+    assert drain(broker.url, address) == []
+
+
+def test_a_replay_whose_log_is_gone_fails_naming_log_location(spark: Any, broker: BrokerThread, tmp_path: Path) -> None:
+    """The batch to replay was accepted at the broker when first run; without its log (deleted, moved, or another
+    logLocation) it cannot be replayed. Before, its tasks received afresh and the batch was lost without a word."""
+    address = "log-gone"
+    fill(broker.url, address, [amqp_async.Message(body="x", id=f"g-{n}") for n in range(10)])
+    failing = [True]
+
+    def sink(batch: Any, batch_id: int) -> None:
+        if failing[0] and batch.count():
+            raise RuntimeError("injected sink failure")
+
+    def start(log: str) -> Any:
+        writer = read_until_empty(spark, broker.url, address, str(tmp_path / "checkpoint"), logLocation=log)
+        return writer.foreachBatch(sink).start()
+
+    with pytest.raises(Exception, match="injected sink failure"):
+        run_query(lambda: start(str(tmp_path / "log")), timeout=300)
+    failing[0] = False
+    with pytest.raises(Exception, match=r"is not in logLocation=.*moved-log") as caught:
+        run_query(lambda: start(str(tmp_path / "moved-log")), timeout=300)
+    assert "cannot be replayed" in str(caught.value)
+
+
 # --- transactional writes ------------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ deletes a batch's files once Spark has committed it.
 The log is a directory on any filesystem :mod:`pyarrow.fs` supports (a local path, ``hdfs://``, ``s3://``,
 ``gs://``, ``abfs://``...), laid out as::
 
+    LOCATION/SOURCE/started                     the source has planned a batch (a replay finds the log by it)
     LOCATION/SOURCE/done.N                      batches below N are committed (written before they are deleted)
     LOCATION/SOURCE/B/P/entry.A.COUNT.D.arrow   attempt A's messages (Arrow IPC: one binary column, the payloads);
                                                 D is 1 when A found the queue empty (drained), else 0
@@ -346,6 +347,16 @@ class WriteAheadLog:
             self.filesystem, base = filesystem, location.rstrip("/")
         self.root = f"{base}/{source}"
         self.files = _Files(self.filesystem, object_store=object_store)
+
+    def mark_started(self) -> None:
+        """Say the source has planned a batch (once; a restart's replay then knows the log is there)."""
+        if "started" not in self.files.names(self.root):
+            self.files.make_dir(self.root)
+            self.files.publish(self.root, "started")
+
+    def exists(self) -> bool:
+        """Whether the log has anything of this source (its marker, a batch's files, a commit)."""
+        return bool(self.files.names(self.root))
 
     def slot(self, batch: int, partition: int) -> Slot:
         """The log of partition ``partition`` of micro-batch ``batch``."""

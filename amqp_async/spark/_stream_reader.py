@@ -18,7 +18,12 @@ never connects to the broker and never sees a message: it plans micro-batches by
   empty. ``latestOffset`` plans the next batch until every partition of the last one found it empty (a listing of
   the log, no message read), then answers ``start``: the query ends. Every run plans at least one batch.
 - ``partitions(start, end)`` of a batch planned before (a restart replays the batch the checkpoint had planned but
-  not committed) takes every partition the log has for it too, whatever ``numPartitions`` says now.
+  not committed) takes every partition the log has for it too, whatever ``numPartitions`` says now. Its source id
+  is ``end``'s: Spark checkpoints a batch's end offset, but not the start of the first batch, which a restart asks
+  of ``initialOffset`` again (a new id, whose log is empty: the first batch's messages, accepted, were lost).
+- The first batch a process plans writes the marker ``started`` in the source's log. A batch replayed after a
+  restart whose source has nothing in the log (the log deleted, moved, or ``logLocation`` changed) fails the query
+  with an error naming ``logLocation``: received afresh, the messages its tasks had accepted would be lost.
 - ``commit(end)`` (and ``latestOffset``, for batches Spark has committed without calling ``commit``, such as the
   last one of an AvailableNow run) marks the batches below ``end`` done in the log and deletes their files.
 """
@@ -72,6 +77,7 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._log: WriteAheadLog | None = None
         self._available_now = False
         self._planned = False  # a batch was planned (or replayed) by this process
+        self._started = False  # this process planned a new batch (latestOffset), and the log has its marker
 
     def __getstate__(self) -> dict[str, Any]:
         return {"_options": self._options, "_schema": self._schema}
@@ -111,6 +117,9 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The next micro-batch (``start`` + 1), or ``start`` once an AvailableNow run found the queue empty."""
         source, batch = _parse(start)
         log_ = self._log_of(source)
+        if not self._started:
+            log_.mark_started()
+            self._started = True
         # Spark names ``start`` once every batch below it is committed: the one before is still wanted here.
         if batch >= 2:
             log_.commit(batch - 1)
@@ -123,9 +132,20 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         """The partitions of the batches from ``start`` to ``end``: names and budgets, no messages."""
-        source, first = _parse(start)
-        _, last = _parse(end)
+        start_source, first = _parse(start)
+        source, last = _parse(end)
+        if start_source != source and first != 0:
+            raise ValueError(f"the offsets of one micro-batch name two sources: {start!r} to {end!r}")
         log_ = self._log_of(source)
+        if not self._started and not log_.exists():
+            # A replay (this process planned no batch yet) of a batch whose log is gone.
+            raise ValueError(
+                f"the write-ahead log of this query's source {source} is not in logLocation={self._location!r}: it "
+                f"was deleted or moved, or the query's logLocation changed. Micro-batch {first}, planned before the "
+                "restart and not committed, cannot be replayed: its messages were accepted when it was first run. "
+                "Restore the log, or start the query again with a new checkpointLocation (at-least-once is lost "
+                "for that batch)"
+            )
         options = self._options
         count = int(options.get("numPartitions", 1))
         limit = options.get("maxMessagesPerBatch")
