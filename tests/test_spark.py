@@ -338,6 +338,25 @@ def test_a_full_queue_fails_the_write_with_resource_limit_exceeded(spark: Any) -
         assert len(drain(small.url, "tiny")) == 100
 
 
+def test_a_queue_that_holds_the_write_back_fails_it_after_send_timeout(spark: Any) -> None:
+    """A queue at its limit whose broker withholds credit (the default --when-full block): before, the write
+    waited for ever (heartbeats kept the connection alive); now it fails after sendTimeoutMs without credit."""
+    with BrokerThread(max_queue_depth=100) as small:
+        rows = spark.range(500, numPartitions=1).selectExpr("cast(id as string) as body")
+        started = time.monotonic()
+        with pytest.raises(Exception, match=r"the peer gave no credit to send for 2 s \(option sendTimeoutMs\)"):
+            (
+                rows.write.format("amqp")
+                .option("url", small.url)
+                .option("address", "held")
+                .option("sendTimeoutMs", 2000)
+                .mode("append")
+                .save()
+            )
+        assert time.monotonic() - started < 60  # two attempts (local[2,2]) of 2 s each, and Spark's own time
+        assert len(drain(small.url, "held")) == 100
+
+
 # --- bad input -----------------------------------------------------------------------------------------------------
 
 

@@ -64,8 +64,18 @@ def test_an_unknown_option_is_refused_by_name() -> None:
     ("key", "value", "message"),
     [
         ("credit", "many", "option 'credit' must be a whole number, got 'many'"),
-        ("credit", "0", "option 'credit' must be at least 1"),
-        ("pollwaitms", "-1", "option 'pollWaitMs' must be 0 or more"),
+        ("credit", "0", "option 'credit' must be from 1 to 4,294,967,295"),
+        ("pollwaitms", "-1", "option 'pollWaitMs' must be from 0 to 2,147,483,647"),
+        # before: accepted, then each task failed with "the link's credit would be 10000000000, above 2**32 - 1"
+        ("credit", "10000000000", "option 'credit' must be from 1 to 4,294,967,295"),
+        # before: accepted, then "OverflowError: timestamp out of range for platform time_t" in each task
+        ("connectTimeoutMs", "99999999999999", "option 'connectTimeoutMs' must be from 1 to 2,147,483,647"),
+        ("sendTimeoutMs", "-5", "option 'sendTimeoutMs' must be from 0 to 2,147,483,647"),
+        # before: "option 'url' (or a connection option) is not valid: max_frame_size must be between 512..."
+        ("maxFrameSize", "100", "option 'maxFrameSize' must be from 512 to 4,294,967,295"),
+        # before: taken ("0 or more"), then refused as "option 'url' ...: heartbeat must be > 0 seconds"
+        ("heartbeat", "0", "option 'heartbeat' must be above 0"),
+        ("url", " ", "option 'url' is empty"),  # before: connect.json or localhost, silently
         ("heartbeat", "soon", "option 'heartbeat' must be a number of seconds"),
         ("sslverify", "perhaps", "option 'sslVerify' must be true or false"),
         ("readmode", "peek", "option 'readMode' must be one of browse, consume"),
@@ -129,6 +139,16 @@ def test_a_stream_reader_pickles_without_its_planning_state() -> None:
 def test_load_path_is_the_address_and_spark_own_keys_are_taken() -> None:
     options = parse_options({"path": "orders", "checkpointlocation": "/tmp/x"})
     assert options.address == "orders"
+    assert parse_options({"path": "orders", "address": "orders"}).address == "orders"
+    # before: load("b") with option address "a" read "a", "b" dropped without a word
+    with pytest.raises(OptionError, match="two addresses: option 'address' is 'a' and load\\(\\)/save\\(\\) names 'b'"):
+        parse_options({"address": "a", "path": "b"})
+
+
+def test_num_partitions_is_refused_for_a_browse_it_would_not_change() -> None:
+    parse_options({"address": "q", "readMode": "consume", "numPartitions": "4"}).check_for(READ)
+    with pytest.raises(OptionError, match="'numPartitions' applies to readMode=consume"):
+        parse_options({"address": "q", "numPartitions": "4"}).check_for(READ)  # before: one partition, silently
 
 
 def test_tls_files_that_cannot_be_read_are_named(tmp_path: object) -> None:

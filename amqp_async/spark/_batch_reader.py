@@ -7,12 +7,15 @@ snapshot of what the queue holds while it is read.
 - ``readMode=browse`` (default): one partition, a receiver with distribution-mode ``copy`` (§3.5.7): the messages
   are seen and stay in the queue. The peer must support browsing (the embedded broker and Qpid brokers do;
   RabbitMQ 3.x does not, and refuses or ignores it).
-- ``readMode=consume``: ``numPartitions`` competing receivers; each window of messages is accepted once Spark has
-  taken all of its rows and asks for more (so a task that fails before that point leaves them unsettled, and the
-  broker delivers them again). Once accepted, a message is gone from the queue: if the task fails later, in a
-  stage downstream of the read, it is not read again. For processing that must survive such failures, use a
-  streaming read (with ``Trigger.AvailableNow`` for a one-off run): there a message is accepted only once the sink
-  has committed its batch.
+- ``readMode=consume``: ``numPartitions`` competing receivers; each window of messages is accepted once the task
+  has handed all of its rows over and is asked for more (so a task that fails before that point leaves them
+  unsettled, and the broker delivers them again). Handed over is not used: Spark's Python worker asks for rows
+  as fast as it can write them out, whatever the JVM reads of them, and a batch read has no commit to wait for.
+  So an action that uses fewer rows than the read gives (``limit``, ``show``, ``take``, ``first``) consumes the
+  messages of every window handed over, up to the whole queue. Once accepted, a message is gone from the queue:
+  if the task fails later, in a stage downstream of the read, it is not read again. For processing that must
+  survive such failures, use a streaming read (with ``Trigger.AvailableNow`` for a one-off run): there a message
+  is accepted only once the sink has committed its batch.
 """
 
 from __future__ import annotations

@@ -41,24 +41,43 @@ def _text(name: str, value: str) -> str:
     return value
 
 
-def _whole_number(minimum: int) -> Callable[[str, str], int]:
-    """A parser of whole numbers of at least ``minimum``."""
+def _whole_number(minimum: int, maximum: int | None = None) -> Callable[[str, str], int]:
+    """A parser of whole numbers of at least ``minimum`` (and at most ``maximum``)."""
 
     def parse(name: str, value: str) -> int:
         try:
             number = int(value.strip())
         except ValueError:
             raise OptionError(f"option {name!r} must be a whole number, got {value!r}") from None
-        if number < minimum:
+        if number < minimum or (maximum is not None and number > maximum):
             bound = "at least 1" if minimum == 1 else f"{minimum} or more"
+            if maximum is not None:
+                bound = f"from {minimum} to {maximum:,}"
             raise OptionError(f"option {name!r} must be {bound}, got {value!r}")
         return number
 
     return parse
 
 
+#: AMQP's uint (credit, a frame size: §2.7.4, §2.7.1).
+_UINT_MAX = 2**32 - 1
+#: The longest wait an option may ask for, in milliseconds: about 24.8 days (a signed 32-bit count, as Java's
+#: timeouts). Beyond some size a wait is no longer a time the platform can add to its clock.
+_MAX_MS = 2**31 - 1
 _positive_int = _whole_number(1)
 _non_negative_int = _whole_number(0)
+_credit = _whole_number(1, _UINT_MAX)
+_frame_size = _whole_number(512, _UINT_MAX)  # §2.4.1: MIN-MAX-FRAME-SIZE is 512
+_milliseconds = _whole_number(1, _MAX_MS)
+_milliseconds_or_zero = _whole_number(0, _MAX_MS)
+
+
+def _heartbeat(name: str, value: str) -> float:
+    """Seconds above 0 (the idle timeout advertised, §2.4.5) and at most :data:`_MAX_MS` milliseconds."""
+    seconds = _seconds(name, value)
+    if not 0 < seconds <= _MAX_MS / 1000:
+        raise OptionError(f"option {name!r} must be above 0 and at most {_MAX_MS // 1000:,} seconds, got {value!r}")
+    return seconds
 
 
 def _seconds(name: str, value: str) -> float:
@@ -120,25 +139,31 @@ OPTIONS: tuple[_Spec, ...] = (
     _Spec("saslAllowInsecure", _boolean, _ALL, "allow PLAIN without TLS (default true, as proton)"),
     _Spec("virtualHost", _text, _ALL, "hostname sent in the open frame"),
     _Spec("sni", _text, _ALL, "TLS server name"),
-    _Spec("heartbeat", _seconds, _ALL, "idle timeout to advertise, in seconds"),
-    _Spec("maxFrameSize", _positive_int, _ALL, "largest frame to accept, in bytes"),
+    _Spec("heartbeat", _heartbeat, _ALL, "idle timeout to advertise, in seconds"),
+    _Spec("maxFrameSize", _frame_size, _ALL, "largest frame to accept, in bytes"),
     _Spec("sslCaFile", _text, _ALL, "CA certificates to trust (PEM file), for amqps URLs"),
     _Spec("sslCertFile", _text, _ALL, "client certificate (PEM file)"),
     _Spec("sslKeyFile", _text, _ALL, "client certificate's private key (PEM file)"),
     _Spec("sslVerify", _boolean, _ALL, "check the peer's certificate and host name (default true)"),
-    _Spec("connectTimeoutMs", _positive_int, _ALL, "how long connecting and attaching may take (default 30000)"),
-    _Spec("credit", _positive_int, _READS, "link credit: messages prefetched and not yet handed to Spark"),
+    _Spec("connectTimeoutMs", _milliseconds, _ALL, "how long connecting and attaching may take (default 30000)"),
+    _Spec("credit", _credit, _READS, "link credit: messages prefetched and not yet handed to Spark"),
     _Spec("receiveOn", _choice("executors", "driver"), (STREAM_READ,), "streaming read: executors (default) or driver"),
     _Spec("logLocation", _location, (STREAM_READ,), "the write-ahead log's directory (a pyarrow.fs path or URI)"),
     _Spec("selector", _text, _READS, "JMS message selector (a source filter)"),
     _Spec("subscriptionName", _text, _READS, "durable subscription: the link name, with a durable source"),
     _Spec("maxMessagesPerBatch", _positive_int, (STREAM_READ,), "most messages in one micro-batch"),
-    _Spec("pollWaitMs", _non_negative_int, (STREAM_READ,), "how long to wait for a first message (default 1000)"),
+    _Spec("pollWaitMs", _milliseconds_or_zero, (STREAM_READ,), "how long to wait for a first message (default 1000)"),
     _Spec("numPartitions", _positive_int, _READS, "Spark partitions per (micro-)batch (default 1)"),
     _Spec("readMode", _choice("browse", "consume"), (READ,), "batch read: browse (default) or consume"),
     _Spec("maxMessages", _positive_int, (READ,), "batch read: most messages per partition"),
     _Spec("deliveryMode", _choice("at-least-once", "at-most-once"), (WRITE,), "default at-least-once"),
     _Spec("maxInFlight", _positive_int, (WRITE,), "unsettled messages per task (default 1000)"),
+    _Spec(
+        "sendTimeoutMs",
+        _milliseconds_or_zero,
+        (WRITE,),
+        "how long a write task waits for credit or an outcome before it fails (default 120000; 0: for ever)",
+    ),
     _Spec("durable", _boolean, (WRITE,), "mark every message durable (a durable column wins)"),
     _Spec("transactional", _boolean, (WRITE,), "each task sends its rows in one AMQP transaction (default false)"),
 )
@@ -182,6 +207,10 @@ class AmqpOptions:
         if operation in _READS and not self.address:
             raise OptionError(f"a {operation} needs the option 'address' (the node to read from)")
 
+        if operation == READ and self.values.get("readMode", "browse") == "browse" and "numPartitions" in self.values:
+            raise OptionError(
+                "option 'numPartitions' applies to readMode=consume (competing receivers): a browse is one partition"
+            )
         if operation == STREAM_READ and self.receive_on == "executors" and "subscriptionName" in self.values:
             raise OptionError(
                 "option 'subscriptionName' (a durable subscription: one link) needs receiveOn=driver: on the "
@@ -242,6 +271,18 @@ class AmqpOptions:
             raise OptionError(f"the TLS options (sslCaFile, sslCertFile, sslKeyFile) cannot be used: {exc}") from exc
 
 
+#: Text options whose empty value would otherwise fall back silently (on connect.json, or localhost).
+_NOT_EMPTY = frozenset({"url", "address"})
+
+
+def _raw_address(raw: Mapping[str, str]) -> str | None:
+    """The ``address`` option as given (any case of the key), or None."""
+    for key, value in raw.items():
+        if key.lower() == "address" and value is not None:
+            return str(value)
+    return None
+
+
 def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
     """Validate the options Spark gives a data source (keys in any case, values as strings).
 
@@ -253,7 +294,13 @@ def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
         lowered = key.lower()
         if lowered in _SPARK_KEYS:
             if lowered == "path" and value:
-                values.setdefault("address", value)
+                path = str(value)
+                given = _raw_address(raw)
+                if given is not None and given != path:
+                    raise OptionError(
+                        f"two addresses: option 'address' is {given!r} and load()/save() names {path!r}: give one"
+                    )
+                values.setdefault("address", path)
             continue
         spec = _BY_KEY.get(lowered)
         if spec is None:
@@ -261,6 +308,8 @@ def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
             raise OptionError(f"unknown option {key!r} for the amqp data source (known options: {known})")
         if value is None:
             raise OptionError(f"option {spec.name!r} has no value")
+        if spec.parse is _text and not str(value).strip() and spec.name in _NOT_EMPTY:
+            raise OptionError(f"option {spec.name!r} is empty")
         values[spec.name] = spec.parse(spec.name, str(value))
     # Options that contradict each other, whatever the operation.
     if values.get("receiveOn") == "driver" and "logLocation" in values:

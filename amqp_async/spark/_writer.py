@@ -27,6 +27,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Iterator
 
+import anyio
 import attrs
 import pyarrow as pa
 from pyspark import TaskContext
@@ -34,6 +35,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import StructType
 
 from ..client import Connection, Sender, Tracker, Transaction
+from ..errors import LinkTimeout
 from ..message import Message
 from ._failpoints import failpoint
 from ._links import check_transactions, close_quietly, open_sender
@@ -46,6 +48,8 @@ __all__ = ["AmqpStreamWriter", "AmqpWriter", "SentMessages"]
 log = logging.getLogger("amqp_async.spark")
 
 _CHUNK = 1000
+#: How long a write task waits for credit or an outcome before it fails (``sendTimeoutMs``; 0: for ever).
+DEFAULT_SEND_TIMEOUT_MS = 120_000
 
 
 @attrs.frozen
@@ -57,14 +61,23 @@ class SentMessages(WriterCommitMessage):
 
 
 class _Window:
-    """The trackers of messages transferred and not yet settled, oldest first; at most ``size`` of them."""
+    """The trackers of messages transferred and not yet settled, oldest first; at most ``size`` of them.
 
-    def __init__(self, sender: Sender, size: int) -> None:
+    ``stall``: the most seconds one wait may take, for credit or for the oldest message's outcome (None: no
+    bound). A peer that holds the task back longer (a full queue whose broker withholds credit, a peer that never
+    settles) fails it with :class:`~amqp_async.LinkTimeout`, rather than leave it waiting for ever: heartbeats
+    keep such a connection alive.
+    """
+
+    def __init__(self, sender: Sender, size: int, stall: float | None = None) -> None:
         self.sender = sender
         self.size = size
+        self.stall = stall
         self.trackers: collections.deque[Tracker] = collections.deque()
         #: the transaction every message is sent in (``transactional=true``), else None.
         self.transaction: Transaction | None = None
+        #: messages the peer has settled (accepted) so far.
+        self.settled = 0
 
     async def begin(self) -> None:
         """Declare the transaction the messages go in (§4.3)."""
@@ -76,13 +89,38 @@ class _Window:
         transaction = self.transaction
         for payload in payloads:
             while trackers and (trackers[0].done or len(trackers) >= self.size):
-                await trackers.popleft()  # raises MessageRejected, MessageReleased... : the task fails
-            trackers.append(await sender.submit(payload, transaction=transaction))
+                await self._settle_oldest()  # raises MessageRejected, MessageReleased... : the task fails
+            if sender.credit > 0 or self.stall is None:
+                trackers.append(await sender.submit(payload, transaction=transaction))
+                continue
+            with anyio.move_on_after(self.stall):  # cancelled while it waits for credit, it sent nothing
+                trackers.append(await sender.submit(payload, transaction=transaction))
+                continue
+            raise self._stalled("credit to send")
 
     async def settle_all(self) -> None:
-        trackers = self.trackers
-        while trackers:
-            await trackers.popleft()
+        while self.trackers:
+            await self._settle_oldest()
+
+    async def _settle_oldest(self) -> None:
+        tracker = self.trackers[0]
+        if tracker.done or self.stall is None:
+            await tracker
+        else:
+            with anyio.move_on_after(self.stall):
+                await tracker
+            if not tracker.done:
+                raise self._stalled("the outcome of a message it sent")
+        self.trackers.popleft()
+        self.settled += 1
+
+    def _stalled(self, waited_for: str) -> LinkTimeout:
+        return LinkTimeout(
+            f"the peer gave no {waited_for} for {self.stall:g} s (option sendTimeoutMs): {self.settled} of the "
+            f"task's messages were settled, {len(self.trackers)} wait for their outcome. A queue at its limit "
+            "whose broker withholds credit (the embedded broker's --max-queue-depth with --when-full block) holds "
+            "a write back until consumers take messages"
+        )
 
     async def commit(self) -> None:
         """Commit the transaction, if any: its messages reach the queue now (§4.4)."""
@@ -98,7 +136,8 @@ class _Window:
 
 async def _open(options: AmqpOptions) -> tuple[Connection, _Window]:
     connection, sender = await open_sender(options)
-    return connection, _Window(sender, int(options.get("maxInFlight", 1000)))
+    stall = int(options.get("sendTimeoutMs", DEFAULT_SEND_TIMEOUT_MS))
+    return connection, _Window(sender, int(options.get("maxInFlight", 1000)), stall / 1000.0 if stall else None)
 
 
 def _payloads(builder: MessageBuilder, batches: Iterable[pa.RecordBatch]) -> Iterator[list[bytes]]:
