@@ -454,6 +454,27 @@ async def test_a_transaction_of_another_connection_is_refused() -> None:
             await sender.send(Message(body=1), transaction=txn)
 
 
+def declare_without_coordinator(url: str, said: str) -> None:
+    """On the peer at ``url``, a declare fails with amqp:not-implemented and ``said``; the connection goes on, and
+    a second attempt fails the same way."""
+
+    async def main() -> None:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(url, reconnect=False) as conn:
+                with pytest.raises(TransactionError) as caught:
+                    await conn.transaction()
+                assert caught.value.condition == "amqp:not-implemented"
+                assert said in str(caught.value), caught.value
+                assert conn._controller is None  # refused or detached, not kept
+                sender = await conn.open_sender("q")
+                await sender.send(Message(body=1))
+                with pytest.raises(TransactionError):
+                    async with conn.transaction():
+                        pass
+
+    anyio.run(main)
+
+
 def test_a_peer_without_a_coordinator_gives_a_clear_error_at_declare() -> None:
     pytest.importorskip("proton", reason="python-qpid-proton is the independent peer")
     try:
@@ -461,24 +482,13 @@ def test_a_peer_without_a_coordinator_gives_a_clear_error_at_declare() -> None:
     except ImportError:  # pragma: no cover - tests/ imported as a package
         from tests.proton_broker import ProtonBroker
 
-    async def main(url: str) -> None:
-        with anyio.fail_after(TIMEOUT):
-            async with amqp_async.connect(url, reconnect=False) as conn:
-                with pytest.raises(TransactionError) as caught:
-                    await conn.transaction()
-                assert caught.value.condition == "amqp:not-implemented"
-                assert "no transaction coordinator" in str(caught.value)
-                # the link refused is named as what it is (before: "the sender with no target (the anonymous relay)")
-                assert "refused the transaction controller link" in str(caught.value), caught.value
-                # the connection is still usable, and a second attempt fails the same way
-                sender = await conn.open_sender("q")
-                await sender.send(Message(body=1))
-                with pytest.raises(TransactionError):
-                    async with conn.transaction():
-                        pass
-
     with ProtonBroker(timeout=TIMEOUT) as broker:
-        anyio.run(main, broker.url)
+        # the link refused is named as what it is (before: "the sender with no target (the anonymous relay)")
+        declare_without_coordinator(
+            broker.url,
+            "the peer has no transaction coordinator (it refused the coordinator link): amqp:not-implemented: "
+            "the peer refused the transaction controller link",
+        )
 
 
 def test_a_peer_that_takes_the_coordinator_link_for_a_queue_has_no_coordinator() -> None:
@@ -490,21 +500,8 @@ def test_a_peer_that_takes_the_coordinator_link_for_a_queue_has_no_coordinator()
     except ImportError:  # pragma: no cover - tests/ imported as a package
         from tests.test_request_reply import proton_broker_example
 
-    async def main(url: str) -> None:
-        with anyio.fail_after(TIMEOUT):
-            async with amqp_async.connect(url, reconnect=False) as conn:
-                with pytest.raises(TransactionError) as caught:
-                    await conn.transaction()
-                assert caught.value.condition == "amqp:not-implemented"
-                assert "no transaction coordinator: it answered the coordinator link with the target" in str(
-                    caught.value
-                )
-                assert conn._controller is None  # detached, not kept
-                sender = await conn.open_sender("q")  # the connection goes on
-                await sender.send(Message(body=1))
-
     with proton_broker_example() as url:
-        anyio.run(main, url)
+        declare_without_coordinator(url, "no transaction coordinator: it answered the coordinator link with the target")
 
 
 async def test_the_coordinator_refuses_malformed_and_distributed_declares() -> None:

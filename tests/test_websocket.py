@@ -164,7 +164,10 @@ async def test_broker_refuses_an_upgrade_without_the_amqp_subprotocol() -> None:
             assert b"sec-websocket-protocol: amqp" in accepted.lower(), accepted
 
 
-async def test_client_refuses_a_server_that_answers_without_the_amqp_subprotocol() -> None:
+@asynccontextmanager
+async def scripted_ws_server(answer: Callable[[Any], bytes], subprotocol: str | None = "amqp") -> AsyncIterator[int]:
+    """A WebSocket server that accepts the upgrade (choosing ``subprotocol``) and writes, in the same write as its
+    101, ``answer(ws)`` (frames made with its wsproto connection); yields its port."""
     import wsproto
     from wsproto.events import AcceptConnection, Request
 
@@ -175,18 +178,22 @@ async def test_client_refuses_a_server_that_answers_without_the_amqp_subprotocol
                 ws.receive_data(await stream.receive())
                 for event in ws.events():
                     if isinstance(event, Request):
-                        await stream.send(ws.send(AcceptConnection()))  # no subprotocol
-                        await anyio.sleep(5)
+                        await stream.send(ws.send(AcceptConnection(subprotocol=subprotocol)) + answer(ws))
+                        await anyio.sleep(TIMEOUT)
                         return
 
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, serve)
+        yield listener.extra(anyio.abc.SocketAttribute.local_port)
+        group.cancel_scope.cancel()
+
+
+async def test_client_refuses_a_server_that_answers_without_the_amqp_subprotocol() -> None:
     with anyio.fail_after(TIMEOUT):
-        async with listener, anyio.create_task_group() as group:
-            group.start_soon(listener.serve, serve)
+        async with scripted_ws_server(lambda ws: b"", subprotocol=None) as port:
             with pytest.raises(amqp_async.ConnectionError, match="without the 'amqp' subprotocol"):
                 await amqp_async.connect(f"ws://127.0.0.1:{port}/", reconnect=False, http_proxy=False)
-            group.cancel_scope.cancel()
 
 
 async def test_a_text_message_ends_the_connection_with_1003() -> None:
@@ -212,33 +219,6 @@ async def test_a_text_message_ends_the_connection_with_1003() -> None:
                         closed = event
             assert accepted is not None and accepted.subprotocol == "amqp"
             assert closed is not None and closed.code == 1003, closed
-
-
-@asynccontextmanager
-async def scripted_ws_server(
-    answer: Callable[[Any], bytes],
-) -> AsyncIterator[int]:
-    """A WebSocket server that accepts the upgrade and writes, in the same write as its 101, ``answer(ws)``
-    (frames made with its wsproto connection); yields its port."""
-    import wsproto
-    from wsproto.events import AcceptConnection, Request
-
-    async def serve(stream: anyio.abc.ByteStream) -> None:
-        ws = wsproto.WSConnection(wsproto.ConnectionType.SERVER)
-        async with stream:
-            while True:
-                ws.receive_data(await stream.receive())
-                for event in ws.events():
-                    if isinstance(event, Request):
-                        await stream.send(ws.send(AcceptConnection(subprotocol="amqp")) + answer(ws))
-                        await anyio.sleep(TIMEOUT)
-                        return
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, serve)
-        yield listener.extra(anyio.abc.SocketAttribute.local_port)
-        group.cancel_scope.cancel()
 
 
 async def test_bytes_in_the_same_read_as_the_101_are_not_left_unread() -> None:
