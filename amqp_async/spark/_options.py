@@ -65,7 +65,6 @@ _UINT_MAX = 2**32 - 1
 #: timeouts). Beyond some size a wait is no longer a time the platform can add to its clock.
 _MAX_MS = 2**31 - 1
 _positive_int = _whole_number(1)
-_non_negative_int = _whole_number(0)
 _credit = _whole_number(1, _UINT_MAX)
 _frame_size = _whole_number(512, _UINT_MAX)  # §2.4.1: MIN-MAX-FRAME-SIZE is 512
 _milliseconds = _whole_number(1, _MAX_MS)
