@@ -133,12 +133,13 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """Type-check the package with mypy in strict mode (as the oldest and the newest supported Python), and the user
     programs of tests/typing (what the typed API promises, with ``assert_type``; negative.py's deliberate errors must
-    stay errors) with mypy --strict and with pyright in strict mode."""
+    stay errors) with mypy --strict and with pyright in strict mode, and the programs of docs/tutorial.md."""
     session.install(".", *_group("typecheck"))
     session.run("mypy", "--strict", "amqp_async")
     # pyproject.toml checks as Python 3.10 (what the oldest supported Python has); once more as the newest.
     session.run("mypy", "--strict", "--python-version", PYTHONS[-1], "amqp_async")
     session.run("mypy", "--strict", "tests/typing")
+    session.run("python", "tests/typing/check_tutorial.py")  # the tutorial's programs, as a user's mypy sees them
     python = Path(session.virtualenv.location) / ("Scripts" if sys.platform == "win32" else "bin") / "python"
     session.run("pyright", "-p", "tests/typing", "--pythonpath", str(python))
 

@@ -105,7 +105,7 @@ async def main(url: str, address: str, reply_address: str | None) -> None:
                 await sender.send(amqp_async.Message(id=number, reply_to=reply_queue.address, body=question))
                 delivery = await reply_queue.receive()
                 await delivery.accept()
-                print(f"{question!r} -> {delivery.message.body!r} (correlation {delivery.message.correlation_id})")
+                print(f"{question!r} -> {delivery.message.body!r} (correlation {delivery.message.correlation_id!s})")
 
 
 if __name__ == "__main__":

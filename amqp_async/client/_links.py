@@ -343,7 +343,9 @@ class Sender(_Link, Generic[_R]):
 
     _waiting = 0
 
-    async def submit(self, message: Message | bytes, *, transaction: Transaction | None = None) -> Tracker[_R]:
+    async def submit(
+        self, message: Message | bytes | bytearray | memoryview, *, transaction: Transaction | None = None
+    ) -> Tracker[_R]:
         """Wait for credit, transfer the message, and return a :class:`Tracker` of its outcome.
 
         ``message`` is a :class:`Message` or already encoded message bytes. An anonymous sender (target None)
@@ -374,7 +376,7 @@ class Sender(_Link, Generic[_R]):
                 await anyio.lowlevel.cancel_shielded_checkpoint()
         return tracker
 
-    def _transfer_now(self, message: Message | bytes) -> Tracker[_R] | None:
+    def _transfer_now(self, message: Message | bytes | bytearray | memoryview) -> Tracker[_R] | None:
         """:meth:`_transfer` without a coroutine, for the common case: a :class:`Message` (not traced, outside a
         transaction) on a link with credit and room in the output, handed to the engine at once. None when the case
         is any other (nothing done then: :meth:`_transfer` takes it)."""
@@ -396,7 +398,10 @@ class Sender(_Link, Generic[_R]):
         return self._hand_over(link, message._encode_payload(), None)
 
     async def _transfer(
-        self, message: Message | bytes, transaction: Transaction | None = None, traced: bool = True
+        self,
+        message: Message | bytes | bytearray | memoryview,
+        transaction: Transaction | None = None,
+        traced: bool = True,
     ) -> Tracker[_R]:
         """Wait for credit and hand the message to the engine, without waking the writer (the caller does)."""
         if self._tracing is not None and traced and isinstance(message, Message):
@@ -500,7 +505,9 @@ class Sender(_Link, Generic[_R]):
         """
         return list(self._pending)
 
-    async def send(self, message: Message | bytes, *, transaction: Transaction | None = None) -> _R:
+    async def send(
+        self, message: Message | bytes | bytearray | memoryview, *, transaction: Transaction | None = None
+    ) -> _R:
         """Send a message and wait for its outcome.
 
         ``message`` is a :class:`Message` (``Message(body=...)``, ``Message.from_json(...)``) or the bytes of an
@@ -530,7 +537,7 @@ class Sender(_Link, Generic[_R]):
         return await tracker
 
     async def send_many(
-        self, messages: Iterable[Message | bytes], *, transaction: Transaction | None = None
+        self, messages: Iterable[Message | bytes | bytearray | memoryview], *, transaction: Transaction | None = None
     ) -> list[_R]:
         """Send messages pipelined (each transferred as soon as there is credit, without waiting for the outcome
         of the ones before), and wait until every one is settled.

@@ -17,7 +17,7 @@ class _Closable(Protocol):
 _T = TypeVar("_T", bound=_Closable)
 
 
-class Opening(Coroutine[Any, Any, _T]):
+class Opening(Coroutine[Any, None, _T]):
     """An endpoint being opened (a link or a session): ``await`` it for the endpoint, or enter it with
     ``async with`` to have the endpoint closed at the end of the block, however the block ends, as
     :func:`~amqp_async.connect` does for a connection::
@@ -40,7 +40,9 @@ class Opening(Coroutine[Any, Any, _T]):
 
     # --- the coroutine: everything goes to the one that opens the endpoint -------------------------------
 
-    def send(self, value: Any) -> Any:
+    def send(self, value: None, /) -> Any:
+        # Typed None, as a coroutine is only ever sent None by its event loop: typed Any, it let a forgotten
+        # ``await`` pass the type check (``conn.open_sender("q").send(message)`` matched this method).
         return self._coroutine.send(value)
 
     def throw(

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ..protocol.link import Link as EngineLink
     from ._connection import Connection
     from ._delivery import Delivery
+    from ._stream_delivery import StreamDelivery
     from ._session import Session
 
 __all__ = ["Transaction"]
@@ -224,11 +225,11 @@ class Transaction:
         """The state a disposition within the transaction carries: the outcome it will have at commit (§4.4.2)."""
         return TransactionalState(txn_id=self._require_active(), outcome=outcome)
 
-    async def send(self, sender: Sender[_R], message: Message | bytes) -> _R:
+    async def send(self, sender: Sender[_R], message: Message | bytes | bytearray | memoryview) -> _R:
         """Send ``message`` on ``sender`` within the transaction: ``sender.send(message, transaction=self)``."""
         return await sender.send(message, transaction=self)
 
-    async def accept(self, delivery: Delivery) -> None:
+    async def accept(self, delivery: Delivery | StreamDelivery) -> None:
         """Accept a received message within the transaction: ``delivery.accept(transaction=self)``."""
         await delivery.accept(transaction=self)
 

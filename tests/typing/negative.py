@@ -33,5 +33,8 @@ async def mistakes(conn: Connection, sender: Sender, receiver: Receiver, deliver
     needs_confirmation(unconfirmed)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # The body is what AMQP carries, not Any: narrow it before using it as a str.
     delivery.message.body.upper()  # type: ignore[union-attr]  # pyright: ignore[reportOptionalMemberAccess, reportAttributeAccessIssue, reportUnknownMemberType]
+    # A forgotten await: the Opening is not the sender (before: its coroutine send() took the message, typed Any).
+    forgotten = conn.open_sender("q")
+    await forgotten.send(Message(body="x"))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # receive_many takes its timeout by keyword.
     await receiver.receive_many(10, 1.0)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]

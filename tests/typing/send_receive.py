@@ -43,6 +43,7 @@ async def send(conn: Connection) -> None:
     assert_type(tracker.tag, bytes | None)
     assert_type(sender.unsettled, list[Tracker[Accepted]])
     assert_type(await sender.send(Message(body="x").encode()), Accepted)
+    assert_type(await sender.send(memoryview(bytearray(Message(body="x").encode()))), Accepted)
     assert_type(sender.address, str | None)
     assert_type(sender.credit, int)
     assert_type(sender.name, str)

@@ -22,4 +22,7 @@ async def move(conn: Connection) -> None:
     by_hand = await conn.transaction()
     assert_type(by_hand, Transaction)
     assert_type(await by_hand.send(outbox, Message(body="x")), Accepted)
+    assert_type(await by_hand.send(outbox, bytearray(Message(body="x").encode())), Accepted)
+    streamed = await (await conn.open_stream_receiver("large")).receive()
+    await by_hand.accept(streamed)  # a streamed delivery is settled within a transaction too
     await by_hand.rollback()
