@@ -26,7 +26,7 @@ from __future__ import annotations
 import json as _json
 import uuid
 from numbers import Real
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict, TypeVar
 
 from ..codec import sections as _sections
 from ..codec._decoder import _DECODERS, _dec_list8, decode_value
@@ -70,6 +70,26 @@ def _short_repr(value: object, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
+
+
+class _CallbackSender(Protocol):
+    """A sender of the callback API (:mod:`amqp_async.proton`), as :meth:`Message.send` uses it."""
+
+    def send(self, message: Any, tag: bytes | str | None = None, /) -> Any: ...
+
+
+class _CallbackReceiver(Protocol):
+    """A receiver of the callback API (:mod:`amqp_async.proton`), as :meth:`Message.recv` uses it."""
+
+    @property
+    def current(self) -> Any: ...
+
+    @property
+    def remote_snd_settle_mode(self) -> int: ...
+
+    def recv(self, limit: int, /) -> bytes | None: ...
+
+    def advance(self) -> bool: ...
 
 class MessageBodyError(AMQPError, ValueError):
     """A message body that is not what it was read as: :meth:`Message.json` on a body that does not hold JSON text.
@@ -693,11 +713,14 @@ class Message:
     #: :meth:`encode`, for a sender (see ``gather``): the same function, not a call more per message sent.
     _encode_payload = _encode
 
-    def send(self, sender: Any, tag: Any = None) -> Any:
-        """Send this message on a callback-API sender (proton's ``Message.send``); returns the delivery."""
-        return sender.send(self, tag=tag)
+    def send(self, sender: _CallbackSender, tag: bytes | str | None = None) -> Any:
+        """Send this message on a callback-API sender (proton's ``Message.send``); returns the delivery.
 
-    def recv(self, link: Any) -> Any:
+        Not for the awaitable API's senders: ``await sender.send(message)`` sends there (and a type checker
+        refuses an awaitable sender here)."""
+        return sender.send(self, tag)
+
+    def recv(self, link: _CallbackReceiver) -> Any:
         """Read the current delivery of a callback-API receiver into this message (proton's ``Message.recv``).
 
         Returns:

@@ -36,5 +36,8 @@ async def mistakes(conn: Connection, sender: Sender, receiver: Receiver, deliver
     # A forgotten await: the Opening is not the sender (before: its coroutine send() took the message, typed Any).
     forgotten = conn.open_sender("q")
     await forgotten.send(Message(body="x"))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # Message.send()/recv() are proton's, for the callback API's links (before: typed Any, a TypeError at run time).
+    Message(body="x").send(sender)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    Message().recv(receiver)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # receive_many takes its timeout by keyword.
     await receiver.receive_many(10, 1.0)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]

@@ -22,6 +22,7 @@ from amqp_async import (
     Sender,
     Session,
     Tracker,
+    proton,
 )
 from amqp_async.codec.transactions import TransactionalState
 from amqp_async.types import symbol
@@ -119,6 +120,13 @@ async def main() -> None:
     message = Message(id=uuid.uuid4(), durable=True, ttl=30.0, correlation_id=7)
     assert_type(message.correlation_id, MessageId | None)
     await conn.close()
+
+
+def on_sendable_and_on_message(sender: proton.Sender, receiver: proton.Receiver) -> None:
+    """The message type is shared with the callback API, whose links Message.send()/recv() take (proton's)."""
+    Message(body="x").send(sender)
+    Message(body="x").send(sender, b"tag-1")
+    Message().recv(receiver)
 
 
 anyio.run(main)
