@@ -32,6 +32,7 @@ import pytest
 import amqp_async
 from amqp_async import DeliveryInDoubt, Message
 from amqp_async.broker import Broker
+from amqp_async.broker._connection import AWAITING_SETTLEMENT_LIMIT
 from amqp_async.codec.delivery_states import Accepted
 
 try:
@@ -326,3 +327,22 @@ async def test_sigterm_writes_what_is_pending_and_a_restart_without_messages_fin
         brokers.append(await anyio.to_thread.run_sync(start_broker, tmp_path, brokers[0].port))
         with anyio.fail_after(TIMEOUT):
             assert await drain(brokers[-1].url, "clean") == []
+
+
+@pytest.mark.anyio
+async def test_pipelined_durable_sends_beyond_the_settlement_limit_never_stall(tmp_path: Path) -> None:
+    """Durable messages are settled once the store has committed them, and meanwhile count among the session's
+    unsettled ones: past AWAITING_SETTLEMENT_LIMIT (4,096) the producer's credit is held back. Only a producer's own
+    settlement (receiver settle mode second) gave it again, so a producer in mode first that pipelined durable
+    messages (submit()) stalled for good, every message settled, credit 0 (5,571 of 80,000 in one run)."""
+    count = 3 * AWAITING_SETTLEMENT_LIMIT
+    async with (
+        Broker(port=0, data_dir=str(tmp_path / "store")) as broker,
+        amqp_async.connect(broker.url, reconnect=False) as conn,
+    ):
+        sender = await conn.open_sender("piped")
+        with anyio.fail_after(TIMEOUT):  # before: waited for credit for ever
+            trackers = [await sender.submit(Message(body=n, durable=True)) for n in range(count)]
+            outcomes = [await tracker for tracker in trackers]
+        assert outcomes == [Accepted()] * count
+        assert len(broker.queue("piped")) == count

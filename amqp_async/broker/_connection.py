@@ -153,7 +153,7 @@ class ServerConnection:
         self._inbound: list[_Inbound] = []
         self._group: anyio.abc.TaskGroup | None = None
         self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
-        self._awaiting_settlement = False  # a producer was refused credit until it settles (see _settled_by_producer)
+        self._awaiting_settlement = False  # a producer was refused credit until it settles (see _settled_incoming)
         self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
         self.transactions = TransactionCoordinator(
             broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout, flow=broker.flow
@@ -402,7 +402,8 @@ class ServerConnection:
                 return
             if link.session.unsettled_incoming >= AWAITING_SETTLEMENT_LIMIT:
                 # Receiver settle mode second (§2.6.12): each message waits, with its delivery, for the producer's
-                # settlement; one that does not settle gets no more credit until it does (_on_outcomes).
+                # settlement; one that does not settle gets no more credit until it does (_on_outcomes). A durable
+                # message waits for the store's commit too, before we settle it (_settle_stored).
                 self._awaiting_settlement = True
                 return
             link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
@@ -687,9 +688,10 @@ class ServerConnection:
             return
         link.settle(delivery, state, settled=not second)
 
-    def _settled_by_producer(self, deliveries: list[Any]) -> None:
-        """Producers settled messages they sent in receiver settle mode second: once a session waits on few
-        enough, its producers that were refused credit for it get credit again."""
+    def _settled_incoming(self, deliveries: list[Any]) -> None:
+        """Messages producers sent are settled: by the producer (receiver settle mode second), or by us once the
+        store committed a durable one. Once a session waits on few enough, its producers that were refused credit
+        for it get credit again."""
         sessions = {delivery.link.session for delivery in deliveries if delivery.link.user_data.__class__ is _Inbound}
         resumed = [session for session in sessions if session.unsettled_incoming < AWAITING_SETTLEMENT_LIMIT // 2]
         if not resumed:
@@ -711,6 +713,11 @@ class ServerConnection:
             link.settle(delivery, state, settled=settled)
         except LocalProtocolError:
             return  # its session ended meanwhile
+        if settled and self._awaiting_settlement:
+            # Settled by us (mode first): the messages waiting for the store held the session's credit back
+            # (grant()), and no settlement of the producer's will come to give it again. Before, a producer of
+            # durable messages pipelined to --data-dir stalled for good once 4,096 waited for a commit.
+            self._settled_incoming([delivery])
         self.kick()
 
     def _on_flow(self, event: ev.FlowReceived) -> None:
@@ -733,7 +740,7 @@ class ServerConnection:
         touched = False
         unknown: list[tuple[protocol.Link, Any]] = []
         if self._awaiting_settlement and event.settled:
-            self._settled_by_producer(event.deliveries)
+            self._settled_incoming(event.deliveries)
         for delivery in event.deliveries:
             outbound = delivery.link.user_data
             if not isinstance(outbound, _Outbound):
