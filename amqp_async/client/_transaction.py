@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from ..protocol.link import Link as EngineLink
     from ._connection import Connection
     from ._delivery import Delivery
-    from ._stream_delivery import StreamDelivery
     from ._session import Session
+    from ._stream_delivery import StreamDelivery
 
 __all__ = ["Transaction"]
 

@@ -71,7 +71,6 @@ def _short_repr(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-
 class _CallbackSender(Protocol):
     """A sender of the callback API (:mod:`amqp_async.proton`), as :meth:`Message.send` uses it."""
 
@@ -90,6 +89,7 @@ class _CallbackReceiver(Protocol):
     def recv(self, limit: int, /) -> bytes | None: ...
 
     def advance(self) -> bool: ...
+
 
 class MessageBodyError(AMQPError, ValueError):
     """A message body that is not what it was read as: :meth:`Message.json` on a body that does not hold JSON text.
