@@ -530,6 +530,37 @@ async def test_closed_links_and_sessions_are_not_restored() -> None:
             await conn.close()
 
 
+async def test_links_and_sessions_closed_during_the_reconnect_stay_closed_and_close_at_once() -> None:
+    """close() called while the connection is down: the peer dropped the link (or session) with the transport, so
+    close() returns at once and the reconnect leaves it out. Before, close() waited 10 s for an answer that could
+    not come, and the link was attached again after the reconnect: a receiver the application could no longer
+    read, holding the credit (and the messages) other consumers were waiting for."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        with anyio.fail_after(TIMEOUT):
+            conn = await amqp_async.connect(proxy.url, reconnect=backoff())
+            kept = await conn.open_sender("q", name="kept-sender")
+            receiver = await conn.open_receiver("jobs", name="closed-in-outage")
+            sender = await conn.open_sender("q", name="sender-closed-in-outage")
+            session = await conn.open_session()
+            await session.open_receiver("q", name="session-closed-in-outage")
+            await in_thread(lambda: broker.wait_attaches(4))
+            proxy.down()
+            await wait_until(lambda: conn.state is not amqp_async.ConnectionState.OPEN, "the drop seen")
+            started = anyio.current_time()
+            await receiver.close()
+            await sender.close()
+            await session.close()
+            assert anyio.current_time() - started < 1.0  # before: 10 s each
+            proxy.up()
+            await in_thread(lambda: broker.wait_connections(2))
+            assert await kept.send(amqp_async.Message(body="after")) == Accepted()
+            await anyio.sleep(0.2)  # let any stray attach arrive
+            assert sorted(a.name for a in broker.attaches if a.connection == 1) == ["kept-sender"]
+            with pytest.raises(amqp_async.ClosedByApplication):
+                await sender.send(amqp_async.Message(body="on a closed sender"))
+            await conn.close()
+
+
 async def test_delivery_received_before_the_drop_cannot_be_settled_after_it() -> None:
     """A delivery taken before the connection dropped belongs to the old link: settling it raises LinkDetached
     (the broker gives the message again, on the new link)."""

@@ -539,8 +539,15 @@ class Connection(LinkOpener):
         for session in self._sessions:
             session._on_transport_lost()
         self._error = None
+        # Sessions closed, or being closed by the application, stay closed: a close waiting for the peer's end
+        # returns (woken below), and the session is not begun again.
+        for session in self._sessions:
+            if session._closing:
+                session._ended = True
         self._sessions = [session for session in self._sessions if not session.is_closed]
+        self._notify()  # closes that wait for the peer's answer: it will not come on this transport
         await self._connect_transport(first=False)
+        self._sessions = [session for session in self._sessions if not session.is_closed]  # closed meanwhile
         for session in list(self._sessions):
             session._restore()
         self._kick()

@@ -206,11 +206,18 @@ class _Link:
             self._closed = True
             return
         self._detaching = True
+        connection = self.connection
+        if connection._reconnecting:
+            # The transport went, and the engine link with it: the peer dropped the link with its connection, and
+            # the reconnect leaves it out (Session._restore). Before, the close waited 10 s for a detach that could
+            # not come, and the link was attached again, a consumer the application could no longer read.
+            self._closed = True
+            return
         link.detach(closed=True, error=error)
-        self.connection._kick()
+        connection._kick()
         with anyio.move_on_after(10):
-            while link.remote_state is ACTIVE and not self.connection.is_closed:
-                await self.connection._wait_state()
+            while link.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
+                await connection._wait_state()
         self._closed = True
 
     async def __aexit__(self, *exc_info: object) -> None:

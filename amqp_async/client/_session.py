@@ -93,7 +93,11 @@ class Session(LinkOpener):
         engine_session = self.connection.engine.begin_session(**self._options)
         engine_session.user_data = self
         self._engine_session = engine_session
-        self._links = [link for link in self._links if not link.is_closed]  # closed links stay closed
+        # Closed links stay closed, and so do those the application was closing when the transport went.
+        for link in self._links:
+            if link._detaching:
+                link._closed = True
+        self._links = [link for link in self._links if not link.is_closed]
         for link in self._links:
             link._restore(engine_session)
 
@@ -156,11 +160,15 @@ class Session(LinkOpener):
             self._ended = True
             return
         self._closing = True
+        connection = self.connection
+        if connection._reconnecting:  # the transport went with the session: the reconnect leaves it out
+            self._ended = True
+            return
         engine_session.end(error)
-        self.connection._kick()
+        connection._kick()
         with anyio.move_on_after(10):
-            while engine_session.remote_state is ACTIVE and not self.connection.is_closed:
-                await self.connection._wait_state()
+            while engine_session.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
+                await connection._wait_state()
         self._ended = True
 
     async def __aenter__(self) -> Session:
