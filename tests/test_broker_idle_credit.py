@@ -79,6 +79,17 @@ def test_the_sweep_grants_nothing_when_the_memory_is_really_full() -> None:
     assert any(link.value for link in starved)
 
 
+def test_the_sweep_leaves_the_last_of_the_room_to_settlements() -> None:
+    """Less room really free than a grant worth making is the limit reached, not credit unused: no share (before
+    this rule, each sweep gave half of what was left, a trickle towards the limit that a flood test caught)."""
+    flow = Flow(max_memory=100 * 1000)
+    for _ in range(95):
+        flow.hold(1000)
+    starved = producer(flow)
+    flow.unstall()
+    assert flow.unstall() == 0 and starved.value == 0
+
+
 def test_shares_of_several_starved_producers_stay_within_half_the_free_room() -> None:
     flow = Flow(max_memory=1000 * 1000)
     hog = producer(flow)

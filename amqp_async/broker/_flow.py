@@ -24,7 +24,8 @@ sender opened and left idle; one granted its window when messages were smaller t
 while the memory and the queues are empty: nothing held, no settlement to wait for. The broker's periodic sweep
 (:meth:`Flow.unstall`, every ``expiry_interval``) gives the producers still starved since the last sweep a share of
 the room that is really free (the messages held, not the credit promised, counted), half of it at most for all of
-them together: a producer is never held back for good by credit that is not used. This can commit more than the
+them together, when that room is worth a grant (less is the limit reached: that waits for settlements): a producer
+is never held back for good by credit that is not used. This can commit more than the
 limits if the idle producers then send all their credit: by at most the credit they held.
 
 Producers whose address is known only per message (the anonymous relay) are held by the memory limit only; a
@@ -223,8 +224,13 @@ class Flow:
             return 0
         free = None
         if self.max_memory is not None:
+            size = self._message_size()
             held = self.held_bytes + self.assembling + self.node_bytes
-            free = (max(0, (self.max_memory - held) // self._message_size()) + 1) // 2
+            really_free = max(0, (self.max_memory - held) // size)
+            # Less than a grant worth making (see _room) is the limit reached, not room promised and unused: that
+            # waits for settlements, as before (no trickle of shares towards the last byte).
+            worth = min(WINDOW // 2, max(1, self.max_memory // size // 2))
+            free = (really_free + 1) // 2 if really_free >= worth else 0
         free_by_target: dict[int, int] = {}
         unstalled = 0
         for producer in stalled:
@@ -254,11 +260,13 @@ class Flow:
     @staticmethod
     def _free_depth(target: Queue | Topic) -> int:
         """Half (rounded up) of what the fullest of ``target``'s queues with a ``max_depth`` has free, in messages
-        (WINDOW: none has a limit)."""
+        (WINDOW: none has a limit); 0 when that is less than a grant worth making (half the queue's limit): the
+        queue is full then, not promised to producers that do not send."""
         free = 2 * WINDOW
         for queue in target.queues():
             if queue.max_depth is not None:
-                free = min(free, max(0, queue.max_depth - len(queue.entries)))
+                room = max(0, queue.max_depth - len(queue.entries))
+                free = min(free, room if room >= max(1, queue.max_depth // 2) else 0)
         return (free + 1) // 2
 
     def _message_size(self) -> int:
