@@ -58,6 +58,12 @@ UNSEEN_SIZE = 64 << 10
 NODE_SIZE = 1536
 
 
+def _worth(limit: int) -> int:
+    """The least credit worth granting under a limit of ``limit`` messages: half a window, or half the limit when
+    that is smaller (at least one): room below it is the limit reached, and waits for settlements."""
+    return min(WINDOW // 2, max(1, limit // 2))
+
+
 class NoRoomForNode(Exception):
     """The memory limit leaves no room for a new node: what asked for it is refused with
     ``amqp:resource-limit-exceeded`` and these words."""
@@ -229,8 +235,7 @@ class Flow:
             really_free = max(0, (self.max_memory - held) // size)
             # Less than a grant worth making (see _room) is the limit reached, not room promised and unused: that
             # waits for settlements, as before (no trickle of shares towards the last byte).
-            worth = min(WINDOW // 2, max(1, self.max_memory // size // 2))
-            free = (really_free + 1) // 2 if really_free >= worth else 0
+            free = (really_free + 1) // 2 if really_free >= _worth(self.max_memory // size) else 0
         free_by_target: dict[int, int] = {}
         unstalled = 0
         for producer in stalled:
@@ -266,7 +271,7 @@ class Flow:
         for queue in target.queues():
             if queue.max_depth is not None:
                 room = max(0, queue.max_depth - len(queue.entries))
-                free = min(free, room if room >= max(1, queue.max_depth // 2) else 0)
+                free = min(free, room if room >= _worth(queue.max_depth) else 0)
         return (free + 1) // 2
 
     def _message_size(self) -> int:
@@ -298,7 +303,7 @@ class Flow:
         if self.block_full_queues and target is not None:
             for queue in target.queues():
                 if queue.max_depth is not None:
-                    worth = min(worth, max(1, queue.max_depth // 2))
+                    worth = min(worth, _worth(queue.max_depth))
         if self.max_memory is not None:
             # Counted in messages of the larger of the average size held and the last one seen; before the first
             # message, of UNSEEN_SIZE: a full window where the room is ample, one credit (to learn the size) where
@@ -307,7 +312,7 @@ class Flow:
             held = self.held_bytes + self.assembling + self.node_bytes
             memory_room = (self.max_memory - held) // size - (promised.to_all() - credit)
             room = min(room, memory_room)
-            worth = min(worth, max(1, self.max_memory // size // 2))
+            worth = min(worth, _worth(self.max_memory // size))
             lacking = max(0, worth - (memory_room - credit)) * size
         return max(room, 0), worth, lacking
 

@@ -539,19 +539,22 @@ class Connection(LinkOpener):
         for session in self._sessions:
             session._on_transport_lost()
         self._error = None
-        # Sessions closed, or being closed by the application, stay closed: a close waiting for the peer's end
-        # returns (woken below), and the session is not begun again.
-        for session in self._sessions:
-            if session._closing:
-                session._ended = True
-        self._sessions = [session for session in self._sessions if not session.is_closed]
+        self._keep_open_sessions()
         self._notify()  # closes that wait for the peer's answer: it will not come on this transport
         await self._connect_transport(first=False)
-        self._sessions = [session for session in self._sessions if not session.is_closed]  # closed meanwhile
+        self._keep_open_sessions()  # some may have been closed meanwhile
         for session in list(self._sessions):
             session._restore()
         self._kick()
         self._notify()  # waiters on the old links and sessions find them replaced
+
+    def _keep_open_sessions(self) -> None:
+        """After a transport loss: sessions closed, or being closed by the application, end here and are not begun
+        again (a close waiting for the peer's end returns: it will not come on the lost transport)."""
+        for session in self._sessions:
+            if session._closing:
+                session._ended = True
+        self._sessions = [session for session in self._sessions if not session.is_closed]
 
     async def _close_stream(self) -> None:
         if self._stream is not None:

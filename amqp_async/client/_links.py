@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, cast
 
 import anyio
 
@@ -86,6 +86,10 @@ def _not_a_message(message: object) -> TypeError:
         "a message to send is an amqp_async.Message, or the bytes of an encoded message (Message.encode()); got "
         f"{type(message).__name__} {shown}. To send it as the message's body: Message(body=...){hint}"
     )
+
+
+#: What a sender sends: a message, or the bytes of one already encoded (any bytes-like object).
+Sendable: TypeAlias = "Message | bytes | bytearray | memoryview"
 
 
 class _Link:
@@ -350,9 +354,7 @@ class Sender(_Link, Generic[_R]):
 
     _waiting = 0
 
-    async def submit(
-        self, message: Message | bytes | bytearray | memoryview, *, transaction: Transaction | None = None
-    ) -> Tracker[_R]:
+    async def submit(self, message: Sendable, *, transaction: Transaction | None = None) -> Tracker[_R]:
         """Wait for credit, transfer the message, and return a :class:`Tracker` of its outcome.
 
         ``message`` is a :class:`Message` or already encoded message bytes. An anonymous sender (target None)
@@ -383,7 +385,7 @@ class Sender(_Link, Generic[_R]):
                 await anyio.lowlevel.cancel_shielded_checkpoint()
         return tracker
 
-    def _transfer_now(self, message: Message | bytes | bytearray | memoryview) -> Tracker[_R] | None:
+    def _transfer_now(self, message: Sendable) -> Tracker[_R] | None:
         """:meth:`_transfer` without a coroutine, for the common case: a :class:`Message` (not traced, outside a
         transaction) on a link with credit and room in the output, handed to the engine at once. None when the case
         is any other (nothing done then: :meth:`_transfer` takes it)."""
@@ -406,7 +408,7 @@ class Sender(_Link, Generic[_R]):
 
     async def _transfer(
         self,
-        message: Message | bytes | bytearray | memoryview,
+        message: Sendable,
         transaction: Transaction | None = None,
         traced: bool = True,
     ) -> Tracker[_R]:
@@ -512,9 +514,7 @@ class Sender(_Link, Generic[_R]):
         """
         return list(self._pending)
 
-    async def send(
-        self, message: Message | bytes | bytearray | memoryview, *, transaction: Transaction | None = None
-    ) -> _R:
+    async def send(self, message: Sendable, *, transaction: Transaction | None = None) -> _R:
         """Send a message and wait for its outcome.
 
         ``message`` is a :class:`Message` (``Message(body=...)``, ``Message.from_json(...)``) or the bytes of an
@@ -543,9 +543,7 @@ class Sender(_Link, Generic[_R]):
             return None  # type: ignore[return-value]  # _R is None on an at-most-once sender
         return await tracker
 
-    async def send_many(
-        self, messages: Iterable[Message | bytes | bytearray | memoryview], *, transaction: Transaction | None = None
-    ) -> list[_R]:
+    async def send_many(self, messages: Iterable[Sendable], *, transaction: Transaction | None = None) -> list[_R]:
         """Send messages pipelined (each transferred as soon as there is credit, without waiting for the outcome
         of the ones before), and wait until every one is settled.
 
@@ -863,10 +861,11 @@ class Receiver(_ReceivingLink):
 
     def _take_queued(self, taken: list[EngineDelivery], max_count: int) -> None:
         incoming = self._engine_link.incoming
-        if incoming and len(taken) < max_count:
-            while incoming and len(taken) < max_count:
-                taken.append(incoming.popleft())
-            self._top_up()
+        if not incoming:
+            return
+        while incoming and len(taken) < max_count:
+            taken.append(incoming.popleft())
+        self._top_up()
 
     def __aiter__(self) -> Receiver:
         return self

@@ -36,7 +36,7 @@ from ..errors import (
 )
 from ..message import Message
 from ._link_options import sender_options
-from ._links import Sender
+from ._links import Sendable, Sender
 
 if TYPE_CHECKING:
     from ..protocol.link import Link as EngineLink
@@ -225,7 +225,7 @@ class Transaction:
         """The state a disposition within the transaction carries: the outcome it will have at commit (§4.4.2)."""
         return TransactionalState(txn_id=self._require_active(), outcome=outcome)
 
-    async def send(self, sender: Sender[_R], message: Message | bytes | bytearray | memoryview) -> _R:
+    async def send(self, sender: Sender[_R], message: Sendable) -> _R:
         """Send ``message`` on ``sender`` within the transaction: ``sender.send(message, transaction=self)``."""
         return await sender.send(message, transaction=self)
 
