@@ -4,10 +4,11 @@ tests/test_streaming_interop.py). One line of JSON per event on stdout; a listen
     python proton_stream_peer.py listen-receive COUNT
         listen; take messages until COUNT complete ones came; for each delivery print
         {"aborted": true} or {"size": N, "sha256": H, "subject": S}
-    python proton_stream_peer.py listen-send-aborted SIZE
+    python proton_stream_peer.py listen-send-aborted SIZE [head]
         listen; to the first receiver that attaches with credit, send SIZE bytes of a message and abort it
         (§2.6.14), then a complete message of SIZE bytes whose body is ``bytes(range(256))`` repeated; print
-        {"sent": "aborted"} and {"sent": "complete", "sha256": H}
+        {"sent": "aborted"} and {"sent": "complete", "sha256": H}. With ``head``, the aborted message's
+        application properties take 100 KB and it is aborted inside them, before its body starts
     python proton_stream_peer.py listen-send-endless
         listen; to the first receiver that attaches with credit, send a message that never ends: 1 MiB more of it
         whenever less than 4 MiB of it waits to go, until the receiver detaches the link; then print
@@ -81,9 +82,10 @@ class ListenReceive(MessagingHandler):  # type: ignore[misc]
 
 
 class ListenSendAborted(MessagingHandler):  # type: ignore[misc]
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, in_head: bool = False) -> None:
         super().__init__()
         self.size = size
+        self.in_head = in_head
         self.done = False
 
     def on_start(self, event: Any) -> None:
@@ -99,8 +101,10 @@ class ListenSendAborted(MessagingHandler):  # type: ignore[misc]
         # A delivery of several frames, never completed: half of it is given, the rest never; a second later (its
         # first frames are out: the receiver has it) it is aborted (§2.6.14), and a complete one follows.
         partial = sender.delivery(b"aborted-1")
-        encoded = Message(body=pattern(self.size), subject="to be aborted", inferred=True).encode()
-        sender.stream(encoded[: len(encoded) // 2])
+        properties = {"padding": "p" * 100_000} if self.in_head else None
+        message = Message(body=pattern(self.size), subject="to be aborted", properties=properties, inferred=True)
+        encoded = message.encode()
+        sender.stream(encoded[: 20_000 if self.in_head else len(encoded) // 2])
         event.container.schedule(1.0, _Later(lambda: self.abort_then_send(sender, partial)))
 
     def abort_then_send(self, sender: Any, partial: Any) -> None:
@@ -214,7 +218,7 @@ def main(argv: list[str]) -> None:
     if mode == "listen-receive":
         handler: MessagingHandler = ListenReceive(int(argv[1]))
     elif mode == "listen-send-aborted":
-        handler = ListenSendAborted(int(argv[1]))
+        handler = ListenSendAborted(int(argv[1]), in_head=argv[2:] == ["head"])
     elif mode == "listen-send-endless":
         handler = ListenSendEndless()
     elif mode == "send":

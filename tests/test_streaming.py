@@ -37,6 +37,11 @@ from amqp_async.broker import Broker
 from amqp_async.codec import conditions
 from amqp_async.codec.sections import Data
 
+try:
+    from stalls import fails_if_the_loop_stalls
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.stalls import fails_if_the_loop_stalls
+
 pytestmark = pytest.mark.anyio
 
 TIMEOUT = 60.0
@@ -343,6 +348,23 @@ async def test_settling_before_the_end_drops_the_rest_and_taking_the_next_drops_
                 again = await receiver.receive()
                 assert (await again.message()).subject == "second" and await read_body(again) == big
                 await again.accept()
+
+
+@pytest.mark.parametrize("ending", ["accept", "discard"])
+async def test_a_body_read_after_settling_a_delivery_that_had_arrived_whole_raises(ending: str) -> None:
+    """Every frame had come before the settlement: the body it drops is refused at once, not waited for (a read
+    that waited for frames that cannot come would stall the loop)."""
+    with anyio.fail_after(TIMEOUT):
+        async with serving() as broker, connect(broker) as conn:
+            async with conn.open_stream_sender("q") as sender:
+                await sender.send_stream(b"hello world", Message(subject="small"))
+            async with conn.open_stream_receiver("q") as receiver:
+                delivery = await receiver.receive()
+                assert (await delivery.message()).subject == "small"
+                await eventually(lambda: delivery.complete)
+                await (delivery.accept() if ending == "accept" else delivery.discard())
+                with fails_if_the_loop_stalls(5), pytest.raises(ClosedByApplication, match="the rest was dropped"):
+                    await read_body(delivery)
 
 
 async def test_a_receiver_cancelled_mid_body_releases_the_message_for_the_next() -> None:

@@ -32,9 +32,11 @@ from amqp_async.broker import Broker
 
 try:
     from rabbitmq import RabbitMQNode
+    from stalls import fails_if_the_loop_stalls
     from test_interop_matrix import ROOT, _load_bench_peers, _Process, _rhea_env, _skip_loudly
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.rabbitmq import RabbitMQNode
+    from tests.stalls import fails_if_the_loop_stalls
     from tests.test_interop_matrix import ROOT, _load_bench_peers, _Process, _rhea_env, _skip_loudly
 
 pytestmark = pytest.mark.anyio
@@ -212,6 +214,28 @@ async def test_a_large_message_from_python_qpid_proton_is_read_streamed_through_
                 await delivery.accept()
 
 
+async def test_a_delivery_aborted_before_its_body_raises_on_every_read_and_the_loop_goes_on() -> None:
+    """Aborted inside its application properties (python-qpid-proton's sender): the first read raises, and so does
+    every later one (a handler that logs the message's subject asks again) without waiting or blocking the loop."""
+    with proton_peer("listen-send-aborted", str(1000), "head", listening=True) as peer:
+        assert isinstance(peer, _Process)
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(f"amqp://127.0.0.1:{peer.port}", reconnect=False) as conn:
+                async with conn.open_stream_receiver("aborts", buffer_size=16 << 10) as receiver:
+                    first = await receiver.receive()
+                    with pytest.raises(DeliveryAborted, match="aborted"):
+                        await first.message()
+                    for read in (first.message, first.read_message, first.body_chunks().__anext__):
+                        with fails_if_the_loop_stalls(5), pytest.raises(DeliveryAborted, match="aborted"):
+                            await read()
+                    second = await receiver.receive()
+                    assert (await second.message()).subject == "complete"
+                    assert b"".join([chunk async for chunk in second.body_chunks()]) == pattern(1000)
+                    await second.accept()
+                lines = await wait_for_lines(peer, 3)
+    assert lines[-1] == {"outcome": "accepted"}
+
+
 async def test_python_qpid_protons_aborted_delivery_raises_on_our_body_iterator() -> None:
     size = MiB  # proton copies its whole unsent output at each write (quadratic): keep it small
     with proton_peer("listen-send-aborted", str(size), listening=True) as peer:
@@ -223,10 +247,13 @@ async def test_python_qpid_protons_aborted_delivery_raises_on_our_body_iterator(
                     first = await receiver.receive()
                     assert (await first.message()).subject == "to be aborted"
                     read = 0
+                    chunks = first.body_chunks()
                     with pytest.raises(DeliveryAborted, match="aborted"):
-                        async for chunk in first.body_chunks():
+                        async for chunk in chunks:
                             read += len(chunk)
                     assert 0 < read < size and first.aborted and first.settled
+                    with pytest.raises(DeliveryAborted, match="aborted"):  # again, not a quiet end of the body
+                        await chunks.__anext__()
                     second = await receiver.receive()
                     assert (await second.message()).subject == "complete"
                     body = b"".join([chunk async for chunk in second.body_chunks()])

@@ -48,6 +48,7 @@ class StreamDelivery(_Settlement):
         "_chunks",
         "_dropped",
         "_ended",
+        "_failure",
         "_head",
         "_iterating",
         "_reader",
@@ -64,6 +65,9 @@ class StreamDelivery(_Settlement):
         self._head: Message | None = None
         self._ended = False  # the reader saw the end of the message
         self._dropped = False  # the rest was given up (settled or discarded before the end)
+        # What ended the message early (aborted, cut off, undecodable): every later read raises it again, where a
+        # read that found the message ended would otherwise wait for frames that cannot come.
+        self._failure: Exception | None = None
         self._iterating = False
 
     # --- state -----------------------------------------------------------------------------------------------
@@ -127,7 +131,7 @@ class StreamDelivery(_Settlement):
         :class:`~amqp_async.DecodeError` for bytes that are not a message, and the link's, session's or
         connection's error when it ends before the message does.
         """
-        if self._iterating:
+        if self._iterating and self._failure is None:  # after a failure, a new iterator raises it again
             raise RuntimeError("the body of a delivery is iterated once")
         self._iterating = True
         return _BodyChunks(self)
@@ -140,12 +144,14 @@ class StreamDelivery(_Settlement):
             RuntimeError: the body is being read with :meth:`body_chunks`.
             DecodeError, DeliveryAborted, LinkError, SessionError, ConnectionError: as :meth:`body_chunks`.
         """
-        if self._iterating:
+        if self._iterating and self._failure is None:
             raise RuntimeError("the body is being read with body_chunks(): read_message() reads it whole instead")
         self._iterating = True
         head = await self.message()
         parts: list[bytes] = []
         reader = self._reader
+        if self._failure is not None:
+            raise self._failure.with_traceback(None)
         while not self._ended:
             await self._pull()
             if reader.stopped:
@@ -209,13 +215,17 @@ class StreamDelivery(_Settlement):
         return not isinstance(delivery, StreamingDelivery) or (delivery.complete and not delivery.chunks)
 
     async def _pull(self) -> None:
-        """Read what came; wait for more when nothing did. Raises what ended the message early."""
-        if self._ended:
-            return
+        """Read what came; wait for more when nothing did. Raises what ended the message early, and
+        :class:`~amqp_async.ClosedByApplication` once the rest was dropped: it returns without reading only when
+        the message ended whole."""
+        if self._failure is not None:
+            raise self._failure.with_traceback(None)
         if self._dropped:
             raise ClosedByApplication(
                 f"delivery {self.tag!r} was settled (or discarded) before its body was read: the rest was dropped"
             )
+        if self._ended:
+            return
         pieces = self._take()
         reader = self._reader
         for piece in pieces:
@@ -230,12 +240,16 @@ class StreamDelivery(_Settlement):
         """Every frame was read: the message ends here (or it was aborted, or cut off)."""
         delivery = self._delivery
         self._ended = True
-        if delivery.aborted:
-            raise DeliveryAborted(f"the sender aborted delivery {delivery.tag!r} before its end (§2.6.14)")
-        if isinstance(delivery, StreamingDelivery) and delivery.interrupted:
-            self.receiver._check()  # the link's, session's or connection's error
-            raise LinkDetached(f"the link ended before the last frame of delivery {delivery.tag!r}")
-        self._reader.finish()
+        try:
+            if delivery.aborted:
+                raise DeliveryAborted(f"the sender aborted delivery {delivery.tag!r} before its end (§2.6.14)")
+            if isinstance(delivery, StreamingDelivery) and delivery.interrupted:
+                self.receiver._check()  # the link's, session's or connection's error
+                raise LinkDetached(f"the link ended before the last frame of delivery {delivery.tag!r}")
+            self._reader.finish()
+        except Exception as failure:
+            self._failure = failure
+            raise
 
     async def _wait(self) -> None:
         receiver = self.receiver
@@ -293,7 +307,7 @@ class _BodyChunks:
                     f"the body is an {kind} section of another type than binary or string: no stream of bytes; "
                     "read it whole with read_message()"
                 )
-            if delivery._ended and not delivery._dropped:
+            if delivery._ended and not delivery._dropped and delivery._failure is None:
                 raise StopAsyncIteration
             await delivery._pull()
         return chunks.popleft()
