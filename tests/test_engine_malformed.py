@@ -626,6 +626,46 @@ def test_transfer_beyond_credit() -> None:
     assert session.is_open and conn.is_open
 
 
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "streaming"])
+@pytest.mark.parametrize(
+    "continuation",
+    [
+        pytest.param({"tag": b"other"}, id="another-delivery-tag"),
+        pytest.param({"tag": None, "message_format": 77}, id="another-message-format"),
+    ],
+)
+def test_a_continuation_transfer_must_keep_the_first_frames_tag_and_format(
+    continuation: dict[str, Any], streaming: bool
+) -> None:
+    """§2.7.5: "it is an error if the delivery-tag on a continuation transfer differs from the delivery-tag on the
+    first transfer of a delivery" (the same for the message-format): the link is detached, nothing is handed over as
+    a message made of two deliveries' parts, and the session and connection go on."""
+    conn, session, link = with_receiver()
+    link.streaming = streaming
+    events, _ = feed(conn, transfer(0, b"t0", payload=b"part-one", more=True, message_format=0))
+    events, out = feed(conn, transfer(None, payload=b"part-two", **continuation))
+    detached = [e for e in events if isinstance(e, LinkDetached)]
+    assert len(detached) == 1, events
+    assert detached[0].error is not None and detached[0].error.condition == conditions.INVALID_FIELD
+    assert "continuation transfer" in detached[0].error.description
+    assert [e.condition if e else None for e in detach_errors(out)] == [conditions.INVALID_FIELD]
+    if streaming:  # handed over at its first frame: now cut off, never complete
+        [streamed] = link.incoming
+        assert streamed.interrupted and not streamed.chunks
+    else:
+        assert not link.incoming
+    assert session.is_open and conn.is_open
+
+
+def test_a_continuation_transfer_may_repeat_the_first_frames_tag_and_format() -> None:
+    conn, _session, link = with_receiver()
+    feed(conn, transfer(0, b"t0", payload=b"one-", more=True, message_format=0))
+    events, _ = feed(conn, transfer(0, b"t0", payload=b"two", message_format=0))
+    assert [type(e) for e in events] == [DeliveriesReceived]
+    [received] = link.incoming
+    assert (received.tag, received.payload) == (b"t0", b"one-two")
+
+
 def test_transfer_before_we_attached() -> None:
     """The peer attached as sender and transfers before our attach (so before any credit, §2.6.7): that is a
     transfer beyond the link credit (0), not something to drop silently."""

@@ -712,10 +712,25 @@ class ReceiverLink(Link):
             self._current_parts = [payload]
             self._current_size = len(payload)
             return None
-        # A continuation frame: its delivery-id, if present, must be the current one.
+        # A continuation frame (§2.7.5): its delivery-id, delivery-tag and message-format may be omitted, and
+        # where present must be the first frame's ("it is an error if the delivery-tag on a continuation transfer
+        # differs from the delivery-tag on the first transfer of a delivery"; the same for the message-format).
         if count > 1 and fields[1] is not None and fields[1] != current.delivery_id:
             raise RemoteProtocolError(
                 "a transfer interleaves deliveries on one link", condition=conditions.INVALID_FIELD, scope="link"
+            )
+        if count > 2 and fields[2] is not None and fields[2] != current.tag:
+            raise RemoteProtocolError(
+                f"a continuation transfer of delivery {current.tag!r} carries another delivery-tag {fields[2]!r}",
+                condition=conditions.INVALID_FIELD,
+                scope="link",
+            )
+        if count > 3 and fields[3] is not None and fields[3] != current.message_format:
+            raise RemoteProtocolError(
+                f"a continuation transfer of delivery {current.tag!r} carries another message-format "
+                f"({fields[3]}, the first frame's {current.message_format})",
+                condition=conditions.INVALID_FIELD,
+                scope="link",
             )
         if count > 4 and fields[4] is True:
             current.remote_settled = True
