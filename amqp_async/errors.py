@@ -396,7 +396,8 @@ class DeliveryAborted(DeliveryError):
 
 
 class DeliveryInDoubt(DeliveryError):
-    """The connection ended before the outcome of this delivery was known: it may or may not have arrived.
+    """The connection ended, or the peer detached the link, before the outcome of this delivery was known: it may
+    or may not have arrived. Its condition and ``__cause__`` are the connection's or the link's error.
 
     The caller decides whether to send it again (at-least-once) or not.
     """

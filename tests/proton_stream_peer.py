@@ -13,6 +13,10 @@ tests/test_streaming_interop.py). One line of JSON per event on stdout; a listen
         listen; to the first receiver that attaches with credit, send a message that never ends: 1 MiB more of it
         whenever less than 4 MiB of it waits to go, until the receiver detaches the link; then print
         {"error": CONDITION, "description": ..., "streamed": BYTES} (BYTES: what was given to the link)
+    python proton_stream_peer.py listen-detach-on-message
+        listen; take each message whole, and instead of settling it detach its link with
+        amqp:link:message-size-exceeded ("message larger than 1000 bytes": a limit the attach did not announce);
+        print {"detached": SIZE} per message (SIZE: its encoded bytes)
     python proton_stream_peer.py send URL ADDRESS SIZE
         connect; send one message whose body is SIZE bytes (``bytes(range(256))`` repeated; one data section);
         print {"outcome": ..., "sha256": H} or {"error": CONDITION, "description": ...} when the link fails
@@ -26,7 +30,7 @@ import socket
 import sys
 from typing import Any
 
-from proton import Delivery, Message
+from proton import Condition, Delivery, Message
 from proton.handlers import MessagingHandler
 from proton.reactor import Container
 
@@ -119,6 +123,24 @@ class ListenSendAborted(MessagingHandler):  # type: ignore[misc]
             say(outcome="accepted")
             event.connection.close()
             self.acceptor.close()
+
+
+class ListenDetachOnMessage(MessagingHandler):  # type: ignore[misc]
+    """A receiver with a limit it did not announce: it refuses each message by detaching the link (§2.7.3)."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_accept=False)
+
+    def on_start(self, event: Any) -> None:
+        port = free_port()
+        self.acceptor = event.container.listen(f"127.0.0.1:{port}")
+        print(f"listening on {port}", flush=True)
+
+    def on_message(self, event: Any) -> None:
+        say(detached=len(event.message.encode()))
+        link = event.receiver
+        link.condition = Condition("amqp:link:message-size-exceeded", "message larger than 1000 bytes")
+        link.close()
 
 
 class ListenSendEndless(MessagingHandler):  # type: ignore[misc]
@@ -219,6 +241,8 @@ def main(argv: list[str]) -> None:
         handler: MessagingHandler = ListenReceive(int(argv[1]))
     elif mode == "listen-send-aborted":
         handler = ListenSendAborted(int(argv[1]), in_head=argv[2:] == ["head"])
+    elif mode == "listen-detach-on-message":
+        handler = ListenDetachOnMessage()
     elif mode == "listen-send-endless":
         handler = ListenSendEndless()
     elif mode == "send":

@@ -27,7 +27,7 @@ import anyio
 import pytest
 
 import amqp_async
-from amqp_async import Accepted, DeliveryAborted, Message
+from amqp_async import Accepted, DeliveryAborted, DeliveryInDoubt, LinkError, Message
 from amqp_async.broker import Broker
 
 try:
@@ -261,6 +261,28 @@ async def test_python_qpid_protons_aborted_delivery_raises_on_our_body_iterator(
                     await second.accept()
                 lines = await wait_for_lines(peer, 3)
     assert lines == [{"sent": "aborted"}, {"sent": "complete", "sha256": sha(pattern(size))}, {"outcome": "accepted"}]
+
+
+async def test_a_link_detached_after_the_last_frame_names_the_peers_condition_to_the_sender() -> None:
+    """python-qpid-proton takes the message whole, then detaches the link with an error instead of settling it: the
+    outcome is in doubt, and the error says why (the peer's condition, its LinkError as the cause), for a streamed
+    message and for a whole one."""
+    with proton_peer("listen-detach-on-message", listening=True) as peer:
+        assert isinstance(peer, _Process)
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(f"amqp://127.0.0.1:{peer.port}", reconnect=False) as conn:
+                async with conn.open_stream_sender("limited") as stream_sender:
+                    with pytest.raises(DeliveryInDoubt) as streamed:
+                        await stream_sender.send_stream(pattern(5000))
+                sender = await conn.open_sender("limited")
+                with pytest.raises(DeliveryInDoubt) as whole:
+                    await sender.send(Message(body=pattern(5000)))
+                await wait_for_lines(peer, 2)
+    for raised in (streamed.value, whole.value):
+        assert raised.condition == "amqp:link:message-size-exceeded"
+        assert "message larger than 1000 bytes" in str(raised)
+        assert isinstance(raised.__cause__, LinkError)
+        assert raised.__cause__.condition == "amqp:link:message-size-exceeded"
 
 
 async def test_a_proton_sender_above_max_message_size_is_detached_naming_the_limit() -> None:

@@ -190,6 +190,15 @@ class _Link:
         if event.error is not None and (event.remote or not self._detaching):
             self._error = _link_error(event.error, "")
 
+    def _detach_cause(self) -> AMQPError:
+        """Why the link is detached, for what it leaves undone: the peer's error (its condition, for example
+        ``amqp:link:message-size-exceeded`` for the message that was in flight), or :class:`LinkDetached`."""
+        if self._error is not None:
+            return self._error
+        if self._detaching:
+            return ClosedByApplication(f"the application closed the {self._describe()}")
+        return LinkDetached(f"the peer detached the {self._describe()}")
+
     def _on_session_ended(self, error: AMQPError | None) -> None:
         self._closed = True
         if error is not None and self._error is None:
@@ -322,7 +331,8 @@ class Sender(_Link, Generic[_R]):
     def _on_event(self, event: Any) -> None:
         if isinstance(event, ev.LinkDetached):
             self._on_detached(event)
-            self._doubt_pending("the link was detached before the outcome was known")
+            cause = self._detach_cause()
+            self._doubt_pending(f"the link was detached before the outcome was known: {cause.description}", cause)
         elif isinstance(event, ev.FlowReceived):
             link = self._engine_link
             if link.drain and link.credit > 0 and not self._waiting:

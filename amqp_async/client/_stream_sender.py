@@ -150,7 +150,8 @@ class StreamSender(_Link, Generic[_R]):
     def _on_event(self, event: Any) -> None:
         if isinstance(event, ev.LinkDetached):
             self._on_detached(event)
-            self._doubt_pending("the link was detached before the outcome was known")
+            cause = self._detach_cause()
+            self._doubt_pending(f"the link was detached before the outcome was known: {cause.description}", cause)
         elif isinstance(event, ev.FlowReceived):
             self._answer_drain()
 
