@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,6 +94,41 @@ def test_stdin_is_streamed_as_it_is_read(broker: BrokerCLI, queue: str, tmp_path
     out = tmp_path / "out"
     ok("receive", "-u", broker.url, queue, "-d", str(out), "-c", "1", "-t", "10", "--output", "none")
     assert (out / "stdin").read_text() == data
+
+
+def test_files_of_unknown_size_are_read_to_their_end(broker: BrokerCLI, queue: str, tmp_path: Path) -> None:
+    """A file of /proc (its size says 0) and a FIFO whose writer comes late: read to their end, byte for byte (the
+    FIFO is opened in a worker thread: the connection goes on meanwhile)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    data = os.urandom(300_000)
+
+    def late_writer() -> None:
+        time.sleep(1.5)
+        deadline = time.monotonic() + 30
+        while True:  # a non-blocking open fails (ENXIO) until the reader has opened it: never wait for good
+            try:
+                descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "wb") as pipe:
+            pipe.write(data)
+
+    writer = threading.Thread(target=late_writer)
+    writer.start()
+    try:
+        result = ok("send", "-u", broker.url, queue, "-f", "/proc/self/status", "-f", str(fifo), "--heartbeat", "0.5")
+    finally:
+        writer.join()
+    assert result.stderr.strip().startswith("sent 2 files ("), result.stderr
+    out = tmp_path / "out"
+    ok("receive", "-u", broker.url, queue, "-d", str(out), "-c", "2", "-t", "10", "-q")
+    assert b"Name:" in (out / "status").read_bytes()  # the sender's own status: another process's than ours
+    assert (out / "pipe").read_bytes() == data
 
 
 def test_progress_lines_name_the_bytes_and_the_rate(broker: BrokerCLI, queue: str, tmp_path: Path) -> None:

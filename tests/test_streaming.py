@@ -10,6 +10,7 @@ their memory sampled are in tests/test_streaming_interop.py and tests/test_strea
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import random
 from collections.abc import AsyncIterator, Iterator
@@ -198,6 +199,42 @@ async def test_body_sources_files_iterables_and_async_files(tmp_path: Path) -> N
                 assert b"".join(section.value for section in body) == data
             with pytest.raises(TypeError, match="not str"):
                 await sender.send_stream("text")  # type: ignore[arg-type]
+
+
+class _GrowingFile(io.FileIO):
+    """A log being written: more lines are appended to it as soon as it is first read."""
+
+    grown = False
+
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        if not self.grown:
+            self.grown = True
+            with open(self.name, "ab") as writer:
+                writer.write(b"appended while it was sent\n" * 1000)
+        return super().read(size)
+
+
+async def test_a_file_is_sent_as_its_size_was_when_the_send_began(tmp_path: Path) -> None:
+    """Its size then is declared (one data section), and no more of it is read: a file that grows meanwhile goes as
+    it was. A file whose size says 0 but holds more (those of /proc) is read to its end."""
+    path = tmp_path / "service.log"
+    snapshot = b"".join(b"line %d\n" % index for index in range(50_000))
+    path.write_bytes(snapshot)
+    with anyio.fail_after(TIMEOUT):
+        async with serving() as broker, connect(broker) as conn, conn.open_stream_sender("q") as sender:
+            with _GrowingFile(path, "rb") as growing:
+                assert await sender.send_stream(growing, chunk_size=64 << 10) == Accepted()
+            assert path.stat().st_size > len(snapshot)  # it did grow while it was sent
+            proc = Path("/proc/self/cmdline")
+            if proc.exists():  # Linux: size 0, content the interpreter's command line
+                with proc.open("rb") as pseudo:
+                    assert await sender.send_stream(pseudo) == Accepted()
+            bodies = [entry.message.body for entry in broker.queues["q"].entries]
+            assert bodies[0] == snapshot
+            if proc.exists():
+                body = bodies[1]  # one data section (one read) or several
+                whole = body if isinstance(body, bytes) else b"".join(section.value for section in body)
+                assert whole == proc.read_bytes() != b""
 
 
 async def test_a_declared_body_size_is_held_to() -> None:

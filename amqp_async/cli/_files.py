@@ -42,15 +42,21 @@ READ_SIZE = 256 << 10
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
+def _regular_size(status: os.stat_result) -> int | None:
+    """A regular file's size; None for a pipe, a terminal..., and for a size of 0, which the files of /proc and /sys
+    report whatever they hold (only reading tells)."""
+    if not stat.S_ISREG(status.st_mode) or status.st_size == 0:
+        return None
+    return status.st_size
+
+
 def _size_of(file: IO[bytes]) -> int | None:
-    """The bytes left to read in a regular file (None for a pipe, a terminal...)."""
+    """The bytes left to read in a regular file, now (see :func:`_regular_size`)."""
     try:
-        status = os.fstat(file.fileno())
+        size = _regular_size(os.fstat(file.fileno()))
     except (OSError, ValueError):
         return None
-    if not stat.S_ISREG(status.st_mode):
-        return None
-    return max(status.st_size - file.tell(), 0)
+    return None if size is None else max(size - file.tell(), 0)
 
 
 async def send_files(
@@ -68,7 +74,7 @@ async def send_files(
     total: int | None = 0
     for path in paths:
         try:
-            size = None if path == "-" else os.stat(path).st_size
+            size = None if path == "-" else _regular_size(os.stat(path))
         except OSError as exc:
             raise CommandFailed(ExitCode.USAGE, f"--file {path}: {exc.strerror or exc}") from None
         total = None if total is None or size is None else total + size
@@ -91,16 +97,22 @@ async def _send_one(sender: Any, path: str, template: MessageTemplate, progress:
     message.properties = properties
     file: IO[bytes]
     try:
-        file = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - closed below
+        # In a worker thread: opening a FIFO waits for its writer, and the connection's heartbeats must go on.
+        file = sys.stdin.buffer if path == "-" else await anyio.to_thread.run_sync(open, path, "rb")
     except OSError as exc:
         raise CommandFailed(ExitCode.USAGE, f"--file {path}: {exc.strerror or exc}") from None
     try:
+        # A regular file's size now is declared, and no more is read: one that grows meanwhile (a log) goes as it
+        # was. Other files are read to their end, in a worker thread (a pipe's read waits on its writer).
         size = _size_of(file)
+        left = size
         async with sender.open_stream(message, body_size=size) as stream:
-            while True:
-                data = (
-                    file.read(READ_SIZE) if size is not None else await anyio.to_thread.run_sync(file.read, READ_SIZE)
-                )
+            while left is None or left > 0:
+                if left is None:
+                    data = await anyio.to_thread.run_sync(file.read, READ_SIZE)
+                else:
+                    data = file.read(min(READ_SIZE, left))
+                    left -= len(data)
                 if not data:
                     break
                 await stream.write(data)

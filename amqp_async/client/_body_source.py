@@ -35,24 +35,41 @@ class _Reader:
     """Chunks from a file object's ``read``: in a worker thread, except from a regular file (a read from disk never
     waits on anyone: it is done on the loop, without the thread's cost)."""
 
-    def __init__(self, read: Callable[[int], Any], chunk_size: int, *, asynchronous: bool, regular: bool) -> None:
+    def __init__(
+        self,
+        read: Callable[[int], Any],
+        chunk_size: int,
+        *,
+        asynchronous: bool,
+        regular: bool,
+        limit: int | None = None,
+    ) -> None:
         self._read = read
         self._size = chunk_size
         self._asynchronous = asynchronous
         self._regular = regular
+        self._left = limit  # at most this much is read (a file's size when the message declared it), or None
 
     def __aiter__(self) -> _Reader:
         return self
 
     async def __anext__(self) -> Chunk:
+        size = self._size
+        left = self._left
+        if left is not None:
+            if left <= 0:
+                raise StopAsyncIteration
+            size = min(size, left)
         if self._asynchronous:
-            data = await self._read(self._size)
+            data = await self._read(size)
         elif self._regular:
-            data = self._read(self._size)
+            data = self._read(size)
         else:
-            data = await anyio.to_thread.run_sync(self._read, self._size)
+            data = await anyio.to_thread.run_sync(self._read, size)
         if not data:
             raise StopAsyncIteration
+        if left is not None:
+            self._left = left - len(data)
         if isinstance(data, str):
             raise TypeError("the body's file object gave str: open it in binary mode ('rb')")
         return data  # type: ignore[no-any-return]
@@ -102,21 +119,31 @@ def _is_regular(file: Any) -> bool:
 
 def known_size(source: BodySource) -> int | None:
     """The bytes a body source holds, when that is known before reading it: bytes, or a regular file read with a
-    plain ``read`` (from where it is read on); None for anything else."""
+    plain ``read`` (its size now, from where it is read on); None for anything else.
+
+    A file's size is a snapshot: :func:`body_chunks` given it as ``limit`` reads no further, so a file that grows
+    while it is sent (a log being written) goes as it was. A regular file of size 0 counts as unknown: the files of
+    /proc and /sys say 0 and hold more, which only reading tells.
+    """
     if isinstance(source, (bytes, bytearray, memoryview)):
         return memoryview(source).nbytes
     read = getattr(source, "read", None)
     if callable(read) and not inspect.iscoroutinefunction(read) and _is_regular(source):
         try:
             file: Any = source
-            return max(os.fstat(file.fileno()).st_size - int(file.tell()), 0)
+            size = os.fstat(file.fileno()).st_size
+            return None if size == 0 else max(size - int(file.tell()), 0)
         except (OSError, ValueError, AttributeError):
             return None
     return None
 
 
-def body_chunks(source: BodySource, chunk_size: int = DEFAULT_CHUNK_SIZE) -> AsyncIterator[Chunk]:
+def body_chunks(
+    source: BodySource, chunk_size: int = DEFAULT_CHUNK_SIZE, *, limit: int | None = None
+) -> AsyncIterator[Chunk]:
     """The chunks of a body source, as an async iterator (each chunk becomes one data section).
+
+    ``limit``: a file object is read no further than this many bytes (the size :func:`known_size` gave).
 
     Raises:
         TypeError: ``source`` is none of the kinds a body comes from (a str is refused: encode it first).
@@ -131,7 +158,8 @@ def body_chunks(source: BodySource, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Asy
     read = getattr(source, "read", None)
     if callable(read):
         asynchronous = inspect.iscoroutinefunction(read)
-        return _Reader(read, chunk_size, asynchronous=asynchronous, regular=not asynchronous and _is_regular(source))
+        regular = not asynchronous and _is_regular(source)
+        return _Reader(read, chunk_size, asynchronous=asynchronous, regular=regular, limit=limit)
     if isinstance(source, AsyncIterable):
         return aiter(source)
     if isinstance(source, Iterable):

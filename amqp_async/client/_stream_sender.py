@@ -223,8 +223,9 @@ class StreamSender(_Link, Generic[_R]):
             transaction: send it within this transaction (§4.4.1).
             chunk_size: the bytes of each read from a file object (or slice of bytes).
             body_size: the body's size, when known (see :meth:`open_stream`): the body goes in one data section.
-                Known without it for bytes and for a regular file (its size from where it is read on); other
-                sources go as one data section per chunk.
+                Known without it for bytes and for a regular file (its size from where it is read on, when the
+                send starts: a file that grows meanwhile is sent as it was; a file that says size 0, as those of
+                /proc do, is read to its end); other sources go as one data section per chunk.
 
         Returns:
             The outcome (``Accepted()``); None on an at-most-once sender.
@@ -239,9 +240,13 @@ class StreamSender(_Link, Generic[_R]):
                 the message is larger than the peer takes).
             Whatever ``body`` raises: the delivery is aborted first (the receiver discards it).
         """
-        chunks = body_chunks(body, chunk_size)
         if body_size is None:
+            # A file's size when the send starts: declared, and read no further (a file that grows meanwhile goes
+            # as it was then)
             body_size = known_size(body)
+            chunks = body_chunks(body, chunk_size, limit=body_size)
+        else:
+            chunks = body_chunks(body, chunk_size)
         async with self.open_stream(message, body_size=body_size, transaction=transaction) as stream:
             async for chunk in chunks:
                 await stream.write(chunk)
