@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -129,6 +131,45 @@ def test_files_of_unknown_size_are_read_to_their_end(broker: BrokerCLI, queue: s
     ok("receive", "-u", broker.url, queue, "-d", str(out), "-c", "2", "-t", "10", "-q")
     assert b"Name:" in (out / "status").read_bytes()  # the sender's own status: another process's than ours
     assert (out / "pipe").read_bytes() == data
+
+
+def test_a_body_no_file_can_hold_as_bytes_or_a_name_too_long_still_gets_a_file(
+    broker: BrokerCLI, queue: str, tmp_path: Path
+) -> None:
+    """Neither blocks the queue (released, it would come first again at every run): a map body is written as JSON,
+    a filename longer than file systems take falls back to message-N."""
+    ok("send", "-u", broker.url, queue, '{"a": [1, 2]}', "--format", "json")
+    ok("send", "-u", broker.url, queue, "plain", "-p", "filename=" + "n" * 300)
+    ok("send", "-u", broker.url, queue, "last", "-p", "filename=last.txt")
+    out = tmp_path / "out"
+    result = ok("receive", "-u", broker.url, queue, "-d", str(out), "-c", "3", "-t", "10")
+    assert result.stdout.splitlines() == [str(out / "message-1"), str(out / "message-2"), str(out / "last.txt")]
+    assert json.loads((out / "message-1").read_text()) == {"a": [1, 2]}
+    assert (out / "message-2").read_text() == "plain"
+    assert (out / "last.txt").read_text() == "last"
+
+
+def test_a_message_aborted_by_its_sender_is_skipped_and_the_run_goes_on(tmp_path: Path) -> None:
+    """python-qpid-proton sends a message, aborts it midway (§2.6.14), then sends a whole one."""
+    pytest.importorskip("proton", reason="python-qpid-proton is a test dependency")
+    size = 200_000
+    peer = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve().parent / "proton_stream_peer.py"), "listen-send-aborted", str(size)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert peer.stdout is not None
+        port = peer.stdout.readline().split()[-1]
+        out = tmp_path / "out"
+        result = ok("receive", "-u", f"amqp://127.0.0.1:{port}", "aborts", "-d", str(out), "-c", "1", "-t", "20")
+    finally:
+        peer.kill()
+        peer.wait(10)
+    assert "aborted by its sender before its end: skipped" in result.stderr
+    assert [path.name for path in out.iterdir()] == ["message-1"]  # the aborted one left no file, not even a .part
+    block = bytes(range(256))
+    assert (out / "message-1").read_bytes() == (block * (size // 256 + 1))[:size]
 
 
 def test_progress_lines_name_the_bytes_and_the_rate(broker: BrokerCLI, queue: str, tmp_path: Path) -> None:

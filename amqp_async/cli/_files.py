@@ -8,14 +8,16 @@ in a data section per read. The message carries the file's name in the applicati
 Each message received with ``--output-dir`` is written to a file of its own as its frames arrive (never held
 whole: see :class:`~amqp_async.StreamReceiver`), first as ``NAME.part``, renamed to ``NAME`` once complete and only
 then settled. ``NAME`` is the message's ``filename`` application property when it is a plain file name (no
-directory part), else its message id (characters other than letters, digits, ``.``, ``-`` and ``_`` replaced by
-``_``), else ``message-N`` (its number in the run); an existing file is never overwritten: ``-1``, ``-2``... is
-added before the extension. A message that fails midway (aborted by its sender, its link lost) leaves no file and
-is released.
+directory part, at most 240 bytes), else its message id (characters other than letters, digits, ``.``, ``-`` and
+``_`` replaced by ``_``), else ``message-N`` (its number in the run); an existing file is never overwritten:
+``-1``, ``-2``... is added before the extension. A body that is no stream of bytes (an amqp-value map, amqp-sequence
+sections) is written as JSON. A message that fails midway leaves no file: one its sender aborted is skipped (it is
+settled, §2.6.14) and the run goes on; on any other failure (its link lost) it is released and the run ends.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -27,11 +29,12 @@ import anyio
 import click
 
 from ..client import DeliveryMode, StreamDelivery, connect
-from ..message import Message
+from ..errors import DeliveryAborted
+from ..message import Message, MessageBodyError
 from ._bodies import MessageTemplate
 from ._exit import CommandFailed, ExitCode
 from ._transfer_progress import TransferProgress
-from ._values import message_to_json
+from ._values import message_to_json, to_json
 
 __all__ = ["FILENAME_PROPERTY", "output_name", "receive_files", "send_files"]
 
@@ -129,6 +132,18 @@ def _mode(delivery: str) -> DeliveryMode:
     return delivery  # type: ignore[return-value]  # checked above
 
 
+#: The longest name taken from a message, in bytes: what file systems allow (255) less room for ``-N`` and
+#: ``.part``; a longer one falls back to ``message-N``.
+_LONGEST_NAME = 240
+
+
+def _fits(name: str) -> bool:
+    try:
+        return len(os.fsencode(name)) <= _LONGEST_NAME
+    except UnicodeError:  # not representable in the file system's encoding
+        return False
+
+
 def output_name(message: Message, number: int, directory: Path) -> Path:
     """Where a received message goes in ``directory`` (see the module's description): a name no file has yet."""
     name = None
@@ -136,10 +151,12 @@ def output_name(message: Message, number: int, directory: Path) -> Path:
     given = properties.get(FILENAME_PROPERTY)
     if isinstance(given, str):
         base = os.path.basename(given.replace("\\", "/"))
-        if base == given and base not in ("", ".", "..") and "\0" not in base:
+        if base == given and base not in ("", ".", "..") and "\0" not in base and _fits(base):
             name = base
     if name is None and message.id is not None:
         name = _UNSAFE.sub("_", str(message.id)).strip(".") or None
+        if name is not None and not _fits(name):
+            name = None
     if name is None:
         name = f"message-{number}"
     candidate = directory / name
@@ -181,10 +198,16 @@ async def receive_files(
                             f"received {progress.files} of {count} messages: none came for {timeout} s",
                         )
                     break
-                message = await delivery.message()
-                path = output_name(message, progress.files + 1, directory)
-                progress.naming(path.name)
-                await _write(delivery, path, progress)
+                try:
+                    message = await delivery.message()
+                    path = output_name(message, progress.files + 1, directory)
+                    progress.naming(path.name)
+                    await _write(delivery, path, progress)
+                except DeliveryAborted:
+                    # The sender gave it up (§2.6.14): nothing of it is kept, nothing to settle; the next one may
+                    # be whole.
+                    click.echo("a message was aborted by its sender before its end: skipped", err=True)
+                    continue
                 await _settle(delivery, settle)
                 progress.file_done()
                 if output == "json":
@@ -202,9 +225,16 @@ async def _write(delivery: StreamDelivery, path: Path, progress: TransferProgres
     partial = path.with_name(path.name + ".part")
     try:
         with partial.open("xb") as file:
-            async for chunk in delivery.body_chunks():
-                file.write(chunk)
-                progress.advance(len(chunk))
+            try:
+                async for chunk in delivery.body_chunks():
+                    file.write(chunk)
+                    progress.advance(len(chunk))
+            except MessageBodyError:
+                # A body that is no stream of bytes (an amqp-value map, amqp-sequence sections) is read whole and
+                # written as JSON, rather than refused again at every run.
+                body = json.dumps(to_json((await delivery.read_message()).body), ensure_ascii=False).encode()
+                file.write(body)
+                progress.advance(len(body))
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -227,8 +257,6 @@ async def _settle(delivery: StreamDelivery, settle: str) -> None:
 
 
 def _json_line(message: Message, path: Path) -> str:
-    import json
-
     fields = message_to_json(message)
     fields.pop("body", None)
     fields["file"] = str(path)

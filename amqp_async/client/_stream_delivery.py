@@ -127,7 +127,7 @@ class StreamDelivery(_Settlement):
 
         The iterator raises :class:`~amqp_async.DeliveryAborted` when the sender aborts the delivery,
         :class:`~amqp_async.MessageBodyError` for a body that is no stream of bytes (amqp-sequence, or an
-        amqp-value of another type than binary or string: use :meth:`read_message`), a
+        amqp-value of another type than binary or string: use :meth:`read_message`, even after that error), a
         :class:`~amqp_async.DecodeError` for bytes that are not a message, and the link's, session's or
         connection's error when it ends before the message does.
         """
@@ -144,7 +144,9 @@ class StreamDelivery(_Settlement):
             RuntimeError: the body is being read with :meth:`body_chunks`.
             DecodeError, DeliveryAborted, LinkError, SessionError, ConnectionError: as :meth:`body_chunks`.
         """
-        if self._iterating and self._failure is None:
+        # After a failure it raises that again; after body_chunks() refused a body that is no stream of bytes
+        # (none of it was handed out) it reads it whole, as that error advises.
+        if self._iterating and self._failure is None and not self._reader.stopped:
             raise RuntimeError("the body is being read with body_chunks(): read_message() reads it whole instead")
         self._iterating = True
         head = await self.message()
