@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import random
+import re
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -441,6 +442,12 @@ async def test_above_max_message_size_the_sender_is_refused_with_the_limit_named
                     await sender.send_stream(aiter_of([b"z" * 300_000] * 5))
                 assert caught.value.condition == conditions.LINK_MESSAGE_SIZE_EXCEEDED
                 assert "max-message-size 1048576" in caught.value.description
+                # the size it had reached when it passed the limit (it used to quote one below the limit)
+                reached = re.search(r"message of at least (\d+) bytes", caught.value.description)
+                assert reached is not None and int(reached.group(1)) > MiB
+                await eventually(lambda: broker.flow.assembling == 0)  # the aborted one's parts are dropped
+                with pytest.raises(MessageTooLarge, match=r"of 1048[0-9]{3} bytes .* nothing of it was sent"):
+                    await sender.send_stream(b"z" * (MiB + 1))  # its size known: refused before any frame
                 assert await sender.send_stream(b"z" * 1000) == Accepted()  # the link goes on
             assert [len(entry.payload) for entry in broker.queues["q"].entries] == [1008]
 

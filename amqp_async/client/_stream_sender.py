@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic
 import anyio
 
 from ..codec.delivery_states import Accepted
-from ..errors import AMQPError, DeliveryAborted
+from ..errors import AMQPError, DeliveryAborted, MessageTooLarge
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE
@@ -333,6 +333,7 @@ class MessageStream(Generic[_R]):
         self._holding = True
         try:
             await self._wait_credit()
+            self._check_declared_size()
         except BaseException:
             self._release()
             raise
@@ -343,6 +344,20 @@ class MessageStream(Generic[_R]):
             self._append(_data_section_head(self._declared))  # one data section: its size first (§3.2.6)
             self._sections = 1
         return self
+
+    def _check_declared_size(self) -> None:
+        """A message whose declared size already passes the peer's max-message-size (§2.7.3) is refused before
+        any of it is sent, rather than aborted at the part that passes it."""
+        declared = self._declared
+        attach = self._sender._engine_link.remote_attach
+        limit = attach.max_message_size if attach is not None else None
+        if declared is None or not limit:
+            return
+        size = len(self._head or b"") + len(_data_section_head(declared)) + declared
+        if size > limit:
+            raise MessageTooLarge(
+                f"message of {size} bytes exceeds the peer's max-message-size {limit}: nothing of it was sent"
+            )
 
     async def _wait_credit(self) -> None:
         sender = self._sender

@@ -441,7 +441,7 @@ class SenderLink(Link):
         if remote_max and size > remote_max:
             # §2.7.3: the peer would detach the link for it; the caller aborts the delivery instead.
             raise LocalProtocolError(
-                f"message of more than {size - len(payload)} bytes exceeds the peer's max-message-size {remote_max}",
+                f"message of at least {size} bytes exceeds the peer's max-message-size {remote_max}",
                 condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
             )
         self._streamed_size = size
