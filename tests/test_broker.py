@@ -290,6 +290,26 @@ async def test_a_dynamic_source_gets_a_unique_temporary_queue_deleted_when_its_l
             assert second.address in broker.queues
 
 
+async def test_a_dynamic_node_is_made_for_its_link_and_no_other_client_can_take_it_first() -> None:
+    """§3.5.3: a dynamic node is made for the link that asked. Its name cannot be guessed: another client that
+    attached first to every name a counter would give gets none of the replies meant for it."""
+    with anyio.fail_after(TIMEOUT):
+        async with serving() as broker, connect(broker) as intruder, connect(broker) as owner:
+            probe = await owner.open_receiver(None, dynamic=True)
+            assert probe.address is not None
+            prefix = probe.address.rsplit("/", 1)[0]
+            await probe.close()
+            squatted = [await intruder.open_receiver(f"{prefix}/{number}") for number in range(1, 21)]
+            replies = await owner.open_receiver(None, dynamic=True)
+            assert replies.address not in {receiver.address for receiver in squatted}
+            assert broker.queues[replies.address].dynamic
+            sender = await owner.open_sender(replies.address)
+            await sender.send(Message(body="secret reply"))
+            assert await receive_bodies(replies, 1) == ["secret reply"]
+            for receiver in squatted:
+                assert receiver.receive_nowait() is None
+
+
 async def test_a_dynamic_queue_is_deleted_when_its_connection_closes() -> None:
     with anyio.fail_after(TIMEOUT):
         async with serving() as broker:

@@ -90,11 +90,9 @@ async def test_the_embedded_broker(tmp_path: Path) -> None:
             local_transactions=True,
         )
         lines = await anyio.to_thread.run_sync(run_example, broker.url, "requests")
-    assert lines == [
-        "replies through the anonymous relay",
-        "replies to a dynamic node, temp-queue://amqp_async-broker/1",
-        *ANSWERS,
-    ]
+    assert lines[0] == "replies through the anonymous relay"
+    assert re.fullmatch(r"replies to a dynamic node, temp-queue://amqp_async-broker/1\.[0-9a-f]{16}", lines[1])
+    assert lines[2:] == ANSWERS
 
 
 @pytest.mark.anyio

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import secrets
 import socket
 import ssl
 import time
@@ -395,7 +396,13 @@ class Broker:
             queue.release(entry)  # an outcome of another kind: done with
 
     def _temporary_address(self) -> str:
-        return f"temp-queue://{self.container_id}/{next(self._dynamic_names)}"
+        """A fresh address for a dynamic node (§3.5.3: a node made for that link): no node has it, and no client
+        can guess it beforehand (a counter alone let a client attach to the next names first, and so receive the
+        replies meant for another's temporary queue)."""
+        while True:
+            address = f"temp-queue://{self.container_id}/{next(self._dynamic_names)}.{secrets.token_hex(8)}"
+            if address not in self.queues and address not in self.topics:
+                return address
 
     # --- serving -----------------------------------------------------------------------------------------
 
