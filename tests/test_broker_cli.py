@@ -34,7 +34,7 @@ import pytest
 import amqp_async
 from amqp_async import AuthenticationError, Message, MessageRejected
 from amqp_async.broker import DEFAULT_MAX_MEMORY, Broker
-from amqp_async.broker.__main__ import build_parser, parse_arguments, parse_size
+from amqp_async.broker.__main__ import build_parser, message_budget, parse_arguments, parse_size
 from amqp_async.codec.delivery_states import Accepted
 
 try:
@@ -284,13 +284,26 @@ def test_a_host_that_does_not_resolve_is_one_line() -> None:
         (["--tls-cert", "garbage.pem", "--tls-key", "missing.key"], "cannot read --tls-key missing.key: "),
         (["--users-file", "missing.txt"], "cannot read --users-file missing.txt: no such file or directory"),
         (["--users-file", "bad.json"], "--users-file bad.json is not valid JSON: "),
+        (["--users-file", "list.json"], "--users-file list.json: a JSON file holds an object of names to passwords"),
+        (["--users-file", "no-colon.txt"], "--users-file no-colon.txt, line 2: NAME:PASSWORD expected"),
         (["--user", "alice"], "--user takes NAME:PASSWORD, got 'alice'"),
     ],
-    ids=["missing-cert", "garbage-cert", "missing-key", "missing-users-file", "bad-json", "user-without-password"],
+    ids=[
+        "missing-cert",
+        "garbage-cert",
+        "missing-key",
+        "missing-users-file",
+        "bad-json",
+        "json-not-an-object",
+        "line-without-password",
+        "user-without-password",
+    ],
 )
 def test_an_unreadable_file_is_one_line_and_exit_code_2(tmp_path: Path, arguments: list[str], expected: str) -> None:
     (tmp_path / "garbage.pem").write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n")
     (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "list.json").write_text('["alice:secret"]')
+    (tmp_path / "no-colon.txt").write_text("alice:secret\nbob\n")
     result = run_cli("--port", "0", *arguments, cwd=tmp_path)
     assert result.returncode == 2
     assert one_error_line(result).startswith(expected), result.stderr
@@ -362,6 +375,7 @@ def test_max_memory_defaults_to_the_brokers_default_and_takes_unlimited() -> Non
     assert parse_arguments(["--max-memory", "unlimited"]).max_memory is None
     assert parse_arguments(["--max-memory", "64MiB"]).max_memory == 64 << 20
     assert Broker().max_memory == DEFAULT_MAX_MEMORY <= 1 << 30
+    assert message_budget(3, 40 << 20) == 1  # a limit of a few bytes leaves the messages one, not 0 (refused)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -495,7 +509,11 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
         (["--max-queue-depth", "0"], "argument --max-queue-depth: 0 is not above 0"),
         (["--max-memory", "lots"], "argument --max-memory: 'lots' is not a size"),
         (["--when-full", "drop"], "argument --when-full: invalid choice: 'drop'"),
-        (["--transaction-timeout", "-1"], "argument --transaction-timeout: '-1' is not above 0 seconds"),
+        (
+            ["--transaction-timeout", "-1"],
+            "argument --transaction-timeout: '-1' is not a finite number of seconds above 0",
+        ),
+        (["--expiry-interval", "inf"], "argument --expiry-interval: 'inf' is not a finite number of seconds above 0"),
         (["--tls-key", "key.pem"], "--tls-key needs --tls-cert"),
         (["--ws-path", "/ws"], "--ws-path needs --ws-port"),
         (["--quiet", "--debug"], "argument --debug: not allowed with argument --quiet"),
@@ -510,6 +528,7 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
         "bad-memory",
         "bad-when-full",
         "negative-timeout",
+        "infinite-expiry-interval",
         "key-without-cert",
         "path-without-ws-port",
         "quiet-and-debug",

@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - tests/ imported as a package
 pytest.importorskip("click", reason="the cli extra (click, rich) is in the test dependency group")
 
 MiB = 1 << 20
+PROTON_PEER = Path(__file__).resolve().parent / "proton_stream_peer.py"
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +155,7 @@ def test_a_message_aborted_by_its_sender_is_skipped_and_the_run_goes_on(tmp_path
     pytest.importorskip("proton", reason="python-qpid-proton is a test dependency")
     size = 200_000
     peer = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve().parent / "proton_stream_peer.py"), "listen-send-aborted", str(size)],
+        [sys.executable, str(PROTON_PEER), "listen-send-aborted", str(size)],
         stdout=subprocess.PIPE,
         text=True,
     )

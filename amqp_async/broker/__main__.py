@@ -24,6 +24,7 @@ import argparse
 import errno
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -129,8 +130,8 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not above 0 seconds")
+    if not 0 < value < math.inf:  # inf would mean never: the periodic work it paces would never run
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds above 0")
     return value
 
 
@@ -266,17 +267,26 @@ def _users(arguments: argparse.Namespace) -> dict[str, str]:
     users: dict[str, str] = {}
     if arguments.users_file:
         text = _read(arguments.users_file, "--users-file")
-        if text.lstrip().startswith("{"):
+        if text.lstrip().startswith(("{", "[")):  # JSON (an array is refused below, not read as lines)
             try:
                 loaded = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise StartupError(f"--users-file {arguments.users_file} is not valid JSON: {exc}") from exc
+            if not isinstance(loaded, dict):
+                raise StartupError(
+                    f"--users-file {arguments.users_file}: a JSON file holds an object of names to passwords, "
+                    f"not {type(loaded).__name__}"
+                )
             users.update({str(name): str(password) for name, password in loaded.items()})
         else:
-            for line in text.splitlines():
+            for number, line in enumerate(text.splitlines(), 1):
                 line = line.strip()
                 if line and not line.startswith("#"):
-                    name, _, password = line.partition(":")
+                    name, separator, password = line.partition(":")
+                    if not separator or not name:
+                        raise StartupError(
+                            f"--users-file {arguments.users_file}, line {number}: NAME:PASSWORD expected"
+                        )
                     users[name] = password
     for pair in arguments.user or ():
         name, separator, password = pair.partition(":")
@@ -323,7 +333,7 @@ def message_budget(limit: int | None, own: int) -> int | None:
     first; a limit that leaves less than a quarter of itself gives the messages that quarter."""
     if limit is None:
         return None
-    return max(limit - own - IN_FLIGHT_RESERVE, limit // 4)
+    return max(limit - own - IN_FLIGHT_RESERVE, limit // 4, 1)  # a limit of a few bytes still leaves one
 
 
 def make_broker(arguments: argparse.Namespace) -> Broker:
