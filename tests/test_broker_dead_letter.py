@@ -24,7 +24,7 @@ import pytest
 import amqp_async
 from amqp_async import Message, MessageRejected
 from amqp_async.broker import DEAD_LETTER_ANNOTATIONS, Broker, BrokerThread
-from amqp_async.codec.delivery_states import Accepted
+from amqp_async.codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from amqp_async.types import symbol
 
 try:
@@ -300,3 +300,61 @@ async def test_the_command_line_options(tmp_path: Path) -> None:
             [dead] = await dead_letters(broker.url)
     assert dead.message.annotations is not None
     assert (dead.message.annotations[REASON], dead.message.annotations[SOURCE]) == ("delivery-limit", "cli")
+
+
+@pytest.mark.anyio
+async def test_a_consumers_default_outcome_settles_what_it_leaves_without_one() -> None:
+    """§3.5.3 default-outcome: "used for transfers that have not reached a terminal state at the receiver when the
+    transfer is settled, including when the source is destroyed"."""
+    async with serving(dead_letter_queue="dead", delivery_limit=1) as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                sender = await conn.open_sender("q")
+                await sender.send(Message(body="settled bare"))
+                released = await conn.open_receiver("q", credit=1, default_outcome=Released())
+                delivery = await released.receive()
+                await delivery._settle(None)  # settled with no outcome: its default, released, keeps it
+                await released.close()
+                await sender.send(Message(body="left at detach"))
+                rejecting = await conn.open_receiver("q", credit=2, default_outcome=Rejected())
+                assert [(await rejecting.receive()).message.body for _ in range(2)] == [
+                    "settled bare",
+                    "left at detach",
+                ]
+                await rejecting.close()  # both unsettled: the default outcome rejects them (dead-lettered)
+                await sender.send(Message(body="failed at detach"))
+                failing = await conn.open_receiver("q", credit=1, default_outcome=Modified(delivery_failed=True))
+                assert (await failing.receive()).message.body == "failed at detach"
+                await failing.close()  # a failed delivery at the delivery limit of 1: dead-lettered
+        reasons = [
+            (delivery.message.body, delivery.message.annotations[REASON])  # type: ignore[index]
+            for delivery in await dead_letters(broker.url)
+        ]
+    assert reasons == [
+        ("settled bare", "rejected"),
+        ("left at detach", "rejected"),
+        ("failed at detach", "delivery-limit"),
+    ]
+    assert not broker.queues["q"].entries
+
+
+@pytest.mark.anyio
+async def test_a_delivery_settled_without_a_terminal_outcome_is_not_lost_nor_stuck() -> None:
+    """Settled with a non-terminal state (received) and no default outcome: released, not kept unsettled for as long
+    as the link lasts; settled with none at all: done with (accepted), as before."""
+    async with serving() as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                sender = await conn.open_sender("q")
+                await sender.send(Message(body="received"))
+                receiver = await conn.open_receiver("q", credit=1)
+                first = await receiver.receive()
+                await first._settle(Received(section_number=0, section_offset=0))
+                again = await receiver.receive()
+                assert again.message.body == "received"  # released: back at the head of the queue, redelivered
+                await again.accept()
+                await sender.send(Message(body="bare"))
+                bare = await receiver.receive()
+                await bare._settle(None)
+                await receiver.close()
+    assert not broker.queues["q"].entries

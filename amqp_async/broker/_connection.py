@@ -19,7 +19,7 @@ import anyio.abc
 
 from .. import protocol
 from ..codec import conditions
-from ..codec.delivery_states import Accepted, Received, Rejected
+from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
 from ..codec.terminus import COPY, NEVER, Source, Target
 from ..codec.transactions import (
@@ -73,6 +73,9 @@ class _DriverEnded(Exception):
 
 _SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
 _ACCEPTED = Accepted()
+_RELEASED = Released()
+#: The outcomes of §3.4 (terminal delivery states).
+_TERMINAL = (Accepted, Rejected, Released, Modified)
 
 
 def _not_an_address(field: str, value: object) -> str:
@@ -121,6 +124,10 @@ class _Outbound:
         self.consumer = consumer
         self.topic = owner
         self.key = key
+        # §3.5.3 default-outcome: "used for transfers that have not reached a terminal state at the receiver when
+        # the transfer is settled, including when the source is destroyed" (None: the broker's own choice)
+        outcome = link.remote_source.default_outcome if isinstance(link.remote_source, Source) else None
+        self.default_outcome = outcome if isinstance(outcome, _TERMINAL) else None
 
 
 class ServerConnection:
@@ -755,8 +762,13 @@ class ServerConnection:
                 state = state.outcome
                 if state is None and delivery.remote_settled:
                     state = _ACCEPTED  # settled within the transaction without an outcome: consumed at commit
-            if isinstance(state, Received) or (state is None and not delivery.remote_settled):
+            if not delivery.remote_settled and (state is None or isinstance(state, Received)):
                 continue  # not an outcome yet
+            if not isinstance(state, _TERMINAL):
+                # Settled without an outcome, with a non-terminal state (received) or one of a kind not known:
+                # the link's default-outcome (§3.5.3), else accepted for none (the receiver is done with it) and
+                # released for the others (kept: nothing says it was consumed).
+                state = outbound.default_outcome or (_ACCEPTED if state is None else _RELEASED)
             entry = outbound.consumer.unsettled.pop(delivery, None)
             if entry is None:
                 continue
@@ -777,6 +789,7 @@ class ServerConnection:
     def _on_detach(self, link: protocol.Link) -> None:
         outbound = link.user_data
         if isinstance(outbound, _Outbound):
+            self._settle_by_default(outbound)
             self._unsubscribe(outbound)
             if outbound in self._outbound:
                 self._outbound.remove(outbound)
@@ -789,6 +802,19 @@ class ServerConnection:
             if outbound in self._inbound:
                 self._inbound.remove(outbound)
             log.info("link %r detached (%s)", link.name, self.peer)
+
+    def _settle_by_default(self, outbound: _Outbound) -> None:
+        """A detached link's unsettled messages take its default-outcome, when it named one (§3.5.3: "including
+        when the source is destroyed"); without one they go back to the queue (unsubscribe). A connection that is
+        lost does not come here: its consumers' messages go back whatever they named."""
+        outcome = outbound.default_outcome
+        consumer = outbound.consumer
+        if outcome is None or isinstance(outcome, Released) or consumer.browse or not consumer.unsettled:
+            return
+        pending = sorted(consumer.unsettled.values(), key=lambda entry: entry.sequence)
+        consumer.unsettled.clear()
+        for entry in pending:
+            self.broker._settle_entry(outbound.queue, consumer, entry, outcome)
 
     def _unsubscribe(self, outbound: _Outbound) -> None:
         broker = self.broker
