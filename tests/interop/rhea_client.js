@@ -273,7 +273,9 @@ const scenarios = {
         await sendAll(connection, address, 1, function () { return {body: 'to the dynamic node'}; });
         const message = await got;
         connection.close();
-        report(message.body === 'to the dynamic node', 'dynamic node ' + JSON.stringify(address) +
+        // an unguessable part of a node's name (the embedded broker's) is left out: the report stays the same
+        const shown = address.replace(/\.[0-9a-f]{16}$/, '.<random>');
+        report(message.body === 'to the dynamic node', 'dynamic node ' + JSON.stringify(shown) +
             ' created; a message sent to it came back');
     },
 
