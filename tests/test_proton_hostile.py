@@ -302,3 +302,161 @@ def test_a_blocking_receiver_skips_an_undecodable_message(flavour: str) -> None:
         finally:
             connection.close()
     assert outcomes == ([REJECTED] if flavour == "ours" else ["accepted"])
+
+
+# --- a frame on a handle that is not attached ------------------------------------------------------------------
+
+
+@contextmanager
+def peer_using_an_unattached_handle(mode: str) -> Iterator[tuple[int, threading.Event]]:
+    """A peer (no SASL) that opens, begins and attaches as the client's receiver, then sends a frame on a handle
+    nothing is attached on, and keeps the socket open until the client closes it (set on the yielded event)."""
+    from amqp_async.codec.performatives import Attach, Begin, Detach, Flow, Transfer
+    from amqp_async.codec.terminus import Source, Target
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    client_closed = threading.Event()
+
+    def serve() -> None:
+        client, _ = listener.accept()
+        with client:
+            client.settimeout(TIMEOUT)
+            received = b""
+            while received.count(b"\x00\x53\x12") == 0:  # wait for the client's attach
+                data = client.recv(65536)
+                if not data:
+                    return
+                received += data
+            out = AMQP_HEADER + frame(Open(container_id="peer"))
+            out += frame(Begin(remote_channel=0, next_outgoing_id=0, incoming_window=1000, outgoing_window=1000))
+            out += frame(
+                Attach(name="link", handle=0, role=True, source=Source(address="q"), target=Target(address="q"))
+            )
+            if mode == "transfer":
+                out += frame(
+                    Transfer(handle=7, delivery_id=0, delivery_tag=b"t", message_format=0), payload=b"\x00Sw\xa1\x01x"
+                )
+            elif mode == "flow":
+                window = {
+                    "next_incoming_id": 0,
+                    "incoming_window": 1000,
+                    "next_outgoing_id": 0,
+                    "outgoing_window": 1000,
+                }
+                out += frame(Flow(**window, handle=9, delivery_count=0, link_credit=10))
+            else:
+                out += frame(Detach(handle=5, closed=True))
+            client.sendall(out)
+            try:
+                while client.recv(65536):
+                    pass
+                client_closed.set()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], client_closed
+    finally:
+        listener.close()
+        thread.join(TIMEOUT)
+
+
+@pytest.mark.parametrize("mode", ["transfer", "flow", "detach"])
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_frame_on_an_unattached_handle_ends_the_connection_with_a_transport_error(flavour: str, mode: str) -> None:
+    """Proton closes the connection (amqp:invalid-field; ours says amqp:session:unattached-handle, §2.7) and the
+    program sees on_transport_error then on_disconnected, and run() returns though the peer keeps its socket."""
+    _, reactor, handlers, _ = modules(flavour)
+    seen: list[str] = []
+
+    class Program(handlers.MessagingHandler):  # type: ignore[misc, name-defined]
+        def on_start(self, event: Any) -> None:
+            connection = event.container.connect(url, reconnect=False, sasl_enabled=False)
+            event.container.create_sender(connection, "q")
+
+        def on_transport_error(self, event: Any) -> None:
+            seen.append("transport_error")
+
+        def on_disconnected(self, event: Any) -> None:
+            seen.append("disconnected")
+
+    with peer_using_an_unattached_handle(mode) as (port, client_closed):
+        url = f"127.0.0.1:{port}"
+        runner = threading.Thread(target=reactor.Container(Program()).run, daemon=True)
+        runner.start()
+        runner.join(TIMEOUT)
+        assert not runner.is_alive(), "the program did not end"
+        assert seen[:2] == ["transport_error", "disconnected"]
+        assert client_closed.wait(5), "the socket was left open"
+
+
+# --- the order of a transport failure's events -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("greeting", [b"", AMQP_HEADER], ids=["silent", "header_only"])
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_transport_failure_the_protocol_layer_sees_reports_the_error_before_the_disconnect(
+    flavour: str, greeting: bytes
+) -> None:
+    """Proton dispatches transport_error, then tail closed, head closed, closed: on_transport_error runs before
+    on_disconnected for an idle timeout and for a peer that answers with a header only."""
+    _, reactor, handlers, _ = modules(flavour)
+    seen: list[str] = []
+
+    class Program(handlers.MessagingHandler):  # type: ignore[misc, name-defined]
+        def on_start(self, event: Any) -> None:
+            event.container.connect(url, heartbeat=0.5, reconnect=False)
+
+        def on_transport_error(self, event: Any) -> None:
+            seen.append("transport_error")
+
+        def on_disconnected(self, event: Any) -> None:
+            seen.append("disconnected")
+
+    with silent_server(greeting) as (port, _):
+        url = f"amqp://127.0.0.1:{port}"
+        runner = threading.Thread(target=reactor.Container(Program()).run, daemon=True)
+        runner.start()
+        runner.join(TIMEOUT)
+        assert not runner.is_alive(), "the program did not end"
+        assert seen[:2] == ["transport_error", "disconnected"]
+
+
+def test_the_library_logs_under_proton_s_logger_which_has_a_null_handler() -> None:
+    """Proton logs under ``proton``, which has a NullHandler: nothing reaches stderr unless the program configures
+    logging (ours used ``amqp_async.proton``, so a warning went to stderr through logging's last resort)."""
+    import logging
+
+    import proton._reactor
+
+    from amqp_async.proton import _io, _reactor, _utils
+
+    assert proton._reactor._logger.name == "proton"
+    assert {_io.log.name, _reactor.log.name, _utils.log.name} == {"proton"}
+    assert any(isinstance(handler, logging.NullHandler) for handler in logging.getLogger("proton").handlers)
+
+
+# --- a handler that raises -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_handler_that_raises_ends_run_without_reactor_final(flavour: str) -> None:
+    """Proton raises out of run() at once: on_reactor_final is not dispatched after a handler raised."""
+    _, reactor, handlers, _ = modules(flavour)
+    seen: list[str] = []
+
+    class Program(handlers.MessagingHandler):  # type: ignore[misc, name-defined]
+        def on_start(self, event: Any) -> None:
+            event.container.schedule(0.05, self)
+
+        def on_timer_task(self, event: Any) -> None:
+            raise KeyError("in the timer")
+
+        def on_reactor_final(self, event: Any) -> None:
+            seen.append("reactor_final")
+
+    with pytest.raises(KeyError):
+        reactor.Container(Program()).run()
+    assert seen == []

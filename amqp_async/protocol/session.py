@@ -808,7 +808,7 @@ class Session(Endpoint):
         if link is None:
             # §2.7.5/§2.7.4: a frame for a handle that is not attached ends the session with this error.
             raise RemoteProtocolError(
-                f"no link is attached on handle {handle!r}",
+                f"no link is attached on handle {handle}",
                 condition=conditions.SESSION_UNATTACHED_HANDLE,
                 scope="session",
             )

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Channel", "Listener"]
 
-log = logging.getLogger("amqp_async.proton")
+log = logging.getLogger("proton")  # proton's own logger name, so its logging configuration applies
 
 _SASL_CONDITION = "amqp:unauthorized-access"
 
@@ -290,8 +290,10 @@ class Channel:
             self.container._push(Event.TRANSPORT_HEAD_CLOSED, self.connection._transport)
 
     def _report_failure(self, condition: Condition, error_first: bool = False) -> None:
-        """The transport failed before or without a close (refused, authentication, protocol error): proton's
-        order is tail closed, the error, head closed, closed; an authentication failure puts the error first."""
+        """The transport failed before or without a close: proton's order is tail closed, the error, head closed,
+        closed for a failure the driver saw (refused, reset); for one the protocol layer saw (authentication, a
+        bad header, the peer's protocol error, an idle timeout: ``error_first``) the error comes first, as checked
+        against python-qpid-proton 0.40."""
         if self._end_reported:
             return
         self._end_reported = True
@@ -308,6 +310,17 @@ class Channel:
         if not self._head_reported:
             push(Event.TRANSPORT_HEAD_CLOSED, transport)
         push(Event.TRANSPORT_CLOSED, transport)
+
+    def _fail_for_peer_error(self, error: Any) -> None:
+        """The engine ended a session because the peer broke a session rule (a frame on an unattached handle,
+        ...). Proton has no such local end: it closes the whole connection with a transport error. Do the same, so
+        ``on_transport_error``/``on_disconnected`` run and ``run()`` returns instead of waiting on a peer that
+        keeps the socket open. (A link the engine detaches, e.g. for a message above max-message-size, stays a
+        link error, as in proton.)"""
+        engine = self.connection._impl
+        if error is None or engine is None:
+            return
+        engine.fail(str(error.condition), error.description or "")
 
     # --- engine events → proton events ------------------------------------------------------------------
 
@@ -399,6 +412,7 @@ class Channel:
                 session._local = 4
                 session.condition = None if event.error is None else Condition.from_error(event.error)
                 push(Event.SESSION_LOCAL_CLOSE, session)
+                self._fail_for_peer_error(event.error)
         elif isinstance(event, ev.ConnectionClosed):
             engine = connection._impl
             transport = connection._transport
@@ -416,7 +430,8 @@ class Channel:
                 pass  # reported with the driver's reason once the transport is closed
             elif event.error is not None:
                 # The engine closed the connection: the peer broke the protocol, or went silent.
-                self._report_failure(Condition.from_error(event.error))
+                # Proton reports these (protocol error, idle timeout) error first, then tail/head closed.
+                self._report_failure(Condition.from_error(event.error), error_first=True)
 
 
 class Listener:

@@ -67,7 +67,7 @@ __all__ = [
     "make_backoff_wrapper",
 ]
 
-log = logging.getLogger("amqp_async.proton")
+log = logging.getLogger("proton")  # proton's own logger name, so its logging configuration applies
 
 _CONNECT_OPTIONS = frozenset(
     {
@@ -758,6 +758,11 @@ class Reactor:
             self._running = False
             self._call_soon = None
             self._loop_thread = None
+        if self.errors:
+            # A handler raised: proton raises out of run() at once, without dispatching reactor_final.
+            error = self.errors[0]
+            self.errors = []
+            raise error
         self._push(Event.REACTOR_FINAL, self)
         self._process()
         if self.errors:

@@ -66,7 +66,7 @@ __all__ = [
     "SyncRequestResponse",
 ]
 
-log = logging.getLogger("amqp_async.proton")
+log = logging.getLogger("proton")  # proton's own logger name, so its logging configuration applies
 
 T = TypeVar("T")
 TimeoutArg = float | Literal[False] | None
