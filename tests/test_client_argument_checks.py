@@ -238,6 +238,41 @@ async def test_a_call_from_another_threads_loop_is_refused_before_it_does_anythi
         await still_works(conn, "thread-after")
 
 
+@pytest.mark.anyio
+async def test_a_receive_from_another_thread_takes_nothing_off_the_queue() -> None:
+    """Refused before the delivery is taken: it used to be popped, then the thread check raised, and the delivery was
+    lost (unsettled at the peer) with the receiver's credit; two such calls left it unable to receive again."""
+    async with Broker(port=0) as broker, amqp_async.connect(broker.url) as conn:
+        receiver = await conn.open_receiver("queued", credit=2)
+        sender = await conn.open_sender("queued")
+        for number in range(2):
+            await sender.send(Message(body=number))
+        with anyio.fail_after(10):
+            while len(receiver._engine_link.incoming) < 2:
+                await anyio.sleep(0.01)
+
+        async def receive_nowait() -> Any:
+            return receiver.receive_nowait()
+
+        for name, call in {
+            "receive_nowait": receive_nowait,
+            "receive": receiver.receive,
+            "receive_many": lambda: receiver.receive_many(2),
+        }.items():
+            raised = await anyio.to_thread.run_sync(in_a_thread_of_its_own, call)
+            assert isinstance(raised, RuntimeError), (name, raised)
+            assert len(receiver._engine_link.incoming) == 2, name
+        taken = await receiver.receive_many(2, timeout=10)
+        assert [delivery.message.body for delivery in taken] == [0, 1]
+        await sender.send(Message(body=2))
+        with anyio.fail_after(10):
+            while not receiver._engine_link.incoming:
+                await anyio.sleep(0.01)
+        await receiver.close()
+        with pytest.raises(amqp_async.ClosedByApplication):
+            receiver.receive_nowait()  # as receive() after a close: nothing queued is handed out
+
+
 @pytest.mark.parametrize("value", ["5", b"5"])
 def test_a_ttl_given_as_text_names_the_field(value: object) -> None:
     with pytest.raises(EncodeError, match="ttl must be seconds as a number") as caught:

@@ -419,6 +419,8 @@ def test_unknown_options_are_named() -> None:
         ({"heartbeat": float("nan")}, ValueError),
         ({"heartbeat": "10"}, TypeError),
         ({"heartbeat": True}, TypeError),
+        ({"heartbeat": 9e6}, ValueError),  # its half in ms passes the open frame's uint idle-time-out (§2.7.1)
+        ({"heartbeat": 1e300}, ValueError),
         ({"max_frame_size": 511}, ValueError),
         ({"max_frame_size": 2**32}, ValueError),
         ({"max_frame_size": 1024.0}, TypeError),

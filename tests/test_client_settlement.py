@@ -414,3 +414,22 @@ async def test_a_settlement_that_could_not_be_sent_is_no_settlement() -> None:
                 again = await (await conn.open_receiver("q")).receive()
                 assert again.message.body == "kept"
                 await again.accept()
+
+
+async def test_an_outcome_given_after_the_connection_failed_raises_its_error_and_settles_nothing() -> None:
+    """The failed connection's engine keeps its links as they were (attached): the outcome used to be taken as
+    given (settled, accepted) though no frame could carry it, and the broker delivered the message again."""
+    broker = Broker(port=0)
+    async with broker:
+        conn = await amqp_async.connect(broker.url, reconnect=False)
+        sender = await conn.open_sender("lost")
+        await sender.send(Message(body="once"))
+        receiver = await conn.open_receiver("lost")
+        delivery = await receiver.receive()
+    with anyio.fail_after(10):
+        while not conn.is_closed:
+            await anyio.sleep(0.01)
+    with pytest.raises(amqp_async.ConnectionError):
+        await delivery.accept()
+    assert not delivery.settled and delivery.state is None
+    await conn.close()

@@ -335,7 +335,16 @@ def _heartbeat(value: object) -> float | None:
         raise TypeError(f"heartbeat must be a number of seconds or None, not {type(value).__name__}")
     if not value > 0 or value == float("inf"):
         raise ValueError(f"heartbeat must be > 0 seconds, not {value!r}")
+    if value > MAX_HEARTBEAT:
+        raise ValueError(
+            f"heartbeat must be at most {MAX_HEARTBEAT:.0f} seconds (half of it, in milliseconds, is the idle-time-out "
+            f"the open frame announces: a uint, §2.7.1), not {value!r}"
+        )
     return float(value)
+
+
+#: The longest heartbeat: half of it, in milliseconds, must fit the open frame's idle-time-out (a uint, §2.7.1).
+MAX_HEARTBEAT = (2**32 - 1) // 500
 
 
 def timeout_option(name: str, value: object) -> float | None:

@@ -208,7 +208,9 @@ class _Settlement:
             # §4.4.2: the outcome, given within the transaction, takes effect at its discharge
             state = transaction._outcome_state(state)
         link = delivery.link
-        if link is not receiver._engine_link or link.local_state is not ACTIVE:
+        # A connection that failed for good leaves its engine's links as they were (attached): its error, not a
+        # settlement that no frame will ever carry.
+        if link is not receiver._engine_link or link.local_state is not ACTIVE or connection._error is not None:
             receiver._check()  # closed by the application (ClosedByApplication), or failed: that error
             gone = LinkDetached(
                 "the link this delivery came on is gone (detached or reconnected): the peer will deliver it again"

@@ -777,10 +777,19 @@ class Receiver(_ReceivingLink):
         raise LinkTimeout(f"the sender did not answer the drain of the {self._describe()} within {limit} s")
 
     def receive_nowait(self) -> Delivery | None:
-        """Take the next delivery if one is queued, else None (never waits)."""
+        """Take the next delivery if one is queued, else None (never waits).
+
+        Raises:
+            RuntimeError: called from another thread than the connection's (nothing is taken).
+            ClosedByApplication: the receiver, its session or its connection was closed.
+        """
+        if get_ident() != self.connection._thread:
+            check_thread(self.connection)  # refused before anything is taken off the queue
         incoming = self._engine_link.incoming
         if not incoming:
             return None
+        if self._detaching or self.session._closing or self.connection._closing:
+            self._check()  # ClosedByApplication, as receive() raises it: nothing is handed out after a close
         tracing = self._tracing
         delivery = Delivery(self, incoming.popleft()) if tracing is None else tracing.delivery(self, incoming.popleft())
         self._top_up()
@@ -794,7 +803,10 @@ class Receiver(_ReceivingLink):
         Raises:
             LinkDetached: the link was detached (without error) and no delivery is left.
             LinkError, SessionError, ConnectionError: the link, session or connection failed.
+            RuntimeError: called from another thread than the connection's (nothing is taken).
         """
+        if get_ident() != self.connection._thread:
+            check_thread(self.connection)  # refused before anything is taken off the queue
         while True:
             incoming = self._engine_link.incoming
             if incoming:
@@ -829,6 +841,8 @@ class Receiver(_ReceivingLink):
             LinkDetached: the link was detached (without error) and no delivery is left.
             LinkError, SessionError, ConnectionError: the link, session or connection failed.
         """
+        if get_ident() != self.connection._thread:
+            check_thread(self.connection)  # refused before anything is taken off the queue
         if max_count < 1:
             raise ValueError(f"max_count must be at least 1, got {max_count!r}")
         link = self._engine_link
