@@ -506,6 +506,15 @@ async def test_receive_many_checks_max_count_and_loses_nothing_when_cancelled() 
             receiver = await conn.open_receiver("q")
             with pytest.raises(ValueError, match="max_count must be at least 1, got 0"):
                 await receiver.receive_many(0)
+            for max_count in (2.5, True, "3"):
+                with pytest.raises(TypeError, match="max_count must be an int"):
+                    await receiver.receive_many(max_count)  # type: ignore[arg-type]
+            for timeout in (-1, float("nan")):
+                with pytest.raises(ValueError, match="timeout must be >= 0 seconds"):
+                    await receiver.receive_many(1, timeout=timeout)
+            with pytest.raises(TypeError, match="timeout must be a number of seconds"):
+                await receiver.receive_many(1, timeout="1")  # type: ignore[arg-type]
+            assert await receiver.receive_many(1, timeout=0) == []  # 0: what is queued now, nothing
             with anyio.move_on_after(0.1):
                 await receiver.receive_many(5)  # no timeout: waits for 5, cancelled first
             sender = await conn.open_sender("q")

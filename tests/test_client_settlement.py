@@ -433,3 +433,15 @@ async def test_an_outcome_given_after_the_connection_failed_raises_its_error_and
         await delivery.accept()
     assert not delivery.settled and delivery.state is None
     await conn.close()
+
+
+async def test_release_takes_delivered_as_a_bool_as_modify_does() -> None:
+    async with Broker(port=0) as broker, amqp_async.connect(broker.url, reconnect=False) as conn:
+        sender = await conn.open_sender("strict")
+        await sender.send(Message(body="kept"))
+        receiver = await conn.open_receiver("strict")
+        delivery = await receiver.receive()
+        with pytest.raises(TypeError, match="delivered must be a bool, not str"):
+            await delivery.release(delivered="yes")  # type: ignore[arg-type]
+        assert not delivery.settled  # nothing was given: it can still be settled
+        await delivery.release()

@@ -144,7 +144,9 @@ class _Settlement:
     async def release(self, delivered: bool = False, *, transaction: Transaction | None = None) -> None:
         """Release the message (§3.4.4): not processed, deliver it again (to anyone). With ``delivered=True``, as
         proton's ``release(delivered=True)``, it is a modified outcome with delivery-failed set.
-        ``transaction``, errors: as for :meth:`accept`."""
+        ``transaction``, errors: as for :meth:`accept`; TypeError: ``delivered`` is not a bool."""
+        if not isinstance(delivered, bool):  # a truthy string would otherwise count a failed delivery
+            raise TypeError(f"delivered must be a bool, not {type(delivered).__name__}")
         if delivered:
             await self._settle(_FAILED, transaction)
         else:

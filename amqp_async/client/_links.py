@@ -837,14 +837,22 @@ class Receiver(_ReceivingLink):
         call raises it); with none taken it raises, as :meth:`receive` does.
 
         Raises:
-            ValueError: ``max_count`` is below 1.
+            TypeError: ``max_count`` is not an int, or ``timeout`` not a number.
+            ValueError: ``max_count`` is below 1, or ``timeout`` below 0 (or NaN).
             LinkDetached: the link was detached (without error) and no delivery is left.
             LinkError, SessionError, ConnectionError: the link, session or connection failed.
         """
         if get_ident() != self.connection._thread:
             check_thread(self.connection)  # refused before anything is taken off the queue
+        if isinstance(max_count, bool) or not isinstance(max_count, int):
+            raise TypeError(f"max_count must be an int, not {type(max_count).__name__}")
         if max_count < 1:
             raise ValueError(f"max_count must be at least 1, got {max_count!r}")
+        if timeout is not None:  # 0 is a timeout here: what is queued now, without waiting
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+            if not timeout >= 0:
+                raise ValueError(f"timeout must be >= 0 seconds (or None: no limit), not {timeout!r}")
         link = self._engine_link
         if not self._prefetch and link.local_state is ACTIVE:
             wanted = max_count - len(link.incoming) - link.link_credit
