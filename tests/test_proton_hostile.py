@@ -368,27 +368,13 @@ def peer_using_an_unattached_handle(mode: str) -> Iterator[tuple[int, threading.
 def test_a_frame_on_an_unattached_handle_ends_the_connection_with_a_transport_error(flavour: str, mode: str) -> None:
     """Proton closes the connection (amqp:invalid-field; ours says amqp:session:unattached-handle, §2.7) and the
     program sees on_transport_error then on_disconnected, and run() returns though the peer keeps its socket."""
-    _, reactor, handlers, _ = modules(flavour)
-    seen: list[str] = []
 
-    class Program(handlers.MessagingHandler):  # type: ignore[misc, name-defined]
-        def on_start(self, event: Any) -> None:
-            connection = event.container.connect(url, reconnect=False, sasl_enabled=False)
-            event.container.create_sender(connection, "q")
-
-        def on_transport_error(self, event: Any) -> None:
-            seen.append("transport_error")
-
-        def on_disconnected(self, event: Any) -> None:
-            seen.append("disconnected")
+    def start(container: Any, port: int) -> None:
+        connection = container.connect(f"127.0.0.1:{port}", reconnect=False, sasl_enabled=False)
+        container.create_sender(connection, "q")
 
     with peer_using_an_unattached_handle(mode) as (port, client_closed):
-        url = f"127.0.0.1:{port}"
-        runner = threading.Thread(target=reactor.Container(Program()).run, daemon=True)
-        runner.start()
-        runner.join(TIMEOUT)
-        assert not runner.is_alive(), "the program did not end"
-        assert seen[:2] == ["transport_error", "disconnected"]
+        assert end_events(flavour, lambda container: start(container, port))[:2] == ["transport_error", "disconnected"]
         assert client_closed.wait(5), "the socket was left open"
 
 
@@ -402,12 +388,22 @@ def test_a_transport_failure_the_protocol_layer_sees_reports_the_error_before_th
 ) -> None:
     """Proton dispatches transport_error, then tail closed, head closed, closed: on_transport_error runs before
     on_disconnected for an idle timeout and for a peer that answers with a header only."""
+    with silent_server(greeting) as (port, _):
+        seen = end_events(
+            flavour, lambda container: container.connect(f"amqp://127.0.0.1:{port}", heartbeat=0.5, reconnect=False)
+        )
+        assert seen[:2] == ["transport_error", "disconnected"]
+
+
+def end_events(flavour: str, start: Any) -> list[str]:
+    """Run a program whose ``on_start`` calls ``start(container)`` until it ends (asserted within TIMEOUT); the
+    transport_error and disconnected events it saw, in order."""
     _, reactor, handlers, _ = modules(flavour)
     seen: list[str] = []
 
     class Program(handlers.MessagingHandler):  # type: ignore[misc, name-defined]
         def on_start(self, event: Any) -> None:
-            event.container.connect(url, heartbeat=0.5, reconnect=False)
+            start(event.container)
 
         def on_transport_error(self, event: Any) -> None:
             seen.append("transport_error")
@@ -415,13 +411,11 @@ def test_a_transport_failure_the_protocol_layer_sees_reports_the_error_before_th
         def on_disconnected(self, event: Any) -> None:
             seen.append("disconnected")
 
-    with silent_server(greeting) as (port, _):
-        url = f"amqp://127.0.0.1:{port}"
-        runner = threading.Thread(target=reactor.Container(Program()).run, daemon=True)
-        runner.start()
-        runner.join(TIMEOUT)
-        assert not runner.is_alive(), "the program did not end"
-        assert seen[:2] == ["transport_error", "disconnected"]
+    runner = threading.Thread(target=reactor.Container(Program()).run, daemon=True)
+    runner.start()
+    runner.join(TIMEOUT)
+    assert not runner.is_alive(), "the program did not end"
+    return seen
 
 
 def test_the_library_logs_under_proton_s_logger_which_has_a_null_handler() -> None:
