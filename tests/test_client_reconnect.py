@@ -605,3 +605,59 @@ async def test_waiters_fail_when_reconnect_attempts_run_out(caplog: pytest.LogCa
                 await sender.send(amqp_async.Message(body="too late"))
             assert proxy.accepted == 4  # the first connection, then one per try
             await conn.close()
+
+
+async def test_options_the_engine_cannot_send_are_refused_at_the_call_and_never_replayed() -> None:
+    """A session window or handle-max beyond a uint (§2.7.2) and a credit beyond one (§2.7.4) are refused when the
+    call is made. They used to be taken, fail in the engine when awaited, and stay registered with the connection:
+    the next reconnect began that session again, failed on the same value, and the connection ended for good."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        with anyio.fail_after(TIMEOUT):
+            conn = await amqp_async.connect(proxy.url, reconnect=backoff())
+            kept = await conn.open_sender("q", name="kept-sender")
+            with pytest.raises(ValueError, match="incoming_window"):
+                conn.open_session(incoming_window=2**32)
+            with pytest.raises(ValueError, match="incoming_window"):
+                conn.open_session(incoming_window=0)
+            with pytest.raises(TypeError, match="incoming_window"):
+                conn.open_session(incoming_window=True)
+            with pytest.raises(ValueError, match="handle_max"):
+                conn.open_session(handle_max=2**33)
+            with pytest.raises(ValueError, match="handle_max"):
+                conn.open_session(handle_max=-1)
+            with pytest.raises(ValueError, match="credit"):
+                conn.open_receiver("q", credit=2**40)
+            assert (await conn.open_session(incoming_window=2**32 - 1, handle_max=0)).is_closed is False
+            proxy.cut()
+            await in_thread(lambda: broker.wait_connections(2))
+            assert await kept.send(amqp_async.Message(body="after")) == Accepted()
+            assert conn.state is amqp_async.ConnectionState.OPEN
+            await conn.close()
+
+
+async def test_an_open_cancelled_before_its_answer_leaves_no_link_behind() -> None:
+    """A link whose ``open_receiver()`` (or ``open_sender()``) was cancelled belongs to nobody: it is detached and
+    left out of the reconnect, as is a session whose ``open_session()`` was. It used to stay attached, and a reconnect attached it again with its prefetch
+    credit, a consumer no one could read that took the queue's messages."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        with anyio.fail_after(TIMEOUT):
+            conn = await amqp_async.connect(proxy.url, reconnect=backoff())
+            kept = await conn.open_sender("q", name="kept-sender")
+            with anyio.move_on_after(0):
+                await conn.open_receiver("q", name="cancelled-receiver")
+            with anyio.move_on_after(0):
+                await conn.open_sender("q", name="cancelled-sender")
+            with anyio.move_on_after(0):
+                await conn.open_session()
+            await in_thread(lambda: broker.wait_detaches(1, link="cancelled-receiver"))
+            await in_thread(lambda: broker.wait_detaches(1, link="cancelled-sender"))
+            proxy.cut()
+            await in_thread(lambda: broker.wait_connections(2))
+            assert await kept.send(amqp_async.Message(body="after")) == Accepted()
+            await anyio.sleep(0.2)  # let any stray attach arrive
+            assert sorted(a.name for a in broker.attaches if a.connection == 1) == ["kept-sender"]
+            receiver = await conn.open_receiver("q", name="reader")
+            with anyio.fail_after(5):
+                assert (await receiver.receive()).message.body == "after"
+            assert conn._sessions == [conn._default_session]  # the cancelled session was not begun again either
+            await conn.close()

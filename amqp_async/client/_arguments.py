@@ -28,6 +28,7 @@ __all__ = [
     "check_outcome",
     "check_thread",
     "check_transaction",
+    "check_uint",
     "get_ident",
     "refusal",
 ]
@@ -114,6 +115,22 @@ def check_credit(credit: object, current: int) -> int:
     if current + credit > MASK:
         raise ValueError(f"the link's credit would be {current + credit}, above 2**32 - 1 (a uint, §2.7.4)")
     return credit
+
+
+def check_uint(value: object, name: str, *, minimum: int = 0, why: str = "") -> int:
+    """A count that goes on the wire as a uint (§1.6.6: 0 to 2**32 - 1), at least ``minimum``.
+
+    Raises:
+        TypeError: not an int (a bool is not a count).
+        ValueError: out of range; ``why`` says what a value below ``minimum`` would do.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}{why}, got {value}")
+    if value > MASK:
+        raise ValueError(f"{name} must be at most 2**32 - 1 (a uint on the wire), got {value}")
+    return value
 
 
 def check_transaction(transaction: object, connection: Connection) -> Transaction:

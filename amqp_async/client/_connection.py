@@ -52,7 +52,7 @@ from ..io import driver as _driver
 from ..io.driver import EngineDriver
 from ..protocol import events as ev
 from ..protocol.sasl import SaslClient
-from ._arguments import check_thread, get_ident
+from ._arguments import check_thread, check_uint, get_ident
 from ._attempts import Attempts, failed_before_open, first_connect_failure, lost
 from ._capabilities import PeerCapabilities
 from ._config import ResolvedOptions
@@ -812,13 +812,17 @@ class Connection(LinkOpener):
             properties: the session's properties (str keys are sent as symbols).
 
         Raises:
+            TypeError, ValueError: an option the begin frame cannot carry (a window or handle-max that is not a
+                uint, §2.7.2; a window of 0), at the call.
             ConnectionError: (when awaited) the connection has ended.
         """
         options: dict[str, Any] = {}
         if incoming_window is not None:
-            options["incoming_window"] = incoming_window
+            options["incoming_window"] = check_uint(
+                incoming_window, "incoming_window", minimum=1, why=" (with 0 the peer could send no transfer)"
+            )
         if handle_max is not None:
-            options["handle_max"] = handle_max
+            options["handle_max"] = check_uint(handle_max, "handle_max")
         if offered_capabilities is not None:
             options["offered_capabilities"] = _symbols(offered_capabilities, "offered_capabilities")
         if desired_capabilities is not None:
@@ -831,7 +835,14 @@ class Connection(LinkOpener):
         self._check()
         session = Session(self, options)
         self._sessions.append(session)
-        await session._begin()
+        try:
+            await session._begin()
+        except BaseException:
+            # Nobody got the session: a reconnect must not begin it again.
+            session._abandon()
+            if session in self._sessions:
+                self._sessions.remove(session)
+            raise
         return session
 
     async def _session(self) -> Session:

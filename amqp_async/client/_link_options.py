@@ -18,6 +18,7 @@ import attrs
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import RCV_FIRST, RCV_SECOND, SND_MIXED, SND_SETTLED, SND_UNSETTLED
 from ..codec.terminus import Source, Target
+from ..protocol.serial import MASK
 from ..types import Described, symbol
 from ._arguments import check_address, check_encodable
 
@@ -338,6 +339,8 @@ def receiver_options(
     snd, rcv = _settle_modes(delivery, snd_settle_mode, rcv_settle_mode, sender=False)
     if isinstance(credit, bool) or not isinstance(credit, int) or credit < 0:
         raise ValueError(f"credit must be an int >= 0, got {credit!r}")
+    if credit > MASK:  # §2.7.4: link-credit is a uint
+        raise ValueError(f"credit must be at most 2**32 - 1 (link-credit is a uint, §2.7.4), got {credit}")
     if on_error not in _ON_ERROR:
         raise ValueError(f"on_error must be one of {list(_ON_ERROR)}, got {on_error!r}")
     if distribution_mode is not None and distribution_mode not in _DISTRIBUTION_MODES:

@@ -176,6 +176,20 @@ class _Link:
         self._closed = True
         self._error = error
 
+    def _abandon(self) -> None:
+        """Its open failed or was cancelled, so nobody holds the link: detach it (closed) without waiting for the
+        peer's answer. Left attached, it stayed registered with its session, and a reconnect attached it again
+        with its prefetch credit: a consumer no one read, taking the queue's messages."""
+        self._detaching = True
+        self._closed = True
+        link: EngineLink | None = getattr(self, "_engine_link", None)  # None: the engine refused it, nothing sent
+        connection = self.connection
+        if link is None or connection.is_closed or connection._reconnecting:
+            return
+        if link.local_state is ACTIVE:
+            link.detach(closed=True)
+            connection._kick()
+
     def _describe(self) -> str:
         """The link in words, for errors: its kind and address."""
         return f"link {self.name!r}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
 
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
+#: The links a session holds (the engine's events reach them; a reconnect attaches them again).
+_AnyLink: TypeAlias = "Sender[Any] | Receiver | StreamSender[Any] | StreamReceiver"
+
 
 class Session(LinkOpener):
     """A session (§2.5) of a :class:`Connection`; get one with :meth:`Connection.open_session`.
@@ -40,7 +43,7 @@ class Session(LinkOpener):
         self.connection = connection
         self._options = options
         self._engine_session: EngineSession | None = None
-        self._links: list[Sender | Receiver | StreamSender | StreamReceiver] = []
+        self._links: list[_AnyLink] = []
         self._error: AMQPError | None = None
         self._ended = False
         self._closing = False  # close() was called: our own end is no error
@@ -88,6 +91,18 @@ class Session(LinkOpener):
         self._ended = True
         self._error = error
 
+    def _abandon(self) -> None:
+        """Its begin failed or was cancelled: end the session without waiting for the peer's answer."""
+        self._closing = True
+        self._ended = True
+        engine_session = self._engine_session
+        connection = self.connection
+        if engine_session is None or connection.is_closed or connection._reconnecting:
+            return
+        if engine_session.local_state is ACTIVE:
+            engine_session.end()
+            connection._kick()
+
     def _restore(self) -> None:
         """After a reconnect: begin again on the new connection and re-attach every link."""
         engine_session = self.connection.engine.begin_session(**self._options)
@@ -125,22 +140,19 @@ class Session(LinkOpener):
     async def _attach_sender(self, options: SenderOptions) -> Sender[Any]:
         self._check()
         sender: Sender[Any] = Sender(self, options)
-        self._links.append(sender)
-        await sender._attach()
+        await self._attach(sender)
         return sender
 
     async def _attach_receiver(self, options: ReceiverOptions) -> Receiver:
         self._check()
         receiver = Receiver(self, options)
-        self._links.append(receiver)
-        await receiver._attach()
+        await self._attach(receiver)
         return receiver
 
     async def _attach_stream_sender(self, options: SenderOptions, buffer_size: int) -> StreamSender[Any]:
         self._check()
         sender: StreamSender[Any] = StreamSender(self, options, buffer_size)
-        self._links.append(sender)
-        await sender._attach()
+        await self._attach(sender)
         return sender
 
     async def _attach_stream_receiver(
@@ -148,9 +160,20 @@ class Session(LinkOpener):
     ) -> StreamReceiver:
         self._check()
         receiver = StreamReceiver(self, options, owns_session=owns_session)
-        self._links.append(receiver)
-        await receiver._attach()
+        await self._attach(receiver)
         return receiver
+
+    async def _attach(self, link: _AnyLink) -> None:
+        """Attach ``link`` and wait for the peer's answer; a link whose attach fails or is cancelled is detached and
+        forgotten (``_Link._abandon``): the application never got it, so a reconnect must not bring it back."""
+        self._links.append(link)
+        try:
+            await link._attach()
+        except BaseException:
+            link._abandon()
+            if link in self._links:
+                self._links.remove(link)
+            raise
 
     async def close(self, error: Error | None = None) -> None:
         """End the session (§2.5.1) and wait for the peer's end (idempotent)."""
