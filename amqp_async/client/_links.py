@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, cast
 
@@ -308,6 +309,7 @@ class Sender(_Link, Generic[_R]):
         self.target: str | None = options.address
         self._pending: set[Tracker[_R]] = set()
         self._tracing: MessageTracing | None = self.connection._tracing
+        self._turns: deque[anyio.Event] = deque()  # the sends waiting for credit, first come first
 
     @property
     def address(self) -> str | None:
@@ -420,6 +422,7 @@ class Sender(_Link, Generic[_R]):
             message.__class__ is not Message
             or self._tracing is not None
             or link.link_credit <= 0
+            or self._waiting
             or connection._reconnecting
             or engine is None
             or engine.output_buffered > _OUTPUT_HIGH_WATER
@@ -452,6 +455,7 @@ class Sender(_Link, Generic[_R]):
         connection = self.connection
         if (
             link.link_credit <= 0
+            or self._waiting
             or connection._reconnecting
             or connection._engine is None
             or connection._engine.output_buffered > _OUTPUT_HIGH_WATER
@@ -511,10 +515,23 @@ class Sender(_Link, Generic[_R]):
 
     async def _wait_for_credit(self) -> None:
         """Wait until the link (the new one, while reconnecting) has credit and the output is below the high
-        water mark."""
+        water mark, and it is this call's turn.
+
+        Waiting sends take the credit in the order they came (``_turns``). All of them used to wake at each change,
+        and the scheduler ran them in an order of its own (trio's in none at all): the first to run took the credit
+        and a burst of messages went out shuffled. Now only the first in line waits for credit; each of the others
+        waits for its turn, given by the one before as it leaves (one wake-up each, however many wait). A send
+        arriving while others wait queues behind them (``_transfer_now`` and ``_transfer`` take the short way only
+        when no one waits).
+        """
         connection = self.connection
+        turns = self._turns
+        turn = anyio.Event()  # set by the send before this one in line, as it leaves
+        turns.append(turn)
         self._waiting += 1
         try:
+            if turns[0] is not turn:
+                await turn.wait()
             while True:
                 self._check()
                 link = self._engine_link
@@ -528,6 +545,10 @@ class Sender(_Link, Generic[_R]):
                 await connection._wait_state()
         finally:
             self._waiting -= 1
+            first = turns[0] is turn
+            turns.remove(turn)  # the first in line (popped), or one cancelled while others were ahead
+            if first and turns:
+                turns[0].set()
 
     @property
     def unsettled(self) -> list[Tracker[_R]]:
