@@ -58,6 +58,7 @@ from ._capabilities import PeerCapabilities
 from ._config import ResolvedOptions
 from ._link_options import ReceiverOptions, SenderOptions, _fields, _symbols
 from ._links import Receiver, Sender
+from ._open_endpoints import PRUNE_FROM, next_prune, without_closed
 from ._opener import LinkOpener
 from ._opening import Opening
 from ._session import Session
@@ -163,6 +164,7 @@ class Connection(LinkOpener):
         "_opened",
         "_opened_at",
         "_options",
+        "_prune_sessions_at",
         "_publisher",
         "_reconnecting",
         "_reconnects",
@@ -194,6 +196,7 @@ class Connection(LinkOpener):
         self._closing = False
         self._error: AMQPError | None = None
         self._sessions: list[Session] = []
+        self._prune_sessions_at = PRUNE_FROM
         self._default_session: Session | None = None
         self._controller: Any = None  # the link to the peer's transaction coordinator, made on first use
         self._controller_lock: anyio.Lock | None = None
@@ -834,6 +837,9 @@ class Connection(LinkOpener):
     async def _begin_session(self, options: dict[str, Any]) -> Session:
         self._check()
         session = Session(self, options)
+        if len(self._sessions) >= self._prune_sessions_at:
+            self._sessions = without_closed(self._sessions)
+            self._prune_sessions_at = next_prune(len(self._sessions))
         self._sessions.append(session)
         try:
             await session._begin()

@@ -18,6 +18,7 @@ from ._link_options import (
     SenderOptions,
 )
 from ._links import Receiver, Sender
+from ._open_endpoints import PRUNE_FROM, next_prune, without_closed
 from ._opener import LinkOpener
 from ._stream_receiver import StreamReceiver
 from ._stream_sender import StreamSender
@@ -44,6 +45,7 @@ class Session(LinkOpener):
         self._options = options
         self._engine_session: EngineSession | None = None
         self._links: list[_AnyLink] = []
+        self._prune_links_at = PRUNE_FROM
         self._error: AMQPError | None = None
         self._ended = False
         self._closing = False  # close() was called: our own end is no error
@@ -166,6 +168,9 @@ class Session(LinkOpener):
     async def _attach(self, link: _AnyLink) -> None:
         """Attach ``link`` and wait for the peer's answer; a link whose attach fails or is cancelled is detached and
         forgotten (``_Link._abandon``): the application never got it, so a reconnect must not bring it back."""
+        if len(self._links) >= self._prune_links_at:
+            self._links = without_closed(self._links)
+            self._prune_links_at = next_prune(len(self._links))
         self._links.append(link)
         try:
             await link._attach()
