@@ -252,6 +252,12 @@ class _Link:
         await self.close()
 
 
+def _attach_refusal(error: LocalProtocolError) -> LinkError:
+    """What an open raises when our engine cannot attach the link (no free handle: the session's handle-max,
+    §2.7.2, is reached; or the session has ended): a :class:`LinkError` with the engine's condition."""
+    return LinkError(error.description or "", condition=str(error.condition))
+
+
 class SendManyError(AMQPError):
     """Messages of a :meth:`Sender.send_many` batch were not accepted (or not sent): every message's result is
     kept, in order, so that none is lost track of.
@@ -336,7 +342,10 @@ class Sender(_Link, Generic[_R]):
     async def _attach(self) -> None:
         engine_session = self.session._engine_session
         assert engine_session is not None
-        self._engine_link = engine_session.attach_sender(self.name, **self._attach_arguments())
+        try:
+            self._engine_link = engine_session.attach_sender(self.name, **self._attach_arguments())
+        except LocalProtocolError as error:
+            raise _attach_refusal(error) from None
         self._engine_link.user_data = self
         await self._wait_attached()
 
@@ -758,7 +767,10 @@ class Receiver(_ReceivingLink):
     async def _attach(self) -> None:
         engine_session = self.session._engine_session
         assert engine_session is not None
-        self._engine_link = engine_session.attach_receiver(self.name, **self._attach_arguments())
+        try:
+            self._engine_link = engine_session.attach_receiver(self.name, **self._attach_arguments())
+        except LocalProtocolError as error:
+            raise _attach_refusal(error) from None
         self._engine_link.user_data = self
         self._tolerate_overshoot()
         await self._wait_attached()

@@ -10,6 +10,7 @@ from ..codec.performatives import Error
 from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError, SessionTimeout
 from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE, UNINIT
+from ..protocol.errors import LocalProtocolError
 from ..types import symbol
 from ._answer_due import AnswerDue
 from ._arguments import check_thread
@@ -66,7 +67,10 @@ class Session(LinkOpener):
 
     async def _begin(self) -> None:
         connection = self.connection
-        engine_session = connection.engine.begin_session(**self._options)
+        try:
+            engine_session = connection.engine.begin_session(**self._options)
+        except LocalProtocolError as error:  # no free channel: the peer's channel-max is reached (§2.7.1)
+            raise SessionError(error.description or "", condition=str(error.condition)) from None
         engine_session.user_data = self
         self._engine_session = engine_session
         connection._kick()

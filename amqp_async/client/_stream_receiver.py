@@ -15,9 +15,10 @@ import anyio
 
 from ..codec.performatives import Error
 from ..errors import ClosedByApplication, LinkDetached
+from ..protocol.errors import LocalProtocolError
 from ._arguments import check_thread
 from ._link_options import ReceiverOptions
-from ._links import _ReceivingLink
+from ._links import _attach_refusal, _ReceivingLink
 from ._stream_delivery import StreamDelivery
 
 if TYPE_CHECKING:
@@ -68,7 +69,10 @@ class StreamReceiver(_ReceivingLink):
     async def _attach(self) -> None:
         engine_session = self.session._engine_session
         assert engine_session is not None
-        self._restore(engine_session)
+        try:
+            self._restore(engine_session)
+        except LocalProtocolError as error:
+            raise _attach_refusal(error) from None
         await self._wait_attached()
 
     def _restore(self, engine_session: EngineSession) -> None:

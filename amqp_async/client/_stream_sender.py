@@ -29,7 +29,7 @@ from ..protocol.errors import LocalProtocolError
 from ..protocol.payload import Gathered
 from ._arguments import check_thread, check_transaction, get_ident, refusal
 from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
-from ._links import _Link
+from ._links import _attach_refusal, _Link
 from ._tracker import Tracker
 
 if TYPE_CHECKING:
@@ -140,7 +140,10 @@ class StreamSender(_Link, Generic[_R]):
     async def _attach(self) -> None:
         engine_session = self.session._engine_session
         assert engine_session is not None
-        self._restore(engine_session)
+        try:
+            self._restore(engine_session)
+        except LocalProtocolError as error:
+            raise _attach_refusal(error) from None
         await self._wait_attached()
 
     def _restore(self, engine_session: EngineSession) -> None:
