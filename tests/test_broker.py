@@ -1135,3 +1135,34 @@ async def test_a_thousand_messages_with_no_loss_and_no_duplicates() -> None:
             assert shares["first"] > 0 and shares["second"] > 0  # both competing receivers were served
             assert len(broker.queues["bulk"]) == 0
             await eventually(lambda: all(not c.unsettled for c in broker.queues["bulk"].consumers))
+
+
+def test_the_attach_answer_names_only_the_filters_the_broker_applies(threaded: Broker) -> None:
+    """§3.5.3: the answering attach's source filter is the set of filters actually in place. A filter the broker
+    does not know (here a no-local filter) used to be echoed with the selector, telling the receiver it was
+    applied; without a selector, nothing is echoed (as before)."""
+    from proton import Described, symbol
+    from proton.reactor import Filter
+
+    no_local = Described(symbol("apache.org:no-local-filter:list"), ["x"])
+    selector = Described(symbol("apache.org:selector-filter:string"), "colour = 'red'")
+
+    def answered_filters(receiver: Any) -> Any:
+        data = receiver.link.remote_source.filter
+        data.rewind()
+        return data.get_object() if data.next() is not None else None
+
+    conn = BlockingConnection(threaded.url, timeout=TIMEOUT)
+    try:
+        both = conn.create_receiver(
+            "filtered", options=Filter({symbol("no-local"): no_local, symbol("jms-selector"): selector}), credit=1
+        )
+        answered = answered_filters(both)
+        assert list(answered) == [symbol("jms-selector")]
+        assert answered[symbol("jms-selector")].value == "colour = 'red'"
+        unknown_only = conn.create_receiver(
+            "filtered", name="unknown-only", options=Filter({symbol("no-local"): no_local}), credit=1
+        )
+        assert answered_filters(unknown_only) is None
+    finally:
+        conn.close()

@@ -500,7 +500,8 @@ class ServerConnection:
             self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
             return
         selector = None
-        for value in (source.filter or {}).values():
+        applied: dict[Any, Any] | None = None  # the filters in place, for the answer (§3.5.3)
+        for name, value in (source.filter or {}).items():
             descriptor = getattr(value, "descriptor", None)
             if descriptor in _SELECTOR_DESCRIPTORS:
                 try:
@@ -508,6 +509,7 @@ class ServerConnection:
                 except SelectorError as exc:
                     self._refuse(link, conditions.INVALID_FIELD, f"invalid selector: {exc.description}")
                     return
+                applied = {name: value}  # the last selector given is the one applied
         owner: Topic | None = None
         key: str | None = None
         if source.address is None and not source.dynamic:
@@ -574,7 +576,9 @@ class ServerConnection:
             timeout=source.timeout,
             dynamic=source.dynamic,
             distribution_mode=source.distribution_mode,
-            filter=source.filter if selector is not None else None,
+            # §3.5.3: the source's filter, in the attach that answers, names the filters actually in place: a
+            # filter this broker does not apply is left out, so that the receiver can tell it was not.
+            filter=applied,
             default_outcome=source.default_outcome,
             outcomes=source.outcomes,
             capabilities=source.capabilities,
