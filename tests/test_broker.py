@@ -1166,3 +1166,20 @@ def test_the_attach_answer_names_only_the_filters_the_broker_applies(threaded: B
         assert answered_filters(unknown_only) is None
     finally:
         conn.close()
+
+
+async def test_a_sender_whose_target_has_the_capability_topic_publishes_to_the_topic() -> None:
+    """A target with the capability ``topic`` names a topic, as a source with it does: each subscriber gets every
+    message, inside a transaction too (at its commit). Its messages used to go to a queue of that name, which no
+    subscriber read."""
+    with anyio.fail_after(TIMEOUT):
+        async with serving() as broker, connect(broker) as conn:
+            first = await conn.open_receiver("news", capabilities="topic")
+            second = await conn.open_receiver("news", capabilities="topic")
+            sender = await conn.open_sender("news", capabilities="topic")
+            await send_all(sender, ["a", "b"])
+            async with conn.transaction() as txn:
+                await sender.send(Message(body="c"), transaction=txn)
+            assert await receive_bodies(first, 3) == ["a", "b", "c"]
+            assert await receive_bodies(second, 3) == ["a", "b", "c"]
+            assert "news" not in broker.queues

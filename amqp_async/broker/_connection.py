@@ -93,9 +93,11 @@ class _Inbound:
     """What the broker keeps for a link on which a client sends: its target address (None: anonymous relay), and
     the link as the flow control sees it."""
 
-    def __init__(self, link: protocol.ReceiverLink, address: str | None, producer: Producer) -> None:
+    def __init__(self, link: protocol.ReceiverLink, address: str | None, producer: Producer, topic: bool) -> None:
         self.link = link
         self.address = address
+        #: the target is a topic (its address's prefix, or its capability ``topic``, says so).
+        self.topic = topic
         self.producer = producer
         #: the message arriving in parts on the link, if any (:mod:`._assembly`).
         self.assembly: Assembly | None = None
@@ -395,11 +397,14 @@ class ServerConnection:
                 description = f"targets of type {type(target).__name__} are not supported"
                 self._refuse(link, conditions.NOT_IMPLEMENTED, description)
                 return
+            dynamic = isinstance(target, Target) and bool(target.dynamic)  # a temporary queue, whatever it says
+            topic = (
+                not dynamic and address is not None and broker._is_topic(address, getattr(target, "capabilities", None))
+            )
             if address is not None:
-                if broker._is_topic(address):
-                    node = broker.topic(address)
-                elif not broker._is_topic(address, getattr(target, "capabilities", None)):
-                    node = broker.queue(address)  # queues are made on first attach, by senders and receivers alike
+                # A target with the capability topic names a topic, as a source with it does (the receivers that
+                # subscribe to it); its messages used to go to a queue of that name, which no subscriber read.
+                node = broker.topic(address) if topic else broker.queue(address)  # made on first attach
         except NoRoomForNode as exc:
             self._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
             return
@@ -417,7 +422,7 @@ class ServerConnection:
             self.kick()
 
         # Its credit counts the messages received and not routed yet: they take room that is not taken yet.
-        inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node))
+        inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node), topic)
         link.user_data = inbound
         # A message of several frames is taken frame by frame (in memory within the memory limit, or to disk), never
         # joined by the engine: see _assembly.
@@ -680,10 +685,11 @@ class ServerConnection:
                     if address is None:
                         refusal = _error(conditions.NOT_FOUND, "anonymous relay needs the message's to address")
             if refusal is None and address is not None:
+                topic = inbound.topic and address == inbound.address  # not a relayed message's own address
                 if transaction is not None:
-                    transaction.publish(address, entry)  # §4.4.1: visible at commit, gone at rollback
+                    transaction.publish(address, entry, topic=topic)  # §4.4.1: visible at commit, gone at rollback
                 else:
-                    refusal = broker.route(address, entry)
+                    refusal = broker.route(address, entry, topic)
         if delivery.remote_settled:
             return
         state: Any = _ACCEPTED if refusal is None else Rejected(error=refusal)

@@ -338,10 +338,11 @@ class Broker:
     def _is_topic(self, address: str, capabilities: Any = None) -> bool:
         return address.startswith(TOPIC_PREFIX) or (capabilities is not None and symbol("topic") in tuple(capabilities))
 
-    def route(self, address: str, entry: Entry) -> Error | None:
-        """Put a message on the node at ``address``; return the error that refuses it, if any."""
+    def route(self, address: str, entry: Entry, topic: bool = False) -> Error | None:
+        """Put a message on the node at ``address`` (a topic when ``topic``, or when its prefix says so); return the
+        error that refuses it, if any."""
         try:
-            if self._is_topic(address):
+            if topic or self._is_topic(address):
                 self.topic(address).publish(entry)
                 return None
             queue = self.queue(address)
@@ -356,14 +357,14 @@ class Broker:
         queue.put(entry)
         return None
 
-    def _has_room(self, address: str, count: int) -> bool:
+    def _has_room(self, address: str, count: int, topic: bool = False) -> bool:
         """Whether the node at ``address`` takes ``count`` more messages (a topic always does, once it is made).
 
         The node is made here, as the first message would make it: a commit checks first, and must not find only
         when it routes that the memory limit has no room for the node (its messages would be lost).
         """
         try:
-            if self._is_topic(address):
+            if topic or self._is_topic(address):
                 self.topic(address)
                 return True
             queue = self.queue(address)

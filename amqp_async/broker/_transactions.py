@@ -51,7 +51,8 @@ class Transaction:
 
     Attributes:
         txn_id: its id (§4.5.4: binary, at most 32 octets).
-        published: (address, entry) to route at commit, in the order they were sent.
+        published: (address, topic, entry) to route at commit, in the order they were sent (``topic``: the
+            address names a topic, as the sender's target capability said).
         acquired: (queue, consumer, entry, outcome) to settle at commit, or to return at rollback.
     """
 
@@ -61,14 +62,14 @@ class Transaction:
         self.flow = flow
         #: the outcome of a transfer within it, accepted provisionally (§4.4.1): one object for all its sends.
         self.accepted = TransactionalState(txn_id=txn_id, outcome=Accepted())
-        self.published: list[tuple[str, Entry]] = []
+        self.published: list[tuple[str, bool, Entry]] = []
         self.acquired: list[tuple[Queue, Consumer | None, Entry, Any]] = []
 
-    def publish(self, address: str, entry: Entry) -> None:
+    def publish(self, address: str, entry: Entry, *, topic: bool = False) -> None:
         """Hold a message sent under the transaction until the commit. It counts against the broker's memory
         limit while it waits (a transaction is no way round the limit): the commit hands it to its queue, which
         counts it from then on; a rollback drops it."""
-        self.published.append((address, entry))
+        self.published.append((address, topic, entry))
         if self.flow is not None:
             self.flow.hold(entry.size)
 
@@ -76,7 +77,7 @@ class Transaction:
         """The messages sent under the transaction are no longer held by it (routed, or dropped)."""
         flow = self.flow
         if flow is not None:
-            for _, entry in self.published:
+            for _, _, entry in self.published:
                 flow.drop(entry.size)
         self.published.clear()
 
@@ -100,8 +101,8 @@ class Coordinator:
 
     def __init__(
         self,
-        route: Callable[[str, Entry], Error | None],
-        has_room: Callable[[str, int], bool],
+        route: Callable[[str, Entry, bool], Error | None],
+        has_room: Callable[[str, int, bool], bool],
         settle: Settle,
         *,
         timeout: float | None = None,
@@ -171,16 +172,16 @@ class Coordinator:
             self._rollback(transaction)
 
     def _commit(self, transaction: Transaction) -> Error | None:
-        wanted: dict[str, int] = {}
-        for address, _ in transaction.published:
-            wanted[address] = wanted.get(address, 0) + 1
-        for address, count in wanted.items():
-            if not self._has_room(address, count):
+        wanted: dict[tuple[str, bool], int] = {}
+        for address, topic, _ in transaction.published:
+            wanted[address, topic] = wanted.get((address, topic), 0) + 1
+        for (address, topic), count in wanted.items():
+            if not self._has_room(address, count, topic):
                 self._rollback(transaction)
                 # §4.5.8: "amqp:transaction:rollback: The transaction was rolled back for an unspecified reason."
                 return _error(conditions.TRANSACTION_ROLLBACK, f"node {address!r} has no room for {count} messages")
-        for address, entry in transaction.published:
-            self._route(address, entry)  # its queue counts it now: the transaction's count goes after
+        for address, topic, entry in transaction.published:
+            self._route(address, entry, topic)  # its queue counts it now: the transaction's count goes after
         transaction.release_published()
         for queue, consumer, entry, outcome in transaction.acquired:
             self._settle(queue, consumer, entry, outcome)
