@@ -358,3 +358,11 @@ async def test_a_delivery_settled_without_a_terminal_outcome_is_not_lost_nor_stu
                 await bare._settle(None)
                 await receiver.close()
     assert not broker.queues["q"].entries
+
+
+@pytest.mark.parametrize("address", ["topic://dead", ""])
+def test_a_dead_letter_queue_must_be_a_queue(address: str) -> None:
+    """Dead letters sent to a topic address went to a queue of that name that no receiver could read (a receiver on
+    a topic address subscribes to the topic); the broker now refuses such an address when it is made."""
+    with pytest.raises(ValueError, match="dead-letter queue"):
+        Broker(port=0, dead_letter_queue=address)

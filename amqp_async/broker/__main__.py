@@ -40,7 +40,7 @@ import anyio
 
 from ..io.exception_groups import leaves as exception_leaves
 from ..io.tls_files import load_cert_chain
-from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError
+from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError, check_dead_letter_queue
 
 __all__ = [
     "EXIT_FAILURE",
@@ -123,6 +123,14 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{value} is not above 0")
     return value
+
+
+def _dead_letter_queue(text: str) -> str:
+    try:
+        check_dead_letter_queue(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _seconds(text: str) -> float:
@@ -216,6 +224,7 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
     messages.add_argument(
         "--dead-letter-queue",
         metavar="ADDRESS",
+        type=_dead_letter_queue,
         help="where rejected, expired, over-limit and (with --when-full reject) refused messages go, annotated "
         "with why (default: they are dropped)",
     )

@@ -80,6 +80,25 @@ class ListenError(OSError):
         return str(self.strerror)
 
 
+def check_dead_letter_queue(address: str | None) -> None:
+    """A dead-letter queue must be a queue: messages dead-lettered to a topic address went to a queue of that name
+    that no receiver could read (a receiver on it subscribes to the topic), and a topic keeps nothing for later
+    inspection when no one is subscribed.
+
+    Raises:
+        ValueError: an empty address, or one with the topic prefix.
+    """
+    if address is None:
+        return
+    if not address:
+        raise ValueError("the dead-letter queue needs an address")
+    if address.startswith(TOPIC_PREFIX):
+        raise ValueError(
+            f"the dead-letter queue {address!r} names a topic: give a queue's address (a topic keeps no message "
+            "for later inspection)"
+        )
+
+
 class Broker:
     """An AMQP 1.0 broker, in memory (with ``data_dir``, its queues and durable messages also kept on disk).
 
@@ -196,6 +215,7 @@ class Broker:
             raise ValueError(f"expiry_interval must be above 0 seconds, not {expiry_interval!r}")
         if large_message_size < 1:
             raise ValueError(f"large_message_size must be at least 1 byte, not {large_message_size!r}")
+        check_dead_letter_queue(dead_letter_queue)
         self.host = host
         self.port = port
         self.users = users
