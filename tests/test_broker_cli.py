@@ -317,6 +317,18 @@ def test_a_data_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     assert one_error_line(result).startswith(f"cannot use --data-dir {blocker / 'store'}: ")
 
 
+def test_a_store_truncated_to_nothing_is_refused_and_kept(tmp_path: Path) -> None:
+    """SQLite takes an empty file for a new database: the broker used to start with no messages, as if the store had
+    held none, and wrote over the file. A store it made is never empty; an empty one is refused, left as it is."""
+    store = tmp_path / "broker.sqlite3"
+    store.write_bytes(b"")
+    result = run_cli("--port", "0", "--data-dir", str(tmp_path))
+    assert result.returncode == 1
+    line = one_error_line(result)
+    assert line.startswith(f"cannot use --data-dir {tmp_path}: {store} is empty (0 bytes)"), line
+    assert store.stat().st_size == 0
+
+
 def test_prints_the_listening_line_once_and_not_in_the_log(tmp_path: Path) -> None:
     """One line per listener, on stdout only (stderr is the log): a script reads the first line of stdout."""
     with broker_process(tmp_path) as broker:

@@ -119,6 +119,25 @@ def _sync(path: Path) -> None:
         os.close(descriptor)
 
 
+def _refuse_truncated(path: Path) -> None:
+    """Refuse a store file cut to nothing. SQLite takes an empty file for a new database, so the broker started
+    with no messages at all, and wrote over the file. A store this broker made is never empty (setting its WAL mode
+    writes the database header), so an empty one lost what it held: an operator must decide, not the broker.
+
+    Raises:
+        sqlite3.DatabaseError: naming the file.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return  # a new data directory
+    if size == 0:
+        raise sqlite3.DatabaseError(
+            f"{path} is empty (0 bytes): it was truncated, and its messages are gone; move it aside to start with "
+            "an empty store"
+        )
+
+
 def _boolean(payload: bytes, offset: int) -> bool:
     code = payload[offset]
     return code == _TRUE or (code == _BOOLEAN and len(payload) > offset + 1 and payload[offset + 1] == 1)
@@ -172,6 +191,7 @@ class Store:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "broker.sqlite3"
+        _refuse_truncated(self.path)
         # One thread at a time uses the connection (the writer task's worker thread, or the loop at start and
         # stop): never concurrently, so sharing it between threads is safe.
         db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
