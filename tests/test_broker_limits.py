@@ -364,3 +364,40 @@ async def test_with_default_options_a_flood_levels_off_under_the_default_max_mem
     samples, held_back = await flood_until_it_levels_off(DEFAULT_MAX_MEMORY, total=70_000)
     assert 30_000 < held_back < 70_000
     assert max(samples) > 128 << 20  # it did fill most of it: the bound, not the flood, stopped it
+
+
+@pytest.mark.anyio
+async def test_producers_given_credit_for_small_messages_cannot_send_large_ones_past_the_memory_limit() -> None:
+    """The credit a producer gets is counted in messages of the size seen so far: four producers granted windows
+    while messages were 1 byte, then sending 60 kB messages in one frame each, took 48 MB under a 4 MiB limit.
+    Each message is now checked in bytes as it arrives, in one frame as in many: one that does not fit is rejected
+    with amqp:resource-limit-exceeded, the limit named, and what was accepted stays receivable."""
+    limit = 4 << 20
+    with anyio.fail_after(60):
+        async with Broker(port=0, max_memory=limit) as broker, amqp_async.connect(broker.url) as conn:
+            senders = [await conn.open_sender("q") for _ in range(4)]
+            for sender in senders:
+                await sender.send_many([Message(body=b"x")] * 10)
+            assert all(sender.credit > 1000 for sender in senders)  # windows granted for 1-byte messages
+            results: list[Any] = []
+
+            async def flood(sender: amqp_async.Sender) -> None:
+                try:
+                    results.extend(await sender.send_many([Message(body=b"y" * 60_000)] * 200))
+                except amqp_async.SendManyError as exc:
+                    results.extend(exc.results)
+
+            async with anyio.create_task_group() as group:
+                for sender in senders:
+                    group.start_soon(flood, sender)
+            assert broker.flow.held_bytes <= limit
+            refused = [result for result in results if not isinstance(result, amqp_async.Accepted)]
+            assert refused, "every message was taken: the limit was not applied"
+            assert all(isinstance(error, amqp_async.MessageRejected) for error in refused)
+            assert {error.condition for error in refused} == {"amqp:resource-limit-exceeded"}
+            assert "memory limit of 4194304 bytes" in str(refused[0])
+            accepted = len(results) - len(refused) + 40
+            receiver = await conn.open_receiver("q", credit=50)
+            for _ in range(accepted):
+                await (await receiver.receive()).accept()
+            assert receiver.receive_nowait() is None

@@ -637,8 +637,9 @@ async def test_options_the_engine_cannot_send_are_refused_at_the_call_and_never_
 
 async def test_an_open_cancelled_before_its_answer_leaves_no_link_behind() -> None:
     """A link whose ``open_receiver()`` (or ``open_sender()``) was cancelled belongs to nobody: it is detached and
-    left out of the reconnect, as is a session whose ``open_session()`` was. It used to stay attached, and a reconnect attached it again with its prefetch
-    credit, a consumer no one could read that took the queue's messages."""
+    left out of the reconnect, as is a session whose ``open_session()`` was. It used to stay attached, and a
+    reconnect attached it again with its prefetch credit, a consumer no one could read that took the queue's
+    messages."""
     async with running_broker() as broker, TcpProxy(broker.port) as proxy:
         with anyio.fail_after(TIMEOUT):
             conn = await amqp_async.connect(proxy.url, reconnect=backoff())

@@ -41,7 +41,7 @@ from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslServer
 from ..protocol.streaming import StreamingDelivery
 from ..types import symbol
-from ._assembly import Assembly
+from ._assembly import Assembly, memory_refusal
 from ._bodies import BodyFile
 from ._flow import WINDOW, NoRoomForNode, Producer
 from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
@@ -673,6 +673,8 @@ class ServerConnection:
             refusal = _error(
                 conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {broker.max_message_size}"
             )
+        elif body is None and (unfit := memory_refusal(broker.flow, len(payload), f"message of {len(payload)} bytes")):
+            refusal = unfit  # in memory, it would pass the limit (one in parts was checked as it came: _assembly)
         else:
             entry = Entry(payload, body=body)
             address = inbound.address
