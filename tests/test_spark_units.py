@@ -71,6 +71,8 @@ def test_an_unknown_option_is_refused_by_name() -> None:
         # before: accepted, then "OverflowError: timestamp out of range for platform time_t" in each task
         ("connectTimeoutMs", "99999999999999", "option 'connectTimeoutMs' must be from 1 to 2,147,483,647"),
         ("sendTimeoutMs", "-5", "option 'sendTimeoutMs' must be from 0 to 2,147,483,647"),
+        # before: taken, then the driver planned a million partitions (300 MB, a connection each per micro-batch)
+        ("numPartitions", "1000000", "option 'numPartitions' must be from 1 to 10,000"),
         # before: "option 'url' (or a connection option) is not valid: max_frame_size must be between 512..."
         ("maxFrameSize", "100", "option 'maxFrameSize' must be from 512 to 4,294,967,295"),
         # before: taken ("0 or more"), then refused as "option 'url' ...: heartbeat must be > 0 seconds"

@@ -149,6 +149,7 @@ async def receive_batch(
     first_wait: float,
     quiet: float,
     taken: list[EngineDelivery] | None = None,
+    max_bytes: int | None = None,
 ) -> tuple[list[EngineDelivery], bool]:
     """Up to ``budget`` deliveries: what the sender has now. Returns them, and True when the sender was found to
     have no more (drained: fewer than ``budget`` came because there were no more). ``taken``: the list to append
@@ -162,6 +163,10 @@ async def receive_batch(
     up to ``window`` credit out, topped up as deliveries come, so that the sender streams without waiting for a round
     trip, and never more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
     When no transfer comes for a moment it asks the sender whether it has more (:func:`_nothing_more`).
+
+    ``max_bytes``: stop once the payloads taken reach that many bytes (not drained: the rest is for a later
+    batch), and keep the credit out to about what the bytes left allow, so that a backlog of large messages is not
+    all held in one task's memory. The first delivery is always taken, however large: the batch moves on.
     """
     link = receiver._engine_link
     connection = receiver.connection
@@ -169,16 +174,30 @@ async def receive_batch(
     if taken is None:
         taken = []
     incoming = link.incoming
+    room = [max_bytes]  # bytes left to take (None: no bound), in a list for the closures to change
+
+    def full() -> bool:
+        left = room[0]
+        return len(taken) >= budget or (left is not None and left <= 0)
 
     def take() -> None:
-        while incoming and len(taken) < budget:
+        while incoming and not full():
             delivery = incoming.popleft()
             if not delivery.aborted:
                 taken.append(delivery)
+                if room[0] is not None:
+                    room[0] -= len(delivery.payload)
 
     def top_up() -> None:
         """Grant credit up to the window once half of it is used (one flow frame per half window)."""
-        wanted = min(window, budget - len(taken)) - len(incoming)
+        wanted = min(window, budget - len(taken))
+        left = room[0]
+        if left is not None and taken:
+            # As many more as the bytes left hold, at the average size so far (at least one: the bound is checked
+            # as they are taken).
+            average = max(1, ((max_bytes or 0) - left) // len(taken))
+            wanted = min(wanted, max(1, -(-left // average)))
+        wanted -= len(incoming)
         if wanted > link.link_credit and 2 * link.link_credit <= wanted:
             link.grant_credit(wanted, drain=link.drain)  # a drain asked for stays asked for
             connection._kick()
@@ -195,11 +214,11 @@ async def receive_batch(
     drained = False
     while True:
         take()
-        if len(taken) >= budget:
+        if full():
             break
         if await _nothing_more(receiver, quiet, drains, top_up):
             take()
-            drained = len(taken) < budget
+            drained = not full()
             break
     _stop_credit(receiver)
     return taken, drained

@@ -65,6 +65,12 @@ _UINT_MAX = 2**32 - 1
 #: timeouts). Beyond some size a wait is no longer a time the platform can add to its clock.
 _MAX_MS = 2**31 - 1
 _positive_int = _whole_number(1)
+#: The most partitions of a read. Each is a task with a connection and a link of its own to the peer (per
+#: micro-batch, for a stream), and the driver lists them all: beyond this, a typo such as numPartitions=1000000 made
+#: a million tasks per micro-batch, and the driver's planner ran out of memory (about 300 bytes each) before a
+#: single task ran, rather than fail with an error that names the option.
+MAX_PARTITIONS = 10_000
+_partition_count = _whole_number(1, MAX_PARTITIONS)
 _credit = _whole_number(1, _UINT_MAX)
 _frame_size = _whole_number(512, _UINT_MAX)  # §2.4.1: MIN-MAX-FRAME-SIZE is 512
 _milliseconds = _whole_number(1, _MAX_MS)
@@ -152,7 +158,7 @@ OPTIONS: tuple[_Spec, ...] = (
     _Spec("subscriptionName", _text, _READS, "durable subscription: the link name, with a durable source"),
     _Spec("maxMessagesPerBatch", _positive_int, (STREAM_READ,), "most messages in one micro-batch"),
     _Spec("pollWaitMs", _milliseconds_or_zero, (STREAM_READ,), "how long to wait for a first message (default 1000)"),
-    _Spec("numPartitions", _positive_int, _READS, "Spark partitions per (micro-)batch (default 1)"),
+    _Spec("numPartitions", _partition_count, _READS, "Spark partitions per (micro-)batch (default 1)"),
     _Spec("readMode", _choice("browse", "consume"), (READ,), "batch read: browse (default) or consume"),
     _Spec("maxMessages", _positive_int, (READ,), "batch read: most messages per partition"),
     _Spec("deliveryMode", _choice("at-least-once", "at-most-once"), (WRITE,), "default at-least-once"),

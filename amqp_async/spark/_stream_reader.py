@@ -9,9 +9,10 @@ never connects to the broker and never sees a message: it plans micro-batches by
 - An offset is ``{"source": ID, "batch": N}``: N micro-batches planned. ``ID`` is made once, by the first
   ``initialOffset`` of a new query, and travels in every offset, so a query restarted from its checkpoint finds
   its log (``logLocation/ID``).
-- ``latestOffset(start)`` answers ``start + 1``: a batch of ``numPartitions`` partitions, each with a budget of
-  ``ceil(maxMessagesPerBatch / numPartitions)`` messages (10,000 without the option), each taking what the queue
-  has, up to its budget. In a continuous query a task first waits up to ``pollWaitMs`` for a message, so an idle
+- ``latestOffset(start)`` answers ``start + 1``: a batch of ``numPartitions`` partitions, whose budgets add up to
+  ``maxMessagesPerBatch`` (10,000 messages each without the option; a partition that would have none is not
+  planned), each taking what the queue has, up to its budget (and to ``PARTITION_BYTES`` of message bytes,
+  :mod:`._stream_task`). In a continuous query a task first waits up to ``pollWaitMs`` for a message, so an idle
   queue gives empty micro-batches at that pace (raise it for a mostly idle queue: a waiting task hands on a
   message the moment it arrives).
 - ``Trigger.AvailableNow``: the tasks drain at once, and each chosen entry says whether its task found the queue
@@ -61,6 +62,21 @@ def _parse(offset: dict[str, Any]) -> tuple[str, int]:
             f"not an offset of the amqp source with receiveOn=executors: {offset!r} (a checkpoint of another source, "
             "or of receiveOn=driver?)"
         ) from None
+
+
+def _budgets(limit: int | None, count: int) -> dict[int, int]:
+    """The budget of each partition of a new micro-batch, by index: ``DEFAULT_BUDGET`` each without a limit, else
+    ``limit`` shared out so that the budgets add up to it exactly (the first ``limit % count`` take one more), and
+    no partition with nothing to take (``numPartitions`` above the limit plans ``limit`` partitions of 1).
+
+    The ceiling of ``limit / count`` for every partition, as before, let a batch hold up to ``count - 1`` messages
+    more than ``maxMessagesPerBatch`` promises (12 of 10 with 4 partitions; 5 of 2 with 5).
+    """
+    if limit is None:
+        return dict.fromkeys(range(count), DEFAULT_BUDGET)
+    share, extra = divmod(int(limit), count)
+    budgets = {index: share + (index < extra) for index in range(count)}
+    return {index: budget for index, budget in budgets.items() if budget > 0}
 
 
 class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -148,14 +164,16 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         options = self._options
         count = int(options.get("numPartitions", 1))
-        limit = options.get("maxMessagesPerBatch")
-        budget = DEFAULT_BUDGET if limit is None else -(-int(limit) // count)
+        budgets = _budgets(options.get("maxMessagesPerBatch"), count)
         first_wait = 0.0 if self._available_now else int(options.get("pollWaitMs", 1000)) / 1000.0
         host = None if "logLocation" in options.values else socket.gethostname()
         self._planned = True
         planned: list[InputPartition] = []
         for batch in range(first, last):
-            for index in sorted(set(range(count)) | set(log_.partitions(batch))):
+            for index in sorted(set(budgets) | set(log_.partitions(batch))):
+                # A partition the log has and this plan does not (numPartitions changed before a replay) keeps a
+                # budget: it returns its chosen entry, or (no attempt chose) receives as the others do.
+                budget = budgets.get(index) or max(budgets.values())
                 planned.append(StreamPartition(source, batch, index, budget, self._location, first_wait, host))
         return planned
 

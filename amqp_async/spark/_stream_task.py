@@ -54,6 +54,11 @@ _ROWS_PER_BATCH = 5_000
 _POLL = 0.005
 #: Seconds without a transfer that mean "nothing more now", with a peer whose drains are broken.
 _QUIET = 0.2
+#: The most message bytes one task takes in a micro-batch, whatever its budget in messages: a task holds them
+#: twice (the payloads, and the rows built from them) and writes them to its log entry. Without it, the default
+#: budget of 10,000 messages took 10 GB into one Python worker from a backlog of 1 MB messages. A task that stops
+#: here has not drained the queue, so the next micro-batch takes more (``Trigger.AvailableNow`` goes on too).
+PARTITION_BYTES = 128 * 1024 * 1024
 
 
 class StreamPartition(InputPartition):
@@ -180,7 +185,7 @@ def _receive_and_choose(
         connection, receiver = opened
         received: list[Delivery] = []
         receiving = loop.submit(
-            receive_batch, receiver, partition.budget, window, partition.first_wait, _QUIET, received
+            receive_batch, receiver, partition.budget, window, partition.first_wait, _QUIET, received, PARTITION_BYTES
         )
         rows = _Rows(schema)
         try:
