@@ -11,7 +11,9 @@ up when it falls below half. With limits, a window is never larger than the room
   the average size held and the last size seen (the limit, less the bytes of the messages held and of those arriving
   in parts, less the credit every producer holds); before the first message, a size of :data:`UNSEEN_SIZE` is assumed
   (a full window under a roomy limit, one credit under a tight one). With messages of one size the bytes held never
-  pass the limit; with mixed sizes, by at most the difference the estimate made. A message counts its bytes and a
+  pass the limit; with mixed sizes the estimate can be short, so each message is also checked in bytes as it
+  arrives, and one that does not fit is rejected with ``amqp:resource-limit-exceeded``
+  (:func:`._assembly.memory_refusal`). A message counts its bytes and a
   fixed bookkeeping estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a
   few large ones.
 
