@@ -58,7 +58,7 @@ from ._capabilities import PeerCapabilities
 from ._config import ResolvedOptions
 from ._link_options import ReceiverOptions, SenderOptions, _fields, _symbols
 from ._links import Receiver, Sender
-from ._open_endpoints import PRUNE_FROM, next_prune, without_closed
+from ._open_endpoints import PRUNE_FROM, forget, with_added
 from ._opener import LinkOpener
 from ._opening import Opening
 from ._session import Session
@@ -837,17 +837,12 @@ class Connection(LinkOpener):
     async def _begin_session(self, options: dict[str, Any]) -> Session:
         self._check()
         session = Session(self, options)
-        if len(self._sessions) >= self._prune_sessions_at:
-            self._sessions = without_closed(self._sessions)
-            self._prune_sessions_at = next_prune(len(self._sessions))
-        self._sessions.append(session)
+        self._sessions, self._prune_sessions_at = with_added(self._sessions, session, self._prune_sessions_at)
         try:
             await session._begin()
         except BaseException:
-            # Nobody got the session: a reconnect must not begin it again.
             session._abandon()
-            if session in self._sessions:
-                self._sessions.remove(session)
+            forget(self._sessions, session)
             raise
         return session
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol, TypeVar
 
-__all__ = ["PRUNE_FROM", "next_prune", "without_closed"]
+__all__ = ["PRUNE_FROM", "forget", "with_added", "without_closed"]
 
 #: Lists shorter than this are not worth a pass.
 PRUNE_FROM = 64
@@ -33,3 +33,20 @@ def without_closed(endpoints: list[_E]) -> list[_E]:
 def next_prune(count: int) -> int:
     """The length at which a list of ``count`` open endpoints is pruned next: twice as long."""
     return max(PRUNE_FROM, 2 * count)
+
+
+def with_added(endpoints: list[_E], endpoint: _E, prune_at: int) -> tuple[list[_E], int]:
+    """``endpoints`` with ``endpoint`` added (the closed ones dropped first, when the list is ``prune_at`` long),
+    and the length at which to prune next."""
+    if len(endpoints) >= prune_at:
+        endpoints = without_closed(endpoints)
+        prune_at = next_prune(len(endpoints))
+    endpoints.append(endpoint)
+    return endpoints, prune_at
+
+
+def forget(endpoints: list[_E], endpoint: _E) -> None:
+    """Take ``endpoint`` out of ``endpoints``, if it is there: its open failed or was cancelled, so nobody holds
+    it and a reconnect must not bring it back."""
+    if endpoint in endpoints:
+        endpoints.remove(endpoint)

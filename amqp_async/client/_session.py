@@ -19,7 +19,7 @@ from ._link_options import (
     SenderOptions,
 )
 from ._links import Receiver, Sender
-from ._open_endpoints import PRUNE_FROM, next_prune, without_closed
+from ._open_endpoints import PRUNE_FROM, forget, with_added
 from ._opener import LinkOpener
 from ._stream_receiver import StreamReceiver
 from ._stream_sender import StreamSender
@@ -172,16 +172,12 @@ class Session(LinkOpener):
     async def _attach(self, link: _AnyLink) -> None:
         """Attach ``link`` and wait for the peer's answer; a link whose attach fails or is cancelled is detached and
         forgotten (``_Link._abandon``): the application never got it, so a reconnect must not bring it back."""
-        if len(self._links) >= self._prune_links_at:
-            self._links = without_closed(self._links)
-            self._prune_links_at = next_prune(len(self._links))
-        self._links.append(link)
+        self._links, self._prune_links_at = with_added(self._links, link, self._prune_links_at)
         try:
             await link._attach()
         except BaseException:
             link._abandon()
-            if link in self._links:
-                self._links.remove(link)
+            forget(self._links, link)
             raise
 
     async def close(self, error: Error | None = None) -> None:
