@@ -317,7 +317,7 @@ class ServerConnection:
         self._outbound.clear()
         for inbound in self._inbound:
             inbound.drop()
-            self.broker.flow.remove(inbound.producer)
+        self.broker.flow.remove(*(inbound.producer for inbound in self._inbound))
         self._inbound.clear()
 
     # --- events ------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ consecutive delivery ids with the same role, settlement and state share one disp
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -94,11 +95,13 @@ class Session(Endpoint):
         "_encoded_state",
         "_flow_links",
         "_flows_after",
+        "_freed_handles",
         "_incoming_unsettled",
         "_links_by_handle",
         "_links_by_name",
         "_links_by_remote_handle",
         "_next_delivery_id",
+        "_next_handle",
         "_outgoing_queue",
         "_outgoing_unsettled",
         "_pending_dispositions",
@@ -164,6 +167,10 @@ class Session(Endpoint):
         #: a SessionEnded event has been emitted (once per session).
         self.end_reported = False
         self._links_by_handle: dict[int, Link] = {}
+        # Our handles: those below _next_handle are in use but for the ones freed (a heap, lowest first), so that
+        # a link gets the lowest free handle in constant time (a scan from 0 made 4,000 attaches cost 1 s).
+        self._next_handle = 0
+        self._freed_handles: list[int] = []
         self._links_by_remote_handle: dict[int, Link] = {}
         self._links_by_name: dict[tuple[str, bool], Link] = {}
         self._next_delivery_id = 0
@@ -354,21 +361,24 @@ class Session(Endpoint):
 
     def _allocate_handle(self, link: Link) -> int:
         limit = min(self.handle_max, self.remote_handle_max)
-        handle = 0
-        in_use = self._links_by_handle
-        while handle in in_use:
-            handle += 1
+        freed = self._freed_handles
+        handle = freed[0] if freed else self._next_handle
         if handle > limit:
             raise LocalProtocolError(
                 f"no free handle: handle-max is {limit}", condition=conditions.RESOURCE_LIMIT_EXCEEDED
             )
-        in_use[handle] = link
+        if freed:
+            heapq.heappop(freed)
+        else:
+            self._next_handle += 1
+        self._links_by_handle[handle] = link
         self._links_by_name[(link.name, link.role)] = link
         return handle
 
     def _release_handle(self, link: Link) -> None:
         if link.handle is not None and self._links_by_handle.get(link.handle) is link:
             del self._links_by_handle[link.handle]
+            heapq.heappush(self._freed_handles, link.handle)
         self._forget_link_if_done(link)
 
     def _forget_link_if_done(self, link: Link) -> None:
@@ -715,6 +725,8 @@ class Session(Endpoint):
         self._incoming_unsettled.clear()
         self._links_by_name.clear()
         self._links_by_handle.clear()
+        self._next_handle = 0
+        self._freed_handles.clear()
         self._links_by_remote_handle.clear()
 
     def _on_attach(self, attach: Attach) -> None:
