@@ -93,8 +93,8 @@ def test_a_task_takes_no_more_bytes_than_its_bound_and_leaves_the_rest(
     assert 10 <= rows <= 11, rows
     outcome = WriteAheadLog(str(tmp_path), "source1").outcomes(0)[0]
     assert outcome is not None and not outcome.drained  # the next batch (AvailableNow too) takes the rest
-    # Nothing lost: the deliveries that came beyond the bound were never settled, and go back to the queue as the
-    # task's link closes (a moment after the first drain may look).
+    # Nothing lost: the deliveries that came beyond the bound were released (tests/test_spark_byte_window.py), and
+    # are back in the queue (a moment after the first drain may look).
     left = drain(broker.url, "q")
     deadline = time.monotonic() + 10
     while len(left) < 30 - rows and time.monotonic() < deadline:

@@ -574,6 +574,12 @@ class ReceiverLink(Link):
         """The credit the sender still has on this link, as far as we know."""
         return self.link_credit
 
+    @property
+    def partial(self) -> int | None:
+        """The bytes received so far of a delivery under way (its first frames came, not its last: §2.6.14
+        ``more``), or None when none is. Its credit is used already: credit 0 does not mean all has come."""
+        return None if self._current is None else self._current_size
+
     def grant_credit(self, credit: int, *, drain: bool = False) -> None:
         """Set the link credit to ``credit`` (§2.6.7) and tell the sender (in the next flow frame).
 

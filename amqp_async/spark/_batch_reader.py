@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 from ..client import Connection, Delivery, Receiver
 from ._links import close_quietly, open_receiver, wait_sent
 from ._loop import LoopThread
-from ._options import AmqpOptions
+from ._options import WINDOW_BYTES, AmqpOptions
 from ._schema import RowBuilder
 
 __all__ = ["AmqpBatchReader"]
@@ -54,6 +54,28 @@ async def _next_window(receiver: Receiver, size: int) -> list[Delivery]:
     return deliveries
 
 
+class _WindowSizes:
+    """How many messages the next window asks for: ``window``, or fewer when ``window_bytes`` of messages at the
+    average size seen hold fewer; one before the first message is seen (its size unknown, a window of large
+    messages could be gigabytes)."""
+
+    def __init__(self, window: int, window_bytes: int) -> None:
+        self._window = window
+        self._window_bytes = window_bytes
+        self._count = 0
+        self._bytes = 0
+
+    def next(self) -> int:
+        if not self._count:
+            return 1
+        average = max(1, self._bytes // self._count)
+        return max(1, min(self._window, self._window_bytes // average))
+
+    def seen(self, deliveries: list[Delivery]) -> None:
+        self._count += len(deliveries)
+        self._bytes += sum(len(delivery.payload) for delivery in deliveries)
+
+
 async def _accept(deliveries: list[Delivery]) -> None:
     for delivery in deliveries:
         await delivery.accept()
@@ -74,9 +96,11 @@ class AmqpBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's messages, a window (the ``credit`` option) at a time, until the queue is empty or
-        ``maxMessages`` were read."""
+        ``maxMessages`` were read; a window holds at most ``windowBytes`` of messages (at the average size seen:
+        one message first, to see it), so a queue of large messages is not taken whole into the task's memory."""
         options = self._options
         window = int(options.get("credit", 1000))
+        sizes = _WindowSizes(window, int(options.get("windowBytes", WINDOW_BYTES)))
         remaining: int | None = options.get("maxMessages")
         builder = RowBuilder(self._schema)
         loop = LoopThread("amqp-async-spark-read")
@@ -91,8 +115,9 @@ class AmqpBatchReader(DataSourceReader):
             raise
         try:
             while remaining is None or remaining > 0:
-                size = window if remaining is None else min(window, remaining)
+                size = sizes.next() if remaining is None else min(sizes.next(), remaining)
                 deliveries = loop.call(_next_window, receiver, size)
+                sizes.seen(deliveries)
                 if deliveries:
                     yield builder.batch([delivery.payload for delivery in deliveries])
                     if self._consume:

@@ -19,7 +19,9 @@ end. Executors only run ``read(partition)``.
   A restart replays the batch the checkpoint had planned but not committed: ``partitions(start, end)`` for numbers
   this process never gave out takes the next ``end - start`` deliveries (those the broker gave back come first).
 - Credit is bounded by what is held: credit granted + deliveries waiting + deliveries handed to Spark and not yet
-  committed never exceed the ``credit`` option (the window). A commit returns its deliveries' credit.
+  committed never exceed the ``credit`` option (the window), nor, in bytes at the average size seen, the
+  ``windowBytes`` option (128 MiB; one credit until a first message shows the size). A commit returns its
+  deliveries' credit.
 - ``Trigger.AvailableNow``: each ``latestOffset`` drains the link (§2.6.7) and the query ends once a drain finds
   nothing: it reads what the queue holds, and what arrives while it reads.
 """
@@ -50,7 +52,7 @@ from pyspark.sql.types import StructType
 from ..client import Connection, Delivery, Receiver
 from ._links import close_quietly, open_receiver, wait_sent
 from ._loop import LoopThread
-from ._options import AmqpOptions
+from ._options import WINDOW_BYTES, AmqpOptions
 from ._schema import RowBuilder
 
 __all__ = ["AmqpDriverStreamReader", "HeldBatch"]
@@ -96,18 +98,40 @@ class _StreamSession:
         self.next: int | None = None
         #: deliveries handed to Spark and not committed yet, with their numbers, in order.
         self.held: collections.deque[tuple[int, Delivery]] = collections.deque()
+        #: the most message bytes held and waiting (``windowBytes``), and the bytes held now.
+        self.window_bytes: int = int(options.get("windowBytes", WINDOW_BYTES))
+        self.held_bytes = 0
+        # Messages taken so far, and their bytes: the average size that credit is granted at.
+        self._seen = 0
+        self._seen_bytes = 0
 
     async def open(self) -> None:
         self.connection, self.receiver = await open_receiver(self.options)
         self._top_up()
 
-    def _top_up(self) -> None:
-        """Grant credit up to the window, counting what is held and queued (§2.6.7 link-credit)."""
+    def _top_up(self) -> int:
+        """Grant credit up to the window, counting what is held and queued (§2.6.7 link-credit), and within
+        ``windowBytes`` at the average size seen (one credit at a time before a first message shows a size: a
+        window granted blind let a backlog of large messages arrive whole); return how much was granted."""
         receiver = self.receiver
         assert receiver is not None
-        wanted = self.window - len(self.held) - receiver.queued - receiver.credit
-        if wanted > 0 and not receiver._engine_link.drain:
+        link = receiver._engine_link
+        waiting = receiver.queued + receiver.credit
+        wanted = self.window - len(self.held) - waiting
+        seen, seen_bytes = self._seen, self._seen_bytes
+        queued_bytes = sum(len(delivery.payload) for delivery in link.incoming)
+        seen, seen_bytes = seen + receiver.queued, seen_bytes + queued_bytes
+        if seen:
+            room = (self.window_bytes - self.held_bytes - queued_bytes) // max(1, seen_bytes // seen)
+            wanted = min(wanted, room - receiver.credit)
+        else:
+            wanted = min(wanted, 1 - waiting)
+        if not self.held and not waiting:
+            wanted = max(wanted, 1)  # one message however large: the stream moves on
+        if wanted > 0 and not link.drain:
             receiver.add_credit(wanted)
+            return wanted
+        return 0
 
     async def _start_at(self, start: int) -> None:
         """Spark names ``start``: the end of the last micro-batch its sink committed (``latestOffset`` and
@@ -130,6 +154,10 @@ class _StreamSession:
             if delivery is None:
                 break
             self.held.append((self.next, delivery))
+            size = len(delivery.payload)
+            self.held_bytes += size
+            self._seen += 1
+            self._seen_bytes += size
             self.next += 1
             taken += 1
         return taken
@@ -139,8 +167,14 @@ class _StreamSession:
         deliveries wait (the drain goes on meanwhile)."""
         receiver = self.receiver
         assert receiver is not None
-        self._top_up()
-        await wait_sent(receiver, max(self.poll_wait, _QUIET), enough)
+        while True:
+            before = receiver.queued
+            granted = self._top_up()
+            await wait_sent(receiver, max(self.poll_wait, _QUIET), enough)
+            # A grant held back by the byte bound (or to one message, the size unknown) that the sender used up:
+            # it may have more, and the bound may allow more now that the size is known.
+            if not granted or receiver.queued >= enough or receiver.queued - before < granted:
+                return
 
     async def latest(self, start: int, max_rows: int | None, min_rows: int) -> int:
         """The end offset of the next micro-batch from ``start``: deliveries numbered and held up to it."""
@@ -153,11 +187,16 @@ class _StreamSession:
         if self.available_now:
             if receiver.queued < limit - planned:
                 await self._drain(limit - planned)
-        elif receiver.queued == 0 and planned == 0 and self.poll_wait > 0:
-            with anyio.move_on_after(self.poll_wait):
-                while receiver.queued == 0:
-                    receiver._check()
-                    await receiver.connection._wait_state()
+        else:
+            if receiver.queued == 0 and planned == 0 and self.poll_wait > 0:
+                with anyio.move_on_after(self.poll_wait):
+                    while receiver.queued == 0:
+                        receiver._check()
+                        await receiver.connection._wait_state()
+            if not self._seen and 0 < receiver.queued < limit - planned:
+                # The query's first message, come on a single credit (_top_up): its size known now, what the
+                # sender has comes into this batch too, not that message alone.
+                await self._drain(limit - planned)
         if planned + receiver.queued < min_rows:
             return start
         self._take(limit - planned)
@@ -195,6 +234,7 @@ class _StreamSession:
         settled = 0
         while held and held[0][0] < end:
             _, delivery = held.popleft()
+            self.held_bytes -= len(delivery.payload)
             await delivery.accept()
             settled += 1
         if self.receiver is not None and not self.receiver.is_closed:

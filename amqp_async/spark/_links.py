@@ -118,24 +118,26 @@ async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None)
     wanted = receiver.queued + receiver.credit if enough is None else enough
 
     def done() -> bool:
-        return receiver.queued >= wanted or receiver.credit <= 0
+        # A delivery under way has used its credit already: with none left, it is still to come whole (a batch
+        # read ended with a message of two frames half received, taken for the queue's end).
+        return receiver.queued >= wanted or (receiver.credit <= 0 and link.partial is None)
 
     if done():
         return
     connection = receiver.connection
     if not _drain_breaks(connection):
-        if not link.drain:
+        if not link.drain and receiver.credit > 0:
             link.grant_credit(link.link_credit, drain=True)
             connection._kick()
-        while link.drain and not done():
+        while (link.drain or link.partial is not None) and not done():
             receiver._check()
             await connection._wait_state()
         receiver._check()
         return
     while not done():
-        seen = receiver.queued
+        seen = receiver.queued, link.partial
         with anyio.move_on_after(quiet) as silence:
-            while receiver.queued == seen and not done():
+            while (receiver.queued, link.partial) == seen and not done():
                 receiver._check()
                 await connection._wait_state()
         if silence.cancelled_caught:
@@ -165,8 +167,10 @@ async def receive_batch(
     When no transfer comes for a moment it asks the sender whether it has more (:func:`_nothing_more`).
 
     ``max_bytes``: stop once the payloads taken reach that many bytes (not drained: the rest is for a later
-    batch), and keep the credit out to about what the bytes left allow, so that a backlog of large messages is not
-    all held in one task's memory. The first delivery is always taken, however large: the batch moves on.
+    batch), and keep the credit out to about what the bytes left allow (one credit until the first message shows
+    the size), so that a backlog of large messages is not all held in one task's memory. The first delivery is
+    always taken, however large: the batch moves on. Deliveries that come beyond the bound stay in the link's
+    queue, not taken: :func:`settle_all` releases them.
     """
     link = receiver._engine_link
     connection = receiver.connection
@@ -192,11 +196,16 @@ async def receive_batch(
         """Grant credit up to the window once half of it is used (one flow frame per half window)."""
         wanted = min(window, budget - len(taken))
         left = room[0]
-        if left is not None and taken:
-            # As many more as the bytes left hold, at the average size so far (at least one: the bound is checked
-            # as they are taken).
-            average = max(1, ((max_bytes or 0) - left) // len(taken))
-            wanted = min(wanted, max(1, -(-left // average)))
+        if left is not None:
+            if taken:
+                # As many more as the bytes left hold, at the average size so far (at least one: the bound is
+                # checked as they are taken).
+                average = max(1, ((max_bytes or 0) - left) // len(taken))
+                wanted = min(wanted, max(1, -(-left // average)))
+            else:
+                # The size not known yet: one message shows it. A window granted blind let a backlog of large
+                # messages arrive whole (credit x size) before the first was taken and the bound could apply.
+                wanted = min(wanted, 1)
         wanted -= len(incoming)
         if wanted > link.link_credit and 2 * link.link_credit <= wanted:
             link.grant_credit(wanted, drain=link.drain)  # a drain asked for stays asked for
@@ -305,7 +314,10 @@ async def check_alive(receiver: Receiver) -> None:
 async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accept: bool) -> None:
     """Accept every delivery of :func:`receive_batch` (§3.4.2), or release it (§3.4.4: not processed; the broker
     delivers it again, and its delivery-count does not grow): settled at once (receiver settle mode first), in
-    dispositions that cover runs of them.
+    dispositions that cover runs of them. The deliveries that came after the batch was taken (in flight when its
+    credit was taken back, or beyond its byte bound) are released too: left unsettled, they would come back only
+    as the link closes, and a broker may count that as a failed delivery (RabbitMQ's quorum queues do, towards
+    their delivery limit).
 
     Raises:
         LinkDetached, ConnectionError...: the link or its connection has ended (the peer settles them: it delivers
@@ -316,6 +328,11 @@ async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accep
     state = _ACCEPTED if accept else _RELEASED
     for delivery in deliveries:
         link.settle(delivery, state)
+    unread = link.incoming
+    while unread:
+        delivery = unread.popleft()
+        if not delivery.aborted:  # (an aborted delivery is settled: it carries no message)
+            link.settle(delivery, _RELEASED)
     receiver.connection._kick()
 
 

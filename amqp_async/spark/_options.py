@@ -22,7 +22,7 @@ import attrs
 from ..client._config import resolve_options, tls_context
 from ..errors import AMQPError
 
-__all__ = ["READ", "STREAM_READ", "WRITE", "AmqpOptions", "OptionError", "parse_options"]
+__all__ = ["READ", "STREAM_READ", "WINDOW_BYTES", "WRITE", "AmqpOptions", "OptionError", "parse_options"]
 
 READ = "batch read"
 STREAM_READ = "streaming read"
@@ -71,6 +71,9 @@ _positive_int = _whole_number(1)
 #: single task ran, rather than fail with an error that names the option.
 MAX_PARTITIONS = 10_000
 _partition_count = _whole_number(1, MAX_PARTITIONS)
+#: The most message bytes a reader takes or holds at once by default (the ``windowBytes`` option): a streaming
+#: task's share of a micro-batch, a batch read's window, the driver's messages held and waiting.
+WINDOW_BYTES = 128 * 1024 * 1024
 _credit = _whole_number(1, _UINT_MAX)
 _frame_size = _whole_number(512, _UINT_MAX)  # §2.4.1: MIN-MAX-FRAME-SIZE is 512
 _milliseconds = _whole_number(1, _MAX_MS)
@@ -152,6 +155,7 @@ OPTIONS: tuple[_Spec, ...] = (
     _Spec("sslVerify", _boolean, _ALL, "check the peer's certificate and host name (default true)"),
     _Spec("connectTimeoutMs", _milliseconds, _ALL, "how long connecting and attaching may take (default 30000)"),
     _Spec("credit", _credit, _READS, "link credit: messages prefetched and not yet handed to Spark"),
+    _Spec("windowBytes", _positive_int, _READS, "most message bytes a reader takes or holds at once (128 MiB)"),
     _Spec("receiveOn", _choice("executors", "driver"), (STREAM_READ,), "streaming read: executors (default) or driver"),
     _Spec("logLocation", _location, (STREAM_READ,), "the write-ahead log's directory (a pyarrow.fs path or URI)"),
     _Spec("selector", _text, _READS, "JMS message selector (a source filter)"),

@@ -41,7 +41,7 @@ from ._failpoints import failpoint
 from ._links import check_alive, close_quietly, open_receiver, receive_batch, settle_all
 from ._log import Slot, WriteAheadLog, new_attempt
 from ._loop import LoopThread
-from ._options import AmqpOptions, OptionError
+from ._options import WINDOW_BYTES, AmqpOptions, OptionError
 from ._schema import RowBuilder
 
 __all__ = ["StreamPartition", "read_partition"]
@@ -54,11 +54,12 @@ _ROWS_PER_BATCH = 5_000
 _POLL = 0.005
 #: Seconds without a transfer that mean "nothing more now", with a peer whose drains are broken.
 _QUIET = 0.2
-#: The most message bytes one task takes in a micro-batch, whatever its budget in messages: a task holds them
-#: twice (the payloads, and the rows built from them) and writes them to its log entry. Without it, the default
-#: budget of 10,000 messages took 10 GB into one Python worker from a backlog of 1 MB messages. A task that stops
-#: here has not drained the queue, so the next micro-batch takes more (``Trigger.AvailableNow`` goes on too).
-PARTITION_BYTES = 128 * 1024 * 1024
+#: The most message bytes one task takes in a micro-batch, whatever its budget in messages, unless the
+#: ``windowBytes`` option says otherwise: a task holds them twice (the payloads, and the rows built from them) and
+#: writes them to its log entry. Without it, the default budget of 10,000 messages took 10 GB into one Python worker
+#: from a backlog of 1 MB messages. A task that stops here has not drained the queue, so the next micro-batch takes
+#: more (``Trigger.AvailableNow`` goes on too).
+PARTITION_BYTES = WINDOW_BYTES
 
 
 class StreamPartition(InputPartition):
@@ -185,7 +186,14 @@ def _receive_and_choose(
         connection, receiver = opened
         received: list[Delivery] = []
         receiving = loop.submit(
-            receive_batch, receiver, partition.budget, window, partition.first_wait, _QUIET, received, PARTITION_BYTES
+            receive_batch,
+            receiver,
+            partition.budget,
+            window,
+            partition.first_wait,
+            _QUIET,
+            received,
+            int(options.get("windowBytes", PARTITION_BYTES)),
         )
         rows = _Rows(schema)
         try:
