@@ -791,7 +791,8 @@ class Receiver(_ReceivingLink):
             self._engine_link.grant_credit(self._prefetch)
 
     async def drain(self, *, timeout: float | _Default | None = _DEFAULT) -> None:
-        """Ask the sender to use up or give back all credit now (§2.6.7 drain), and wait until it has.
+        """Ask the sender to use up or give back all credit now (§2.6.7 drain), and wait until it has, and until
+        the messages it sent are whole in the queue (the last credit is used at a message's first frame).
 
         Args:
             timeout: the seconds to wait for the sender's answer (default: the connection's ``drain_timeout``,
@@ -815,7 +816,11 @@ class Receiver(_ReceivingLink):
                 self._check()  # the link, its session or the connection may have ended instead of draining
                 if link is not self._engine_link:
                     return  # reconnected meanwhile: the old link's credit went with it
-                if not (link.drain and link.local_state is ACTIVE) and not connection._reconnecting:
+                # The last credit is used at a message's first frame, where the engine's drain ends: that message
+                # is still to come whole (not on a streaming link, whose deliveries are handed over at their first
+                # frame and read as they come).
+                whole = link.partial is None or link.streaming or link.local_state is not ACTIVE
+                if not (link.drain and link.local_state is ACTIVE) and not connection._reconnecting and whole:
                     return
                 await connection._wait_state()
         if link is self._engine_link and link.drain and link.local_state is ACTIVE and not connection.is_closed:
