@@ -58,3 +58,20 @@ async def test_closed_links_and_sessions_are_let_go() -> None:
         await kept_sender.send(amqp_async.Message(body="after"))
         with anyio.fail_after(10):
             assert (await kept_receiver.receive()).message.body == "after"
+
+
+async def test_closed_state_change_streams_are_let_go_on_a_connection_whose_state_does_not_change() -> None:
+    """A stream of ``state_changes()`` closed by the application was forgotten only at the connection's next state
+    change: on a healthy connection, 40,000 of them held 48 MB."""
+    async with Broker(port=0) as broker, amqp_async.connect(broker.url) as conn:
+        kept = conn.state_changes()
+        for _ in range(3_000):
+            async with conn.state_changes():
+                pass
+        gc.collect()
+        subscribers = conn._publisher._subscribers
+        assert len(subscribers) <= 64, len(subscribers)  # before: 3,001
+        await conn.close()
+        async with kept:
+            changes = [change async for change in kept]  # the one kept open still has its changes
+        assert [change.state for change in changes] == [amqp_async.ConnectionState.CLOSED]

@@ -1140,6 +1140,22 @@ async def test_drain_returns_once_a_message_in_many_frames_that_used_the_last_cr
             assert receiver.queued == 0 and receiver.credit == 0
 
 
+@ALL_BACKENDS
+async def test_a_prefetching_receiver_receives_again_after_a_drain_of_an_empty_queue(broker: ProtonBroker) -> None:
+    """The drain took the prefetch's credit back, and only taking a delivery topped it up: with none queued, the
+    next receive() waited for ever though messages were at the broker."""
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            receiver = await conn.open_receiver("drain-prefetch", credit=10)
+            await receiver.drain()
+            assert broker.drains[0].returned == 10
+            await in_thread(broker.put, "drain-prefetch", "after")
+            delivery = await receiver.receive()
+            assert delivery.message.body == "after"
+            await delivery.accept()
+            assert receiver.credit == 9  # the prefetch again, less the one delivered
+
+
 async def test_drain_on_an_empty_queue_gives_all_credit_back(broker: ProtonBroker) -> None:
     with anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(broker.url) as conn:

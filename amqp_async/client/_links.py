@@ -792,7 +792,8 @@ class Receiver(_ReceivingLink):
 
     async def drain(self, *, timeout: float | _Default | None = _DEFAULT) -> None:
         """Ask the sender to use up or give back all credit now (§2.6.7 drain), and wait until it has, and until
-        the messages it sent are whole in the queue (the last credit is used at a message's first frame).
+        the messages it sent are whole in the queue (the last credit is used at a message's first frame). A
+        receiver with a prefetch (``credit=N``) then has its credit topped up again, as after a receive.
 
         Args:
             timeout: the seconds to wait for the sender's answer (default: the connection's ``drain_timeout``,
@@ -821,6 +822,9 @@ class Receiver(_ReceivingLink):
                 # frame and read as they come).
                 whole = link.partial is None or link.streaming or link.local_state is not ACTIVE
                 if not (link.drain and link.local_state is ACTIVE) and not connection._reconnecting and whole:
+                    # A prefetch is kept topped up (credit=N): the drain took it all, and with nothing queued no
+                    # receive would ever top it up again (receive() waited for ever, messages at the broker).
+                    self._top_up()
                     return
                 await connection._wait_state()
         if link is self._engine_link and link.drain and link.local_state is ACTIVE and not connection.is_closed:

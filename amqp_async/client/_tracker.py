@@ -10,7 +10,7 @@ import anyio
 
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.transactions import TransactionalState
-from ..errors import AMQPError, DeliveryInDoubt, MessageModified, MessageRejected, MessageReleased
+from ..errors import AMQPError, DeliveryError, DeliveryInDoubt, MessageModified, MessageRejected, MessageReleased
 
 if TYPE_CHECKING:
     # A type parameter with a default (PEP 696) for type checkers: a bare ``Sender`` or ``Tracker`` is a confirmed
@@ -182,4 +182,11 @@ def _outcome_error(state: Any) -> AMQPError | None:
             f"undeliverable_here={bool(state.undeliverable_here)})",
             outcome=state,
         )
-    return None  # other outcomes (transactional states...) are reported as they are
+    # §3.4: the outcomes are accepted, rejected, released and modified (and the extensions a sender lists in its
+    # source's outcomes, which ours never does); a declared (§4.5.3: a coordinator's) or a received state is not
+    # the end of a message's transfer. send() returned it as if it were, where the typed API says Accepted().
+    return DeliveryError(
+        f"the peer settled the message with {type(state).__name__}, which is not an outcome (§3.4)",
+        outcome=state,
+        condition="amqp:invalid-field",
+    )
