@@ -22,29 +22,34 @@ __all__ = ["ApplicationEvent", "Collector", "Event", "EventBase", "EventType", "
 
 
 class EventType:
-    """A kind of event: its ``name`` and the handler ``method`` called for it (``on_<name>``).
+    """A kind of event: its ``name``, ``number`` and the handler ``method`` called for it (``on_<event>``).
 
-    Types are registered by number (proton's core event numbers) and by name; :meth:`get` finds or makes one, so an
-    application may define its own types (as :class:`ApplicationEvent` does).
+    As python-qpid-proton 0.40's: the engine's core types are named and numbered as proton's C library names them
+    (``Event.DELIVERY`` is ``PN_DELIVERY``, number 28; ``str()`` gives the name, ``repr()``
+    ``EventType(name=PN_DELIVERY, number=28)``); the container's own types and those a program makes (an
+    :class:`ApplicationEvent`'s) are *extended* types, numbered from 10000 in the order they are made. Types
+    compare by identity.
     """
 
     TYPES: ClassVar[dict[int, EventType]] = {}
     _BY_NAME: ClassVar[dict[str, EventType]] = {}
-    _extended = 10000
+    _extended = 10000  # the number of the next extended type (proton's TypeExtender starts at 10000)
 
     def __init__(self, name: str | None = None, number: int | None = None, method: str | None = None) -> None:
+        if name is None and number is not None:
+            name = _CORE_NAMES.get(number)  # proton asks its C library for the name of a core number
         if name is None and method is not None:
             name = method[3:] if method.startswith("on_") else method
         if name is None:
-            raise TypeError("an event type needs a name or a method")
+            raise TypeError("extended events require a name")
         if number is None:
-            EventType._extended += 1
             number = EventType._extended
+            EventType._extended += 1
         self.name = name
         self.number = number
         self.method = method or "on_" + name
         EventType.TYPES[number] = self
-        EventType._BY_NAME[name] = self
+        EventType._BY_NAME.setdefault(name, self)
 
     @classmethod
     def get(cls, name: str) -> EventType:
@@ -53,9 +58,45 @@ class EventType:
         return existing if existing is not None else cls(name=name)
 
     def __repr__(self) -> str:
+        return f"EventType(name={self.name}, number={self.number})"
+
+    def __str__(self) -> str:
         return self.name
 
-    __str__ = __repr__
+
+#: proton's C event numbers and names (python-qpid-proton 0.40's ``cproton``), for the engine's core types.
+_CORE_NAMES: dict[int, str] = {
+    4: "PN_TIMER_TASK",
+    5: "PN_CONNECTION_INIT",
+    6: "PN_CONNECTION_BOUND",
+    7: "PN_CONNECTION_UNBOUND",
+    8: "PN_CONNECTION_LOCAL_OPEN",
+    9: "PN_CONNECTION_REMOTE_OPEN",
+    10: "PN_CONNECTION_LOCAL_CLOSE",
+    11: "PN_CONNECTION_REMOTE_CLOSE",
+    12: "PN_CONNECTION_FINAL",
+    13: "PN_SESSION_INIT",
+    14: "PN_SESSION_LOCAL_OPEN",
+    15: "PN_SESSION_REMOTE_OPEN",
+    16: "PN_SESSION_LOCAL_CLOSE",
+    17: "PN_SESSION_REMOTE_CLOSE",
+    18: "PN_SESSION_FINAL",
+    19: "PN_LINK_INIT",
+    20: "PN_LINK_LOCAL_OPEN",
+    21: "PN_LINK_REMOTE_OPEN",
+    22: "PN_LINK_LOCAL_CLOSE",
+    23: "PN_LINK_REMOTE_CLOSE",
+    24: "PN_LINK_LOCAL_DETACH",
+    25: "PN_LINK_REMOTE_DETACH",
+    26: "PN_LINK_FLOW",
+    27: "PN_LINK_FINAL",
+    28: "PN_DELIVERY",
+    29: "PN_TRANSPORT",
+    31: "PN_TRANSPORT_ERROR",
+    32: "PN_TRANSPORT_HEAD_CLOSED",
+    33: "PN_TRANSPORT_TAIL_CLOSED",
+    34: "PN_TRANSPORT_CLOSED",
+}
 
 
 # (handler class, method) -> 1: the class has the method; 2: it has an on_unhandled worth calling; 0: neither
@@ -127,13 +168,15 @@ class _Plan:
     """The calls one event type makes on a tree of handlers, flattened in proton's order (each handler, then its
     children, depth first), with what to check to know the tree has not changed since."""
 
-    __slots__ = ("calls", "lists", "role")
+    __slots__ = ("calls", "defined", "lists", "role")
 
     def __init__(self, root: Any, method: str, role: str | None = None) -> None:
         self.calls: list[Any] = []
         self.lists: list[tuple[Any, list[Any] | tuple[Any, ...], int]] = []
         self.role = role
         self._add(root, method, 0)
+        #: a handler of the tree has the method itself (not only an ``on_unhandled``)
+        self.defined = any(type(call) is not _Unhandled for call in self.calls)
         if role == "receiver" and FUSED_DELIVERY_CALLS:
             self.calls = _fused(self.calls)
 
@@ -196,15 +239,27 @@ class PlanCache:
     """The dispatch plans of one container, checked against their handler trees once per round of callbacks
     (handlers that add children do it in a callback; the next round sees them)."""
 
-    __slots__ = ("_checked", "_plans")
+    __slots__ = ("_checked", "_plans", "_trees")
 
     def __init__(self) -> None:
         self._plans: dict[tuple[int, str, str | None], _Plan] = {}
         self._checked: set[tuple[int, str, str | None]] = set()
+        # The handler lists of each tree checked this round, by its root's id: a plan of the same tree made from
+        # the same lists is valid too, without looking at the handlers again (the container asks for a few plans
+        # of its root every round: the event types dispatched, PN_TRANSPORT's, PN_REACTOR_QUIESCED's).
+        self._trees: dict[int, list[tuple[Any, list[Any] | tuple[Any, ...], int]]] = {}
 
     def new_round(self) -> None:
         """Check every plan again before its next use."""
         self._checked.clear()
+        self._trees.clear()
+
+    def defines(self, root: Any, method: str) -> bool:
+        """Whether a handler of the tree under ``root`` has a method ``method`` of its own (an ``on_unhandled``
+        does not count): the container makes the events only such a handler asks for (``on_transport``,
+        ``on_reactor_quiesced``) only then."""
+        self.calls(root, method)
+        return self._plans[(id(root), method, None)].defined
 
     def calls(self, root: Any, method: str, role: str | None = None) -> list[Any]:
         """The calls that deliver an event of ``method`` to ``root`` and its children (as
@@ -213,10 +268,11 @@ class PlanCache:
         if key in self._checked:
             return self._plans[key].calls
         plan = self._plans.get(key)
-        if plan is None or not plan.valid():
+        if plan is None or (plan.lists != self._trees.get(key[0]) and not plan.valid()):
             if len(self._plans) > 4096:
                 self._plans.clear()  # handlers made and dropped by the thousand: start again, not grow
             plan = self._plans[key] = _Plan(root, method, role)
+        self._trees[key[0]] = plan.lists
         self._checked.add(key)
         return plan.calls
 
@@ -249,8 +305,12 @@ class EventBase:
                 self.dispatch(child, type)
 
 
-def _core(name: str, number: int) -> EventType:
-    return EventType(name=name, number=number)
+def _core(number: int, method: str) -> EventType:
+    return EventType(number=number, method=method)
+
+
+def _internal(name: str) -> EventType:
+    return EventType(name=name)
 
 
 class Event(EventBase):
@@ -262,46 +322,47 @@ class Event(EventBase):
     Handlers may attach attributes (``MessagingHandler`` sets ``event.message``).
     """
 
-    TIMER_TASK = _core("timer_task", 30)
-    CONNECTION_INIT = _core("connection_init", 1)
-    CONNECTION_BOUND = _core("connection_bound", 2)
-    CONNECTION_UNBOUND = _core("connection_unbound", 3)
-    CONNECTION_LOCAL_OPEN = _core("connection_local_open", 4)
-    CONNECTION_REMOTE_OPEN = _core("connection_remote_open", 5)
-    CONNECTION_LOCAL_CLOSE = _core("connection_local_close", 6)
-    CONNECTION_REMOTE_CLOSE = _core("connection_remote_close", 7)
-    CONNECTION_FINAL = _core("connection_final", 8)
-    SESSION_INIT = _core("session_init", 9)
-    SESSION_LOCAL_OPEN = _core("session_local_open", 10)
-    SESSION_REMOTE_OPEN = _core("session_remote_open", 11)
-    SESSION_LOCAL_CLOSE = _core("session_local_close", 12)
-    SESSION_REMOTE_CLOSE = _core("session_remote_close", 13)
-    SESSION_FINAL = _core("session_final", 14)
-    LINK_INIT = _core("link_init", 15)
-    LINK_LOCAL_OPEN = _core("link_local_open", 16)
-    LINK_REMOTE_OPEN = _core("link_remote_open", 17)
-    LINK_LOCAL_CLOSE = _core("link_local_close", 18)
-    LINK_REMOTE_CLOSE = _core("link_remote_close", 19)
-    LINK_LOCAL_DETACH = _core("link_local_detach", 20)
-    LINK_REMOTE_DETACH = _core("link_remote_detach", 21)
-    LINK_FLOW = _core("link_flow", 22)
-    LINK_FINAL = _core("link_final", 23)
-    DELIVERY = _core("delivery", 24)
-    TRANSPORT = _core("transport", 25)
-    TRANSPORT_ERROR = _core("transport_error", 26)
-    TRANSPORT_HEAD_CLOSED = _core("transport_head_closed", 27)
-    TRANSPORT_TAIL_CLOSED = _core("transport_tail_closed", 28)
-    TRANSPORT_CLOSED = _core("transport_closed", 29)
-    REACTOR_INIT = _core("reactor_init", 40)
-    REACTOR_QUIESCED = _core("reactor_quiesced", 41)
-    REACTOR_FINAL = _core("reactor_final", 42)
-    SELECTABLE_INIT = _core("selectable_init", 50)
-    SELECTABLE_UPDATED = _core("selectable_updated", 51)
-    SELECTABLE_READABLE = _core("selectable_readable", 52)
-    SELECTABLE_WRITABLE = _core("selectable_writable", 53)
-    SELECTABLE_EXPIRED = _core("selectable_expired", 54)
-    SELECTABLE_ERROR = _core("selectable_error", 55)
-    SELECTABLE_FINAL = _core("selectable_final", 56)
+    # proton's numbers (its C library's); the container's own types are extended ones, made in proton's order.
+    TIMER_TASK = _core(4, "on_timer_task")
+    CONNECTION_INIT = _core(5, "on_connection_init")
+    CONNECTION_BOUND = _core(6, "on_connection_bound")
+    CONNECTION_UNBOUND = _core(7, "on_connection_unbound")
+    CONNECTION_LOCAL_OPEN = _core(8, "on_connection_local_open")
+    CONNECTION_REMOTE_OPEN = _core(9, "on_connection_remote_open")
+    CONNECTION_LOCAL_CLOSE = _core(10, "on_connection_local_close")
+    CONNECTION_REMOTE_CLOSE = _core(11, "on_connection_remote_close")
+    CONNECTION_FINAL = _core(12, "on_connection_final")
+    SESSION_INIT = _core(13, "on_session_init")
+    SESSION_LOCAL_OPEN = _core(14, "on_session_local_open")
+    SESSION_REMOTE_OPEN = _core(15, "on_session_remote_open")
+    SESSION_LOCAL_CLOSE = _core(16, "on_session_local_close")
+    SESSION_REMOTE_CLOSE = _core(17, "on_session_remote_close")
+    SESSION_FINAL = _core(18, "on_session_final")
+    LINK_INIT = _core(19, "on_link_init")
+    LINK_LOCAL_OPEN = _core(20, "on_link_local_open")
+    LINK_REMOTE_OPEN = _core(21, "on_link_remote_open")
+    LINK_LOCAL_CLOSE = _core(22, "on_link_local_close")
+    LINK_REMOTE_CLOSE = _core(23, "on_link_remote_close")
+    LINK_LOCAL_DETACH = _core(24, "on_link_local_detach")
+    LINK_REMOTE_DETACH = _core(25, "on_link_remote_detach")
+    LINK_FLOW = _core(26, "on_link_flow")
+    LINK_FINAL = _core(27, "on_link_final")
+    DELIVERY = _core(28, "on_delivery")
+    TRANSPORT = _core(29, "on_transport")
+    TRANSPORT_ERROR = _core(31, "on_transport_error")
+    TRANSPORT_HEAD_CLOSED = _core(32, "on_transport_head_closed")
+    TRANSPORT_TAIL_CLOSED = _core(33, "on_transport_tail_closed")
+    TRANSPORT_CLOSED = _core(34, "on_transport_closed")
+    REACTOR_INIT = _internal("reactor_init")
+    REACTOR_QUIESCED = _internal("reactor_quiesced")
+    REACTOR_FINAL = _internal("reactor_final")
+    SELECTABLE_INIT = _internal("selectable_init")
+    SELECTABLE_UPDATED = _internal("selectable_updated")
+    SELECTABLE_READABLE = _internal("selectable_readable")
+    SELECTABLE_WRITABLE = _internal("selectable_writable")
+    SELECTABLE_EXPIRED = _internal("selectable_expired")
+    SELECTABLE_ERROR = _internal("selectable_error")
+    SELECTABLE_FINAL = _internal("selectable_final")
 
     # Slots make the one event per delivery cheaper to build and read; __dict__ stays for what handlers attach.
     __slots__ = ("__dict__", "_container", "_context")
@@ -441,7 +502,7 @@ class ApplicationEvent(EventBase):
     hand work to the container's thread through an :class:`~amqp_async.proton.reactor.EventInjector`.
 
     Args:
-        typename: the event's name; handlers receive it in ``on_<typename>``.
+        typename: the event's name (handlers receive it in ``on_<typename>``), or an :class:`EventType`.
         connection: the connection the event concerns, if any.
         session: the session the event concerns, if any.
         link: the link the event concerns, if any.
@@ -449,16 +510,25 @@ class ApplicationEvent(EventBase):
         subject: anything the application wants to carry along.
     """
 
+    #: the types made for application events, by name (proton's: one extended type per name, never a core one)
+    TYPES: ClassVar[dict[str, EventType]] = {}
+
     def __init__(
         self,
-        typename: str,
+        typename: str | EventType,
         connection: Any = None,
         session: Any = None,
         link: Any = None,
         delivery: Any = None,
         subject: Any = None,
     ) -> None:
-        super().__init__(EventType.get(typename))
+        if isinstance(typename, EventType):
+            event_type = typename
+        else:
+            event_type = ApplicationEvent.TYPES.get(typename)  # type: ignore[assignment]
+            if event_type is None:
+                event_type = ApplicationEvent.TYPES[typename] = EventType(name=typename)
+        super().__init__(event_type)
         self.delivery = delivery
         self.link = link if link is not None else (delivery.link if delivery is not None else None)
         self.session = session if session is not None else (self.link.session if self.link is not None else None)

@@ -25,6 +25,7 @@ from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
 from ..client._transport import open_stream
 from ..client._url import Address
+from ..codec.framing import MAX_FRAME_SIZE
 from ..errors import EncodeError
 from ..io.driver import EngineDriver, describe_transport_error
 from ..io.exception_groups import leaves
@@ -78,8 +79,28 @@ class Channel:
         self._head_reported = False
         self._tail_reported = False
         self._end_reported = False
+        self._ended = False  # between the end of a transport and the next attempt
+        self._binding = options is not None  # a client: until its first connection_bound is queued
         self.done = False
         connection._channel = self
+
+    @property
+    def live(self) -> bool:
+        """Whether the container waits for this channel: its transport runs or is being connected, or it ended and
+        the connection is to reconnect (proton: a socket, or the reconnect timer)."""
+        if self.done:
+            return False
+        if not self._ended:
+            # Both halves reported closed: proton's transport is closed then (the socket's end is only to come).
+            return not (self._head_reported and self._tail_reported)
+        options = self.options
+        return options is not None and self._should_retry(options)
+
+    @property
+    def binding(self) -> bool:
+        """Connecting for the first time and not bound yet: proton binds a connection's transport as it is opened,
+        in the same round of events, so the container is not idle yet."""
+        return self._binding
 
     # --- control from the application -------------------------------------------------------------------
 
@@ -111,6 +132,7 @@ class Channel:
             else:
                 await self._run_client(self.options)
         finally:
+            self._binding = False
             self.done = True
             self.connection._channel = None
             self.container._channel_done(self)
@@ -136,13 +158,23 @@ class Channel:
             connection.url = Url(address.to_url(show_password=False))
             if options.virtual_host is None:
                 connection.hostname = address.host
+            # As proton's connector, on the transport of each attempt: the program's handlers read them back (and
+            # may change them) in on_connection_bound, and the open frame announces them.
+            transport = connection._transport
+            if options.heartbeat:
+                transport.idle_timeout = options.heartbeat
+            if options.max_frame_size:
+                transport.max_frame_size = options.max_frame_size
             self.container._push(Event.CONNECTION_BOUND, connection)
+            self._binding = False
             self.container._process()  # proton's handlers see the transport before it connects (idle_timeout...)
             self._head_reported = self._tail_reported = self._end_reported = False
+            self._ended = False
             try:
                 stream = await self._open_stream(options, address)
             except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
                 log.info("connecting to %s failed: %r", address, exc)
+                self._ended = True
                 # proton's Python I/O layer names this condition "proton.pythonio".
                 self._report_failure(Condition("proton.pythonio", f"{describe_transport_error(exc) or exc}"))
                 self.container._process()
@@ -189,12 +221,14 @@ class Channel:
                 encrypted=address.tls,
                 hostname=hostname,
             )
-        heartbeat = transport.idle_timeout or options.heartbeat
+        heartbeat = transport.idle_timeout
         return protocol.Connection(
             role=protocol.CLIENT,
             container_id=connection.container or options.container_id,
             hostname=hostname,
-            max_frame_size=transport.max_frame_size or options.max_frame_size or 65536,
+            # The transport's settings (proton's defaults: 32768 and 32767, or what connect() and the handlers
+            # asked), as proton's open frame announces them; a max_frame_size of 0 is proton's "no limit".
+            max_frame_size=transport.max_frame_size or MAX_FRAME_SIZE,
             channel_max=transport.channel_max,
             idle_timeout=heartbeat or None,
             # §2.4.5 advises a peer to send within half the idle timeout it announces: as proton's transport, we
@@ -211,9 +245,12 @@ class Channel:
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
         container = self.container
         mechanisms = self._server_mechanisms or "ANONYMOUS"
+        transport = self.connection._transport
         engine = protocol.Connection(
             role=protocol.SERVER,
             container_id=container.container_id,
+            max_frame_size=transport.max_frame_size or MAX_FRAME_SIZE,
+            channel_max=transport.channel_max,
             sasl=SaslServer(mechanisms),
             require_sasl=False,
             answer_detach=False,
@@ -234,13 +271,14 @@ class Channel:
                 connection._bind(engine)
                 if self.options is None:
                     container._push(Event.CONNECTION_BOUND, connection)
+                container._transport_bound(connection)
                 with anyio.CancelScope() as scope:
                     self._cancel = scope
                     container._process()
-                    idle_timeout = connection._transport.idle_timeout
-                    if idle_timeout and engine.idle_timeout is None and engine.local_state is UNINIT:
-                        # An accepted connection's handlers set it when it was bound (proton's on_connection_bound).
-                        engine.idle_timeout = engine.advertised_idle_timeout = idle_timeout
+                    if self.options is None and engine.local_state is UNINIT:
+                        # An accepted connection's handlers may have changed its transport when it was bound
+                        # (proton's on_connection_bound): its open announces what they set.
+                        _apply_transport_settings(engine, connection._transport)
                     await driver.run()
             except Exception as exc:
                 misuse = _misuse_in(exc)
@@ -260,25 +298,31 @@ class Channel:
                     await stream.aclose()
                 except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     pass
+        self._ended = True
         if connection._tracing is not None:
             connection._tracing.transport_ended(connection)
         if not self._end_reported:
             transport = connection._transport
-            push = container._push
-            self._end_reported = True
-            transport._closed = True
             failed = (not engine.closed or driver.transport_failed) and transport.condition is None
-            # The stream ended: proton reports what of each direction was not reported yet, head first.
-            if not self._head_reported:
-                push(Event.TRANSPORT_HEAD_CLOSED, transport)
-            if not self._tail_reported:
-                push(Event.TRANSPORT_TAIL_CLOSED, transport)
-            push(Event.TRANSPORT_CLOSED, transport)
-            if failed:
-                transport.condition = Condition(
-                    "amqp:connection:framing-error", driver.transport_error or "connection aborted"
-                )
-                push(Event.TRANSPORT_ERROR, transport)
+            condition = Condition("amqp:connection:framing-error", driver.transport_error or "connection aborted")
+            if failed and driver.transport_exception is not None:
+                # The socket failed (reset, broken pipe), not a plain end of stream: proton's I/O closes only the
+                # tail on a failed recv, so the error comes before the head closes (tail, error, head, closed).
+                self._report_failure(condition)
+            else:
+                push = container._push
+                self._end_reported = True
+                transport._closed = True
+                # The stream ended: proton closes head and tail at once (its EOF handling), and reports what of
+                # each was not reported yet, head first, then the error of a stream that ended without a close.
+                if not self._head_reported:
+                    push(Event.TRANSPORT_HEAD_CLOSED, transport)
+                if not self._tail_reported:
+                    push(Event.TRANSPORT_TAIL_CLOSED, transport)
+                push(Event.TRANSPORT_CLOSED, transport)
+                if failed:
+                    transport.condition = condition
+                    push(Event.TRANSPORT_ERROR, transport)
         container._process()
 
     # --- reporting the end of a transport -----------------------------------------------------------------
@@ -497,6 +541,17 @@ class Listener:
         container._channels.add(channel)
         # The connection outlives the acceptor (closing it only stops accepting): run it in the container's tasks.
         container._start(channel.run)
+
+
+def _apply_transport_settings(engine: protocol.Connection, transport: Any) -> None:
+    """Give an engine not yet opened what its transport says (an accepted connection's, set by its handlers)."""
+    engine.max_frame_size = engine._decoder.max_frame_size = transport.max_frame_size or MAX_FRAME_SIZE
+    engine.channel_max = transport.channel_max
+    idle_timeout = transport.idle_timeout
+    if idle_timeout:
+        # proton's: the whole enforced, half announced (§2.4.5), as a client's
+        engine.idle_timeout = idle_timeout
+        engine.advertised_idle_timeout = idle_timeout / 2
 
 
 def _misuse_in(error: BaseException) -> LocalProtocolError | EncodeError | None:

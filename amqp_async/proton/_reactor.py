@@ -7,6 +7,10 @@ that already runs an asyncio (or trio) loop, ``await container.run_async()`` doe
 Events are queued (the collector) and dispatched in order by :meth:`Container._process`; callbacks may open, close
 and send, which queues more events, dispatched in the same round. After each round the connections whose engines
 have output are flushed by their drivers.
+
+As proton's, a round that gave a connection output raises ``on_transport`` on its transport, and the container
+raises ``on_reactor_quiesced`` once it has dispatched everything and waits for the network or a timer; both only
+when a handler has the method (proton raises them whatever the handlers: their count follows its I/O).
 """
 
 from __future__ import annotations
@@ -85,8 +89,12 @@ _CONNECT_OPTIONS = frozenset(
         "container_id",
         "http_proxy",
         "tracing",
+        "channel_max",
     }
 )
+#: Taken and ignored, as proton's connect() does: the open frame announces proton's channel-max (32767) whatever is
+#: given; a program sets another in on_connection_bound (``event.transport.channel_max``).
+_IGNORED_CONNECT_OPTIONS = ("channel_max",)
 
 
 # --- reconnect delays ----------------------------------------------------------------------------------------
@@ -468,6 +476,8 @@ class Transaction:
 
 # --- the container -------------------------------------------------------------------------------------------
 
+_REACTOR_QUIESCED = Event.REACTOR_QUIESCED
+
 
 class Reactor:
     """proton's reactor: connections, listeners and timers, and the loop that dispatches their events to handlers.
@@ -538,6 +548,9 @@ class Reactor:
         self._group: anyio.abc.TaskGroup | None = None
         self._wake_event: anyio.Event | None = None
         self._processing = False
+        # The type of the last event dispatched (set once per round of dispatch): proton raises REACTOR_QUIESCED
+        # again only after another event (this rather than a flag of its own: see above on the count of attributes).
+        self._last_type: Any = None
         self._stopping = False
         self._running = False
         self._loop_thread: int | None = None
@@ -960,9 +973,9 @@ class Reactor:
             global_handler = None
         traced = self._traced
         delivery_event = Event.DELIVERY
+        event: Any = None
         while collector:
             item = collector.popleft()
-            event: Any
             context: Any
             if type(item) is Delivery:
                 context = item
@@ -1022,6 +1035,8 @@ class Reactor:
             elif event._type is transport_closed:
                 # proton unbinds a closed transport from its connection once the closed event is handled.
                 self._push(Event.CONNECTION_UNBOUND, getattr(event, "connection", None))
+        if event is not None:
+            self._last_type = event._type  # (once per round: see _quiesce)
 
     def _send_updated_states(self) -> None:
         """Hand the states set without settling (during this round of callbacks) to the engine."""
@@ -1055,11 +1070,22 @@ class Reactor:
             collector = self._collector
             if collector and self._stepper is not None:
                 self._stepper.dispatched()  # process() may return once this round is done
+            announced: set[Connection] | None = None
             while True:
                 self._dispatch_all()
                 self._after_callbacks()
+                if self._dirty and not self._stopping:
+                    announced = self._announce_output(announced)
                 if not collector or self._stopping:
                     break
+            if (
+                self._last_type is not _REACTOR_QUIESCED
+                and not self._stopping
+                and (self._plans.defines(self._handler, "on_reactor_quiesced") or self._global_handler_set())
+            ):
+                # (the root's plan inline: once per round of callbacks, it is the whole cost for programs that
+                # do not handle the event)
+                self._quiesce()
             dirty = self._dirty
             if dirty:
                 self._dirty = {}
@@ -1069,6 +1095,83 @@ class Reactor:
                         channel.kick()
         finally:
             self._processing = False
+
+    # --- proton's PN_TRANSPORT and PN_REACTOR_QUIESCED ---------------------------------------------------------
+
+    def _global_handler_set(self) -> bool:
+        """Whether the global handler is more than the default, childless root (which receives nothing)."""
+        global_handler = self._global_handler
+        return type(global_handler) is not Handler or bool(global_handler.handlers)
+
+    def _wants(self, handler: Any, method: str) -> bool:
+        """Whether ``handler`` or the global handler (or one of their children) has a method ``method`` of its own.
+
+        Events made for such handlers only (``on_transport``, ``on_reactor_quiesced``: proton raises them over and
+        over) are made only then: a handler with an ``on_unhandled`` alone (a blocking connection's notifier, a
+        program's catch-all) does not pay for them; once made, they are dispatched as any event, to
+        ``on_unhandled`` too."""
+        plans = self._plans
+        if plans.defines(handler, method):
+            return True
+        return self._global_handler_set() and plans.defines(self._global_handler, method)
+
+    def _announce_output(self, announced: set[Connection] | None) -> set[Connection] | None:
+        """proton's ``PN_TRANSPORT``: its engine raises it on a connection's transport whenever a change the program
+        made (an open, a send, a settle, a flow...) gives the transport something to write. Ours: once per round of
+        callbacks for each connection they gave output, before it is written (the connections not yet announced
+        this round, in ``announced``, which is returned). Only made when a handler has ``on_transport`` (see
+        :meth:`_wants`)."""
+        root = self._handler
+        for connection in self._dirty:
+            if announced is not None and connection in announced:
+                continue
+            channel = connection._channel
+            if channel is None or channel._driver is None:
+                continue  # no transport yet (proton raises it on a bound transport only): announced once bound
+            if self._wants(connection.handler or root, "on_transport"):
+                self._push(Event.TRANSPORT, connection._transport)
+            if announced is None:
+                announced = set()
+            announced.add(connection)
+        return announced
+
+    def _transport_bound(self, connection: Connection) -> None:
+        """A connection was given its transport: proton raises ``PN_TRANSPORT`` then (the open and the rest of what
+        the program did before are to be written)."""
+        if connection in self._dirty:
+            return  # announced with this round's output (_announce_output)
+        if self._wants(connection.handler or self._handler, "on_transport"):
+            self._push(Event.TRANSPORT, connection._transport)
+
+    def _quiesce(self) -> None:
+        """proton's ``PN_REACTOR_QUIESCED``: once the events are all dispatched, when the container has something
+        left to wait for (a connection, a listener, a timer, an injector), it raises this event before it waits,
+        unless the last event it dispatched was this one. Only made when a handler has ``on_reactor_quiesced``; what
+        its handlers queue is dispatched at once (and the next one waits for the next round: no busy loop)."""
+        if not self._wants(self._handler, "on_reactor_quiesced") or not self._waits_for_something():
+            return
+        if any(channel.binding for channel in self._channels):
+            return  # a connection opened in this round is bound first (proton binds it at once)
+        self._push(Event.REACTOR_QUIESCED, self)
+        collector = self._collector
+        while True:
+            self._dispatch_all()
+            self._after_callbacks()
+            if not collector or self._stopping:
+                break
+
+    def _waits_for_something(self) -> bool:
+        """proton's test before it raises ``PN_REACTOR_QUIESCED``: a timer or a selectable (a socket, a listener,
+        an injector) is left. A connection whose transport ended counts while it is to reconnect."""
+        if any(channel.live for channel in self._channels):
+            return True
+        if self._to_start or self._threadsafe_calls:
+            return True
+        if any(not listener.closed for listener in self._listeners):
+            return True
+        if any(not task._cancelled for task in self._timers):
+            return True
+        return any(not injector._closed for injector in self._injectors)
 
 
 class Container(Reactor):
@@ -1111,8 +1214,9 @@ class Container(Reactor):
                 connect.json's).
             kwargs: ``sasl_enabled``, ``allowed_mechs``, ``allow_insecure_mechs``, ``user``, ``password``,
                 ``virtual_host``, ``offered_capabilities``, ``desired_capabilities``, ``properties``, ``sni``,
-                ``max_frame_size``, ``container_id``, ``http_proxy`` (for ``ws``/``wss`` URLs: a proxy URL, or
-                False for none; default: the https_proxy/http_proxy/no_proxy environment variables), ``tracing``
+                ``max_frame_size``, ``container_id``, ``channel_max`` (ignored, as by proton), ``http_proxy``
+                (for ``ws``/``wss`` URLs: a proxy URL, or False for none; default: the
+                https_proxy/http_proxy/no_proxy environment variables), ``tracing``
                 (ours: OpenTelemetry tracing of this connection's messages, True or a ``TracerProvider``, False
                 for none; default: the container's).
 
@@ -1123,6 +1227,8 @@ class Container(Reactor):
         unknown = sorted(set(kwargs) - _CONNECT_OPTIONS)
         if unknown:
             raise TypeError(f"connect() got unexpected keyword argument(s): {', '.join(unknown)}")
+        for name in _IGNORED_CONNECT_OPTIONS:
+            kwargs.pop(name, None)
         if url is None and address is not None:
             url = address
         options: dict[str, Any] = {

@@ -49,21 +49,46 @@ class SSLDomain:
         self._sessions: dict[str, ssl.SSLSession] = {}
 
     def set_credentials(self, cert_file: str, key_file: str | None, password: str | None) -> int:
-        """This end's certificate (PEM file), its private key, and the key's password."""
+        """This end's certificate (PEM file), its private key, and the key's password.
+
+        Raises:
+            SSLException: as proton's, at the call: a file that is missing or not PEM, a key that does not match the
+                certificate, or an encrypted key with a wrong password, or with none (proton's OpenSSL would ask on
+                the terminal; ours never prompts). The domain keeps its previous credentials.
+        """
+        _check_credentials(self.mode, cert_file, key_file, password)
         self._cert = (cert_file, key_file, password)
         self._context = None
         return 0
 
     def set_trusted_ca_db(self, certificate_db: str) -> int:
-        """The CA certificates (a PEM file or a directory) used to verify the peer."""
+        """The CA certificates (a PEM file or a directory) used to verify the peer.
+
+        Raises:
+            SSLException: as proton's, at the call: a path that is neither a directory nor a PEM file with at least
+                one certificate. The domain keeps its previous CAs.
+        """
+        if not _is_dir(certificate_db):
+            _load_ca_file(certificate_db)
         self._ca = certificate_db
         self._context = None
         return 0
 
     def set_peer_authentication(self, verify_mode: int, trusted_CAs: str | None = None) -> int:
-        """How to check the peer: :attr:`VERIFY_PEER_NAME`, :attr:`VERIFY_PEER` or :attr:`ANONYMOUS_PEER`."""
+        """How to check the peer: :attr:`VERIFY_PEER_NAME`, :attr:`VERIFY_PEER` or :attr:`ANONYMOUS_PEER`.
+
+        Raises:
+            SSLException: as proton's: an unknown mode; on a server, verifying the peer without a certificate set
+                first (:meth:`set_credentials`), or without ``trusted_CAs`` (the PEM file of the CAs whose names
+                are sent to the client), or with one that cannot be read.
+        """
         if verify_mode not in (self.VERIFY_PEER, self.ANONYMOUS_PEER, self.VERIFY_PEER_NAME):
-            raise SSLException(f"invalid verify mode {verify_mode!r}")
+            raise SSLException(_FAILURE)
+        if self.mode == self.MODE_SERVER and verify_mode != self.ANONYMOUS_PEER:
+            # proton's server refuses these at the call (OpenSSL needs them to ask for a client certificate).
+            if self._cert is None or not trusted_CAs or _is_dir(trusted_CAs):
+                raise SSLException(_FAILURE)
+            _load_ca_file(trusted_CAs)
         self._verify = verify_mode
         if trusted_CAs:
             self._ca = trusted_CAs
@@ -71,7 +96,13 @@ class SSLDomain:
         return 0
 
     def allow_unsecured_client(self) -> int:
-        """A server also accepts clients that do not use TLS (not supported: each listener is TLS or not)."""
+        """A server also accepts clients that do not use TLS (not supported: each listener is TLS or not).
+
+        Raises:
+            SSLException: on a client domain, as proton's.
+        """
+        if self.mode != self.MODE_SERVER:
+            raise SSLException(_FAILURE)
         self._allow_unsecured = True
         return 0
 
@@ -117,6 +148,35 @@ class SSLDomain:
         except (OSError, ssl.SSLError) as exc:
             raise SSLException(f"invalid TLS settings: {exc}") from exc
         return context
+
+
+#: proton's message for every refused setting (its C library logs the reason; ours chains the error behind it).
+_FAILURE = "SSL failure."
+
+
+def _check_credentials(mode: int, cert_file: str, key_file: str | None, password: str | None) -> None:
+    """Load the certificate and key as the domain will (a throwaway context): refuse them now, as proton does."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if mode == SSLDomain.MODE_SERVER else ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        # Without a password, an encrypted key fails here rather than OpenSSL prompting on the terminal.
+        context.load_cert_chain(cert_file, key_file, password if password is not None else _no_password)
+    except (OSError, ssl.SSLError, TypeError, ValueError) as exc:
+        raise SSLException(_FAILURE) from exc
+
+
+def _no_password() -> bytes:
+    raise ValueError("the private key is encrypted and no password was given")
+
+
+def _load_ca_file(path: str) -> None:
+    """Read ``path`` as a PEM file of CA certificates (at least one): refuse it now, as proton does."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_verify_locations(cafile=path)
+    except (OSError, ssl.SSLError, TypeError, ValueError) as exc:
+        raise SSLException(_FAILURE) from exc
+    if not context.get_ca_certs():
+        raise SSLException(_FAILURE)  # (CRLs only: OpenSSL read no certificate)
 
 
 #: OpenSSL's cipher list with the anonymous (certificate-less) suites, which OpenSSL 3 allows at security level 0.

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SASL", "SSL", "SSLDomain", "SSLSessionDetails", "Transport"]
 
+#: proton's default largest frame (its ``PN_DEFAULT_MAX_FRAME_SIZE``), announced unless the program asks otherwise.
+DEFAULT_MAX_FRAME_SIZE = 32768
+
 
 class Transport:
     """The byte stream under a connection.
@@ -34,7 +37,6 @@ class Transport:
 
     Attributes:
         condition: why the transport failed (``proton:io``, ``amqp:connection:framing-error``...), or None.
-        idle_timeout: the idle timeout to ask the peer to keep (seconds; 0 for none).
         tracer: a function called with (transport, message) for each :meth:`log` message, or None.
     """
 
@@ -55,10 +57,10 @@ class Transport:
         #: made by the container for its connection (else: a transport the program drives, proton's engine API)
         self._container_view = _connection is not None
         self.condition: Condition | None = None
-        self.idle_timeout = 0.0
-        # proton's defaults (the container's transports pick their own frame size when this is left at 0).
-        self._max_frame_size = 0 if _connection is not None else 32768
-        self._channel_max = 65535 if _connection is not None else IMPL_CHANNEL_MAX
+        self._idle_timeout_ms = 0
+        # proton's defaults, for a container's transport too: they are what its open frame announces.
+        self._max_frame_size = DEFAULT_MAX_FRAME_SIZE
+        self._channel_max = IMPL_CHANNEL_MAX
         self._sasl: SASL | None = None
         self._ssl: SSL | None = None
         self._closed = False
@@ -73,6 +75,16 @@ class Transport:
         return self._connection
 
     @property
+    def idle_timeout(self) -> float:
+        """The idle timeout to ask the peer to keep, in seconds (0: none). As proton's, it is kept in whole
+        milliseconds, and half of it is what the open frame announces (§2.4.5)."""
+        return self._idle_timeout_ms / 1000.0
+
+    @idle_timeout.setter
+    def idle_timeout(self, seconds: float) -> None:
+        self._idle_timeout_ms = int(seconds * 1000)
+
+    @property
     def max_frame_size(self) -> int:
         """The largest frame to accept (0: no limit; below 512, the 512 of §2.7.1)."""
         return self._max_frame_size
@@ -85,23 +97,26 @@ class Transport:
 
     @property
     def channel_max(self) -> int:
-        """The highest channel number to accept: what the program asked, at most proton's 32767 (a container's
-        transport: as asked), and at most the peer's once its open came.
+        """The highest channel number to accept: what the program asked, at most proton's 32767, and at most the
+        peer's once its open came.
 
         Raises:
             SessionException: on setting it once our open went.
+            OverflowError: a value that is not a 16-bit unsigned int (proton's C binding refuses it).
         """
         value = self._channel_max
         engine = self._engine()
-        if engine is not None and engine.remote_open is not None and self._io is not None:
+        if engine is not None and engine.remote_open is not None:
             value = min(value, int(engine.remote_open.channel_max))
         return value
 
     @channel_max.setter
     def channel_max(self, value: int) -> None:
+        if not 0 <= value <= 65535:
+            raise OverflowError(f"integer {value} does not fit '16-bit unsigned int'")
         if self._open_sent:
             raise SessionException("Too late to change channel max.")
-        self._channel_max = value if self._container_view else min(value, IMPL_CHANNEL_MAX)
+        self._channel_max = min(value, IMPL_CHANNEL_MAX)
 
     def _engine(self) -> Any:
         io = self._io
@@ -115,7 +130,7 @@ class Transport:
         """The largest frame the peer accepts (known once its open arrived)."""
         engine = self._engine()
         if engine is None or engine.remote_open is None:
-            return 0 if self._container_view else 4294967295
+            return 4294967295  # proton's: no limit known yet (the default of the open frame's field, §2.7.1)
         return int(engine.remote_max_frame_size)
 
     @property
@@ -129,7 +144,7 @@ class Transport:
         """The highest channel the peer accepts."""
         engine = self._engine()
         if engine is None or engine.remote_open is None:
-            return 0 if self._container_view else 65535
+            return 65535  # proton's: the default of the open frame's field (§2.7.1), until the peer's open came
         return int(engine.remote_open.channel_max)
 
     @property
