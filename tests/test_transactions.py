@@ -126,6 +126,22 @@ async def test_async_with_rolls_back_on_an_exception() -> None:
         assert txn.state == "rolled back" and depth(broker, "q") == 0
 
 
+@pytest.mark.parametrize("fail", [False, True])
+async def test_a_discharge_cancelled_under_way_still_gives_the_state_its_outcome(fail: bool) -> None:
+    """A commit() (or rollback()) cancelled after its discharge went out leaves the transaction "in doubt" until
+    the coordinator's answer comes, and then says what it was: it stayed "in doubt" for ever, though committed."""
+    async with serving() as broker, connect(broker) as conn:
+        sender = await conn.open_sender("q")
+        txn = await conn.transaction()
+        await sender.send(Message(body="in-txn"), transaction=txn)
+        with anyio.move_on_after(0) as cancelled:
+            await (txn.rollback() if fail else txn.commit())
+        assert cancelled.cancelled_caught and txn.state == "in doubt"
+        await eventually(lambda: txn.state != "in doubt")
+        assert txn.state == ("rolled back" if fail else "committed")
+        assert bodies(broker, "q") == ([] if fail else ["in-txn"])
+
+
 async def test_async_with_rolls_back_on_cancellation() -> None:
     async with serving() as broker, connect(broker) as conn:
         sender = await conn.open_sender("q")

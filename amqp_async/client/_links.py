@@ -308,6 +308,9 @@ class Sender(_Link, Generic[_R]):
     """
 
     _engine_link: SenderLink
+    #: delivery states besides the four outcomes (§3.4) that end a transfer on this link: a transaction
+    #: controller's declared (§4.5.3); any other fails the send with amqp:invalid-field.
+    _more_outcomes: tuple[type, ...] = ()
 
     def __init__(self, session: Session, options: SenderOptions) -> None:
         super().__init__(session, options.link_name(session.connection.container_id, "sender"))

@@ -106,6 +106,9 @@ class StreamSender(_Link, Generic[_R]):
         session: its session; connection: its connection.
     """
 
+    #: as :attr:`Sender._more_outcomes`: none besides the four outcomes (§3.4).
+    _more_outcomes: tuple[type, ...] = ()
+
     _engine_link: SenderLink
 
     def __init__(self, session: Session, options: SenderOptions, buffer_size: int) -> None:

@@ -80,7 +80,12 @@ class Tracker(Generic[_R]):
                 return
         if not (delivery.remote_settled or delivery.settled) and (state is None or isinstance(state, Received)):
             return  # not final yet (a received state, or an unsettled disposition without outcome)
-        self._finish(state, None if state.__class__ is Accepted else _outcome_error(state))
+        if state.__class__ is Accepted:
+            self._finish(state, None)
+        elif self._sender is not None and isinstance(state, self._sender._more_outcomes):
+            self._finish(state, None)  # a transaction controller's declared (§4.5.3)
+        else:
+            self._finish(state, _outcome_error(state))
 
     def _finish(self, outcome: Any, error: AMQPError | None) -> None:
         if self.done:

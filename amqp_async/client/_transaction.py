@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._delivery import Delivery
     from ._session import Session
     from ._stream_delivery import StreamDelivery
+    from ._tracker import Tracker
 
 __all__ = ["Transaction"]
 
@@ -61,6 +62,8 @@ _ROLLED_BACK = (str(conditions.TRANSACTION_ROLLBACK), str(conditions.TRANSACTION
 class _Controller(Sender[Any]):
     """The connection's link to the peer's transaction coordinator."""
 
+    _more_outcomes = (Declared,)  # a declare's outcome (§4.5.3)
+
     def _attach_arguments(self) -> dict[str, Any]:
         arguments = super()._attach_arguments()
         # §4.5.1: the controller's target is a coordinator; its capabilities are the txn-capabilities desired
@@ -73,6 +76,18 @@ class _Controller(Sender[Any]):
 
     def __repr__(self) -> str:
         return f"<amqp_async transaction controller {self.name!r}>"
+
+
+def _discharged(tracker: Tracker[Any], *, fail: bool) -> TransactionState:
+    """The state a discharge's outcome leaves the transaction in, as :meth:`Transaction._discharge` sets it."""
+    error = tracker._error
+    if error is None:
+        return "rolled back" if fail else "committed"
+    if isinstance(error, DeliveryInDoubt):
+        return "rolled back" if fail else "in doubt"
+    if error.condition in _ROLLED_BACK:
+        return "rolled back"
+    return "failed"
 
 
 async def _controller(connection: Connection) -> _Controller:
@@ -138,11 +153,28 @@ class Transaction:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.txn_id: bytes | None = None
-        self.state: TransactionState = "new"
+        self._state: TransactionState = "new"
+        # A discharge whose commit() or rollback() was cancelled while under way: (its tracker, fail). Its outcome
+        # still comes, and ``state`` says it once it has (it stayed "in doubt" for ever, the transaction committed).
+        self._pending_discharge: tuple[Tracker[Any], bool] | None = None
         self._controller: _Controller | None = None
         self._link: EngineLink | None = None  # the controller's engine link it was declared on
         self._sending_state: TransactionalState | None = None
         self._lost_connection = False  # rolled back because its connection ended (not by a rollback() call)
+
+    @property
+    def state(self) -> TransactionState:
+        """Where the transaction stands (see the class's attributes)."""
+        pending = self._pending_discharge
+        if pending is not None and pending[0].done:
+            self._pending_discharge = None
+            self._state = _discharged(pending[0], fail=pending[1])
+        return self._state
+
+    @state.setter
+    def state(self, state: TransactionState) -> None:
+        self._state = state
+        self._pending_discharge = None
 
     # --- declare -----------------------------------------------------------------------------------------
 
@@ -313,7 +345,8 @@ class Transaction:
                 info=exc.info,
             ) from exc
         except BaseException:
-            self.state = "in doubt"  # cancelled while the discharge was under way
+            self.state = "in doubt"  # cancelled while the discharge was under way: its outcome may still come
+            self._pending_discharge = (tracker, fail)
             raise
         self.state = "rolled back" if fail else "committed"
 
