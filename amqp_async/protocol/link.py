@@ -81,6 +81,7 @@ class Link(Endpoint, abc.ABC):
         "properties",
         "rcv_settle_mode",
         "remote_attach",
+        "remote_closed",
         "remote_handle",
         "role",
         "session",
@@ -112,6 +113,8 @@ class Link(Endpoint, abc.ABC):
         self.link_credit = 0
         #: a LinkDetached event has been emitted (once per link).
         self.detach_reported = False
+        #: the peer's detach closed the link (False: it only detached it, §2.6.4); read once remote_state is CLOSED.
+        self.remote_closed = True
         #: free for the layer above.
         self.user_data: Any = None
 

@@ -790,6 +790,7 @@ class Session(Endpoint):
         del self._links_by_remote_handle[detach.handle]
         link.remote_state = CLOSED
         link.remote_error = detach.error
+        link.remote_closed = bool(detach.closed)
         if isinstance(link, ReceiverLink) and link._current is not None:
             link._drop_current()  # an incomplete delivery dies with the link
         peer_initiated = link.local_state is not CLOSED

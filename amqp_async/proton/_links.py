@@ -90,7 +90,7 @@ class Link(Endpoint):
         self._drain_mode = False
         self._closes = True
         # proton's engine API: the link's deliveries not settled and forgotten (in the order they were made), how
-        # many are not settled here, and whether it was detached (not closed).
+        # many are not settled here, and whether it was detached (not closed; with a container too: see state).
         self._deliveries: dict[Delivery, None] = {}
         self._unsettled_count = 0
         self._detached = False
@@ -104,12 +104,18 @@ class Link(Endpoint):
     @property
     def state(self) -> int:
         """The local and remote state bits (a peer's detach that does not close leaves the remote state active)."""
+        local = self._local
+        if self._detached and local == _CLOSED and self._connection._reactor is not None:
+            local = _ACTIVE  # proton: a detach that does not close leaves the local state active too
         impl = self._impl
         if impl is None:
-            return self._local | 8
-        if self._remote_detached:
-            return self._local | 16
-        return self._local | remote_bits(impl.remote_state)
+            return local | 8
+        remote = impl.remote_state
+        # proton sets REMOTE_CLOSED only for a detach that closes: one that does not (closed=false, §2.6.4) leaves
+        # the remote state active, as the engine link records (the engine API's input notes it on the link too).
+        if self._remote_detached or (remote is CLOSED and not impl.remote_closed):
+            return local | 16
+        return local | remote_bits(remote)
 
     def _work(self) -> list[Delivery]:
         """This link's deliveries on proton's work list (see :attr:`Connection.work_head`)."""
@@ -201,8 +207,13 @@ class Link(Endpoint):
 
     @property
     def drain_mode(self) -> bool:
-        """The drain flag: a receiver asks the sender to use up or give back its credit."""
-        if self._connection._reactor is None and self.is_receiver:
+        """The drain flag: a receiver asks the sender to use up or give back its credit (a sender reads the flag
+        of the receiver's last flow).
+
+        A receiver's is the application's, as proton's: set here or by :meth:`Receiver.drain`, it stays set once
+        the drain is complete; a ``flow`` clears it after a ``drain`` (not after it was set here).
+        """
+        if self.is_receiver:
             return bool(self._drain)
         impl = self._impl
         return self._drain_mode if impl is None else bool(impl.drain)
@@ -210,15 +221,21 @@ class Link(Endpoint):
     @drain_mode.setter
     def drain_mode(self, value: bool) -> None:
         self._drain_mode = bool(value)
-        if self._connection._reactor is None and self.is_receiver:
+        if self.is_receiver:
             self._drain = bool(value)
             self._drain_flag_mode = True
-            _engine_links.modified(self)
+            if self._connection._reactor is None:
+                _engine_links.modified(self)
+            else:
+                self._flow_drain_flag()
 
     @property
     def current(self) -> Delivery | None:
         """The current delivery: the one being written (sender) or read (receiver)."""
         return None
+
+    def _flow_drain_flag(self) -> None:
+        """Receiver hook: tell the sender the drain flag the application set (with a container)."""
 
     def advance(self) -> bool:
         """Move past the current delivery; True when there was one."""
@@ -265,9 +282,16 @@ class Link(Endpoint):
             self._connection._setup_pending = True
             return
         if self._local == _CLOSED:
+            if closed and self._detached:
+                # proton: closing a detached link closes it locally (its detach, already sent, is not sent again).
+                self._detached = False
+                self._push(Event.LINK_LOCAL_CLOSE)
             return
+        # With a container, a detach is a close that does not close: the link is done with on our side either way
+        # (the container's code reads _local), and state reports it active, as proton's (see _detached).
         self._local = _CLOSED
         self._closes = closed
+        self._detached = not closed
         self._push(Event.LINK_LOCAL_CLOSE if closed else Event.LINK_LOCAL_DETACH)
         _close_later(self)
 

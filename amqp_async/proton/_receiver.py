@@ -67,13 +67,17 @@ class Receiver(Link):
 
     @property
     def credit(self) -> int:
-        """The credit the sender has on this link (credit asked for before the attach included)."""
+        """The credit given and not yet used by the application: proton counts a delivery against it when the link
+        advances past it, not when it arrives, so the deliveries received and not yet read (:attr:`queued`) are
+        still part of it (credit asked for before the attach included)."""
         if self._connection._reactor is None:
             return self._credit
         impl = self._impl
         if impl is None or impl.local_state is not ACTIVE:
             return self._credit_wanted
-        credit: int = impl.link_credit
+        # The engine's credit is the sender's: each arrival used one. In proton's a delivery uses its credit as the
+        # link advances past it (pn_link_advance), so inside on_message of a batch it reads the prefetch less one.
+        credit: int = impl.link_credit + len(self._incoming) + self._arrived
         return credit
 
     @property
@@ -158,10 +162,13 @@ class Receiver(Link):
         if container is None:
             engine_model.receiver_flow(self, n)
             return
+        drain = self._drain
+        if drain and not self._drain_flag_mode:
+            # proton: a flow ends a drain asked for with drain(), not a drain flag the application set itself.
+            drain = self._drain = False
         if n <= 0:
             return
-        if container is not None:
-            container._check_thread()
+        container._check_thread()
         impl = self._impl
         if (
             impl is not None
@@ -179,7 +186,11 @@ class Receiver(Link):
                 or self.session._engine_active()
             )
         ):
-            impl.add_credit(n)
+            if drain or impl.drain:
+                # The flow carries the application's drain flag (the engine clears its own once a drain is done).
+                impl.grant_credit(impl.link_credit + n, drain=drain)
+            else:
+                impl.add_credit(n)
             if container is not None:
                 container._dirty[connection] = None
                 if connection._channel is not None:
@@ -205,21 +216,38 @@ class Receiver(Link):
         if self._connection._reactor is None:
             engine_model.receiver_drain(self, n)
             return
+        # proton's pn_link_drain: the drain flag set (it stays set: drain_mode reads True), the credit given with
+        # it, and the next flow() ends the drain.
+        self._drain = True
         impl = self._impl
         if impl is not None and impl.local_state is ACTIVE and self.session._engine_active():
             impl.grant_credit(int(impl.link_credit) + max(n, 0), drain=True)
             self.connection._touch()
         else:
-            self._drain_mode = True
             self._credit_wanted += max(n, 0)
+        self._drain_flag_mode = False
+        self._connection._modified()
+
+    def _flow_drain_flag(self) -> None:
+        # proton sends a flow whenever the drain flag is set (and one that clears it): the sender answers a drain
+        # of the credit it has.
+        impl = self._impl
+        if impl is not None and impl.local_state is ACTIVE and self.session._engine_active():
+            impl.grant_credit(impl.link_credit, drain=self._drain)
+            self.connection._touch()
         self._connection._modified()
 
     def draining(self) -> bool:
-        """True while a drain asked for is not complete (the sender still has credit)."""
+        """True while a drain asked for is not complete: the drain flag is set and the sender still has credit
+        (proton's: the credit is more than the deliveries received and not read)."""
         if self._connection._reactor is None:
             return self._drain and self._credit > len(self._incoming)
+        if not self._drain:
+            return False
         impl = self._impl
-        return impl is not None and bool(impl.drain) and impl.link_credit > 0
+        if impl is None or impl.local_state is not ACTIVE:
+            return self._credit_wanted > 0
+        return bool(impl.link_credit > 0)
 
     def drained(self) -> int:
         """The credit the sender gave back by draining, since the last call."""
@@ -273,7 +301,7 @@ class Receiver(Link):
         wanted, self._credit_wanted = self._credit_wanted, 0
         if wanted:
             impl: EngineReceiver = self._impl
-            impl.grant_credit(wanted, drain=self._drain_mode)
+            impl.grant_credit(wanted, drain=self._drain)
 
     def _unbind(self) -> None:
         self._impl = None

@@ -61,13 +61,20 @@ class Sender(Link):
         self._queued = 0
         self._in_flight: list[Delivery] = []
         self._drained_amount = 0
+        # With a container: the messages handed to the engine during the current round of callbacks (the
+        # container's ``_sent`` of that round marks it; a new round has a new one), which proton counts as queued
+        # until its transport writes them, once the callbacks have returned.
+        self._round: object = None
+        self._round_sent = 0
 
     @property
     def queued(self) -> int:
-        """Messages waiting to be sent (no credit yet)."""
-        if self._connection._reactor is None:
+        """Messages sent and not written yet: waiting for credit, or (with a container) sent during this round of
+        callbacks, which proton's transport writes once they have returned."""
+        container = self._connection._reactor
+        if container is None:
             return self._queued
-        return len(self._pending)
+        return len(self._pending) + (self._round_sent if self._round is container._sent else 0)
 
     @property
     def unsettled(self) -> int:
@@ -89,7 +96,12 @@ class Sender(Link):
             # proton's (engine_model.sender_credit, without the calls: a sender reads it for every message)
             transport_credit = 0 if impl is None else impl.link_credit + len(self._in_flight)
             return int(transport_credit - self._queued - self._drained_amount)
-        return 0 if impl is None else impl.link_credit  # an int (the engine's; read for every message sent)
+        if impl is None:
+            return 0
+        pending = self._pending
+        # proton's credit goes below zero as messages are sent without credit: those waiting here used it already.
+        credit: int = impl.link_credit - len(pending) if pending else impl.link_credit  # (read for every message)
+        return credit
 
     def _work(self) -> list[Delivery]:
         work = [d for d in self._unsettled if d._updated and not d._settled_here]
@@ -182,7 +194,12 @@ class Sender(Link):
             engine_delivery.user_data = delivery
             connection = self._connection
             container._dirty[connection] = None
-            container._sent[self] = None
+            sent = container._sent
+            sent[self] = None
+            if self._round is not sent:
+                self._round = sent
+                self._round_sent = 0
+            self._round_sent += 1
             if connection._channel is not None and impl.session.connection.output_buffered > _WRITE_THROUGH:
                 connection._channel.write_now()
         else:
