@@ -339,8 +339,14 @@ class Session(Endpoint):
     def _attach(self, link: Link, options: dict[str, Any]) -> None:
         self._require_usable()
         key = (link.name, link.role)
-        if key in self._links_by_name:
+        existing = self._links_by_name.get(key)
+        if existing is not None:
             # §2.6.1: a link name identifies the link (with the role) between two containers.
+            if existing.local_state is CLOSED:
+                raise LocalProtocolError(
+                    f"a link named {link.name!r} with that role is still detaching: the peer has not answered its "
+                    "attach and detach yet (§2.6.4)"
+                )
             raise LocalProtocolError(f"a link named {link.name!r} with that role is already attached")
         self._links_by_name[key] = link
         try:
@@ -382,6 +388,12 @@ class Session(Endpoint):
         self._forget_link_if_done(link)
 
     def _forget_link_if_done(self, link: Link) -> None:
+        if link.remote_state is UNINIT and link.local_state is CLOSED and link.handle is not None:
+            # §2.6.3, §2.6.4: we attached and detached before the peer answered. Its attach still comes, and then
+            # its detach: the link is kept by name until then, so that the late attach is taken for the answer it is
+            # (forgotten here, it read as a new link the peer started; refused, the refusal read as a new link at
+            # the peer, and so on: thousands of attaches a second after one cancelled open).
+            return
         if link.local_state is not ACTIVE and link.remote_state is not ACTIVE:
             if self._links_by_name.get((link.name, link.role)) is link:
                 del self._links_by_name[(link.name, link.role)]
