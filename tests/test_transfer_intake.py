@@ -310,8 +310,10 @@ def test_frames_of_several_links_and_sessions_interleaved_are_counted_on_each(
     whose window they share, or of another) between them is counted against its own link, and the run's link is
     checked again after it; credit and window run out where the general path finds them out."""
     order = [(0, 0), (0, 1), (0, 0), (1, 0), (0, 0), (0, 1), (0, 1), (1, 0), (0, 0), (0, 0)]
+    # delivery-ids follow one another on each session (§2.6.12), whatever the link
+    ids = [sum(1 for earlier, _ in order[:n] if earlier == channel) for n, (channel, _) in enumerate(order)]
     data = b"".join(
-        transfer(channel=channel, handle=handle, delivery_id=n) for n, (channel, handle) in enumerate(order)
+        transfer(channel=channel, handle=handle, delivery_id=ids[n]) for n, (channel, handle) in enumerate(order)
     )
     fast = run_on_links(data, credit, window)
     with general_path_only():
@@ -428,3 +430,25 @@ def test_the_fast_path_takes_nothing_before_the_peers_open() -> None:
     client.connection.open()
     client.connection.receive_data(b"AMQP\x00\x01\x00\x00", 0.0)
     assert take_transfers(client.connection) == 0
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("ids", [(0, 0), (5, 3), (0, 2)])
+def test_a_delivery_id_that_is_not_the_sessions_next_ends_the_session(fast: bool, ids: tuple[int, int]) -> None:
+    """§2.6.12: a delivery-id names an unsettled delivery of the session, and ids follow one another (Qpid Proton:
+    "sequencing error, expected delivery-id"). A peer that reused one got the message handed over twice and its
+    dispositions sent twice; ids out of order were taken as they came. Now the session ends, amqp:invalid-field,
+    the first delivery handed over and the second not."""
+    client, link = receiving_client(credit=10, window=100)
+    data = transfer(delivery_id=ids[0], tag=b"a") + transfer(delivery_id=ids[1], tag=b"b")
+    if fast:
+        client.connection.receive_data(data, 0.0)
+    else:
+        with general_path_only():
+            client.connection.receive_data(data, 0.0)
+    events = list(client.connection.next_events())
+    ended = [event for event in events if type(event).__name__ == "SessionEnded"]
+    assert len(ended) == 1 and ended[0].error.condition == "amqp:invalid-field", events
+    assert "delivery-id" in ended[0].error.description
+    assert [delivery.tag for delivery in link.incoming] == [b"a"]
+    assert client.connection.is_open  # the session's error, not the connection's

@@ -701,6 +701,7 @@ class ReceiverLink(Link):
                     condition=conditions.INVALID_FIELD,
                     scope="connection",
                 )
+            self.session._take_delivery_id(delivery_id)
             message_format = fields[3] if count > 3 and fields[3] is not None else 0
             settled = count > 4 and fields[4] is True
             self._use_credit()

@@ -93,6 +93,7 @@ class Session(Endpoint):
     __slots__ = (
         "_advertised_limit",
         "_encoded_state",
+        "_expected_delivery_id",
         "_flow_links",
         "_flows_after",
         "_freed_handles",
@@ -174,6 +175,8 @@ class Session(Endpoint):
         self._links_by_remote_handle: dict[int, Link] = {}
         self._links_by_name: dict[tuple[str, bool], Link] = {}
         self._next_delivery_id = 0
+        #: the delivery-id the peer's next delivery on this session must have (None before its first).
+        self._expected_delivery_id: int | None = None
         self._outgoing_unsettled: dict[int, Delivery] = {}
         self._incoming_unsettled: dict[int, Delivery] = {}
         self._pending_dispositions: list[tuple[bool, int, bool, Any]] = []
@@ -354,6 +357,27 @@ class Session(Endpoint):
         except BaseException:
             del self._links_by_name[key]
             raise
+
+    # --- incoming deliveries -------------------------------------------------------------------------------
+
+    def _take_delivery_id(self, delivery_id: int) -> None:
+        """The first transfer of a delivery names ``delivery_id``: the one after the session's last (a serial
+        number), or the session ends. §2.6.12: a delivery-id identifies an unsettled delivery of the session, and
+        dispositions name ranges of them, so a peer that reused an id (the same message delivered twice, and
+        settled twice) or sent them out of order breaks the session's bookkeeping; Qpid Proton refuses the same
+        ("sequencing error, expected delivery-id").
+
+        Raises:
+            RemoteProtocolError: ``amqp:invalid-field``, the session ending.
+        """
+        expected = self._expected_delivery_id
+        if expected is not None and delivery_id != expected:
+            raise RemoteProtocolError(
+                f"a transfer with delivery-id {delivery_id}, where the session's next is {expected}",
+                condition=conditions.INVALID_FIELD,
+                scope="session",
+            )
+        self._expected_delivery_id = (delivery_id + 1) & MASK
 
     # --- handles -----------------------------------------------------------------------------------------
 

@@ -177,6 +177,10 @@ def take_transfers(connection: Connection) -> int:
                 run_session = session
                 run_link = link
                 connection._announce_deliveries(link)  # once per input (it says so only the first time)
+            expected = run_session._expected_delivery_id
+            if delivery_id != expected and expected is not None:
+                break  # not the session's next delivery-id (§2.6.12): the general path ends the session
+            run_session._expected_delivery_id = (delivery_id + 1) & MASK
             # The frame is taken (the run's frames are counted against the window and the credit when it ends).
             delivery = Delivery(run_link, delivery_id, tag, message_format, data[list_end:end], False)
             if settled:
