@@ -287,6 +287,9 @@ def test_a_host_that_does_not_resolve_is_one_line() -> None:
         (["--users-file", "list.json"], "--users-file list.json: a JSON file holds an object of names to passwords"),
         (["--users-file", "no-colon.txt"], "--users-file no-colon.txt, line 2: NAME:PASSWORD expected"),
         (["--user", "alice"], "--user takes NAME:PASSWORD, got 'alice'"),
+        (["--users-file", "empty.txt"], "--users-file empty.txt names no user"),
+        (["--users-file", "comments.txt"], "--users-file comments.txt names no user"),
+        (["--users-file", "empty.json"], "--users-file empty.json names no user"),
     ],
     ids=[
         "missing-cert",
@@ -297,6 +300,10 @@ def test_a_host_that_does_not_resolve_is_one_line() -> None:
         "json-not-an-object",
         "line-without-password",
         "user-without-password",
+        # a users file without a user let everyone in as ANONYMOUS, silently (it asks for authentication)
+        "empty-users-file",
+        "users-file-of-comments",
+        "empty-json-users-file",
     ],
 )
 def test_an_unreadable_file_is_one_line_and_exit_code_2(tmp_path: Path, arguments: list[str], expected: str) -> None:
@@ -304,6 +311,9 @@ def test_an_unreadable_file_is_one_line_and_exit_code_2(tmp_path: Path, argument
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "list.json").write_text('["alice:secret"]')
     (tmp_path / "no-colon.txt").write_text("alice:secret\nbob\n")
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "comments.txt").write_text("# alice:secret\n\n")
+    (tmp_path / "empty.json").write_text("{}")
     result = run_cli("--port", "0", *arguments, cwd=tmp_path)
     assert result.returncode == 2
     assert one_error_line(result).startswith(expected), result.stderr
@@ -348,7 +358,7 @@ def test_version() -> None:
 def test_every_option_has_help() -> None:
     parser = build_parser()
     options = [action for action in parser._actions if action.option_strings]
-    assert len(options) == 23  # help and version included
+    assert len(options) == 26  # help and version included
     missing = [action.option_strings[0] for action in options if not action.help]
     assert missing == []
     result = run_cli("--help")

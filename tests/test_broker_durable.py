@@ -16,6 +16,7 @@ chance to flush anything) and started again on the same port and directory:
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import signal
 import subprocess
@@ -237,7 +238,7 @@ async def test_unsettled_messages_of_a_killed_broker_are_delivered_again_after_i
 
 @pytest.mark.anyio
 async def test_queues_and_durable_subscriptions_survive_kill_9_and_non_durable_messages_do_not(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     subscriber = {"container_id": "subscriber"}
     with durable_broker(tmp_path) as brokers:
@@ -276,10 +277,14 @@ async def test_queues_and_durable_subscriptions_survive_kill_9_and_non_durable_m
             assert await drain(url, "mixed") == [f"durable {number}" for number in range(5)]
         brokers[-1].process.kill()
         brokers[-1].process.wait(TIMEOUT)
-    async with stored(tmp_path) as broker:
-        assert {"empty-queue", "mixed"} <= set(broker.queues)
-        assert not any(name.startswith("temp-queue://") for name in broker.queues)
-        assert list(broker.topics["topic://news"].subscriptions) == ["subscriber/news-sub"]
+    with caplog.at_level(logging.INFO, logger="amqp_async.broker"):
+        async with stored(tmp_path) as broker:
+            assert {"empty-queue", "mixed"} <= set(broker.queues)
+            assert not any(name.startswith("temp-queue://") for name in broker.queues)
+            assert list(broker.topics["topic://news"].subscriptions) == ["subscriber/news-sub"]
+            nodes = len(broker.queues) + 1
+    # the start's log counts the subscription too (it counted the queues alone)
+    assert any(f": {nodes} queues and durable subscriptions, " in record.getMessage() for record in caplog.records)
 
 
 @pytest.mark.anyio

@@ -3,7 +3,8 @@
     python -m amqp_async.broker [--host H] [--port P] [--user NAME:PASSWORD ...] [--users-file FILE]
                                 [--allow-anonymous] [--tls-cert CERT [--tls-key KEY]]
                                 [--max-connections N] [--max-queue-depth N] [--max-memory SIZE]
-                                [--when-full block|reject] [--max-message-size SIZE]
+                                [--when-full block|reject] [--max-message-size SIZE] [--max-transactions N]
+                                [--handshake-timeout SECONDS] [--idle-timeout SECONDS]
                                 [--dead-letter-queue ADDRESS] [--delivery-limit N] [--expiry-interval SECONDS]
                                 [--transaction-timeout SECONDS] [--ws-port P [--ws-path PATH]] [--data-dir DIR]
                                 [--quiet | --debug] [--version]
@@ -40,7 +41,10 @@ import anyio
 
 from ..io.exception_groups import leaves as exception_leaves
 from ..io.tls_files import load_cert_chain
+from ..protocol.connection import LEAST_IDLE_TIMEOUT
+from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT
 from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError, check_dead_letter_queue
+from ._transactions import DEFAULT_MAX_TRANSACTIONS
 
 __all__ = [
     "EXIT_FAILURE",
@@ -143,6 +147,22 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _timeout(text: str) -> float | None:
+    """Seconds of a time limit; 0 (or ``none``) for none."""
+    if text.strip().lower() in ("0", "none"):
+        return None
+    return _seconds(text)
+
+
+def _idle_timeout(text: str) -> float | None:
+    """``--idle-timeout``: 0 for none; else at least twice the least idle-time-out a peer takes (the broker's open
+    asks for half, and our clients and proton's containers refuse an ask under :data:`LEAST_IDLE_TIMEOUT`)."""
+    value = _timeout(text)
+    if value is not None and value < 2 * LEAST_IDLE_TIMEOUT:
+        raise argparse.ArgumentTypeError(f"{text!r} is under {2 * LEAST_IDLE_TIMEOUT} seconds (0: none)")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors on one line (the usage is one ``--help`` away)."""
 
@@ -219,6 +239,30 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="refuse connections beyond N (amqp:resource-limit-exceeded)",
+    )
+    limits.add_argument(
+        "--max-transactions",
+        type=_positive_int,
+        default=DEFAULT_MAX_TRANSACTIONS,
+        metavar="N",
+        help="the most transactions one connection holds open; a declare beyond it (or beyond --max-memory, each "
+        "counted as a queue is) is rejected with amqp:resource-limit-exceeded (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--handshake-timeout",
+        type=_timeout,
+        default=DEFAULT_HANDSHAKE_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection whose client has not opened it (protocol header, SASL, open) this long after "
+        "connecting (default: %(default)s; 0: no limit)",
+    )
+    limits.add_argument(
+        "--idle-timeout",
+        type=_idle_timeout,
+        default=DEFAULT_IDLE_TIMEOUT,
+        metavar="SECONDS",
+        help="close a connection whose client sends nothing this long (amqp:resource-limit-exceeded); clients are "
+        "asked for a frame every half of it (default: %(default)s; 0: never)",
     )
     messages = parser.add_argument_group("messages")
     messages.add_argument(
@@ -297,6 +341,13 @@ def _users(arguments: argparse.Namespace) -> dict[str, str]:
                             f"--users-file {arguments.users_file}, line {number}: NAME:PASSWORD expected"
                         )
                     users[name] = password
+        if not users:
+            # Passing a users file asks for authentication: without a user in it the broker would have no user to
+            # check, and let everyone in as ANONYMOUS (an empty file, or one of comments only, did so silently).
+            raise StartupError(
+                f"--users-file {arguments.users_file} names no user (NAME:PASSWORD lines, or a JSON object of names "
+                "to passwords): the broker would let anyone in as ANONYMOUS"
+            )
     for pair in arguments.user or ():
         name, separator, password = pair.partition(":")
         if not separator:
@@ -365,6 +416,9 @@ def make_broker(arguments: argparse.Namespace) -> Broker:
         delivery_limit=arguments.delivery_limit,
         expiry_interval=arguments.expiry_interval,
         transaction_timeout=arguments.transaction_timeout,
+        max_transactions=arguments.max_transactions,
+        handshake_timeout=arguments.handshake_timeout,
+        idle_timeout=arguments.idle_timeout,
         ws_port=arguments.ws_port,
         ws_path=arguments.ws_path,
         max_memory=message_budget(arguments.max_memory, process_memory()),

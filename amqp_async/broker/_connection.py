@@ -6,6 +6,12 @@ session or detaches the link with the condition that names the breach). An excep
 of one connection (a bug of ours) closes that connection alone, with ``amqp:internal-error``, logs it once with its
 traceback, rolls back its transactions and returns its unsettled messages to their queues; the broker and every
 other connection go on (see :meth:`ServerConnection.fail`).
+
+Time bounds what a peer may hold without speaking: a connection has ``Broker.handshake_timeout`` seconds from
+its accept to the peer's open (protocol header, SASL, open); past it the socket is closed. Once open, the broker's
+open asks for an idle-time-out (§2.4.5: half of ``Broker.idle_timeout``), and a peer that then sends nothing for
+the whole ``idle_timeout`` is closed with ``amqp:resource-limit-exceeded``: its transactions roll back, its
+unsettled messages return to their queues, its place under ``max_connections`` is free again.
 """
 
 from __future__ import annotations
@@ -48,12 +54,20 @@ from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
 from ._outbound import stream_body
 from ._store import is_durable
 from ._transactions import Coordinator as TransactionCoordinator
+from ._transactions import TransactionRefused
 from .selector import SelectorError, compile_selector
 
 if TYPE_CHECKING:
     from ._server import Broker
 
-__all__ = ["AWAITING_SETTLEMENT_LIMIT", "INCOMING_CREDIT", "OUTPUT_LIMIT", "ServerConnection"]
+__all__ = [
+    "AWAITING_SETTLEMENT_LIMIT",
+    "DEFAULT_HANDSHAKE_TIMEOUT",
+    "DEFAULT_IDLE_TIMEOUT",
+    "INCOMING_CREDIT",
+    "OUTPUT_LIMIT",
+    "ServerConnection",
+]
 
 log = logging.getLogger("amqp_async.broker")
 
@@ -65,6 +79,17 @@ OUTPUT_LIMIT = 1 << 20
 #: get no credit until they settle (a producer that never does would otherwise make the broker keep a delivery for
 #: every message it ever sent).
 AWAITING_SETTLEMENT_LIMIT = 4096
+#: Seconds a peer has, from its connection's accept, to complete its handshake (protocol header, SASL, open) before
+#: the broker closes the socket (``Broker(handshake_timeout=...)``, ``--handshake-timeout``): as long as a WebSocket
+#: client has for its upgrade, and ActiveMQ's ``connectAttemptTimeout``. Before, a socket that connected and said
+#: nothing was kept for ever, and under ``max_connections`` two such sockets locked every real client out.
+DEFAULT_HANDSHAKE_TIMEOUT = 30.0
+#: Seconds of silence after which the broker gives an open connection up (``Broker(idle_timeout=...)``,
+#: ``--idle-timeout``): its open asks the peer for a frame every 30 s (half, as §2.4.5 advises; proton and our
+#: client then write every 15 s when they have nothing else to say). RabbitMQ's default heartbeat is 60 s too (Qpid
+#: Dispatch's listeners 16 s). Before, the broker asked for none: a frozen or vanished client kept its connection,
+#: its unsettled messages and its place under ``max_connections`` for ever.
+DEFAULT_IDLE_TIMEOUT = 60.0
 
 
 class _DriverEnded(Exception):
@@ -148,12 +173,16 @@ class ServerConnection:
             mechanisms += ["SCRAM-SHA-256", "SCRAM-SHA-1", "PLAIN"]
         if broker.allow_anonymous:
             mechanisms.append("ANONYMOUS")
+        idle = broker.idle_timeout
         self.engine = protocol.Connection(
             role=protocol.SERVER,
             container_id=broker.container_id,
             sasl=SaslServer(mechanisms, broker._store),
             require_sasl=not broker.allow_anonymous,
             offered_capabilities=["ANONYMOUS-RELAY", LOCAL_TRANSACTIONS],
+            # §2.4.5: the idle-time-out announced "SHOULD be half the peer's actual timeout threshold"
+            idle_timeout=idle,
+            advertised_idle_timeout=None if idle is None else idle / 2,
         )
         self._driver = EngineDriver(self.engine, stream, self._on_events, on_error=self.fail)
         self._outbound: list[_Outbound] = []
@@ -164,8 +193,15 @@ class ServerConnection:
         self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
         self._awaiting_settlement = False  # a producer was refused credit until it settles (see _settled_incoming)
         self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
+        self._handshake_scope: anyio.CancelScope | None = None  # the handshake deadline's, until the peer's open
+        self._handshake_expired = False  # closed for its handshake deadline (logged then, once)
         self.transactions = TransactionCoordinator(
-            broker.route, broker._has_room, broker._settle_entry, timeout=broker.transaction_timeout, flow=broker.flow
+            broker.route,
+            broker._has_room,
+            broker._settle_entry,
+            timeout=broker.transaction_timeout,
+            flow=broker.flow,
+            max_open=broker.max_transactions,
         )
 
     def kick(self) -> None:
@@ -183,8 +219,30 @@ class ServerConnection:
         """Serve the connection until it ends."""
         async with anyio.create_task_group() as group:
             self._group = group  # for the wait on a slow socket (_resume_output), started only when needed
+            timeout = self.broker.handshake_timeout
+            if timeout is not None:
+                group.start_soon(self._handshake_deadline, timeout)
             await self._driver.run()
             group.cancel_scope.cancel()
+
+    async def _handshake_deadline(self, timeout: float) -> None:
+        """Close the socket unless the peer's open came within ``timeout`` seconds of the accept: a socket that
+        says nothing, or stops in its header or SASL, must not keep its file descriptor and its place under
+        ``max_connections`` for ever (the idle timeout runs from the open only). The task ends at the peer's open
+        (:meth:`_on_open` cancels it): an open connection costs no task for it."""
+        if self.engine.remote_open is not None:
+            return  # the open came with the first bytes, before this task first ran (nothing to cancel then)
+        with anyio.CancelScope() as scope:
+            self._handshake_scope = scope
+            await anyio.sleep(timeout)
+        self._handshake_scope = None
+        if scope.cancel_called or self.engine.remote_open is not None or self.engine.closed:
+            return
+        log.info("connection %s: no open within %g s of connecting (handshake timeout): closed", self.peer, timeout)
+        self._handshake_expired = True
+        # Nothing is said to a peer that has not opened (before its open there is no connection to close with an
+        # error, and it may be in the middle of SASL): the socket is closed, and run() ends.
+        self._driver.abort()
 
     def _consumer_credit(self, link: protocol.SenderLink) -> int:
         """A consumer's credit as dispatch sees it: none while transfers wait for the client's session window
@@ -346,11 +404,15 @@ class ServerConnection:
         elif isinstance(event, ev.ConnectionOpened):
             self._on_open(event)
         elif isinstance(event, ev.ConnectionClosed):
-            log.info("connection %s closed%s", self.peer, f": {event.error}" if event.error else "")
+            if not self._handshake_expired:  # (that says why already: the transport's end would be a second line)
+                log.info("connection %s closed%s", self.peer, f": {event.error}" if event.error else "")
             self.release()
 
     def _on_open(self, event: ev.ConnectionOpened) -> None:
         broker = self.broker
+        if self._handshake_scope is not None:
+            self._handshake_scope.cancel()  # the handshake is done within its time
+            self._handshake_scope = None
         log.info("connection %s opened (container %s)", self.peer, event.open.container_id)
         self.engine.open()
         self._driver.wake_timer()  # the client's idle timeout may need our first heartbeat soon
@@ -481,7 +543,12 @@ class ServerConnection:
         if isinstance(body, Declare):
             if body.global_id is not None:
                 return Rejected(error=_error(conditions.NOT_IMPLEMENTED, "distributed transactions are not supported"))
-            transaction = self.transactions.declare()
+            try:
+                transaction = self.transactions.declare()
+            except TransactionRefused as exc:
+                # §4.3: a declare the coordinator cannot do is rejected with the error saying why
+                log.info("transaction refused (%s): %s", self.peer, exc.error.description)
+                return Rejected(error=exc.error)
             log.info("transaction %r declared (%s)", transaction.txn_id, self.peer)
             return Declared(txn_id=transaction.txn_id)  # §4.3: the declared outcome carries the new txn-id
         if isinstance(body, Discharge):

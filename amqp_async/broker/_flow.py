@@ -35,7 +35,8 @@ queue that is full when such a message arrives refuses it with ``amqp:resource-l
 
 The nodes the broker makes on first use (queues, topics, topic subscriptions) count in ``max_memory`` too, each at
 :data:`NODE_SIZE`: a node the limit has no room for is not made, and what asked for it (an attach, a message to a
-new address) is refused with ``amqp:resource-limit-exceeded``.
+new address) is refused with ``amqp:resource-limit-exceeded``. So does each open transaction (:mod:`._transactions`:
+a declare without room is rejected likewise).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import secrets
 import socket
 import ssl
@@ -36,14 +37,16 @@ from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..codec.performatives import Error
 from ..io.websocket import require_wsproto, server_handshake
+from ..protocol.connection import LEAST_IDLE_TIMEOUT
 from ..protocol.sasl_scram import InMemoryCredentialStore
 from ..types import symbol
 from ._bodies import BodyFile, BodySpool
-from ._connection import ServerConnection
+from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ServerConnection
 from ._deadletter import DeadLetters
 from ._flow import Flow, NoRoomForNode
 from ._nodes import Consumer, Entry, Queue, Topic
 from ._store import Store
+from ._transactions import DEFAULT_MAX_TRANSACTIONS
 
 __all__ = [
     "DEFAULT_EXPIRY_INTERVAL",
@@ -138,13 +141,23 @@ class Broker:
             one by credit other producers hold and do not use.
         transaction_timeout: roll back transactions open longer than this many seconds (checked when they are
             next used or discharged, which then fail with ``amqp:transaction:timeout``); None: no limit.
+        max_transactions: the most transactions one connection may hold open at once (default
+            :data:`~._transactions.DEFAULT_MAX_TRANSACTIONS`; None: no limit); a declare beyond it, or one the
+            memory limit has no room for (an open transaction counts as a node does), is rejected with
+            ``amqp:resource-limit-exceeded`` (§4.3).
+        handshake_timeout: seconds a connection has from its accept to the peer's open (protocol header, SASL,
+            open; after a WebSocket upgrade, from the upgrade) before its socket is closed (default
+            :data:`~._connection.DEFAULT_HANDSHAKE_TIMEOUT`; None: no limit).
+        idle_timeout: seconds of silence after which an open connection is closed with
+            ``amqp:resource-limit-exceeded`` (§2.4.5); the broker's open asks the peer for a frame at least every
+            half of it (default :data:`~._connection.DEFAULT_IDLE_TIMEOUT`; None: never, and none asked).
         container_id: the broker's container id.
         ws_port: also serve AMQP over WebSocket (AMQP WebSocket Binding, subprotocol ``amqp``) on this port (0: a
             free one, see :attr:`ws_url`); over TLS (``wss``) when ``ssl_context`` is given. None: no WebSocket.
         ws_path: the only WebSocket path served (e.g. ``"/ws"``; others are answered 404); None serves any path.
     """
 
-    # Slots: the broker's fields are read for every message routed. Its 31 would pass the 29 CPython 3.11 and 3.12
+    # Slots: the broker's fields are read for every message routed. Its 34 would pass the 29 CPython 3.11 and 3.12
     # keep inline in an instance (a dict is made for them), and neither specialises a method call on such an
     # instance (``self.queue(...)``, ``self._is_topic(...)``).
     __slots__ = (
@@ -163,12 +176,15 @@ class Broker:
         "expiry_interval",
         "flow",
         "handling",
+        "handshake_timeout",
         "host",
+        "idle_timeout",
         "large_message_size",
         "max_connections",
         "max_memory",
         "max_message_size",
         "max_queue_depth",
+        "max_transactions",
         "port",
         "queues",
         "spool",
@@ -204,6 +220,9 @@ class Broker:
         delivery_limit: int | None = None,
         expiry_interval: float = DEFAULT_EXPIRY_INTERVAL,
         large_message_size: int = DEFAULT_LARGE_MESSAGE_SIZE,
+        max_transactions: int | None = DEFAULT_MAX_TRANSACTIONS,
+        handshake_timeout: float | None = DEFAULT_HANDSHAKE_TIMEOUT,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         if when_full not in ("block", "reject"):
             raise ValueError(f"when_full must be 'block' or 'reject', not {when_full!r}")
@@ -215,6 +234,15 @@ class Broker:
             raise ValueError(f"expiry_interval must be above 0 seconds, not {expiry_interval!r}")
         if large_message_size < 1:
             raise ValueError(f"large_message_size must be at least 1 byte, not {large_message_size!r}")
+        if max_transactions is not None and max_transactions < 1:
+            raise ValueError(f"max_transactions must be at least 1 (None: no limit), not {max_transactions!r}")
+        if handshake_timeout is not None and not 0 < handshake_timeout < math.inf:
+            raise ValueError(f"handshake_timeout must be above 0 seconds (None: no limit), not {handshake_timeout!r}")
+        if idle_timeout is not None and not 2 * LEAST_IDLE_TIMEOUT <= idle_timeout < math.inf:
+            # the open asks for half: below LEAST_IDLE_TIMEOUT, our clients and proton containers refuse the ask
+            raise ValueError(
+                f"idle_timeout must be at least {2 * LEAST_IDLE_TIMEOUT} seconds (None: none), not {idle_timeout!r}"
+            )
         check_dead_letter_queue(dead_letter_queue)
         self.host = host
         self.port = port
@@ -232,6 +260,9 @@ class Broker:
         # never fail)
         self.dead_letters = DeadLetters(dead_letter_queue, lambda name: self.queue(name, refusable=False))
         self.transaction_timeout = transaction_timeout
+        self.max_transactions = max_transactions
+        self.handshake_timeout = handshake_timeout
+        self.idle_timeout = idle_timeout
         self.container_id = container_id
         self.ws_port = ws_port
         self.ws_path = ws_path
@@ -304,9 +335,10 @@ class Broker:
         assert self.data_dir is not None
         store = self.storage = Store(self.data_dir)
         self.spool = BodySpool(store.bodies)
-        loaded = 0
+        loaded = nodes = 0
         known: set[str] = set()
         for stored in store.load():
+            nodes += 1  # a queue, or a topic's durable subscription (the log said queues, and left those out)
             if stored.topic is not None and stored.subscription is not None:
                 queue = self.topic(stored.topic, refusable=False).subscription(
                     stored.subscription,
@@ -337,7 +369,7 @@ class Broker:
         removed = self.spool.remove_unknown(known)
         if removed:
             log.info("store %s: %d large-message files of messages not kept removed", store.path, removed)
-        log.info("store %s: %d queues, %d messages loaded", store.path, len(self.queues), loaded)
+        log.info("store %s: %d queues and durable subscriptions, %d messages loaded", store.path, nodes, loaded)
         return store
 
     def topic(self, name: str, *, refusable: bool = True) -> Topic:

@@ -12,6 +12,12 @@ A client declares a transaction on a link whose target is a coordinator (§4.5.1
 Transactions belong to the connection that declared them (any session, any coordinator link of it); when the
 connection ends, those still open are rolled back. With a timeout, a transaction open longer than that is rolled
 back when it is next used or discharged, and reported with ``amqp:transaction:timeout``.
+
+Open transactions are bounded: a connection holds at most ``max_open`` of them (:data:`DEFAULT_MAX_TRANSACTIONS`),
+and each counts in the broker's memory limit as a node does (:data:`~._flow.NODE_SIZE`) until its discharge. A
+declare beyond either is refused with ``amqp:resource-limit-exceeded`` (:class:`TransactionRefused`): before, a
+peer that declared without ever discharging grew the broker by some 415 bytes a transaction (tracemalloc), without
+end and past ``max_memory`` (200,000 declares took it from 30 to 124 MiB of RSS under a 64 MiB limit).
 """
 
 from __future__ import annotations
@@ -32,11 +38,15 @@ if TYPE_CHECKING:
     from ._flow import Flow
     from ._nodes import Consumer, Entry, Queue
 
-__all__ = ["Coordinator", "Transaction"]
+__all__ = ["DEFAULT_MAX_TRANSACTIONS", "Coordinator", "Transaction", "TransactionRefused"]
 
 _txn_numbers = itertools.count(1)
 #: How many expired transaction ids a connection remembers (to answer them with the timeout, not unknown-id).
 _EXPIRED_KEPT = 1024
+#: The most transactions one connection may hold open at once by default (``Broker(max_transactions=...)``,
+#: ``--max-transactions``). A client has one or a few open (one per session at most, as a rule); a thousand leaves
+#: room for any real use, and bounds what a connection that declares and never discharges can hold.
+DEFAULT_MAX_TRANSACTIONS = 1000
 
 #: What the broker does with an outcome of a delivered message: ``settle(queue, consumer, entry, outcome)``.
 Settle = Callable[["Queue", "Consumer | None", "Entry", Any], None]
@@ -44,6 +54,15 @@ Settle = Callable[["Queue", "Consumer | None", "Entry", Any], None]
 
 def _error(condition: str, description: str) -> Error:
     return Error(condition=symbol(condition), description=description)
+
+
+class TransactionRefused(Exception):
+    """A declare the coordinator refuses (the limit of open transactions, or the memory limit, is reached): §4.3,
+    the declare is rejected with :attr:`error`, which names the limit."""
+
+    def __init__(self, error: Error) -> None:
+        super().__init__(error.description)
+        self.error = error
 
 
 class Transaction:
@@ -96,7 +115,8 @@ class Coordinator:
         timeout: roll back transactions open longer than this many seconds (None: never).
         clock: the clock the timeout is measured with.
         flow: the broker's accounting of the memory held, which the messages sent under a transaction count in
-            until its discharge (None: not counted).
+            until its discharge, and each open transaction as a node (None: not counted).
+        max_open: the most transactions open at once (None: no limit); a declare beyond it is refused.
     """
 
     def __init__(
@@ -108,8 +128,10 @@ class Coordinator:
         timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         flow: Flow | None = None,
+        max_open: int | None = DEFAULT_MAX_TRANSACTIONS,
     ) -> None:
         self._flow = flow
+        self._max_open = max_open
         self._route = route
         self._has_room = has_room
         self._settle = settle
@@ -119,10 +141,73 @@ class Coordinator:
         self._expired: OrderedDict[bytes, None] = OrderedDict()
 
     def declare(self) -> Transaction:
-        """Start a transaction (§4.3) with a new id."""
+        """Start a transaction (§4.3) with a new id.
+
+        Raises:
+            TransactionRefused: the connection holds ``max_open`` transactions already, or the memory limit has no
+                room for one more (those past the timeout, if any, are rolled back first: they hold no place).
+        """
+        flow = self._flow
+        max_open = self._max_open
+        full = max_open is not None and len(self.transactions) >= max_open
+        if full or (flow is not None and not flow.room_for_node()):
+            self._expire_overdue()
+            if max_open is not None and len(self.transactions) >= max_open:
+                raise TransactionRefused(
+                    _error(
+                        conditions.RESOURCE_LIMIT_EXCEEDED,
+                        f"this connection has {len(self.transactions)} transactions open, the most the broker "
+                        f"takes (max-transactions {max_open}): discharge one first",
+                    )
+                )
+            if flow is not None and not flow.room_for_node():
+                raise TransactionRefused(
+                    _error(
+                        conditions.RESOURCE_LIMIT_EXCEEDED,
+                        f"no room for a new transaction within the broker's memory limit ({flow.max_memory} bytes)",
+                    )
+                )
+        if flow is not None:
+            # An open transaction holds memory of its own, whatever work it holds (its entry here, its id, lists and
+            # outcome: 415 bytes with tracemalloc): counted as a node is, so that declares alone cannot pass the limit.
+            flow.hold_node()
         txn_id = b"txn-%d" % next(_txn_numbers)
         transaction = self.transactions[txn_id] = Transaction(txn_id, self._clock(), self._flow)
         return transaction
+
+    def _end(self, transaction: Transaction, commit: bool = False) -> Error | None:
+        """Take ``transaction`` out of the open ones, commit it (``commit``) or roll it back, then give back the
+        memory it was counted at: after its work is done, so that a commit does not find room for its nodes in the
+        transaction's own (a node it needs and the limit has no room for rolls it back, as it did before)."""
+        del self.transactions[transaction.txn_id]
+        try:
+            if commit:
+                return self._commit(transaction)
+            self._rollback(transaction)
+            return None
+        finally:
+            if self._flow is not None:
+                self._flow.drop_node()
+
+    def _expire(self, transaction: Transaction) -> None:
+        """Roll back a transaction open past the timeout, and remember its id (to answer it with the timeout)."""
+        self._end(transaction)
+        self._expired[transaction.txn_id] = None
+        if len(self._expired) > _EXPIRED_KEPT:
+            self._expired.popitem(last=False)
+
+    def _expire_overdue(self) -> None:
+        """Roll back the transactions open past the timeout (they are rolled back when next used anyway; one never
+        used again would otherwise keep its place against the limits until the connection ends). They are kept in
+        the order they were declared, which is the order they expire in: the oldest are looked at alone."""
+        timeout = self._timeout
+        if timeout is None:
+            return
+        now = self._clock()
+        for transaction in list(self.transactions.values()):
+            if now - transaction.started <= timeout:
+                break
+            self._expire(transaction)
 
     def get(self, txn_id: Any) -> Transaction | None:
         """The open transaction with this id, or None (unknown, discharged, or just rolled back for its
@@ -132,11 +217,7 @@ class Coordinator:
         transaction = self.transactions.get(bytes(txn_id))
         timeout = self._timeout
         if transaction is not None and timeout is not None and self._clock() - transaction.started > timeout:
-            del self.transactions[transaction.txn_id]
-            self._rollback(transaction)
-            self._expired[transaction.txn_id] = None
-            if len(self._expired) > _EXPIRED_KEPT:
-                self._expired.popitem(last=False)
+            self._expire(transaction)
             return None
         return transaction
 
@@ -158,18 +239,12 @@ class Coordinator:
                 self._expired.pop(bytes(txn_id), None)
                 return None  # rolled back, as asked
             return error
-        del self.transactions[transaction.txn_id]
-        if fail:
-            self._rollback(transaction)
-            return None
-        return self._commit(transaction)
+        return self._end(transaction, commit=not fail)
 
     def rollback_all(self) -> None:
         """Roll back every open transaction (the connection ended)."""
-        transactions = list(self.transactions.values())
-        self.transactions.clear()
-        for transaction in transactions:
-            self._rollback(transaction)
+        for transaction in list(self.transactions.values()):
+            self._end(transaction)
 
     def _commit(self, transaction: Transaction) -> Error | None:
         wanted: dict[tuple[str, bool], int] = {}
