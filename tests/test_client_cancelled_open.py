@@ -10,13 +10,11 @@ for a moment (a slow network), so that the cancellation comes before the answer.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
 import anyio
 import anyio.abc
 import pytest
 from proton_broker import ProtonBroker
+from slow_relays import slow_relay
 
 import amqp_async
 
@@ -31,50 +29,12 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@contextlib.asynccontextmanager
-async def slow_relay(port: int, delay: list[float]) -> AsyncIterator[str]:
-    """A TCP relay to ``127.0.0.1:port`` that hands the peer's bytes on ``delay[0]`` seconds late (read as each
-    chunk comes; the client's go on at once), in order. Yields its URL."""
-
-    async def forward(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream, late: bool) -> None:
-        send, receive = anyio.create_memory_object_stream[tuple[float, bytes]](1000)
-
-        async def deliver() -> None:
-            async for due, data in receive:
-                await anyio.sleep(max(0.0, due - anyio.current_time()))
-                await sink.send(data)
-
-        async def deliver_quietly() -> None:
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await deliver()
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(deliver_quietly)
-            async with send:
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    while True:
-                        data = await source.receive()
-                        await send.send((anyio.current_time() + (delay[0] if late else 0.0), data))
-
-    async def relay(client: anyio.abc.SocketStream) -> None:
-        async with client, await anyio.connect_tcp("127.0.0.1", port) as upstream, anyio.create_task_group() as group:
-            group.start_soon(forward, client, upstream, False)
-            await forward(upstream, client, True)
-            group.cancel_scope.cancel()
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, relay)
-        yield f"amqp://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}"
-        group.cancel_scope.cancel()
-
-
 @pytest.mark.parametrize("kind", ["sender", "receiver"])
 async def test_an_open_cancelled_before_the_answer_sends_one_attach_and_one_detach(kind: str) -> None:
     with ProtonBroker() as broker:
         port = int(broker.url.rsplit(":", 1)[1])
         with anyio.fail_after(TIMEOUT):
-            async with slow_relay(port, [DELAY]) as url, amqp_async.connect(url, reconnect=False) as conn:
+            async with slow_relay(port, delay=[DELAY]) as url, amqp_async.connect(url, reconnect=False) as conn:
                 await conn.open_sender("warm-up")  # the session is begun: the cancelled open's attach goes out
                 with anyio.move_on_after(DELAY / 3) as cancelled:
                     if kind == "sender":
@@ -97,7 +57,7 @@ async def test_an_open_timed_out_by_open_timeout_ends_the_same_way() -> None:
         with anyio.fail_after(TIMEOUT):
             delay = [0.0]
             async with (
-                slow_relay(port, delay) as url,
+                slow_relay(port, delay=delay) as url,
                 amqp_async.connect(url, reconnect=False, open_timeout=DELAY / 3) as conn,
             ):
                 await conn.open_sender("warm-up")

@@ -27,7 +27,6 @@ What these tests pin down about the client's error reporting (documented here, a
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import os
@@ -39,7 +38,7 @@ import textwrap
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,9 +60,11 @@ from amqp_async.codec.delivery_states import Accepted, Modified, Rejected, Relea
 try:
     from frame_sniffer import FrameSniffer
     from proton_broker import ProtonBroker
+    from slow_relays import slow_relay
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.frame_sniffer import FrameSniffer
     from tests.proton_broker import ProtonBroker
+    from tests.slow_relays import slow_relay
 
 pytestmark = [pytest.mark.interop, pytest.mark.anyio]
 
@@ -1089,32 +1090,6 @@ async def test_drain_returns_once_the_broker_answered(broker: ProtonBroker) -> N
             assert [m.body for m in broker.queued("drain")] == ["c"]
 
 
-@contextlib.asynccontextmanager
-async def trickling_relay(port: int, piece: int = 16384) -> AsyncIterator[str]:
-    """A TCP relay to ``127.0.0.1:port`` that hands the peer's bytes to the client ``piece`` bytes at a time,
-    a millisecond apart (a slow network): a message of many frames arrives over many reads. Yields its URL."""
-
-    async def pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream, slow: bool) -> None:
-        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            while True:
-                data = await source.receive(piece if slow else 65536)
-                await sink.send(data)
-                if slow:
-                    await anyio.sleep(0.001)
-
-    async def relay(client: anyio.abc.SocketStream) -> None:
-        async with client, await anyio.connect_tcp("127.0.0.1", port) as upstream, anyio.create_task_group() as group:
-            group.start_soon(pump, client, upstream, False)
-            await pump(upstream, client, True)
-            group.cancel_scope.cancel()
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, relay)
-        yield f"amqp://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}"
-        group.cancel_scope.cancel()
-
-
 @ALL_BACKENDS
 async def test_drain_returns_once_a_message_in_many_frames_that_used_the_last_credit_is_whole(
     broker: ProtonBroker,
@@ -1127,7 +1102,7 @@ async def test_drain_returns_once_a_message_in_many_frames_that_used_the_last_cr
         broker.put("drain-large", body)
     port = int(broker.url.rsplit(":", 1)[1])
     with anyio.fail_after(TIMEOUT):
-        async with trickling_relay(port) as url, amqp_async.connect(url, max_frame_size=4096) as conn:
+        async with slow_relay(port, piece=16384) as url, amqp_async.connect(url, max_frame_size=4096) as conn:
             receiver = await conn.open_receiver("drain-large", credit=0)
             for _ in range(3):
                 receiver.add_credit(2)
