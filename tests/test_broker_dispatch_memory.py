@@ -176,7 +176,7 @@ class Side:
             taken = self.unsettled(index, arguments[1])
             if kind == "undeliverable":
                 for entry in taken:
-                    entry.excluded = (entry.excluded or set()) | {id(self.consumers[index])}
+                    self.consumers[index].refuse(entry)
             if kind == "accept":
                 for entry in taken:
                     queue.release(entry)

@@ -7,10 +7,18 @@ what selectors, expiry, dead-lettering and redelivery read and rewrite) and the 
 the leading sections as they are now, then the file's bytes from the body on, streamed (see
 :mod:`._outbound`).
 
-Lifetime: the file of a message that is not stored (not durable, or in a queue that is not kept) goes when the
-last of the broker's entries for it goes (a weak finalizer; topics share one file between their copies). The file
-of a stored (durable) message belongs to the :class:`~._store.Store` from then on: synced before the row that
-names it is committed, removed once the row's removal is. A restart removes the files no stored row names.
+Lifetime: one file may be named by several of the broker's entries (a topic's copies share one; a message
+dead-lettered keeps its file) and by several stored rows (a topic's durable subscriptions; the dead-letter queue's
+row replacing the queue's). It goes with the last of them, never before:
+
+- the file of a message that was never stored goes when the last entry that holds its :class:`BodyFile` goes (a
+  weak finalizer);
+- once one of its entries is stored, the :class:`~._store.Store` owns the file (:meth:`BodyFile.own`): it counts
+  the rows that name it and the :class:`BodyFile` objects alive for it, and removes the file only when both are
+  gone and the removal of the last row is committed (a crash before that commit finds the file the row names).
+
+A restart removes the files no stored row names (an orphan left by a crash between a file's write and its row's
+commit, or between a row's removal and its file's).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import logging
 import os
 import uuid
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -50,17 +59,17 @@ class BodyFile:
             rewritten there since: a delivery sends those, then the file from here).
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "body_offset", "path", "size")
+    __slots__ = ("__weakref__", "_finalizer", "_owned", "body_offset", "path", "size")
 
     def __init__(self, path: str | Path, size: int, body_offset: int, *, kept: bool = False) -> None:
         self.path = str(path)
         self.size = size
         self.body_offset = body_offset
         self._finalizer: weakref.finalize[[str], Any] | None = None
+        #: a store decides when the file goes (:meth:`own`).
+        self._owned = False
         if not kept:
-            finalizer = weakref.finalize(self, remove_file, self.path)
-            finalizer.atexit = False  # a broker that stops leaves them: the next start removes them
-            self._finalizer = finalizer
+            self._when_gone(remove_file, self.path)
 
     @property
     def name(self) -> str:
@@ -72,11 +81,26 @@ class BodyFile:
         """The bytes from the body on (the body sections and the footer)."""
         return self.size - self.body_offset
 
-    def keep(self) -> None:
-        """The store owns the file from now on: it is not removed when the entries go, but with its row."""
+    def own(self, release: Callable[[str], None]) -> bool:
+        """A store owns the file from now on: when this object goes (the last entry holding it went),
+        ``release(name)`` tells the store, which removes the file once no stored row names it either, instead of
+        removing it at once. Return whether this object was not owned before (the store counts it once).
+
+        A file loaded from the store (``kept``) had no finalizer: it gets one now, so that the store also knows
+        when the entries holding this object are gone.
+        """
+        if self._owned:
+            return False
+        self._owned = True
         if self._finalizer is not None:
             self._finalizer.detach()
-            self._finalizer = None
+        self._when_gone(release, self.name)
+        return True
+
+    def _when_gone(self, callback: Callable[[str], None], argument: str) -> None:
+        finalizer = weakref.finalize(self, callback, argument)
+        finalizer.atexit = False  # a broker that stops leaves them: the next start removes those no row names
+        self._finalizer = finalizer
 
     def open_body(self) -> BinaryIO:
         """The file, open for reading at the start of the body."""

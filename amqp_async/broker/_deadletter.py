@@ -83,6 +83,8 @@ class DeadLetters:
         """Give ``entry`` up for ``reason``: released by ``queue`` (the queue that held it; None for a message
         that never reached one), then moved to the dead-letter queue with its annotations, or dropped."""
         if queue is not None:
+            # Its row goes; a large message's file stays (the entry still holds it, and the dead-letter queue's
+            # row, inserted below in the same batch, names it: the store counts both, see _store).
             queue.release(entry)
         origin = source if source is not None else queue.name if queue is not None else "?"
         address = self.address

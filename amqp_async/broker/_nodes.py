@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
 __all__ = ["ENTRY_OVERHEAD", "Consumer", "ConsumerFailed", "DeadLetter", "Entry", "Queue", "Topic"]
 
 _sequence = itertools.count()
+#: Consumer keys (:attr:`Consumer.key`): never given twice in a process, unlike ``id()``, which a new consumer may
+#: get from one freed before (a message refused by the old one was then withheld from the new one).
+_consumer_keys = itertools.count(1)
 
 #: Bytes of bookkeeping counted per message held, beside its payload (its Entry, the bytes object's header, its
 #: place in the queue; measured with tracemalloc, rounded up), so that ``max_memory`` bounds many small messages
@@ -74,6 +78,7 @@ class Entry:
     """
 
     __slots__ = (
+        "__weakref__",
         "_junk",
         "_message",
         "body",
@@ -103,7 +108,7 @@ class Entry:
         self.place = 0
         self._message = message
         self._junk = False  # the payload was found not to decode
-        #: consumers that said undeliverable-here (by identity).
+        #: the consumers (their :attr:`Consumer.key`) that said undeliverable-here, while they last.
         self.excluded: set[int] | None = None
         #: the size counted in the memory limit: the payload (in memory) and the bookkeeping that holds it.
         self.size = len(payload) + ENTRY_OVERHEAD
@@ -130,7 +135,7 @@ class Entry:
         """A copy for another queue (a topic's subscriptions): the same bytes and expiry, a place of its own."""
         entry = Entry.__new__(Entry)
         entry.payload = self.payload
-        entry.body = self.body  # one file for every copy: it goes with the last of them
+        entry.body = self.body  # one file for every copy: it goes with the last of them (see _bodies)
         entry.sequence = next(_sequence)
         entry.place = 0
         entry._message = self._message
@@ -230,7 +235,19 @@ class Consumer:
         browse: distribution-mode copy: see messages, leave them queued.
     """
 
-    __slots__ = ("browse", "credit", "known_from", "known_to", "last_seen", "selector", "send", "unsettled")
+    __slots__ = (
+        "browse",
+        "credit",
+        "gone",
+        "key",
+        "known_from",
+        "known_to",
+        "last_seen",
+        "refused",
+        "selector",
+        "send",
+        "unsettled",
+    )
 
     def __init__(
         self,
@@ -252,10 +269,48 @@ class Consumer:
         self.known_to = 0
         #: entries sent and not settled yet, by the token ``send`` returned.
         self.unsettled: dict[Any, Entry] = {}
+        #: what names it in :attr:`Entry.excluded`: unique for the life of the process (never reused, as id() is).
+        self.key = next(_consumer_keys)
+        #: the entries it refused (undeliverable-here), weakly: the exclusions to drop when it goes.
+        self.refused: weakref.WeakSet[Entry] | None = None
+        #: it has left its queue (:meth:`Queue.unsubscribe`).
+        self.gone = False
+
+    def refuse(self, entry: Entry) -> None:
+        """The consumer settled ``entry`` modified with undeliverable-here: §3.4.5, the message "MUST NOT be
+        redelivered to the same link". Other links, now or later, may have it; once this consumer is gone
+        (:meth:`forget`), so is the exclusion."""
+        if self.gone:
+            return  # its link is gone (a transaction's late outcome): no link left to keep it from
+        excluded = entry.excluded
+        if excluded is None:
+            entry.excluded = {self.key}
+        else:
+            excluded.add(self.key)
+        refused = self.refused
+        if refused is None:
+            refused = self.refused = weakref.WeakSet()
+        refused.add(entry)
+
+    def forget(self) -> None:
+        """The consumer is gone: the messages it refused no longer exclude it (their sets would otherwise grow
+        with every consumer that refused them, for as long as they live)."""
+        self.gone = True
+        refused = self.refused
+        if refused is None:
+            return
+        self.refused = None
+        key = self.key
+        for entry in refused:
+            excluded = entry.excluded
+            if excluded is not None:
+                excluded.discard(key)
+                if not excluded:
+                    entry.excluded = None
 
     def wants(self, entry: Entry) -> bool:
         """Whether this consumer may be offered the entry."""
-        if entry.excluded is not None and id(self) in entry.excluded:
+        if entry.excluded is not None and self.key in entry.excluded:
             return False
         if self.browse and entry.sequence <= self.last_seen:
             return False
@@ -371,6 +426,8 @@ class Queue:
         """Append a message loaded from the store (counted; not stored again, not dispatched yet)."""
         if self.flow is not None:
             self.flow.hold(entry.size)
+        if entry.body is not None and self.store is not None:
+            self.store.hold(entry.body)  # its file goes when no row names it and no entry holds it any more
         entry.place = self._tail_place
         self._tail_place += 1
         self.entries.append(entry)
@@ -505,6 +562,7 @@ class Queue:
         """Remove a consumer, returning its unsettled messages to the head of the queue in order."""
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        consumer.forget()
         pending = sorted(consumer.unsettled.values(), key=lambda entry: entry.sequence)
         consumer.unsettled.clear()
         if not consumer.browse and pending:

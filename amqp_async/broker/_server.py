@@ -434,7 +434,7 @@ class Broker:
             if state.message_annotations:
                 entry.annotate(state.message_annotations)  # §3.4.5: combined with the message's annotations
             if state.undeliverable_here and consumer is not None:
-                entry.excluded = (entry.excluded or set()) | {id(consumer)}
+                consumer.refuse(entry)  # §3.4.5: not to this link again (others may have it, new ones too)
             if state.delivery_failed:
                 queue.failed([entry])  # delivery-count + 1; given up at the delivery limit
             else:

@@ -19,8 +19,13 @@ written at all.
 The layout: ``queues(name, topic, subscription)`` and ``messages(id, queue, payload, expires, body, body_at)``; a
 queue's messages load in ``id`` order, which is their arrival order. A large message kept on disk (:mod:`._bodies`)
 has its leading sections as ``payload``, its file's name as ``body`` and where its body starts in the file as
-``body_at`` (both NULL for the others): the file is synced before the row is committed, and removed once the row's
-removal is. ``expires`` is when the message expires (seconds
+``body_at`` (both NULL for the others): the file is synced before the row is committed. Several rows may name one
+file (a topic's durable subscriptions share it; a dead-lettered message's row in the dead-letter queue replaces its
+row in the queue), and entries that are not stored may hold it too (a copy in a subscription that is not kept): the
+store counts, for each file, the rows that name it and the :class:`~._bodies.BodyFile` objects alive for it (counts
+rebuilt from the rows at load), and removes the file only once the count is zero and the batch that removed the
+last row is committed. A crash never finds a committed row naming a removed file; a file left behind (a crash
+before its removal) is named by no row, and the next start removes it. ``expires`` is when the message expires (seconds
 since the epoch; NULL: never), computed once at its arrival (§3.2.1: a ttl counts from the arrival at the
 intermediary), so that a restart neither extends nor forgets it. A store written before ``expires`` existed gets
 the column when it is opened, each message's expiry computed from its bytes then.
@@ -31,7 +36,9 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +51,7 @@ from ._bodies import BODIES, remove_file
 from ._sections import expiry
 
 if TYPE_CHECKING:
+    from ._bodies import BodyFile
     from ._nodes import Entry
 
 __all__ = ["Store", "StoredQueue", "is_durable"]
@@ -165,7 +173,8 @@ class _Batch:
         self.queues: list[tuple[str, str | None, str | None]] = []
         #: id -> (queue, payload, expires, body file name, where its body starts): rows to insert or replace.
         self.writes: dict[int, tuple[str, bytes, float | None, str | None, int | None]] = {}
-        #: body files to remove once the removal of their rows is committed.
+        #: body files (names) whose count fell to zero: removed once this batch is committed, unless counted again
+        #: meanwhile (a row naming one inserted since).
         self.removals: list[str] = []
         #: ids first inserted by this batch (a removal then cancels the insert: nothing to write).
         self.fresh: set[int] = set()
@@ -174,7 +183,7 @@ class _Batch:
         self.committed = False
 
     def __bool__(self) -> bool:
-        return bool(self.queues or self.writes or self.deletes or self.callbacks)
+        return bool(self.queues or self.writes or self.deletes or self.callbacks or self.removals)
 
 
 class Store:
@@ -208,6 +217,15 @@ class Store:
         self._in_flight: _Batch | None = None  # taken by the writer task, maybe not written (cancelled first)
         self._wake: anyio.Event | None = None
         self._known_queues: set[str] = set()
+        #: body file name -> the rows that name it (inserted, not deleted) and the BodyFile objects alive for it
+        #: (:meth:`._bodies.BodyFile.own`): the file goes when this reaches zero (and the batch is committed).
+        self._references: dict[str, int] = {}
+        #: body file name -> the batch whose commit lets it go (the one open when its count last reached zero).
+        self._zeroed: dict[str, _Batch] = {}
+        # The thread of the broker's loop, where the counts change; a finalizer that runs on another thread (the
+        # cyclic garbage collector may run anywhere) leaves its name here for the loop.
+        self._thread = threading.get_ident()
+        self._released_elsewhere: deque[str] = deque()
         self.commits = 0  # batches written (the number of SQLite transactions)
 
     # --- loading -----------------------------------------------------------------------------------------
@@ -229,6 +247,8 @@ class Store:
                 orphans += 1  # cannot happen through the broker (queues are written before their messages)
                 continue
             stored.messages.append((identifier, bytes(payload), expires, body, body_at))
+            if body is not None:
+                self._references[body] = self._references.get(body, 0) + 1
         if orphans:
             log.warning("store %s: %d messages of unknown queues ignored", self.path, orphans)
         return list(queues.values())
@@ -250,7 +270,10 @@ class Store:
         entry.stored = identifier
         body = entry.body
         if body is not None:
-            body.keep()  # the store owns the file now: removed with the row
+            # one more row names the file (and, the first time, the store owns it: see hold)
+            references = self._references
+            references[body.name] = references.get(body.name, 0) + 1
+            self.hold(body)
         batch = self._batch
         batch.writes[identifier] = _row(queue, entry)
         batch.fresh.add(identifier)
@@ -261,8 +284,16 @@ class Store:
         self._batch.writes[entry.stored] = _row(queue, entry)
         self._wake_writer()
 
+    def hold(self, body: BodyFile) -> None:
+        """The store owns a large message's file (one of its messages is stored, or loaded): counted while this
+        :class:`BodyFile` is alive (an entry holds it: a copy that is not stored, a message on its way to the
+        dead-letter queue), and while a row names it."""
+        if body.own(self._released):
+            references = self._references
+            references[body.name] = references.get(body.name, 0) + 1
+
     def delete(self, entry: Entry) -> None:
-        """A kept message was settled: remove it."""
+        """A kept message was settled: remove it (its file too, when nothing else counts it any more)."""
         identifier = entry.stored
         entry.stored = 0
         batch = self._batch
@@ -270,14 +301,53 @@ class Store:
         if identifier in batch.fresh:
             batch.fresh.discard(identifier)  # never written: nothing to remove
             del batch.writes[identifier]
-            if body is not None:
-                remove_file(body.path)  # a reader that opened it keeps it until it closes it
-            return
-        batch.writes.pop(identifier, None)
-        batch.deletes.append(identifier)
+        else:
+            batch.writes.pop(identifier, None)
+            batch.deletes.append(identifier)
         if body is not None:
-            batch.removals.append(body.path)
+            self._uncount(body.name)
         self._wake_writer()
+
+    def _uncount(self, name: str) -> None:
+        """One row or BodyFile no longer counts for a file; at zero, the file goes once this batch is committed
+        (its rows' removals are in this batch or an earlier one, committed first)."""
+        references = self._references
+        count = references.get(name, 0) - 1
+        if count > 0:
+            references[name] = count
+        else:
+            references.pop(name, None)
+            self._zeroed[name] = self._batch  # a later zero (counted again meanwhile) moves it to a later batch
+            self._batch.removals.append(name)
+
+    def _released(self, name: str) -> None:
+        """The finalizer of a BodyFile the store owns: the last entry holding that object went."""
+        if self._db is None:
+            return  # closed: the rows may still name it (the next start removes it if none does)
+        if threading.get_ident() != self._thread:
+            self._released_elsewhere.append(name)  # counted on the loop, at the writer's next batch
+            return
+        self._uncount(name)
+        self._wake_writer()
+
+    def _take_released_elsewhere(self) -> None:
+        released = self._released_elsewhere
+        while released:
+            self._uncount(released.popleft())
+
+    def _remove_files(self, batch: _Batch) -> None:
+        """Remove the files of a committed batch that nothing counts any more (on the loop's thread: the counts
+        change there; a row naming one again since keeps it)."""
+        references, zeroed = self._references, self._zeroed
+        for name in batch.removals:
+            if zeroed.get(name) is not batch:
+                # counted again, and back to zero in a later batch, which may remove a row naming it: not
+                # before that one is committed
+                continue
+            del zeroed[name]
+            if name not in references:
+                remove_file(str(self.bodies / name))  # a reader that opened it keeps it until it closes it
+        batch.removals = []
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything asked of the store so far is committed."""
@@ -294,9 +364,11 @@ class Store:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Write batches until cancelled; then write what is left (on a clean stop) and close the database."""
+        self._thread = threading.get_ident()
         task_status.started()
         try:
             while True:
+                self._take_released_elsewhere()
                 if not self._batch:
                     wake = self._wake = anyio.Event()
                     await wake.wait()
@@ -307,6 +379,7 @@ class Store:
                     # before it started, the batch is written by close().
                     await anyio.to_thread.run_sync(self._write, batch)
                 self._in_flight = None
+                self._remove_files(batch)
                 for callback in batch.callbacks:
                     try:
                         callback()
@@ -340,19 +413,21 @@ class Store:
         db.execute("COMMIT")
         batch.committed = True
         self.commits += 1
-        for path in batch.removals:
-            remove_file(path)
 
     def flush(self) -> None:
         """Write the pending operations now, on this thread (at a clean stop; their callbacks are dropped)."""
         in_flight = self._in_flight
         self._in_flight = None
-        if in_flight is not None and not in_flight.committed:
-            self._write(in_flight)  # before what came after it, which may remove what it inserts
+        if in_flight is not None:
+            if not in_flight.committed and (in_flight.queues or in_flight.writes or in_flight.deletes):
+                self._write(in_flight)  # before what came after it, which may remove what it inserts
+            self._remove_files(in_flight)
+        self._take_released_elsewhere()
         batch = self._batch
         self._batch = _Batch()
         if batch.queues or batch.writes or batch.deletes:
             self._write(batch)
+        self._remove_files(batch)
 
     def close(self) -> None:
         """Write what is pending and close the database (idempotent)."""
