@@ -4,6 +4,9 @@
 `proton.Collector`. No sockets and no reactor: bytes go in with `feed()` and come out with `take()`, so a test can
 pump them between proton and any other engine that has the same two methods (see `pump()`).
 
+For a test that needs proton over a real socket instead, `proton_server()` runs a `proton.reactor.Container` with the
+test's handler in a thread, listening on a free port of 127.0.0.1.
+
 Typical use::
 
     client = ProtonPeer("client")
@@ -96,7 +99,9 @@ Quirks of proton's engine API that matter when writing scenarios (each is exerci
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast
 
@@ -114,6 +119,12 @@ from proton import (
     Session,
     Transport,
 )
+from proton.reactor import Container
+
+try:
+    from broker_process import free_port
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.broker_process import free_port
 
 __all__ = [
     "ACCEPTED",
@@ -134,6 +145,7 @@ __all__ = [
     "Recorder",
     "delivery_tag",
     "outcome_name",
+    "proton_server",
     "pump",
 ]
 
@@ -1030,3 +1042,23 @@ def _settle(delivery: Delivery) -> None:
     # Wrapper attributes live in the C object's record, so every wrapper of this delivery sees the mark.
     delivery._proton_peer_settled = True
     delivery.settle()
+
+
+@contextmanager
+def proton_server(handler: Any, timeout: float = 10.0) -> Iterator[str]:
+    """python-qpid-proton serving `handler` over TCP: yields the ``amqp://127.0.0.1:PORT`` URL to connect to.
+
+    A `proton.reactor.Container` with `handler` (a `proton.handlers.MessagingHandler`, say) listens on a free port of
+    127.0.0.1 before its thread starts, so a client may connect at once; it runs in a daemon thread. Leaving the
+    block stops the container and waits up to `timeout` seconds for the thread to end.
+    """
+    port = free_port()
+    container = Container(handler)
+    container.listen(f"127.0.0.1:{port}")
+    thread = threading.Thread(target=container.run, name=f"proton-server-{port}", daemon=True)
+    thread.start()
+    try:
+        yield f"amqp://127.0.0.1:{port}"
+    finally:
+        container.stop()
+        thread.join(timeout)

@@ -13,10 +13,7 @@ annotations. ``--dead-letter-queue`` and ``--delivery-limit`` on the command lin
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -28,9 +25,11 @@ from amqp_async.codec.delivery_states import Accepted, Modified, Received, Rejec
 from amqp_async.types import symbol
 
 try:
+    from broker_serving import serving
     from message_sections import without
     from test_broker_cli import broker_process
 except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.broker_serving import serving
     from tests.message_sections import without
     from tests.test_broker_cli import broker_process
 
@@ -52,12 +51,6 @@ ORIGINAL = Message(
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@asynccontextmanager
-async def serving(**options: Any) -> AsyncIterator[Broker]:
-    async with Broker(port=0, **options) as broker:
-        yield broker
 
 
 async def take_all(receiver: amqp_async.Receiver) -> list[amqp_async.Delivery]:

@@ -9,10 +9,6 @@ only queued message). Consumers now have keys that are never reused, and a consu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
 import anyio
 import pytest
 from proton import Disposition
@@ -23,6 +19,11 @@ import amqp_async
 from amqp_async import Message
 from amqp_async.broker import Broker, BrokerThread
 
+try:
+    from broker_serving import serving
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.broker_serving import serving
+
 TIMEOUT = 10.0
 ROUNDS = 40
 
@@ -30,12 +31,6 @@ ROUNDS = 40
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@asynccontextmanager
-async def serving(**options: Any) -> AsyncIterator[Broker]:
-    async with Broker(port=0, **options) as broker:
-        yield broker
 
 
 def connect(broker: Broker) -> amqp_async.Connection:

@@ -10,8 +10,6 @@ writes from its number and fields (proton's ``Disposition.data``).
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +19,10 @@ import pytest
 import amqp_async
 
 proton_handlers = pytest.importorskip("proton.handlers", reason="python-qpid-proton is the reference peer")
-from proton import reactor as proton_reactor  # noqa: E402 - after the importorskip that explains its absence
+try:  # after the importorskip that explains proton's absence
+    from proton_peer import proton_server
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.proton_peer import proton_server
 
 pytestmark = pytest.mark.anyio
 
@@ -38,14 +39,8 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 class _SettlingServer(proton_handlers.MessagingHandler):  # type: ignore[misc]
     """Settles every message with the state of the number and fields named by its body (``"0x33"``...)."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self) -> None:
         super().__init__(auto_accept=False)
-        self.port = port
-        self.listening = threading.Event()
-
-    def on_start(self, event: Any) -> None:
-        self.acceptor = event.container.listen(f"127.0.0.1:{self.port}")
-        self.listening.set()
 
     def on_message(self, event: Any) -> None:
         delivery = event.delivery
@@ -61,17 +56,8 @@ class _SettlingServer(proton_handlers.MessagingHandler):  # type: ignore[misc]
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    handler = _SettlingServer(port)
-    container = proton_reactor.Container(handler)
-    thread = threading.Thread(target=container.run, daemon=True)
-    thread.start()
-    assert handler.listening.wait(10)
-    yield f"amqp://127.0.0.1:{port}"
-    container.stop()
-    thread.join(10)
+    with proton_server(_SettlingServer()) as url:
+        yield url
 
 
 @pytest.mark.parametrize("state", ["declared", "received"])

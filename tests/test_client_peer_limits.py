@@ -8,8 +8,6 @@ changes: the connection and its other endpoints go on working, and a handle free
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +18,10 @@ import amqp_async
 from amqp_async.broker import Broker
 
 proton_handlers = pytest.importorskip("proton.handlers", reason="python-qpid-proton is the reference peer")
-proton_reactor = pytest.importorskip("proton.reactor", reason="python-qpid-proton is the reference peer")
+try:  # after the importorskip that explains proton's absence
+    from proton_peer import proton_server
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.proton_peer import proton_server
 
 pytestmark = pytest.mark.anyio
 
@@ -35,32 +36,14 @@ def anyio_backend() -> str:
 class _OneChannelServer(proton_handlers.MessagingHandler):  # type: ignore[misc]
     """A python-qpid-proton server whose connections have one channel (channel-max 0) and accept every message."""
 
-    def __init__(self, port: int) -> None:
-        super().__init__()
-        self.port = port
-        self.listening = threading.Event()
-
-    def on_start(self, event: Any) -> None:
-        self.acceptor = event.container.listen(f"127.0.0.1:{self.port}")
-        self.listening.set()
-
     def on_connection_init(self, event: Any) -> None:
         event.transport.channel_max = 0
 
 
 @pytest.fixture
 def one_channel_server() -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    server = _OneChannelServer(port)
-    container = proton_reactor.Container(server)
-    thread = threading.Thread(target=container.run, daemon=True)
-    thread.start()
-    assert server.listening.wait(10)
-    yield f"amqp://127.0.0.1:{port}"
-    container.stop()
-    thread.join(10)
+    with proton_server(_OneChannelServer()) as url:
+        yield url
 
 
 async def test_a_session_past_the_peers_channel_max_is_a_session_error(one_channel_server: str) -> None:
