@@ -868,7 +868,7 @@ def test_reattach_the_same_name_after_detach() -> None:
 
 
 class _CountedHandles(dict[int, Any]):
-    """A session's table of handles, counting the lookups made in it."""
+    """A session's table of handles (or a connection's of channels), counting the lookups made in it."""
 
     lookups = 0
 
@@ -904,6 +904,28 @@ def test_a_link_takes_the_lowest_free_handle_in_constant_time() -> None:
     assert max(costs[-100:]) <= max(costs[:100]) + 1, (costs[:3], costs[-3:])
     pump(c, s)
     assert len(s.of_type(ev.LinkAttached)) == 5 + 3 + 2_000 and not s.of_type(ev.SessionEnded)
+
+
+def test_a_session_takes_the_lowest_free_channel_in_constant_time() -> None:
+    """§2.5.1 (channel-max): a channel is free again once its session ended; ours are the lowest free. Found by a
+    scan from 0, the n-th session cost n lookups: 20,000 sessions on one connection took 35 s."""
+    c, s = connected()
+    sessions = [begun(c, s)[0] for _ in range(5)]
+    assert [session.channel for session in sessions] == [0, 1, 2, 3, 4]
+    for ending in (sessions[3], sessions[1]):
+        ending.end()
+    pump(c, s)
+    again = [begun(c, s)[0] for _ in range(3)]
+    assert [session.channel for session in again] == [1, 3, 5]  # the freed ones, lowest first, then the next
+    c.connection._sessions_by_channel = _CountedHandles(c.connection._sessions_by_channel)
+    costs = []
+    for _ in range(2_000):
+        _CountedHandles.lookups = 0
+        c.begin()
+        costs.append(_CountedHandles.lookups)
+    assert max(costs[-100:]) <= max(costs[:100]) + 1, (costs[:3], costs[-3:])
+    pump(c, s)
+    assert len(s.of_type(ev.SessionBegun)) == 5 + 3 + 2_000 and not s.of_type(ev.ConnectionClosed)
 
 
 def test_attaching_a_name_twice_is_refused_but_roles_differ() -> None:

@@ -25,6 +25,7 @@ of a breach in the same input, does nothing: the event that says it ended follow
 
 from __future__ import annotations
 
+import heapq
 from struct import error as StructError
 from typing import Any
 
@@ -136,12 +137,14 @@ class Connection(Endpoint):
         "_dirty_sessions",
         "_events",
         "_frames_after_open",
+        "_freed_channels",
         "_header_sent",
         "_idle_from_start",
         "_idle_since",
         "_last_received",
         "_last_sent",
         "_max_transfer_payload",
+        "_next_channel",
         "_open_pending",
         "_out",
         "_out_parts",
@@ -239,6 +242,10 @@ class Connection(Endpoint):
         self._open_pending = False
         self._frames_after_open: list[tuple[int, Any, bytes]] = []
         self._sessions_by_channel: dict[int, Session] = {}
+        # Our channels: those below _next_channel are in use but for the ones freed (a heap, lowest first), so that
+        # a session takes the lowest free channel in constant time (a scan from 0 made 20,000 sessions cost 35 s).
+        self._next_channel = 0
+        self._freed_channels: list[int] = []
         self._sessions_by_remote_channel: dict[int, Session] = {}
         self._dirty_sessions: dict[Session, None] = {}
         self._announced: dict[Link, None] = {}
@@ -582,21 +589,28 @@ class Connection(Endpoint):
 
     def _allocate_channel(self, session: Session) -> int:
         limit = self.channel_max if self.remote_open is None else min(self.channel_max, self._remote_channel_max)
-        channel = 0
-        while channel in self._sessions_by_channel:
-            channel += 1
+        freed = self._freed_channels
+        channel = freed[0] if freed else self._next_channel
         if channel > limit:
             raise LocalProtocolError(
                 f"no free channel: channel-max is {limit}", condition=conditions.RESOURCE_LIMIT_EXCEEDED
             )
+        if freed:
+            heapq.heappop(freed)
+        else:
+            self._next_channel += 1
         self._sessions_by_channel[channel] = session
         return channel
+
+    def _free_channel(self, channel: int) -> None:
+        del self._sessions_by_channel[channel]
+        heapq.heappush(self._freed_channels, channel)
 
     def _release_channel(self, session: Session) -> None:
         if session.remote_state is ACTIVE:
             return  # the peer's end will release both maps (_on_end)
         if session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
-            del self._sessions_by_channel[session.channel]
+            self._free_channel(session.channel)
         if (
             session.remote_channel is not None
             and self._sessions_by_remote_channel.get(session.remote_channel) is session
@@ -885,7 +899,7 @@ class Connection(Endpoint):
         self._sessions_by_remote_channel.pop(channel, None)
         local_done = session.local_state is not ACTIVE
         if local_done and session.channel is not None and self._sessions_by_channel.get(session.channel) is session:
-            del self._sessions_by_channel[session.channel]
+            self._free_channel(session.channel)
 
     def _on_session_frame(self, channel: int, frame: Any) -> None:
         session = self._session_for(channel)
