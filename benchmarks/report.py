@@ -7,12 +7,14 @@ C ``direct`` example on asyncio, uvloop and trio, via ``backends.py``), broker (
 RabbitMQ 3.10), callback (``callback.py``: the callback API ``amqp_async.proton`` and the awaitable API beside
 proton's own Container, to the C ``direct`` example) and callback/brokers (the same through our broker and RabbitMQ),
 1 MiB (``large.py``), latency (``latency.py``), memory (``memory.py``), transactions (``transactions.py``: batches
-of 100 sends or accepts committed through our broker), proton engine (``proton_engine.py``: proton's engine API
-pumped in memory), websocket (``websocket.py``: send and receive over ``ws://``
-beside ``amqp://`` through our broker, and the cost of OpenTelemetry tracing off and on, in rows of their own
-section, tracing) and spark (``spark.py``: the Spark data source beside the
-awaitable client through our broker, whose rates stand in the reference column of those rows, and Spark's own
-ceiling). Each script also runs alone; this one imports them and makes the same measurements with
+of 100 sends or accepts committed through our broker), many links (``many_links.py``: 2,000 senders attached to
+one queue of our broker on one connection, 500 with ``--quick``, fewer than the script's own run, and the
+connection's end, and a queue's send+receive beside 20,000 idle receivers, 2,000 with ``--quick``, beside the C
+broker example), proton engine (``proton_engine.py``: proton's engine API pumped in memory), websocket
+(``websocket.py``: send and receive over ``ws://`` beside ``amqp://`` through our broker, and the cost of
+OpenTelemetry tracing off and on, in rows of their own section, tracing) and spark (``spark.py``: the Spark data
+source beside the awaitable client through our broker, whose rates stand in the reference column of those rows, and
+Spark's own ceiling). Each script also runs alone; this one imports them and makes the same measurements with
 the same run sizes (default or ``--quick``).
 
 Writes the table (with the machine and the command) into ``docs/benchmarks.md``, between its latest-figures
@@ -56,6 +58,7 @@ SECTIONS = (
     "latency",
     "memory",
     "transactions",
+    "many links",
     "proton engine",
     "websocket",
     "spark",
@@ -165,6 +168,14 @@ def transactions_rows(quick: bool) -> list[Row]:
     import transactions
 
     return transactions.run(quick)
+
+
+def many_links_rows(quick: bool) -> list[Row]:
+    import many_links
+
+    return many_links.run(quick, counts=[500] if quick else [2000]) + many_links.idle_rows(
+        [2_000] if quick else [20_000]
+    )
 
 
 def websocket_rows(quick: bool) -> list[Row]:
@@ -307,6 +318,7 @@ def main() -> int:
         "latency": lambda: latency_rows(args.quick),
         "memory": lambda: memory_rows(args.quick),
         "transactions": lambda: transactions_rows(args.quick),
+        "many links": lambda: many_links_rows(args.quick),
         "proton engine": lambda: proton_engine_rows(args.quick),
         "websocket": lambda: websocket_rows(args.quick),
         "spark": lambda: spark_rows(args.quick),

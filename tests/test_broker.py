@@ -855,6 +855,28 @@ async def test_tls_with_a_certificate_and_key(tmp_path: Path) -> None:
             assert len(broker.queues["secure"]) == 0
 
 
+@pytest.mark.skipif(not openssl_available(), reason="the openssl command makes the test certificates")
+async def test_a_tls_handshake_never_begun_is_closed_at_the_handshake_timeout(tmp_path: Path) -> None:
+    """The TLS handshake is bounded by ``handshake_timeout`` (it was anyio's 30 s, whatever the broker's option); a
+    real client is served as before."""
+    ca = make_ca(tmp_path, "ca")
+    server = make_cert(tmp_path, "server", ca, "localhost", san=["IP:127.0.0.1"])
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(server.cert, server.key)
+    client_context = ssl.create_default_context(cafile=ca.cert)
+    with anyio.fail_after(TIMEOUT):
+        async with serving(ssl_context=server_context, handshake_timeout=0.5) as broker:
+            silent = await anyio.connect_tcp("127.0.0.1", broker.port)  # connects; no ClientHello ever
+            async with silent:
+                started = anyio.current_time()
+                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+                    await silent.receive()  # the broker closes it
+                assert 0.4 <= anyio.current_time() - started < 5  # at the broker's deadline, not anyio's 30 s
+            async with connect(broker, ssl_context=client_context) as conn:
+                sender = await conn.open_sender("secure")
+                await sender.send(Message(body="after the silent one"))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Limits
 

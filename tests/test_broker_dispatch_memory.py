@@ -85,11 +85,13 @@ def reference_dispatch(queue: Queue) -> None:
         entry = entries[index]
         chosen = None
         count = len(competing)
+        # round-robin in the order they subscribed, from the one after the last served
+        start = next((at for at, consumer in enumerate(competing) if consumer.key >= queue.next_key), 0)
         for step in range(count):
-            consumer = competing[(queue._next + step) % count]
+            consumer = competing[(start + step) % count]
             if consumer.credit() > 0 and consumer.wants(entry):
                 chosen = consumer
-                queue._next = (queue._next + step + 1) % count
+                queue.next_key = consumer.key + 1
                 break
         if chosen is None:
             index += 1
@@ -110,8 +112,15 @@ def reference_dispatch(queue: Queue) -> None:
 
 
 class ReferenceQueue(Queue):
+    """Every consumer looked at, at every dispatch: credit, and what it wants."""
+
+    next_key = 0
+
     def dispatch(self) -> None:
         reference_dispatch(self)
+
+    def credited(self, consumer: Consumer) -> None:
+        self.dispatch()
 
 
 class Side:
@@ -168,7 +177,7 @@ class Side:
         elif kind == "credit":
             index = live[arguments[0] % len(live)]
             self.credits[index] += arguments[1]
-            queue.dispatch()
+            queue.credited(self.consumers[index])  # a flow of its link
         elif kind == "fail":
             self.failing[live[arguments[0] % len(live)]] = True
         elif kind in ("release", "undeliverable", "accept"):
@@ -269,7 +278,7 @@ def test_the_same_messages_go_to_the_same_consumers_in_the_same_order(
     for side in (ours, reference):
         for index in range(len(side.consumers)):
             side.credits[index] += 100
-        side.queue.dispatch()
+            side.queue.credited(side.consumers[index])
     assert ours.log == reference.log
     assert ours.held() == reference.held()
 
@@ -284,7 +293,7 @@ def test_a_selector_is_asked_about_each_message_once() -> None:
     selector = side.selectors[0]
     assert selector is not None
     for _ in range(100):
-        queue.dispatch()  # flows of that consumer
+        queue.credited(side.consumers[0])  # flows of that consumer
     for body in range(100):
         queue.put(Entry(payload(10_001 + body)))  # arrivals
     assert selector.asked == 10_100
@@ -292,7 +301,7 @@ def test_a_selector_is_asked_about_each_message_once() -> None:
     plain = Side(queue)
     plain.subscribe(1, 0, False)
     plain.credits[0] = 1
-    queue.dispatch()
+    queue.credited(plain.consumers[0])
     queue.put_back([plain.unsettled(0, 0)[0]])
     assert selector.asked == 10_101
     # and the consumer still gets what it wants, wherever it is
@@ -310,7 +319,7 @@ def test_a_browser_passes_over_what_it_has_seen_at_once() -> None:
     side.credits[0] = 10_000
     browser = side.consumers[0]
     assert isinstance(browser, CountingConsumer)
-    queue.dispatch()
+    queue.credited(browser)
     assert len(side.log) == 5_000
     for body in range(200):
         queue.put(Entry(payload(5_000 + body)))  # each arrival shown, without a walk over the 5,000 seen

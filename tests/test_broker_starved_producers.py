@@ -89,7 +89,8 @@ async def test_three_hundred_starved_producers_do_not_stop_the_broker() -> None:
     body = b"x" * 1000
     # No periodic sweep within the test: producers starved longer than one would get a share of the room the first
     # producer has not filled yet (tests/test_broker_idle_credit.py); here the memory limit alone holds them.
-    broker = Broker(port=0, max_memory=2 << 20, expiry_interval=3600)
+    # 4 MiB: the 300 links take 750 KiB of it (ENDPOINT_SIZE each), the messages the rest.
+    broker = Broker(port=0, max_memory=4 << 20, expiry_interval=3600)
     async with broker, amqp_async.connect(broker.url, reconnect=False) as conn:
         with anyio.fail_after(TIMEOUT * 2):
             producers = [await conn.open_sender("crowd")]

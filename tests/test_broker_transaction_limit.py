@@ -23,7 +23,7 @@ import amqp_async
 from amqp_async import TransactionError
 from amqp_async.broker import Broker, BrokerThread
 from amqp_async.broker.__main__ import make_broker, parse_arguments
-from amqp_async.broker._flow import NODE_SIZE
+from amqp_async.broker._flow import ENDPOINT_SIZE, NODE_SIZE
 
 proton = pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton.handlers import MessagingHandler, TransactionHandler  # noqa: E402 - after the importorskip
@@ -116,7 +116,8 @@ def test_python_qpid_proton_declaring_past_the_connection_limit_is_rejected_nami
 
 
 def test_open_transactions_count_in_the_memory_limit() -> None:
-    with BrokerThread(max_memory=5 * NODE_SIZE, max_transactions=None) as broker:
+    # room for five transactions, with the connection's session and its controller link (half the limit at most)
+    with BrokerThread(max_memory=5 * NODE_SIZE + 2 * ENDPOINT_SIZE, max_transactions=None) as broker:
         handler = _Declarer(broker.url, 8)
         Container(handler).run()
         assert len(handler.declared) == 5  # the room the limit leaves, counted at NODE_SIZE each

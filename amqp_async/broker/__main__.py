@@ -254,7 +254,7 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         default=DEFAULT_HANDSHAKE_TIMEOUT,
         metavar="SECONDS",
         help="close a connection whose client has not opened it (protocol header, SASL, open) this long after "
-        "connecting (default: %(default)s; 0: no limit)",
+        "connecting, or after its TLS handshake, itself bounded by as long (default: %(default)s; 0: no limit)",
     )
     limits.add_argument(
         "--idle-timeout",

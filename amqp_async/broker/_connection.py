@@ -114,6 +114,13 @@ def _error(condition: str, description: str) -> Error:
     return Error(condition=symbol(condition), description=description)
 
 
+def _no_room_for(what: str, max_memory: int | None) -> str:
+    return (
+        f"no room for another {what}: sessions and links take at most half the broker's memory limit "
+        f"({max_memory} bytes)"
+    )
+
+
 class _Inbound:
     """What the broker keeps for a link on which a client sends: its target address (None: anonymous relay), and
     the link as the flow control sees it."""
@@ -185,12 +192,19 @@ class ServerConnection:
             advertised_idle_timeout=None if idle is None else idle / 2,
         )
         self._driver = EngineDriver(self.engine, stream, self._on_events, on_error=self.fail)
-        self._outbound: list[_Outbound] = []
+        self._outbound: dict[_Outbound, None] = {}
         #: our handling of this connection failed (see :meth:`fail`): its events are ignored from then on.
         self.failed = False
-        self._inbound: list[_Inbound] = []
+        self._inbound: dict[_Inbound, None] = {}
+        # The links to the transaction coordinator attached (counted in the memory limit as the others are).
+        self._controllers: dict[protocol.Link, None] = {}
+        # The sessions the peer began and we answered (counted in the memory limit, as links are).
+        self._sessions: dict[protocol.Session, None] = {}
         self._group: anyio.abc.TaskGroup | None = None
         self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
+        # The sessions whose window was found shut by a consumer's credit (_consumer_credit): their consumers are
+        # parked in their queues until the client's flow opens it.
+        self._window_shut: set[protocol.Session] = set()
         self._awaiting_settlement = False  # a producer was refused credit until it settles (see _settled_incoming)
         self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
         self._handshake_scope: anyio.CancelScope | None = None  # the handshake deadline's, until the peer's open
@@ -253,9 +267,11 @@ class ServerConnection:
             credit <= 0
             or link.streaming is not None  # a large message goes out on it (_outbound): nothing else until it ends
             or self._output_waiting  # too much output waits for the socket (_pause_output)
-            or link.session.remote_incoming_window <= 0  # §2.5.6: the next transfer would wait in the session
             or link.local_state is not ACTIVE
         ):
+            return 0
+        if link.session.remote_incoming_window <= 0:  # §2.5.6: the next transfer would wait in the session
+            self._window_shut.add(link.session)  # the flow that opens it unparks the session's consumers
             return 0
         return credit
 
@@ -293,7 +309,8 @@ class ServerConnection:
             return None
         delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled, more=True)
         assert self._group is not None
-        self._group.start_soon(stream_body, self, link, delivery, file, body.body_size, outbound.queue.dispatch)
+        done = functools.partial(outbound.queue.credited, outbound.consumer)  # its link may take the next message
+        self._group.start_soon(stream_body, self, link, delivery, file, body.body_size, done)
         return delivery
 
     async def wait_progress(self) -> None:
@@ -328,7 +345,7 @@ class ServerConnection:
         finally:
             self._output_waiting = False
         for outbound in list(self._outbound):
-            outbound.queue.dispatch()
+            outbound.queue.credited(outbound.consumer)
         self.kick()
 
     def _on_events(self, events: list[ev.Event]) -> None:
@@ -370,13 +387,18 @@ class ServerConnection:
         """The connection is gone: its open transactions roll back, and its consumers' unsettled messages go back
         to their queues."""
         self.transactions.rollback_all()
+        flow = self.broker.flow
+        endpoints = len(self._outbound) + len(self._inbound) + len(self._controllers) + len(self._sessions)
+        self._controllers.clear()
+        self._sessions.clear()
         for outbound in self._outbound:
             self._unsubscribe(outbound)
         self._outbound.clear()
         for inbound in self._inbound:
             inbound.drop()
-        self.broker.flow.remove(*(inbound.producer for inbound in self._inbound))
+        flow.remove(*(inbound.producer for inbound in self._inbound))
         self._inbound.clear()
+        flow.drop_endpoints(endpoints)
 
     # --- events ------------------------------------------------------------------------------------------
 
@@ -394,13 +416,19 @@ class ServerConnection:
             self._on_detach(event.link)
         elif isinstance(event, ev.SessionBegun):
             if not event.session.locally_begun:
-                event.session.begin()
+                self._on_begin(event.session)
         elif isinstance(event, ev.SessionEnded):
+            self._window_shut.discard(event.session)
+            if event.session in self._sessions:
+                del self._sessions[event.session]
+                self.broker.flow.drop_endpoints()
             # The session's links end with it (the engine has forgotten them): their consumers go too.
             for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
                 self._on_detach(outbound.link)
             for inbound in [inbound for inbound in self._inbound if inbound.link.session is event.session]:
                 self._on_detach(inbound.link)
+            for control in [control for control in self._controllers if control.session is event.session]:
+                self._on_detach(control)
         elif isinstance(event, ev.ConnectionOpened):
             self._on_open(event)
         elif isinstance(event, ev.ConnectionClosed):
@@ -423,7 +451,22 @@ class ServerConnection:
                 )
             )
 
+    def _on_begin(self, session: protocol.Session) -> None:
+        """A session the peer began: answered, and counted in the memory limit; past the room sessions and links
+        have, ended at once with ``amqp:resource-limit-exceeded`` (§2.5.1: a begin is always answered)."""
+        session.begin()
+        flow = self.broker.flow
+        if flow.room_for_endpoint():
+            self._sessions[session] = None
+            flow.hold_endpoint()  # until its end, or release
+        else:
+            session.end(_error(conditions.RESOURCE_LIMIT_EXCEEDED, _no_room_for("session", flow.max_memory)))
+
     def _on_attach(self, link: protocol.Link) -> None:
+        flow = self.broker.flow
+        if not flow.room_for_endpoint():
+            self._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, _no_room_for("link", flow.max_memory))
+            return
         if isinstance(link, protocol.ReceiverLink):
             self._attach_inbound(link)
         else:
@@ -498,7 +541,8 @@ class ServerConnection:
             max_message_size=self.broker.max_message_size,
         )
         link.max_message_size = self.broker.max_message_size
-        self._inbound.append(inbound)
+        self._inbound[inbound] = None
+        broker.flow.hold_endpoint()  # until _on_detach or release
         broker.flow.add(inbound.producer)  # its first credit: a window, or the room the limits leave
         log.info("link %r attached: %s sends to %s", link.name, self.peer, address or "(anonymous relay)")
 
@@ -513,6 +557,8 @@ class ServerConnection:
             rcv_settle_mode=link.remote_rcv_settle_mode,
         )
         link.grant_credit(INCOMING_CREDIT)
+        self._controllers[link] = None
+        self.broker.flow.hold_endpoint()  # until _on_detach or release
         log.info("link %r attached: %s controls transactions", link.name, self.peer)
 
     def _on_control(self, link: protocol.ReceiverLink) -> None:
@@ -640,7 +686,8 @@ class ServerConnection:
         consumer = Consumer(send, functools.partial(self._consumer_credit, link), selector=selector, browse=browse)
         outbound = _Outbound(link, queue, consumer, owner, key)
         link.user_data = outbound
-        self._outbound.append(outbound)
+        self._outbound[outbound] = None
+        broker.flow.hold_endpoint()  # until _on_detach or release
         answer = Source(
             address=address,
             durable=source.durable,
@@ -808,18 +855,18 @@ class ServerConnection:
 
     def _on_flow(self, event: ev.FlowReceived) -> None:
         link = event.link
-        if not isinstance(link, protocol.SenderLink):
-            if event.session.remote_incoming_window > 0:
-                # the client's session window may have opened for consumers that waited on it
-                for outbound in [outbound for outbound in self._outbound if outbound.link.session is event.session]:
-                    outbound.queue.dispatch()
-                self.kick()
-            return
-        outbound = link.user_data
-        if isinstance(outbound, _Outbound):
-            outbound.queue.dispatch()
-        if link.drain and link.local_state is ACTIVE:
-            link.drained()  # §2.6.7: what could be sent was sent; give back the rest
+        session = event.session
+        if session in self._window_shut and session.remote_incoming_window > 0:
+            # the client's session window opened again: its consumers parked on it may take messages
+            self._window_shut.discard(session)
+            for outbound in [outbound for outbound in self._outbound if outbound.link.session is session]:
+                outbound.queue.credited(outbound.consumer)
+        if isinstance(link, protocol.SenderLink):
+            outbound = link.user_data
+            if isinstance(outbound, _Outbound):
+                outbound.queue.credited(outbound.consumer)
+            if link.drain and link.local_state is ACTIVE:
+                link.drained()  # §2.6.7: what could be sent was sent; give back the rest
         self.kick()
 
     def _on_outcomes(self, event: ev.DeliveriesUpdated) -> None:
@@ -871,7 +918,8 @@ class ServerConnection:
             self._settle_by_default(outbound)
             self._unsubscribe(outbound)
             if outbound in self._outbound:
-                self._outbound.remove(outbound)
+                del self._outbound[outbound]
+                self.broker.flow.drop_endpoints()
             link.user_data = None
             log.info("link %r detached (%s)", link.name, self.peer)
         elif isinstance(outbound, _Inbound):
@@ -879,8 +927,14 @@ class ServerConnection:
             outbound.drop()
             self.broker.flow.remove(outbound.producer)
             if outbound in self._inbound:
-                self._inbound.remove(outbound)
+                del self._inbound[outbound]
+                self.broker.flow.drop_endpoints()
             log.info("link %r detached (%s)", link.name, self.peer)
+        elif isinstance(outbound, _ControlLink):
+            link.user_data = None
+            if link in self._controllers:
+                del self._controllers[link]
+                self.broker.flow.drop_endpoints()
 
     def _settle_by_default(self, outbound: _Outbound) -> None:
         """A detached link's unsettled messages take its default-outcome, when it named one (§3.5.3: "including

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._nodes import Queue, Topic
 
-__all__ = ["NODE_SIZE", "WINDOW", "Flow", "NoRoomForNode", "Producer"]
+__all__ = ["ENDPOINT_SIZE", "NODE_SIZE", "WINDOW", "Flow", "NoRoomForNode", "Producer"]
 
 #: The credit a producer holds at most (and gets again once it used half). With 500, a producer sending as fast as
 #: it could used it up before the broker's next flow came: 100,000 messages of 16 bytes waited for credit 237 times,
@@ -59,6 +59,11 @@ UNSEEN_SIZE = 64 << 10
 #: measured 1,413 bytes with tracemalloc (its deque, lists and counters), a topic 493, rounded up with the name and
 #: the broker's dict entry.
 NODE_SIZE = 1536
+#: The bytes an endpoint a peer begins or attaches (a session, a link: a producer's, a consumer's, a transaction
+#: controller's) is counted at in the memory limit: 20,000 idle receivers on one connection grew the broker's RSS by
+#: 46 MiB (2.4 kB each: the engine's link, its consumer or producer and their maps), 20,000 sessions by 41 MiB,
+#: rounded up. A peer could make them by the million, one frame each, with no message at all.
+ENDPOINT_SIZE = 2560
 
 
 def _worth(limit: int) -> int:
@@ -111,6 +116,8 @@ class Flow:
         self.assembling = 0
         #: bytes of the nodes (queues, topics, subscriptions) the broker made, each counted at :data:`NODE_SIZE`.
         self.node_bytes = 0
+        #: bytes of the sessions and links peers began and attached, each counted at :data:`ENDPOINT_SIZE`.
+        self.endpoint_bytes = 0
         self.last_size = 0
         self.producers: set[Producer] = set()
         self.starved: set[Producer] = set()
@@ -150,12 +157,35 @@ class Flow:
         """A held message changed size (annotations, delivery-count)."""
         self.held_bytes += change
 
+    def _held(self) -> int:
+        """The bytes counted against the memory limit: messages, parts of messages, nodes, sessions and links."""
+        return self.held_bytes + self.assembling + self.node_bytes + self.endpoint_bytes
+
     def room_for_node(self) -> bool:
         """Whether the memory limit leaves room for one more node: else the node is not made (a peer could make
         one per attach, for as long as it likes, with no message at all)."""
-        if self.max_memory is None:
-            return True
-        return self.held_bytes + self.assembling + self.node_bytes + NODE_SIZE <= self.max_memory
+        return self.max_memory is None or self._held() + NODE_SIZE <= self.max_memory
+
+    def room_for_endpoint(self) -> bool:
+        """Whether the memory limit leaves room for one more session or link: else it is refused.
+
+        Sessions and links may take half the limit, whatever the messages take: a broker full of messages must still
+        take the consumers that will drain it (the messages' room shrinks by what they take, see :meth:`_held`)."""
+        return self.max_memory is None or self.endpoint_bytes + ENDPOINT_SIZE <= self.max_memory // 2
+
+    def hold_endpoint(self) -> None:
+        """A session was begun, or a link attached."""
+        self.endpoint_bytes += ENDPOINT_SIZE
+
+    def drop_endpoints(self, count: int = 1) -> None:
+        """Sessions or links are gone (ended, detached, or their connection closed): their room counts as bytes
+        dropped (see :meth:`drop`: not a pass over the starved producers at each)."""
+        size = count * ENDPOINT_SIZE
+        self.endpoint_bytes -= size
+        if self.starved and size:
+            self._dropped += size
+            if self._dropped >= self._lacking:
+                self.freed()
 
     def hold_node(self) -> None:
         """A node was made (counted whether or not :meth:`room_for_node` was asked: one loaded from the store)."""
@@ -276,7 +306,7 @@ class Flow:
         free = None
         if self.max_memory is not None:
             size = self._message_size()
-            held = self.held_bytes + self.assembling + self.node_bytes
+            held = self._held()
             really_free = max(0, (self.max_memory - held) // size)
             # Less than a grant worth making (see _room) is the limit reached, not room promised and unused: that
             # waits for settlements, as before (no trickle of shares towards the last byte).
@@ -354,7 +384,7 @@ class Flow:
             # message, of UNSEEN_SIZE: a full window where the room is ample, one credit (to learn the size) where
             # the limit is tight.
             size = self._message_size()
-            held = self.held_bytes + self.assembling + self.node_bytes
+            held = self._held()
             memory_room = (self.max_memory - held) // size - (self._promised - credit)
             room = min(room, memory_room)
             worth = min(worth, _worth(self.max_memory // size))

@@ -119,9 +119,11 @@ class Broker:
             (or, with ``when_full="reject"``, messages beyond it are refused with ``amqp:resource-limit-exceeded``).
         max_memory: the most memory the messages held may take (queued, or delivered and not settled: their bytes
             and :data:`~._nodes.ENTRY_OVERHEAD` each), with the nodes made (queues, topics, subscriptions:
-            :data:`~._flow.NODE_SIZE` each): producers get no more credit than the room left, and a node the room
-            does not take is not made (its attach, or a message to its address, is refused with
-            ``amqp:resource-limit-exceeded``). By default :data:`DEFAULT_MAX_MEMORY`; None: no limit.
+            :data:`~._flow.NODE_SIZE` each) and the sessions and links peers make (:data:`~._flow.ENDPOINT_SIZE` each,
+            at most half the limit): producers get no more credit than the room left, and a node, session or link
+            the room does not take is not made (its attach, or a message to its address, is refused, a session
+            ended, with ``amqp:resource-limit-exceeded``).
+            By default :data:`DEFAULT_MAX_MEMORY`; None: no limit.
         when_full: ``"block"`` (withhold credit, the default) or ``"reject"``: what a full queue does to producers.
         data_dir: keep queues, durable subscriptions and durable messages in this directory (SQLite), across
             restarts; a durable message is accepted once it is stored. Messages larger than ``large_message_size``
@@ -146,7 +148,8 @@ class Broker:
             memory limit has no room for (an open transaction counts as a node does), is rejected with
             ``amqp:resource-limit-exceeded`` (§4.3).
         handshake_timeout: seconds a connection has from its accept to the peer's open (protocol header, SASL,
-            open; after a WebSocket upgrade, from the upgrade) before its socket is closed (default
+            open; after a TLS handshake or a WebSocket upgrade, from its end; a TLS handshake has as long) before
+            its socket is closed (default
             :data:`~._connection.DEFAULT_HANDSHAKE_TIMEOUT`; None: no limit).
         idle_timeout: seconds of silence after which an open connection is closed with
             ``amqp:resource-limit-exceeded`` (§2.4.5); the broker's open asks the peer for a frame at least every
@@ -504,7 +507,10 @@ class Broker:
         else:
             self.port = local_port
         if self.ssl_context is not None:
-            listener = TLSListener(listener, self.ssl_context, standard_compatible=False)
+            # The TLS handshake is the first part of the handshake the time-out bounds (anyio's own bound, 30 s,
+            # is not the broker's); the AMQP handshake then has as long again from the TLS one's end.
+            tls_timeout = math.inf if self.handshake_timeout is None else self.handshake_timeout
+            listener = TLSListener(listener, self.ssl_context, standard_compatible=False, handshake_timeout=tls_timeout)
         return listener
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
