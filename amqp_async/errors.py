@@ -396,8 +396,9 @@ class DeliveryAborted(DeliveryError):
 
 
 class DeliveryInDoubt(DeliveryError):
-    """The connection ended, or the peer detached the link, before the outcome of this delivery was known: it may
-    or may not have arrived. Its condition and ``__cause__`` are the connection's or the link's error.
+    """The connection or the session ended, or the peer detached the link, before the outcome of this delivery was
+    known: it may or may not have arrived. Its condition and ``__cause__`` are the connection's, the session's or the
+    link's error (the default condition when none was given).
 
     The caller decides whether to send it again (at-least-once) or not.
     """

@@ -30,7 +30,7 @@ from ._arguments import check_credit, check_thread, check_transaction, get_ident
 from ._config import timeout_option
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
-from ._tracker import Tracker, _TracedTracker
+from ._tracker import Tracker, _TracedTracker, session_ended_reason
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -382,7 +382,7 @@ class Sender(_Link, Generic[_R]):
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
-        self._doubt_pending("the session ended before the outcome was known")
+        self._doubt_pending(session_ended_reason(error), error)  # the peer's condition, not a made-up one
 
     def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending

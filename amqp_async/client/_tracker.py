@@ -195,3 +195,9 @@ def _outcome_error(state: Any) -> AMQPError | None:
         outcome=state,
         condition="amqp:invalid-field",
     )
+
+
+def session_ended_reason(error: AMQPError | None) -> str:
+    """Why a delivery is in doubt when its session ended (§2.5.1): in the peer's words, when it gave an error."""
+    reason = "the session ended before the outcome was known"
+    return f"{reason}: {error.description}" if error is not None and error.description else reason
