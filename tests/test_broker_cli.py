@@ -290,6 +290,12 @@ def test_a_host_that_does_not_resolve_is_one_line() -> None:
         (["--users-file", "empty.txt"], "--users-file empty.txt names no user"),
         (["--users-file", "comments.txt"], "--users-file comments.txt names no user"),
         (["--users-file", "empty.json"], "--users-file empty.json names no user"),
+        (["--users-file", "null.json"], "--users-file null.json: the password of 'bob' is not a string (null)"),
+        (["--users-file", "nested.json"], "--users-file nested.json: the password of 'amy' is not a string ({"),
+        (["--users-file", "number.json"], "--users-file number.json: the password of 'cy' is not a string (123)"),
+        (["--users-file", "empty-password.txt"], "the password of 'ann' is empty: SASL PLAIN and SCRAM take none"),
+        (["--user", "ann:"], "the password of 'ann' is empty: SASL PLAIN and SCRAM take none"),
+        (["--user", ":secret"], "a user name is empty: SASL PLAIN and SCRAM take none"),
     ],
     ids=[
         "missing-cert",
@@ -304,6 +310,13 @@ def test_a_host_that_does_not_resolve_is_one_line() -> None:
         "empty-users-file",
         "users-file-of-comments",
         "empty-json-users-file",
+        # a null password read as the password "None": anyone could log in as bob with it
+        "null-password",
+        "object-password",
+        "number-password",
+        "empty-password-in-file",
+        "empty-password",
+        "empty-user-name",
     ],
 )
 def test_an_unreadable_file_is_one_line_and_exit_code_2(tmp_path: Path, arguments: list[str], expected: str) -> None:
@@ -314,6 +327,10 @@ def test_an_unreadable_file_is_one_line_and_exit_code_2(tmp_path: Path, argument
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "comments.txt").write_text("# alice:secret\n\n")
     (tmp_path / "empty.json").write_text("{}")
+    (tmp_path / "null.json").write_text('{"alice": "secret", "bob": null}')
+    (tmp_path / "nested.json").write_text('{"amy": {"password": "s3cret"}}')
+    (tmp_path / "number.json").write_text('{"cy": 123}')
+    (tmp_path / "empty-password.txt").write_text("alice:secret\nann:\n")
     result = run_cli("--port", "0", *arguments, cwd=tmp_path)
     assert result.returncode == 2
     assert one_error_line(result).startswith(expected), result.stderr
@@ -530,6 +547,8 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
         (["--max-queue-depth", "many"], "argument --max-queue-depth: 'many' is not a whole number"),
         (["--max-queue-depth", "0"], "argument --max-queue-depth: 0 is not above 0"),
         (["--max-memory", "lots"], "argument --max-memory: 'lots' is not a size"),
+        # every client was refused its session (the messages, sessions and links got 256 bytes)
+        (["--max-memory", "1KiB"], "argument --max-memory: '1KiB' is less than the broker runs in (1MiB"),
         (["--when-full", "drop"], "argument --when-full: invalid choice: 'drop'"),
         (
             ["--transaction-timeout", "-1"],
@@ -553,6 +572,7 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
         "bad-depth",
         "zero-depth",
         "bad-memory",
+        "tiny-memory",
         "bad-when-full",
         "negative-timeout",
         "infinite-expiry-interval",

@@ -102,6 +102,21 @@ def parse_size(text: str) -> int | None:
     return size
 
 
+#: The least ``--max-memory`` the broker starts with: what it leaves the messages, sessions and links (a quarter at
+#: least, see :func:`message_budget`) holds a few hundred of them. Below it, every client was refused its session.
+LEAST_MAX_MEMORY = 1 << 20
+
+
+def _memory_limit(text: str) -> int | None:
+    """``--max-memory``: a size of :data:`LEAST_MAX_MEMORY` or more, or none."""
+    size = parse_size(text)
+    if size is not None and size < LEAST_MAX_MEMORY:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is less than the broker runs in (1MiB: its own memory comes first; 0: unlimited)"
+        )
+    return size
+
+
 def _positive_size(text: str) -> int:
     size = parse_size(text)
     if size is None:
@@ -212,11 +227,12 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
     limits = parser.add_argument_group("limits")
     limits.add_argument(
         "--max-memory",
-        type=parse_size,
+        type=_memory_limit,
         default=DEFAULT_MAX_MEMORY,
         metavar="SIZE",
-        help=f"the most memory the broker takes: its messages get what its own memory (~35MB) leaves; producers "
-        f"then wait for credit (default: {DEFAULT_MAX_MEMORY >> 20}MiB; 0 or 'unlimited': no limit)",
+        help=f"the most memory the broker takes: its messages, sessions and links get what its own memory (~35MB) "
+        f"leaves; producers then wait for credit (default: {DEFAULT_MAX_MEMORY >> 20}MiB, at least 1MiB; 0 or "
+        "'unlimited': no limit)",
     )
     limits.add_argument(
         "--max-queue-depth", type=_positive_int, metavar="N", help="the most messages waiting in one queue"
@@ -238,7 +254,7 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         "--max-connections",
         type=_positive_int,
         metavar="N",
-        help="refuse connections beyond N (amqp:resource-limit-exceeded)",
+        help="refuse connections opened beyond N (amqp:resource-limit-exceeded; one not opened yet takes no place)",
     )
     limits.add_argument(
         "--max-transactions",
@@ -330,7 +346,14 @@ def _users(arguments: argparse.Namespace) -> dict[str, str]:
                     f"--users-file {arguments.users_file}: a JSON file holds an object of names to passwords, "
                     f"not {type(loaded).__name__}"
                 )
-            users.update({str(name): str(password) for name, password in loaded.items()})
+            for name, password in loaded.items():
+                if not isinstance(password, str):
+                    # null read as the password "None" (anyone could log in as that user with it)
+                    raise StartupError(
+                        f"--users-file {arguments.users_file}: the password of {name!r} is not a string "
+                        f"({json.dumps(password)})"
+                    )
+                users[name] = password
         else:
             for number, line in enumerate(text.splitlines(), 1):
                 line = line.strip()
@@ -353,6 +376,11 @@ def _users(arguments: argparse.Namespace) -> dict[str, str]:
         if not separator:
             raise StartupError(f"--user takes NAME:PASSWORD, got {pair!r}")
         users[name] = password
+    for name, password in users.items():
+        if not name or not password:
+            # RFC 4616 (PLAIN) and RFC 5802 (SCRAM) take neither empty: such a user could never log in
+            what = "a user name" if not name else f"the password of {name!r}"
+            raise StartupError(f"{what} is empty: SASL PLAIN and SCRAM take none (no client could log in with it)")
     return users
 
 

@@ -200,6 +200,8 @@ class ServerConnection:
         self._controllers: dict[protocol.Link, None] = {}
         # The sessions the peer began and we answered (counted in the memory limit, as links are).
         self._sessions: dict[protocol.Session, None] = {}
+        # It counts in Broker.opened_connections (from its open until release).
+        self._counted = False
         self._group: anyio.abc.TaskGroup | None = None
         self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
         # The sessions whose window was found shut by a consumer's credit (_consumer_credit): their consumers are
@@ -386,6 +388,9 @@ class ServerConnection:
     def release(self) -> None:
         """The connection is gone: its open transactions roll back, and its consumers' unsettled messages go back
         to their queues."""
+        if self._counted:
+            self._counted = False
+            self.broker.opened_connections -= 1
         self.transactions.rollback_all()
         flow = self.broker.flow
         endpoints = len(self._outbound) + len(self._inbound) + len(self._controllers) + len(self._sessions)
@@ -444,12 +449,14 @@ class ServerConnection:
         log.info("connection %s opened (container %s)", self.peer, event.open.container_id)
         self.engine.open()
         self._driver.wake_timer()  # the client's idle timeout may need our first heartbeat soon
-        if broker.max_connections is not None and len(broker.connections) > broker.max_connections:
-            self.engine.close(
-                _error(
-                    conditions.RESOURCE_LIMIT_EXCEEDED, f"the broker takes at most {broker.max_connections} connections"
-                )
-            )
+        if broker.max_connections is not None and broker.opened_connections >= broker.max_connections:
+            description = f"the broker takes at most {broker.max_connections} connections"
+            log.info("connection %s refused: %s", self.peer, description)
+            self.engine.close(_error(conditions.RESOURCE_LIMIT_EXCEEDED, description))
+        else:
+            # counted from its open: sockets still in their handshake (silent ones too) keep no client out
+            self._counted = True
+            broker.opened_connections += 1
 
     def _on_begin(self, session: protocol.Session) -> None:
         """A session the peer began: answered, and counted in the memory limit; past the room sessions and links

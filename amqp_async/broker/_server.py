@@ -114,7 +114,8 @@ class Broker:
         users: user name to password; when given, SASL PLAIN and SCRAM authenticate them.
         allow_anonymous: also offer SASL ANONYMOUS (default: only when no users are given).
         ssl_context: a server-side SSL context (certificate and key loaded) to serve amqps.
-        max_connections: refuse connections beyond this many (``amqp:resource-limit-exceeded``).
+        max_connections: refuse connections opened beyond this many (``amqp:resource-limit-exceeded``); sockets that
+            have not opened yet do not count (``handshake_timeout`` bounds them).
         max_queue_depth: the most messages waiting in a queue: producers get no more credit than the room left
             (or, with ``when_full="reject"``, messages beyond it are refused with ``amqp:resource-limit-exceeded``).
         max_memory: the most memory the messages held may take (queued, or delivered and not settled: their bytes
@@ -188,6 +189,7 @@ class Broker:
         "max_message_size",
         "max_queue_depth",
         "max_transactions",
+        "opened_connections",
         "port",
         "queues",
         "spool",
@@ -280,6 +282,9 @@ class Broker:
         self.queues: dict[str, Queue] = {}
         self.topics: dict[str, Topic] = {}
         self.connections: set[ServerConnection] = set()
+        #: how many of them the peer opened (what ``max_connections`` bounds: a socket still in its handshake is
+        #: bounded by ``handshake_timeout``, and does not keep a client out).
+        self.opened_connections = 0
         #: The connection whose input (or timer) is being handled, and the others it gave output to meanwhile (a
         #: message routed to their consumers, say): see ServerConnection.kick.
         self.handling: ServerConnection | None = None
