@@ -9,6 +9,8 @@ What "no socket left" means here: the server sees the client close its side of e
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
@@ -61,6 +63,16 @@ async def nothing_left(server: ScriptedServer) -> None:
 async def wait_closed(conn: amqp_async.Connection) -> None:
     while not conn.is_closed:
         await anyio.sleep(0.01)
+
+
+async def failure_as_it_opens(url: str, **options: Any) -> amqp_async.ConnectionError:
+    """The error of a connection whose peer fails it as it opens: raised by ``connect()`` when it came with the
+    peer's open (in the same read), else by the first use of the connection returned."""
+    with pytest.raises(amqp_async.ConnectionError) as caught:
+        conn = await amqp_async.connect(url, sasl_enabled=False, **options)
+        await wait_closed(conn)
+        await conn.open_sender("q")
+    return caught.value
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -159,10 +171,8 @@ async def test_a_peer_breaking_the_protocol_on_every_connection_is_not_retried()
     """Each connection opens and then gets garbage: a protocol violation is final, even with reconnect on."""
     async with ScriptedServer(open_then(GARBAGE)) as server:
         with anyio.fail_after(TIMEOUT):
-            conn = await amqp_async.connect(server.url, sasl_enabled=False, reconnect=fast_backoff())
-            with pytest.raises(amqp_async.ConnectionError) as caught:
-                await conn.open_sender("q")
-            assert caught.value.condition == "amqp:decode-error"
+            error = await failure_as_it_opens(server.url, reconnect=fast_backoff())
+            assert error.condition == "amqp:decode-error"
             await anyio.sleep(0.2)  # several backoff delays
             assert server.accepted == 1
             await nothing_left(server)
@@ -204,11 +214,8 @@ async def test_a_close_frame_from_the_peer_is_final() -> None:
     close = frame(Close(error=Error(condition="amqp:connection:forced")))
     async with ScriptedServer(open_then(close)) as server:
         with anyio.fail_after(TIMEOUT):
-            conn = await amqp_async.connect(server.url, sasl_enabled=False, reconnect=fast_backoff())
-            await wait_closed(conn)
-            with pytest.raises(amqp_async.ConnectionError) as caught:
-                await conn.open_sender("q")
-            assert caught.value.condition == "amqp:connection:forced"
+            error = await failure_as_it_opens(server.url, reconnect=fast_backoff())
+            assert error.condition == "amqp:connection:forced"
             await anyio.sleep(0.2)
             assert server.accepted == 1
             await nothing_left(server)

@@ -168,6 +168,7 @@ class Connection(LinkOpener):
         "_publisher",
         "_reconnecting",
         "_reconnects",
+        "_returned",
         "_run_scope",
         "_sessions",
         "_state",
@@ -193,6 +194,7 @@ class Connection(LinkOpener):
         self._finished = False  # the background task has ended
         self._done: anyio.Event | None = None
         self._opened = False
+        self._returned = False  # connect() returned it (its failure is news from then on: logged as a warning)
         self._closing = False
         self._error: AMQPError | None = None
         self._sessions: list[Session] = []
@@ -291,7 +293,7 @@ class Connection(LinkOpener):
         attempt = self._attempts.count if reconnecting else 0
         url = str(address) if address is not None else None
         change = StateChange(state, previous, error, url, attempt, anyio.current_time())
-        log_change(change, self._attempts, opened=self._opened)
+        log_change(change, self._attempts, opened=self._returned)
         self._publisher.publish(change)
         if state.final:
             self._publisher.close()
@@ -350,10 +352,16 @@ class Connection(LinkOpener):
                 if self._error is not None:
                     raise self._error
                 await self._wait_state()
+            if self._error is not None:
+                # The peer's close came with its open: how a peer refuses a connection (§2.4.1: an open, then at
+                # once a close with the error, e.g. amqp:resource-limit-exceeded). connect() returned a connection
+                # failed already before, its error logged, and the first use raised it.
+                raise self._error
         except BaseException:
             self._closing = True
             await self._abort()
             raise
+        self._returned = True
 
     async def _abort(self) -> None:
         """End the background task now, without a close handshake, and wait until it has ended (shielded: this
