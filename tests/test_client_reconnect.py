@@ -87,7 +87,9 @@ class TcpProxy:
 
     ``freeze()`` holds back the bytes from the broker to the client (until ``thaw()``, or forever if the connection
     is cut first), ``cut()`` ends every relayed connection abruptly, ``down()`` freezes and cuts and then drops every
-    new connection at once, until ``up()``. ``accepted`` counts the client connections it took.
+    new connection at once, until ``up()``; ``refuse()`` cuts and stops listening (connections are refused, as by a
+    broker's host while the broker restarts), until ``await listen()``. ``accepted`` counts the client connections it
+    took.
     """
 
     def __init__(self, target_port: int) -> None:
@@ -99,18 +101,34 @@ class TcpProxy:
         self._thawed.set()
         self._scopes: set[anyio.CancelScope] = set()
         self._group: anyio.abc.TaskGroup | None = None
+        self._listening = anyio.CancelScope()
 
     @property
     def url(self) -> str:
         return f"amqp://127.0.0.1:{self.port}"
 
     async def __aenter__(self) -> TcpProxy:
-        listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-        self.port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        self._group.start_soon(listener.serve, self._relay)
+        await self.listen()
         return self
+
+    async def listen(self) -> None:
+        """Listen (again, on the same port once it has one)."""
+        assert self._group is not None
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
+        self.port = int(listener.extra(anyio.abc.SocketAttribute.local_port))
+        self._listening = anyio.CancelScope()
+        self._group.start_soon(self._serve, listener, self._listening)
+
+    async def _serve(self, listener: anyio.abc.SocketListener, scope: anyio.CancelScope) -> None:
+        with scope:  # (the relays run in the proxy's group: refuse() stops the accepting alone)
+            await listener.serve(self._relay, task_group=self._group)
+        await listener.aclose()
+
+    def refuse(self) -> None:
+        self.cut()
+        self._listening.cancel()
 
     async def __aexit__(self, *exc_info: Any) -> None:
         assert self._group is not None
@@ -578,6 +596,32 @@ async def test_delivery_received_before_the_drop_cannot_be_settled_after_it() ->
                 await delivery.accept()
             await again.accept()
             outcomes = await in_thread(lambda: broker.wait_outcomes(1, link="settle-receiver"))
+            assert [(o.connection, o.outcome) for o in outcomes] == [(1, "accepted")]
+            await conn.close()
+
+
+@pytest.mark.parametrize("outcome", ["accept", "reject", "release", "modify"])
+async def test_a_delivery_settled_while_the_connection_is_down_raises_and_is_delivered_again(outcome: str) -> None:
+    """Between the loss and a new transport, the old link's engine still read attached: ``accept()`` (and the other
+    outcomes) returned and marked the delivery settled, and no frame ever carried it: an accepted job was given
+    again after the reconnect and processed twice. It raises LinkDetached now, with the loss as its cause."""
+    async with running_broker() as broker, TcpProxy(broker.port) as proxy:
+        broker.put("down", "job")
+        with anyio.fail_after(TIMEOUT):
+            conn = await amqp_async.connect(proxy.url, reconnect=backoff())
+            receiver = await conn.open_receiver("down", name="down-receiver")
+            delivery = await receiver.receive()
+            proxy.refuse()  # the connection cut, and every reconnect attempt refused until listen()
+            await wait_until(lambda: proxy.accepted == 1 and conn.state is not amqp_async.ConnectionState.OPEN, "drop")
+            with pytest.raises(amqp_async.LinkDetached) as caught:
+                await getattr(delivery, outcome)()
+            assert isinstance(caught.value.__cause__, amqp_async.ConnectionLost)
+            assert not delivery.settled  # nothing was said to the peer
+            await proxy.listen()
+            again = await receiver.receive()  # the broker gives it again on the new link: as the error said
+            assert again.message.body == "job"
+            await again.accept()
+            outcomes = await in_thread(lambda: broker.wait_outcomes(1, link="down-receiver"))
             assert [(o.connection, o.outcome) for o in outcomes] == [(1, "accepted")]
             await conn.close()
 

@@ -211,14 +211,18 @@ class _Settlement:
             state = transaction._outcome_state(state)
         link = delivery.link
         # A connection that failed for good leaves its engine's links as they were (attached): its error, not a
-        # settlement that no frame will ever carry.
-        if link is not receiver._engine_link or link.local_state is not ACTIVE or connection._error is not None:
+        # settlement that no frame will ever carry. So does a connection lost and reconnecting: until a new
+        # transport is up its engine's links still read attached (a settlement then returned, and was never sent:
+        # the peer delivered the message again after the reconnect).
+        lost = link is not receiver._engine_link or connection._reconnecting
+        if lost or link.local_state is not ACTIVE or connection._error is not None:
             receiver._check()  # closed by the application (ClosedByApplication), or failed: that error
             gone = LinkDetached(
-                "the link this delivery came on is gone (detached or reconnected): the peer will deliver it again"
+                "the link this delivery came on is gone (detached, or the connection lost): the peer will deliver "
+                "it again"
             )
-            if link is not receiver._engine_link:
-                gone.__cause__ = receiver.connection._loss  # reconnected: the loss that took the old link
+            if lost:
+                gone.__cause__ = connection._loss  # the loss that took the link
             raise gone
         self._outcome = state
         if delivery.settled:
