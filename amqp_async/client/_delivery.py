@@ -214,8 +214,13 @@ class _Settlement:
         # settlement that no frame will ever carry. So does a connection lost and reconnecting: until a new
         # transport is up its engine's links still read attached (a settlement then returned, and was never sent:
         # the peer delivered the message again after the reconnect).
-        lost = link is not receiver._engine_link or connection._reconnecting
-        if lost or link.local_state is not ACTIVE or connection._error is not None:
+        if (
+            link is not receiver._engine_link
+            or connection._reconnecting
+            or link.local_state is not ACTIVE
+            or connection._error is not None
+        ):
+            lost = link is not receiver._engine_link or connection._reconnecting
             receiver._check()  # closed by the application (ClosedByApplication), or failed: that error
             gone = LinkDetached(
                 "the link this delivery came on is gone (detached, or the connection lost): the peer will deliver "
