@@ -20,6 +20,7 @@ from ..types import Described, ulong
 from . import _engine_links as engine_model
 from ._condition import Condition
 from ._events import Event
+from ._message import Message
 
 if TYPE_CHECKING:
     from ..protocol.delivery import Delivery as EngineDelivery
@@ -231,6 +232,10 @@ class Delivery:
     _ended = False  # its last part was given to the engine
     _sent = False
     _counted = 0
+    # A container's outgoing delivery: the round of callbacks (the container's ``_sent``) in which its sender handed
+    # it to the engine, for ``pending`` (set for every message sent; read only by ``pending``).
+    _round: object = None
+    _raw = False  # its bytes were written with Sender.stream() (else it is a message the container encoded)
 
     def _start_engine_state(self) -> None:
         """Give a delivery of proton's engine API its own engine fields (read per message: see __init__)."""
@@ -363,10 +368,41 @@ class Delivery:
         if payload is not None:
             return len(payload) - self._read
         link = self.link
-        if link.is_sender and link.current is self:
+        if not link.is_sender:
+            return 0
+        if link.current is self:
             chunks: bytes | list[bytes] = link._stream or b""  # type: ignore[attr-defined]
             return len(chunks) if isinstance(chunks, bytes) else sum(len(chunk) for chunk in chunks)
+        # proton's pn_delivery_pending: the bytes in the delivery not written to the transport yet. A message sent
+        # without credit (or before the attach) waits in its sender whole; one handed to the engine during this
+        # round of callbacks is written by proton's transport once they return (as Sender.queued counts it).
+        impl = self._impl
+        if impl is None:
+            if self._settled_here and self._aborted_here:
+                return 0
+            waiting: list[tuple[Delivery, Any]] = list(link._pending)  # type: ignore[attr-defined]
+            for delivery, payload in waiting:
+                if delivery is self:
+                    return self._unwritten_size(payload)
+            return 0
+        round_ = self._round
+        if round_ is not None and round_ is link._connection._reactor._sent and not impl.aborted:
+            return self._unwritten_size(impl.payload)
         return 0
+
+    def _unwritten_size(self, payload: Any) -> int:
+        """The size proton's delivery would buffer for ``payload``: the bytes themselves for a delivery written with
+        ``stream()``; for a message, its size as proton encodes it (proton writes empty header and properties
+        sections that the container leaves out): decoded and encoded again, only when ``pending`` is read."""
+        data = payload if isinstance(payload, (bytes, bytearray, memoryview)) else bytes(payload)
+        if self._raw:
+            return len(data)
+        message = Message()
+        try:
+            message.decode(data)
+            return len(message.encode())
+        except Exception:  # not a message proton would encode again: the bytes as they are
+            return len(data)
 
     @property
     def readable(self) -> bool:

@@ -196,6 +196,7 @@ class Sender(Link):
             container._dirty[connection] = None
             sent = container._sent
             sent[self] = None
+            delivery._round = sent
             if self._round is not sent:
                 self._round = sent
                 self._round_sent = 0
@@ -240,11 +241,12 @@ class Sender(Link):
         """Start a delivery with ``tag``: :meth:`stream` its bytes, then :meth:`advance` to send it."""
         if self._connection._reactor is None:
             return engine_model.new_sender_delivery(self, _tag_bytes(tag))
-        self._current = Delivery(
+        current = self._current = Delivery(
             self, tag if tag.__class__ is bytes else tag.encode() if isinstance(tag, str) else bytes(tag)
         )
+        current._raw = True
         self._stream = b""
-        return self._current
+        return current
 
     def stream(self, data: bytes) -> int:
         """Append bytes to the current delivery (made by :meth:`delivery`); returns how many were taken."""
