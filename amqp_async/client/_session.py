@@ -50,6 +50,7 @@ class Session(LinkOpener):
         self._error: AMQPError | None = None
         self._ended = False
         self._closing = False  # close() was called: our own end is no error
+        self._end_on_answer = False  # abandoned before the peer answered its begin: ended when it does
 
     @property
     def is_closed(self) -> bool:
@@ -106,6 +107,13 @@ class Session(LinkOpener):
         if engine_session is None or connection.is_closed or connection._reconnecting:
             return
         if engine_session.local_state is ACTIVE:
+            if engine_session.remote_state is UNINIT:
+                # Ended once the peer's begin answers ours (_on_event), not before: python-qpid-proton, given a
+                # begin and an end in one read, answers with a begin that names no remote-channel, which reads as a
+                # session it starts; our answer to that then names a channel it has ended, and it closes the
+                # connection ("begin reply to unknown channel").
+                self._end_on_answer = True
+                return
             engine_session.end()
             connection._kick()
 
@@ -132,6 +140,12 @@ class Session(LinkOpener):
             link._on_connection_failed(self._error)
 
     def _on_event(self, event: Any) -> None:
+        if isinstance(event, ev.SessionBegun):
+            if self._end_on_answer and event.session is self._engine_session:
+                self._end_on_answer = False
+                event.session.end()  # the begin it was abandoned before is answered: now its end (_abandon)
+                self.connection._kick()
+            return
         if isinstance(event, ev.SessionEnded):
             self._ended = True
             # The peer's end with an error, or ours because the peer broke the protocol on this session (§2.5.5,
