@@ -8,6 +8,7 @@ transfers (§4.4.1) and dispositions (§4.4.2) carry.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Generator
 from types import TracebackType
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from ._tracker import Tracker
 
 __all__ = ["Transaction"]
+
+_log = logging.getLogger(__name__)
 
 TransactionState: TypeAlias = Literal[
     "new", "declaring", "active", "discharging", "committed", "rolled back", "failed", "in doubt"
@@ -88,6 +91,41 @@ def _discharged(tracker: Tracker[Any], *, fail: bool) -> TransactionState:
     if error.condition in _ROLLED_BACK:
         return "rolled back"
     return "failed"
+
+
+def _discard_late_declare(connection: Connection, controller: _Controller, tracker: Tracker[Any]) -> None:
+    """Roll back (discharge with fail=True, §4.4) the transaction of a declare whose caller was cancelled, once
+    the coordinator's ``declared`` comes: in the background, the cancelled caller not waiting for it."""
+    from ._connection import _spawn_system_task
+
+    link = controller._engine_link
+
+    async def discard() -> None:
+        try:
+            try:
+                outcome = await tracker
+            except AMQPError:
+                return  # refused, or the connection ended: no transaction was left open
+            if not isinstance(outcome, Declared) or not valid_txn_id(outcome.txn_id):
+                return
+            if (
+                connection._closing
+                or connection.is_closed
+                or connection._error is not None
+                or connection._reconnecting
+                or controller.is_closed
+                or controller._engine_link is not link
+            ):
+                return  # the peer rolls it back with the connection (or link) that ended
+            discharge = await controller.submit(Message(body=Discharge(txn_id=bytes(outcome.txn_id), fail=True)))
+            await discharge
+        except Exception as exc:  # never raised into unrelated code
+            _log.debug("rolling back the transaction of a cancelled declare failed: %r", exc)
+
+    try:
+        _spawn_system_task(discard)
+    except Exception as exc:
+        _log.debug("could not roll back the transaction of a cancelled declare: %r", exc)
 
 
 async def _controller(connection: Connection) -> _Controller:
@@ -203,7 +241,10 @@ class Transaction:
             self.state = "failed"
             raise TransactionError(f"the coordinator refused the declare: {exc}", condition=exc.condition) from exc
         except BaseException:
-            self.state = "failed"  # cancelled: the coordinator may declare it, and roll it back with the connection
+            # Cancelled after the declare was sent: the coordinator may still declare it, and nothing would ever
+            # discharge it (it stayed open for the connection's whole life). Roll it back once its outcome comes.
+            self.state = "failed"
+            _discard_late_declare(self.connection, controller, tracker)
             raise
         if not isinstance(outcome, Declared) or not valid_txn_id(outcome.txn_id):
             self.state = "failed"
