@@ -18,7 +18,15 @@ import pytest
 
 from amqp_async.codec import conditions
 from amqp_async.codec.delivery_states import Accepted, Modified, Received, Rejected, Released
-from amqp_async.codec.framing import AMQP_HEADER, EMPTY_FRAME, SASL_HEADER, Frame, FrameDecoder
+from amqp_async.codec.framing import (
+    AMQP_HEADER,
+    EMPTY_FRAME,
+    FRAME_AMQP,
+    SASL_HEADER,
+    Frame,
+    FrameDecoder,
+    encode_frame,
+)
 from amqp_async.codec.performatives import (
     RCV_FIRST,
     RCV_SECOND,
@@ -865,6 +873,82 @@ def test_reattach_the_same_name_after_detach() -> None:
     assert [d.payload for d in s.received] == [b"one", b"two"]
     assert s.received[1].link is answer
     assert session.links == [again]
+
+
+def test_a_receivers_answer_to_a_detach_follows_the_outcomes_given_for_what_came_with_it() -> None:
+    """§2.6.4: the peer forgets a link's deliveries at our detach, so the outcomes the layer above gives the
+    messages that came in the same input as the peer's detach go out first (answered at once, they came after it:
+    the embedded broker's producers took messages it kept as in doubt)."""
+    c, s, sender, receiver = link_setup(credit=10)
+    for body in (b"one", b"two", b"three"):
+        sender.send(body)
+    sender.detach()
+    s.feed(c.take())  # three transfers and the detach, in one input
+    detached = last(s, ev.LinkDetached)
+    assert detached.link is receiver and detached.remote
+    assert receiver.local_state is ACTIVE  # answered when the output is taken
+    for delivery in s.received:
+        receiver.settle(delivery, Accepted())
+    frames = s.take()
+    written = [type(frame.performative) for frame in decode_frames(frames, TOP)]
+    assert written == [Disposition, Detach]
+    assert receiver.local_state is CLOSED
+    c.feed(frames)
+    updated = c.events_of(ev.DeliveriesUpdated)
+    assert sum(len(event.deliveries) for event in updated) == 3
+    assert all(isinstance(event.state, Accepted) for event in updated)
+    assert sender.local_state is CLOSED and sender.remote_state is CLOSED
+
+
+def test_the_layer_above_may_hold_the_answer_to_a_receivers_detach() -> None:
+    c, s, sender, receiver = link_setup(credit=10)
+    sender.send(b"one")
+    sender.detach()
+    s.feed(c.take())
+    assert s.connection.hold_detach_answer(receiver)
+    assert not s.connection.hold_detach_answer(receiver)  # held once
+    assert not [f for f in decode_frames(s.take(), TOP) if isinstance(f.performative, Detach)]
+    assert receiver.local_state is ACTIVE
+    receiver.settle(s.received[0], Accepted())
+    receiver.detach()
+    assert [type(f.performative) for f in decode_frames(s.take(), TOP)] == [Disposition, Detach]
+    # a sender's answer is not held: it went out at once
+    c2, s2 = connected(credit=0)
+    session, _ = begun(c2, s2)
+    client_receiver, server_sender = receiver_pair(c2, s2, session)
+    client_receiver.detach()
+    s2.feed(c2.take())
+    assert server_sender.local_state is CLOSED and not s2.connection.hold_detach_answer(server_sender)
+
+
+def test_a_link_detached_and_attached_again_by_name_in_one_input() -> None:
+    """The answer to the old link's detach waits for the output; the new link of the same name, attached in the
+    same input, is a new link, answered on its own handle."""
+    _c, s, sender, receiver = link_setup(credit=2)
+    channel = receiver.session.remote_channel
+    wire = bytearray()
+    encode_frame(wire, FRAME_AMQP, channel, Detach(handle=sender.handle, closed=True))
+    encode_frame(
+        wire,
+        FRAME_AMQP,
+        channel,
+        Attach(
+            name="link",
+            handle=7,
+            role=SENDER,
+            source=Source(),
+            target=Target(address="queue"),
+            initial_delivery_count=0,
+        ),
+    )
+    s.feed(bytes(wire))
+    answer = last(s, ev.LinkAttached).link
+    assert answer is not receiver and answer.is_open and receiver.local_state is ACTIVE
+    written = [frame.performative for frame in decode_frames(s.take(), TOP)]
+    attach, flow, detach = written  # the new link's answer and credit (auto_accept), then the old one's detach
+    assert isinstance(attach, Attach) and attach.handle == answer.handle and isinstance(flow, Flow)
+    assert isinstance(detach, Detach) and detach.handle == receiver.handle != answer.handle
+    assert receiver.local_state is CLOSED and answer.is_open
 
 
 class _CountedHandles(dict[int, Any]):

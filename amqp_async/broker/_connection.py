@@ -133,6 +133,11 @@ class _Inbound:
         self.producer = producer
         #: the message arriving in parts on the link, if any (:mod:`._assembly`).
         self.assembly: Assembly | None = None
+        #: durable messages whose outcome waits for the store's commit.
+        self.storing = 0
+        #: the peer detached the link (closing it: True) while messages were being stored: our detach waits for
+        #: their outcomes (None: no detach waits).
+        self.detach_answer: bool | None = None
 
     def drop(self) -> None:
         """The link is gone: a message it was bringing in parts is dropped."""
@@ -824,7 +829,8 @@ class ServerConnection:
                 state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
         elif refusal is None and storage is not None and is_durable(payload):
             # a durable message is accepted once it is stored: after the commit of the batch now open
-            storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
+            inbound.storing += 1
+            storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second, inbound))
             return
         link.settle(delivery, state, settled=not second)
 
@@ -844,13 +850,20 @@ class ServerConnection:
                 self.broker.flow.top_up(inbound.producer)
         self.kick()
 
-    def _settle_stored(self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool) -> None:
+    def _settle_stored(
+        self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool, inbound: _Inbound | None = None
+    ) -> None:
         """Send the outcome that waited for the store's commit (unless the link has gone meanwhile: the client
-        then holds the message in doubt)."""
+        then holds the message in doubt), and, on a producer's link (``inbound``), our answer to the producer's
+        detach once no outcome waits."""
+        if inbound is not None:
+            inbound.storing -= 1
         if link.local_state is not ACTIVE or self.engine.closed:
             return
         try:
             link.settle(delivery, state, settled=settled)
+            if inbound is not None and not inbound.storing and inbound.detach_answer is not None:
+                link.detach(closed=inbound.detach_answer)  # §2.6.4, after the outcomes the producer waits for
         except LocalProtocolError:
             return  # its session ended meanwhile
         if settled and self._awaiting_settlement:
@@ -930,6 +943,8 @@ class ServerConnection:
             link.user_data = None
             log.info("link %r detached (%s)", link.name, self.peer)
         elif isinstance(outbound, _Inbound):
+            if outbound.storing and self.engine.hold_detach_answer(link):
+                outbound.detach_answer = link.remote_closed  # answered by _settle_stored
             link.user_data = None
             outbound.drop()
             self.broker.flow.remove(outbound.producer)

@@ -112,7 +112,9 @@ class Connection(Endpoint):
         sasl: a :class:`SaslClient` (client) or :class:`SaslServer` (server) to run SASL first, or None.
         incoming_window: the default incoming window of our sessions, in frames.
         require_sasl: a server with ``sasl`` refuses clients that skip it (default True).
-        answer_detach: answer the peer's detach at once (default). False leaves it to the layer above, which
+        answer_detach: answer the peer's detach (default): a sender link's at once, a receiver link's when the
+            output is next taken, so that the outcomes the layer above gives the deliveries that came with the
+            detach go out first. False leaves it to the layer above, which
             detaches when its application closes the link (proton's model: outcomes the application gives first
             still go out before the detach), and keeps a detached link's unsettled deliveries tracked until they
             settle or the session ends (the peer may settle them after the detach).
@@ -134,6 +136,7 @@ class Connection(Endpoint):
     __slots__ = (
         "_announced",
         "_decoder",
+        "_detach_answers",
         "_dirty_sessions",
         "_events",
         "_frames_after_open",
@@ -248,6 +251,9 @@ class Connection(Endpoint):
         self._freed_channels: list[int] = []
         self._sessions_by_remote_channel: dict[int, Session] = {}
         self._dirty_sessions: dict[Session, None] = {}
+        # Receiver links the peer detached, whose answer waits for the layer above (see Session._on_detach): link,
+        # and whether the peer closed it.
+        self._detach_answers: dict[Link, bool] = {}
         self._announced: dict[Link, None] = {}
         self._remote_max_frame_size = MIN_MAX_FRAME_SIZE
         self._max_transfer_payload = MIN_MAX_FRAME_SIZE - TRANSFER_OVERHEAD
@@ -272,6 +278,8 @@ class Connection(Endpoint):
         if not data:
             self._on_transport_end()
             return
+        if self._detach_answers:
+            self._answer_detaches()
         self._decoder.feed(data)
         self._announced.clear()
         try:
@@ -299,6 +307,8 @@ class Connection(Endpoint):
     def buffers_to_send(self, now: float | None = None) -> list[bytes | bytearray | memoryview]:
         """As :meth:`data_to_send`, the bytes to write, as a list of buffers to write in order: large message
         payloads are views of the bytes given to ``send``, not copies. The caller owns the buffers."""
+        if self._detach_answers:
+            self._answer_detaches()
         if self._dirty_sessions:
             for session in list(self._dirty_sessions):
                 session._flush()
@@ -572,6 +582,29 @@ class Connection(Endpoint):
         if link not in self._announced:
             self._announced[link] = None
             self._events.append(DeliveriesReceived(link=link))
+
+    def _answer_detach_later(self, link: Link, closed: bool) -> None:
+        """Answer the peer's detach of ``link`` when the output is next taken (or the next input comes), once the
+        layer above has handled the events of the input that brought it: the outcomes it gives the deliveries that
+        came in that input go out before our detach (answered at once, they came after it, and the peer, which
+        forgets the link's deliveries at our detach, held messages we took as in doubt)."""
+        self._detach_answers[link] = closed
+
+    def hold_detach_answer(self, link: Link) -> bool:
+        """Leave the answer to the peer's detach of ``link`` to the layer above, which sends it with
+        ``link.detach()`` when it is ready (say, once the outcomes of messages still being stored are given).
+        False when no answer is pending (a sender link's is sent at once; the layer above may have detached)."""
+        return self._detach_answers.pop(link, None) is not None
+
+    def _answer_detaches(self) -> None:
+        """Send the detaches :meth:`_answer_detach_later` kept (§2.6.4), but for links the layer above has
+        detached meanwhile, or that ended with their session or the connection."""
+        answers = self._detach_answers
+        self._detach_answers = {}
+        for link, closed in answers.items():
+            if link.local_state is ACTIVE:
+                link.detach(closed=closed)
+                link.engine_ended = True
 
     def _flush_session(self, session: Session) -> None:
         if self._dirty_sessions.pop(session, 0) is None:

@@ -842,8 +842,13 @@ class Session(Endpoint):
             )
         if link.local_state is ACTIVE:
             if self.connection.answer_detach:
-                link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
-                link.engine_ended = True
+                if isinstance(link, ReceiverLink):
+                    # §2.6.4: answer the detach, once the layer above has given its outcomes to the deliveries that
+                    # came with it (a producer's last messages and its detach often share one read)
+                    self.connection._answer_detach_later(link, bool(detach.closed))
+                else:
+                    link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
+                    link.engine_ended = True
         elif link.local_state is UNINIT and self.connection.answer_detach:
             # A link detached before we answered its attach: §2.6.3, attach (null termini) and detach, the way a link
             # is refused (only marked detached when the session is not begun on our side: nothing can be written).
