@@ -489,6 +489,14 @@ async def test_everything_used_after_the_application_closed_it() -> None:
                 await first.accept()
             with pytest.raises(amqp_async.ClosedByApplication):
                 await receiver.receive()
+            # a stream receiver's session is its own, and ends with it: the error still names the link
+            stream = await conn.open_stream_receiver("q")
+            await stream.close()
+            with pytest.raises(amqp_async.ClosedByApplication) as caught:
+                await stream.receive()
+            assert one_line(caught.value) == (
+                f"amqp-async:closed-by-application: link {stream.name!r} was closed by the application"
+            )
             session = await conn.open_session()
             session_sender = await session.open_sender("q")
             await session.close()

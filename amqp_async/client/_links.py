@@ -112,6 +112,10 @@ class _Link:
         return self._closed or self._error is not None
 
     def _check(self) -> None:
+        if self._detaching and self._closed and self._error is None:
+            # said first: the session a stream link was given of its own has ended with it, and "the session was
+            # closed" would not name what the application closed
+            raise ClosedByApplication(f"link {self.name!r} was closed by the application")
         self.session._check()
         if self._error is not None:
             raise self._error
