@@ -147,6 +147,23 @@ def frames_only(data: bytes) -> list[ParsedFrame]:
     return [item for item in parse_stream(data) if isinstance(item, ParsedFrame)]
 
 
+def take_complete_frames(buffer: bytearray) -> list[Any]:
+    """The bodies of the whole frames at the head of ``buffer``, a socket's input so far (taken out of it; protocol
+    headers are skipped, a partial frame stays for the next read)."""
+    bodies = []
+    while True:
+        if buffer[:4] == b"AMQP":
+            del buffer[:8]
+            continue
+        if len(buffer) < 8:
+            return bodies
+        size = int.from_bytes(buffer[:4], "big")
+        if len(buffer) < size:
+            return bodies
+        bodies.extend(item.body for item in frames_only(bytes(buffer[:size])))
+        del buffer[:size]
+
+
 def close_error(data: bytes) -> Error | None:
     """The error of the (single) close frame in ``data``; AssertionError if there is none."""
     closes = [item.body for item in frames_only(data) if isinstance(item.body, Close)]

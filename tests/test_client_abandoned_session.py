@@ -23,9 +23,9 @@ import amqp_async
 from amqp_async.codec.performatives import Begin, End, Open
 
 try:
-    from frames import AMQP_HEADER, frame, frames_only
+    from frames import AMQP_HEADER, frame, take_complete_frames
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.frames import AMQP_HEADER, frame, frames_only
+    from tests.frames import AMQP_HEADER, frame, take_complete_frames
 
 pytestmark = pytest.mark.anyio
 
@@ -35,22 +35,6 @@ TIMEOUT = 10.0
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def _complete_frames(buffer: bytearray) -> list[Any]:
-    """The bodies of the whole frames at the head of ``buffer`` (taken out of it; a partial frame stays)."""
-    bodies = []
-    while True:
-        if buffer[:4] == b"AMQP":
-            del buffer[:8]
-            continue
-        if len(buffer) < 8:
-            return bodies
-        size = int.from_bytes(buffer[:4], "big")
-        if len(buffer) < size:
-            return bodies
-        bodies.extend(item.body for item in frames_only(bytes(buffer[:size])))
-        del buffer[:size]
 
 
 async def test_a_session_abandoned_before_its_answer_ends_only_after_the_peers_begin() -> None:
@@ -69,7 +53,7 @@ async def test_a_session_abandoned_before_its_answer_ends_only_after_the_peers_b
                 if not chunk:
                     return
                 buffer += chunk
-                bodies = _complete_frames(buffer)
+                bodies = take_complete_frames(buffer)
                 seen.extend(bodies)
                 for body in bodies:
                     if isinstance(body, Open):
@@ -81,7 +65,7 @@ async def test_a_session_abandoned_before_its_answer_ends_only_after_the_peers_b
                         with contextlib.suppress(BlockingIOError):
                             buffer += peer.recv(65536)  # what came meanwhile came before the answer
                         peer.settimeout(TIMEOUT)
-                        seen.extend(_complete_frames(buffer))
+                        seen.extend(take_complete_frames(buffer))
                         seen.append("answered")
                         begin = Begin(remote_channel=0, next_outgoing_id=0, incoming_window=100, outgoing_window=100)
                         peer.sendall(frame(begin, channel=0))
