@@ -924,9 +924,10 @@ def test_the_layer_above_may_hold_the_answer_to_a_receivers_detach() -> None:
 def test_a_link_detached_and_attached_again_by_name_in_one_input() -> None:
     """The answer to the old link's detach waits for the output; the new link of the same name, attached in the
     same input, is a new link, answered on its own handle."""
-    _c, s, sender, receiver = link_setup(credit=2)
+    c, s, sender, receiver = link_setup(credit=2)
     channel = receiver.session.remote_channel
-    wire = bytearray()
+    sender.send(b"one")  # awaits our outcome: the answer to the detach waits
+    wire = bytearray(c.take())
     encode_frame(wire, FRAME_AMQP, channel, Detach(handle=sender.handle, closed=True))
     encode_frame(
         wire,
@@ -949,6 +950,17 @@ def test_a_link_detached_and_attached_again_by_name_in_one_input() -> None:
     assert isinstance(attach, Attach) and attach.handle == answer.handle and isinstance(flow, Flow)
     assert isinstance(detach, Detach) and detach.handle == receiver.handle != answer.handle
     assert receiver.local_state is CLOSED and answer.is_open
+
+
+def test_a_detach_with_no_delivery_awaiting_our_outcome_is_answered_at_once() -> None:
+    c, s, sender, receiver = link_setup(credit=10)
+    sender.send(b"one", settled=True)  # sent settled: no outcome to give
+    sender.send(b"two")
+    pump(c, s)
+    receiver.settle(s.received[1], Accepted(), settled=False)  # an outcome given, not settled yet (mode second)
+    sender.detach()
+    s.feed(c.take())
+    assert receiver.local_state is CLOSED and not s.connection.hold_detach_answer(receiver)
 
 
 class _CountedHandles(dict[int, Any]):

@@ -943,8 +943,14 @@ class ServerConnection:
             link.user_data = None
             log.info("link %r detached (%s)", link.name, self.peer)
         elif isinstance(outbound, _Inbound):
-            if outbound.storing and self.engine.hold_detach_answer(link):
-                outbound.detach_answer = link.remote_closed  # answered by _settle_stored
+            if self.engine.hold_detach_answer(link):
+                # §2.6.4: answered here, in the order the peer's frames came (the engine would answer once the
+                # output is taken, after what later frames of the read brought), once the outcomes of the
+                # messages that came before the detach are given: those waiting for the store's commit first
+                if outbound.storing:
+                    outbound.detach_answer = link.remote_closed  # answered by _settle_stored
+                else:
+                    link.detach(closed=link.remote_closed)
             link.user_data = None
             outbound.drop()
             self.broker.flow.remove(outbound.producer)
@@ -953,6 +959,8 @@ class ServerConnection:
                 self.broker.flow.drop_endpoints()
             log.info("link %r detached (%s)", link.name, self.peer)
         elif isinstance(outbound, _ControlLink):
+            if self.engine.hold_detach_answer(link):
+                link.detach(closed=link.remote_closed)  # in the order the peer's frames came (as above)
             link.user_data = None
             if link in self._controllers:
                 del self._controllers[link]

@@ -112,9 +112,9 @@ class Connection(Endpoint):
         sasl: a :class:`SaslClient` (client) or :class:`SaslServer` (server) to run SASL first, or None.
         incoming_window: the default incoming window of our sessions, in frames.
         require_sasl: a server with ``sasl`` refuses clients that skip it (default True).
-        answer_detach: answer the peer's detach (default): a sender link's at once, a receiver link's when the
-            output is next taken, so that the outcomes the layer above gives the deliveries that came with the
-            detach go out first. False leaves it to the layer above, which
+        answer_detach: answer the peer's detach (default): at once, but for a receiver link with deliveries that
+            have no outcome from us yet, whose answer waits until the output is next taken (the layer above may
+            answer sooner, or hold it: :meth:`hold_detach_answer`), so that the outcomes it gives them go first. False leaves it to the layer above, which
             detaches when its application closes the link (proton's model: outcomes the application gives first
             still go out before the detach), and keeps a detached link's unsettled deliveries tracked until they
             settle or the session ends (the peer may settle them after the detach).
@@ -593,7 +593,8 @@ class Connection(Endpoint):
     def hold_detach_answer(self, link: Link) -> bool:
         """Leave the answer to the peer's detach of ``link`` to the layer above, which sends it with
         ``link.detach()`` when it is ready (say, once the outcomes of messages still being stored are given).
-        False when no answer is pending (a sender link's is sent at once; the layer above may have detached)."""
+        False when no answer is pending (it was sent at once: no delivery awaited an outcome; or the layer above
+        has detached)."""
         return self._detach_answers.pop(link, None) is not None
 
     def _answer_detaches(self) -> None:

@@ -842,9 +842,9 @@ class Session(Endpoint):
             )
         if link.local_state is ACTIVE:
             if self.connection.answer_detach:
-                if isinstance(link, ReceiverLink):
+                if isinstance(link, ReceiverLink) and self._awaits_outcomes(link):
                     # §2.6.4: answer the detach, once the layer above has given its outcomes to the deliveries that
-                    # came with it (a producer's last messages and its detach often share one read)
+                    # came before it (a producer's last messages and its detach often share one read)
                     self.connection._answer_detach_later(link, bool(detach.closed))
                 else:
                     link.detach(closed=bool(detach.closed))  # §2.6.4: answer the detach
@@ -856,6 +856,14 @@ class Session(Endpoint):
             link.engine_ended = True
         else:
             self._forget_link_if_done(link)
+
+    def _awaits_outcomes(self, link: ReceiverLink) -> bool:
+        """Some delivery the peer sent unsettled on ``link`` has no outcome from us yet (a scan of the session's
+        unsettled deliveries, at most its window: made once per detach)."""
+        return any(
+            delivery.link is link and delivery.state is None and not delivery.settled
+            for delivery in self._incoming_unsettled.values()
+        )
 
     def _remote_link(self, handle: Any) -> Link:
         link = self._links_by_remote_handle.get(handle)
