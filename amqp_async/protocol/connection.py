@@ -114,10 +114,11 @@ class Connection(Endpoint):
         require_sasl: a server with ``sasl`` refuses clients that skip it (default True).
         answer_detach: answer the peer's detach (default): at once, but for a receiver link with deliveries that
             have no outcome from us yet, whose answer waits until the output is next taken (the layer above may
-            answer sooner, or hold it: :meth:`hold_detach_answer`), so that the outcomes it gives them go first. False leaves it to the layer above, which
-            detaches when its application closes the link (proton's model: outcomes the application gives first
-            still go out before the detach), and keeps a detached link's unsettled deliveries tracked until they
-            settle or the session ends (the peer may settle them after the detach).
+            answer sooner, or hold it: :meth:`hold_detach_answer`), so that the outcomes it gives them go first.
+            False leaves it to the layer above, which detaches when its application closes the link (proton's
+            model: outcomes the application gives first still go out before the detach), and keeps a detached
+            link's unsettled deliveries tracked until they settle or the session ends (the peer may settle them
+            after the detach).
         answer_close: answer the peer's close and end at once (default). False leaves both to the layer above
             (proton's engine model: the application closes what the peer closed, and the frames for its links,
             a detach answering the peer's, still go out before our end or close), and still takes the peer's
