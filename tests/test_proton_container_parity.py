@@ -449,6 +449,89 @@ def connection_scoped_transport(name: str, options: dict[str, Any]) -> Any:
     return seen
 
 
+def connection_user(name: str, options: dict[str, Any]) -> Any:
+    """``connection.user`` in on_connection_opened, for a user given to connect() and one in the URL; the clock of
+    ``container.now`` and ``mark()`` (proton's is the time since the epoch: a program stamps messages with it)."""
+    import time
+
+    from amqp_async.broker import BrokerThread
+
+    _, handlers, reactor = _modules(name)
+    record: list[Any] = []
+
+    class Client(handlers.MessagingHandler):  # type: ignore[misc]
+        def on_start(self, event: Any) -> None:
+            container = event.container
+            record.append(["clock", abs(container.now - time.time()) < 60, abs(container.mark() - time.time()) < 60])
+            common = {"allowed_mechs": "PLAIN", "allow_insecure_mechs": True, "reconnect": False}
+            self.first = container.connect(url, user="alice", password="pw", **common)
+            record.append(["after connect()", self.first.user])
+            host = url.split("://", 1)[1]
+            self.second = container.connect(f"amqp://bob:pw@{host}", **common)
+
+        def on_connection_opened(self, event: Any) -> None:
+            which = "option" if event.connection == self.first else "url"  # (proton wraps it anew: not `is`)
+            record.append([which, event.connection.user, event.transport.user])
+            event.connection.close()
+
+    with BrokerThread(users={"alice": "pw", "bob": "pw"}) as broker:
+        url = broker.url
+        reactor.Container(Client()).run()
+    return sorted(record, key=str)
+
+
+def refused_credentials(name: str, options: dict[str, Any]) -> Any:
+    """A wrong password: the transport's condition, as a container's handler sees it, and the text of
+    BlockingConnection's ConnectionException (a program may look for "Authentication failed" in either)."""
+    from amqp_async.broker import BrokerThread
+
+    base, handlers, reactor = _modules(name)
+    utils = importlib.import_module(name + ".utils")
+    record: list[Any] = []
+
+    class Client(handlers.MessagingHandler):  # type: ignore[misc]
+        def on_start(self, event: Any) -> None:
+            event.container.connect(wrong, allowed_mechs="PLAIN", allow_insecure_mechs=True, reconnect=False)
+
+        def on_transport_error(self, event: Any) -> None:
+            condition = event.transport.condition
+            record.append(["transport error", condition.name, condition.description])
+
+    with BrokerThread(users={"alice": "secret"}) as broker:
+        host = broker.url.split("://", 1)[1]
+        wrong = f"amqp://alice:wrong@{host}"
+        reactor.Container(Client()).run()
+        try:
+            utils.BlockingConnection(wrong, timeout=5, allowed_mechs="PLAIN", allow_insecure_mechs=True)
+        except base.ConnectionException as exc:
+            record.append(["blocking", str(exc).replace(host, "HOST").replace("%2A%2A%2A", "wrong")])
+    return record
+
+
+def unresolvable_host(name: str, options: dict[str, Any]) -> Any:
+    """A host name that does not resolve, reconnect left at its default: run() raises the resolver's error, as
+    BlockingConnection() does (it retried for ever, in silence)."""
+    import socket
+
+    _, handlers, reactor = _modules(name)
+    utils = importlib.import_module(name + ".utils")
+    url = "amqp://no-such-host.invalid:5672"
+    record: list[Any] = []
+
+    class Client(handlers.MessagingHandler):  # type: ignore[misc]
+        def on_start(self, event: Any) -> None:
+            event.container.connect(url)
+
+    for attempt in (lambda: reactor.Container(Client()).run(), lambda: utils.BlockingConnection(url, timeout=5)):
+        try:
+            attempt()
+        except socket.gaierror as exc:
+            record.append(["raised", type(exc).__name__])
+        else:
+            record.append(["returned"])
+    return record
+
+
 SCENARIOS = {
     "client_settings": client_settings,
     "server_settings": server_settings,
@@ -457,6 +540,9 @@ SCENARIOS = {
     "transport_and_quiesced": transport_and_quiesced,
     "timer_quiesced": timer_quiesced,
     "connection_scoped_transport": connection_scoped_transport,
+    "connection_user": connection_user,
+    "refused_credentials": refused_credentials,
+    "unresolvable_host": unresolvable_host,
 }
 
 
@@ -561,6 +647,27 @@ def test_quiesced_before_each_timer_as_protons() -> None:
 def test_on_transport_goes_to_the_connection_handler_as_protons() -> None:
     reference, ours = _same("connection_scoped_transport")
     assert reference == ["Transport"]
+    assert ours == reference
+
+
+# --- 5. credentials, clock, names -------------------------------------------------------------------------------
+
+
+def test_connection_user_and_the_containers_clock_as_protons() -> None:
+    reference, ours = _same("connection_user")
+    assert ["url", "bob", "bob"] in reference and ["clock", True, True] in reference
+    assert ours == reference
+
+
+def test_refused_credentials_are_described_as_protons() -> None:
+    reference, ours = _same("refused_credentials")
+    assert ["transport error", "amqp:unauthorized-access", "Authentication failed [mech=PLAIN]"] in reference
+    assert ours == reference
+
+
+def test_a_host_name_that_does_not_resolve_raises_as_protons() -> None:
+    reference, ours = _same("unresolvable_host")
+    assert reference == [["raised", "gaierror"]] * 2
     assert ours == reference
 
 

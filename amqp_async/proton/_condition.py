@@ -12,7 +12,7 @@ from typing import Any
 from ..codec.performatives import Error
 from ..types import symbol
 
-__all__ = ["Condition"]
+__all__ = ["Condition", "authentication_failure"]
 
 
 class Condition:
@@ -57,3 +57,14 @@ class Condition:
             amqp_async.EncodeError: the name is not ASCII (a symbol cannot hold it).
         """
         return Error(condition=symbol(self.name), description=self.description, info=self.info)
+
+
+def authentication_failure(sasl: Any, sasl_code: int | None, error: Error | None) -> Condition:
+    """The transport's condition when SASL ends the connection, in proton's words: ``amqp:unauthorized-access``,
+    "Authentication failed [mech=PLAIN]" for an outcome that refused us (a program may look for those words), else
+    the engine's description (no mechanism fitted, say). ``sasl`` is the engine's SASL client (or server)."""
+    mechanism = getattr(sasl, "mechanism", None)
+    if sasl_code and mechanism is not None:
+        return Condition("amqp:unauthorized-access", f"Authentication failed [mech={mechanism.name}]")
+    description = None if error is None else error.description
+    return Condition("amqp:unauthorized-access", description or "Authentication failed")

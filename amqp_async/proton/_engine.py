@@ -41,7 +41,7 @@ from ..codec.performatives import Close, Open
 from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
 from . import _engine_input, _engine_output
-from ._condition import Condition
+from ._condition import Condition, authentication_failure
 from ._events import Event
 
 if TYPE_CHECKING:
@@ -224,8 +224,7 @@ class EngineIO:
         error = event.error
         error_name = None if error is None else str(error.condition)
         if event.sasl_code is not None or error_name == conditions.UNAUTHORIZED_ACCESS:
-            description = None if error is None else error.description
-            condition = Condition(conditions.UNAUTHORIZED_ACCESS, description or "Authentication failed")
+            condition = authentication_failure(None if engine is None else engine.sasl, event.sasl_code, error)
             # No mechanism fitted, or the peer's messages failed its checks: proton's outcome is PERM (3).
             self.sasl_code = 3 if event.sasl_code is None else event.sasl_code
             self.fail(condition, frames=False)

@@ -13,6 +13,7 @@ transport-closed events), and reconnects while the connection is open locally an
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
 from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslClient, SaslServer
-from ._condition import Condition
+from ._condition import Condition, authentication_failure
 from ._delivery import Delivery
 from ._endpoints import Connection, Receiver, Sender, link_attached_by_peer, session_begun_by_peer
 from ._events import Event
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 __all__ = ["Channel", "Listener"]
 
 log = logging.getLogger("proton")  # proton's own logger name, so its logging configuration applies
-
-_SASL_CONDITION = "amqp:unauthorized-access"
 
 
 class Channel:
@@ -172,6 +171,12 @@ class Channel:
             self._ended = False
             try:
                 stream = await self._open_stream(options, address)
+            except socket.gaierror as exc:
+                # proton resolves the name as it connects, outside its error handling: run() raises the error
+                # (retried, a misspelt host name failed silently for ever)
+                log.info("connecting to %s failed: %r", address, exc)
+                self.container._fail(exc)
+                return
             except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
                 log.info("connecting to %s failed: %r", address, exc)
                 self._ended = True
@@ -202,9 +207,11 @@ class Channel:
     def _client_engine(self, options: ResolvedOptions, address: Address) -> protocol.Connection:
         connection = self.connection
         transport = connection._transport
+        # As proton's connector: the URL's user, else the container's option, else what the program set on the
+        # connection; and the connection reads the one taken (a handler reads connection.user in on_connection_opened)
         user, password = options.credentials_for(address)
-        user = address.user or connection.user or user
-        password = address.password or connection._password or password
+        user = connection.user = user or connection.user
+        password = connection._password = password or connection._password
         hostname = connection.hostname or options.virtual_host_for(address)
         sasl = None
         sasl_settings = transport._sasl
@@ -466,10 +473,8 @@ class Channel:
                     self._tail_reported = True
                     push(Event.TRANSPORT_TAIL_CLOSED, transport)
             elif event.sasl_code is not None:
-                description = event.error.description if event.error is not None else None
-                self._report_failure(
-                    Condition(_SASL_CONDITION, description or "Authentication failed"), error_first=True
-                )
+                sasl = None if engine is None else engine.sasl
+                self._report_failure(authentication_failure(sasl, event.sasl_code, event.error), error_first=True)
             elif event.transport_ended:
                 pass  # reported with the driver's reason once the transport is closed
             elif event.error is not None:

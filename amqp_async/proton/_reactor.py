@@ -586,12 +586,13 @@ class Reactor:
 
     @property
     def now(self) -> float:
-        """The loop's clock, in seconds."""
-        return time.monotonic()
+        """The time, in seconds since the epoch, as proton's (``time.time()``: a program stamps messages with it,
+        ``Message(creation_time=container.now)``). Timers run on the monotonic clock, which no clock step moves."""
+        return time.time()
 
     def mark(self) -> float:
-        """The loop's clock, in seconds (proton's)."""
-        return time.monotonic()
+        """The time, in seconds since the epoch (proton's: see :attr:`now`)."""
+        return time.time()
 
     def on_error(self, info: Any) -> None:
         """proton's error hook: record ``info`` (an exception, or proton's ``(type, value, traceback)``) and stop."""

@@ -370,12 +370,6 @@ class _ConnectionHandler(Handler):
             self.state.disconnected = condition or "unknown"
 
 
-def _describe(condition: Any) -> str:
-    if isinstance(condition, Condition):
-        return f"{condition.name}: {condition.description}" if condition.description else condition.name
-    return str(condition)
-
-
 def _finalize(runner: _Runner, connection: Connection | None, state: _ConnectionState) -> None:
     """Drop the connection and give back the container (close()'s last step, or the object was collected)."""
     state.closing = True
@@ -952,8 +946,9 @@ class BlockingConnection(Handler):
         if state.closed_by_peer and conn is not None:
             raise ConnectionClosed(conn)
         if state.disconnected is not None and conn is not None and not conn.state & Endpoint.LOCAL_CLOSED:
+            # proton's words: the condition's repr
             raise ConnectionException(
-                f"Connection {self.url or self._target} disconnected: {_describe(state.disconnected)}",
+                f"Connection {self.url or self._target} disconnected: {state.disconnected}",
                 condition=getattr(state.disconnected, "name", None),
             )
         if link is not None and link.state & Endpoint.REMOTE_CLOSED:
