@@ -339,6 +339,12 @@ class Session(Endpoint):
         self._attach(link, options)
         return link
 
+    def link_named(self, name: str, role: bool) -> Link | None:
+        """The link called ``name`` with ``role`` (``SENDER`` or ``RECEIVER``, ours) the session knows: attached, or
+        detached on our side and waiting for the peer's detach (§2.6.4). A new link of that name is refused until
+        it is gone (§2.6.1: the name identifies the link)."""
+        return self._links_by_name.get((name, role))
+
     def _attach(self, link: Link, options: dict[str, Any]) -> None:
         self._require_usable()
         key = (link.name, link.role)
@@ -947,7 +953,14 @@ class Session(Endpoint):
                     condition=conditions.LINK_TRANSFER_LIMIT_EXCEEDED,
                     scope="link",
                 )
-            return  # we detached: the peer has not seen it yet (§2.6.4); the frame is dropped
+            # We detached: the peer has not seen it yet (§2.6.4); the frame is dropped, but a delivery it starts
+            # still takes its delivery-id (§2.7.5: the session numbers every delivery; skipped, the next transfer
+            # on any link of the session read as out of sequence, and the session ended).
+            delivery_id = fields[1] if len(fields) > 1 else None
+            expected = self._expected_delivery_id
+            if delivery_id is not None and (expected is None or delivery_id == expected):
+                self._expected_delivery_id = (delivery_id + 1) & MASK
+            return
         # The payload is bytes, or a view for a frame with more to come (the link joins it with the next ones).
         delivery = link._on_transfer(fields, payload, 0)  # type: ignore[arg-type]  # a view is joined, not kept
         if delivery is not None:
