@@ -543,6 +543,14 @@ class Session(Endpoint):
         self._check_flow = False
         self._need_flow = False
         self._links_ever: dict[Link, None] = {}
+        # Links opened while a link of the same name was still detaching, by name: attached when the peer's detach
+        # of that name comes (see Link._attach_if_ready).
+        self._name_waiters: dict[str, list[Link]] = {}
+
+    def _name_freed(self, name: str) -> None:
+        """The peer's detach of a link called ``name`` came: the links that waited for the name attach now."""
+        for link in self._name_waiters.pop(name, ()):
+            link._attach_if_ready()
 
     def _container(self) -> Any:
         return self.connection._reactor

@@ -80,6 +80,7 @@ class Channel:
         self._end_reported = False
         self._ended = False  # between the end of a transport and the next attempt
         self._binding = options is not None  # a client: until its first connection_bound is queued
+        self._misused = False  # the engine refused a value of the program's (see _run_transport): no reconnect
         self.done = False
         connection._channel = self
 
@@ -199,7 +200,7 @@ class Channel:
                 return
 
     def _should_retry(self, options: ResolvedOptions) -> bool:
-        return options.reconnect is not False and self.connection._local == 2
+        return options.reconnect is not False and self.connection._local == 2 and not self._misused
 
     async def _open_stream(self, options: ResolvedOptions, address: Address) -> anyio.abc.ByteStream:
         return await open_stream(address, options)  # TCP, TLS or WebSocket, as the client's
@@ -296,6 +297,7 @@ class Channel:
                 # naming it, where proton's C binding refused the value at the call. The container, and its other
                 # connections, go on.
                 log.warning("connection %s: %s", self.connection, misuse)
+                self._misused = True  # no reconnect: every attempt would meet it again (two links of one name...)
                 self._report_failure(Condition(str(misuse.condition), misuse.description))
         finally:
             self._cancel = None
@@ -446,6 +448,8 @@ class Channel:
             link = event.link.user_data
             if link is None:
                 return
+            if link.session._name_waiters:
+                link.session._name_freed(event.link.name)
             if event.remote or link._local == 4:
                 push(Event.LINK_REMOTE_CLOSE if event.closed else Event.LINK_REMOTE_DETACH, link)
             else:

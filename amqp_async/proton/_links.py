@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..codec.performatives import RCV_FIRST, SENDER, SND_MIXED
+from ..codec.performatives import RCV_FIRST, RECEIVER, SENDER, SND_MIXED
 from ..protocol.endpoint import CLOSED, UNINIT
+from ..protocol.errors import LocalProtocolError
 from ..types import symbol, ulong
 from . import _engine_lifecycle, _engine_links
 from ._condition import Condition
@@ -257,7 +258,10 @@ class Link(Endpoint):
             self._connection._modified_endpoints[self] = None  # attached at the transport's next output
             self._connection._setup_pending = True
             return
-        self._attach_if_ready()
+        try:
+            self._attach_if_ready()
+        except LocalProtocolError as exc:  # a value of the program's the engine refuses (a link name in use...)
+            raise LinkException(exc.description or str(exc)) from exc
 
     def close(self) -> None:
         """Detach and close the link (with :attr:`condition`, if set)."""
@@ -346,7 +350,15 @@ class Link(Endpoint):
             return
         impl = self._impl
         if impl is None:
-            attach = session._impl.attach_sender if self.is_sender else session._impl.attach_receiver
+            engine_session = session._impl
+            namesake = engine_session.link_named(self.name, SENDER if self.is_sender else RECEIVER)
+            if namesake is not None and (namesake.local_state is CLOSED or namesake.user_data._local == _CLOSED):
+                # A link of this name, closed just now, waits for the peer's detach (§2.6.4, §2.6.1: a name
+                # identifies a link): this one attaches once it has come (proton writes both, and its peer reads
+                # them in order). A namesake still open is the program's error: the engine refuses it (misuse).
+                session._name_waiters.setdefault(self.name, []).append(self)
+                return
+            attach = engine_session.attach_sender if self.is_sender else engine_session.attach_receiver
             impl = self._impl = attach(self.name, **self._attach_options())
             impl.user_data = self
         elif impl.local_state is UNINIT:
