@@ -371,3 +371,49 @@ def test_drain_mode_and_drain_as_proton() -> None:
     log = _drain("amqp_async.proton")
     assert ("drain(5)", True, 5, True) in log
     assert ("flow(2)", True, 2, True) in log
+
+
+# --- outcomes after our close ---------------------------------------------------------------------------------
+
+
+def _send_then_close(name: str) -> list[Any]:
+    """The client sends three messages and closes the connection in the same callback; the peer accepts them before
+    it reads the close. proton still reports their outcomes (the peer's dispositions come before its close); ours
+    dropped them (the engine ignored a closed connection's session frames)."""
+    base, handlers, _ = _modules(name)
+    peer = _ProtonPeer()
+    log: list[Any] = []
+
+    class Client(handlers.MessagingHandler):  # type: ignore[misc]
+        def __init__(self, url: str) -> None:
+            super().__init__()
+            self.url = url
+            self.sent = False
+
+        def on_start(self, event: Any) -> None:
+            event.container.create_sender(event.container.connect(self.url, reconnect=False), "queue")
+
+        def on_sendable(self, event: Any) -> None:
+            if not self.sent:
+                self.sent = True
+                for body in range(3):
+                    event.sender.send(base.Message(body=body))
+                event.connection.close()
+
+        def on_accepted(self, event: Any) -> None:
+            log.append(("accepted", event.delivery.tag))
+
+        def on_settled(self, event: Any) -> None:
+            log.append(("settled", event.delivery.tag))
+
+        def on_connection_closed(self, event: Any) -> None:
+            log.append(("closed",))
+
+    _run_client(name, peer, Client)
+    return log
+
+
+def test_outcomes_that_come_after_our_close_are_reported() -> None:
+    expected = _send_then_close("proton")
+    assert len(expected) == 7 and expected[-1] == ("closed",)  # three accepted and settled, then closed
+    assert _send_then_close("amqp_async.proton") == expected

@@ -938,9 +938,8 @@ class Connection(Endpoint):
 
     def _on_session_frame(self, channel: int, frame: Any) -> None:
         session = self._session_for(channel)
-        if session.local_state is CLOSED and (self.answer_close or type(frame) is not Detach):
-            # §2.5.1: after our end, frames other than the peer's end are ignored. A layer that answers ends
-            # itself still takes the peer's detach: it reports the link closed, as proton does.
+        if session.local_state is CLOSED and not self._taken_after_our_end(session, frame):
+            # §2.5.1: after our end, frames other than the peer's end are ignored.
             return
         try:
             _SESSION_HANDLERS[type(frame)](session, frame)
@@ -948,6 +947,16 @@ class Connection(Endpoint):
             if exc.scope == "connection":
                 raise
             self._session_error(session, exc)
+
+    def _taken_after_our_end(self, session: Session, frame: Any) -> bool:
+        """What is still taken from a session we ended: once we closed the connection, the peer's dispositions
+        until its close (a program that sends and closes at once learns the outcomes of what it sent, as proton's
+        does); and, by a layer that answers ends itself (proton's engine model), the peer's detach (it reports the
+        link closed, as proton does)."""
+        kind = type(frame)
+        if kind is Disposition:
+            return self.local_state is CLOSED and session.engine_ended
+        return kind is Detach and not self.answer_close
 
     def _session_error(self, session: Session, exc: RemoteProtocolError) -> None:
         """§2.8.16 session errors: end the session with the condition (a :class:`SessionEnded`, ``remote=False``).
