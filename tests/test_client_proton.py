@@ -1091,6 +1091,24 @@ async def test_drain_returns_once_the_broker_answered(broker: ProtonBroker) -> N
 
 
 @ALL_BACKENDS
+async def test_drain_with_no_credit_left_returns_at_once(broker: ProtonBroker) -> None:
+    """Nothing to drain: no flow is sent. Asked, python-qpid-proton's sender (pn_link_drained) has no credit to
+    give back and says nothing: drain() waited the whole drain_timeout and raised LinkTimeout."""
+    for body in "abc":
+        broker.put("drain-nothing", body)
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url, drain_timeout=5) as conn:
+            manual = await conn.open_receiver("drain-nothing", credit=0)
+            started = time.monotonic()
+            await manual.drain()  # nothing ever granted
+            manual.add_credit(3)
+            await until(lambda: manual.queued == 3)
+            await manual.drain()  # all of it used
+            assert time.monotonic() - started < 2.0
+            assert manual.queued == 3 and manual.credit == 0
+
+
+@ALL_BACKENDS
 async def test_drain_returns_once_a_message_in_many_frames_that_used_the_last_credit_is_whole(
     broker: ProtonBroker,
 ) -> None:

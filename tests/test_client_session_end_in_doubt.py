@@ -80,3 +80,42 @@ async def test_a_streamed_send_cut_off_by_the_peers_end_of_the_session_names_its
             with pytest.raises(amqp_async.DeliveryInDoubt) as caught:
                 await sender.send_stream(b"x" * 100_000)
             _check(caught.value)
+
+
+class _NeverSettles(MessagingHandler):  # type: ignore[misc]
+    """Takes every message and gives no outcome."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_accept=False, auto_settle=False)
+
+    def on_message(self, event: Any) -> None:
+        pass
+
+
+async def test_a_send_cut_off_by_the_applications_close_of_the_session_says_so() -> None:
+    """As for a link or a connection the application closes: ``amqp-async:closed-by-application`` with the close
+    as the cause (it named ``amqp:connection:forced``, as if the peer had forced it, without a cause)."""
+    with proton_server(_NeverSettles()) as url, anyio.fail_after(10):
+        async with amqp_async.connect(url, reconnect=False) as conn:
+            session = await conn.open_session()
+            tracker = await (await session.open_sender("q")).submit(amqp_async.Message(body="in flight"))
+            stream_sender = await session.open_stream_sender("q")
+            async with anyio.create_task_group() as group:
+                streamed: list[BaseException] = []
+
+                async def stream() -> None:
+                    try:
+                        await stream_sender.send_stream(b"x" * 10_000)
+                    except amqp_async.DeliveryInDoubt as exc:
+                        streamed.append(exc)
+
+                group.start_soon(stream)
+                await anyio.sleep(0.2)  # both are out, neither has an outcome
+                await session.close()
+            with pytest.raises(amqp_async.DeliveryInDoubt) as caught:
+                await tracker
+            for error in (caught.value, *streamed):
+                assert error.condition == "amqp-async:closed-by-application"
+                assert isinstance(error.__cause__, amqp_async.ClosedByApplication)
+                assert str(error).endswith("the application closed the session")
+            assert len(streamed) == 1

@@ -30,7 +30,7 @@ from ._arguments import check_credit, check_thread, check_transaction, get_ident
 from ._config import timeout_option
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
-from ._tracker import Tracker, _TracedTracker, session_ended_reason
+from ._tracker import Tracker, _TracedTracker, session_ended_cause, session_ended_reason
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -386,7 +386,8 @@ class Sender(_Link, Generic[_R]):
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
-        self._doubt_pending(session_ended_reason(error), error)  # the peer's condition, not a made-up one
+        cause = session_ended_cause(error, self.session._closing)  # the peer's condition, or our close
+        self._doubt_pending(session_ended_reason(cause), cause)
 
     def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending
@@ -816,6 +817,11 @@ class Receiver(_ReceivingLink):
         self._check()
         limit = self.connection._options.drain_timeout if isinstance(timeout, _Default) else _timeout(timeout)
         link = self._engine_link
+        if link.link_credit <= 0 and link.partial is None and not link.drain:
+            # No credit left, no message part-way in: nothing to drain. Asked anyway, a sender that answers a drain
+            # only when it has credit to give back (Qpid Proton's pn_link_drained) says nothing: LinkTimeout.
+            self._top_up()
+            return
         link.grant_credit(link.link_credit, drain=True)
         connection = self.connection
         connection._kick()
@@ -849,7 +855,10 @@ class Receiver(_ReceivingLink):
         if get_ident() != self.connection._thread:
             check_thread(self.connection)  # refused before anything is taken off the queue
         incoming = self._engine_link.incoming
+        while incoming and incoming[0].aborted:
+            incoming.popleft()  # aborted by the sender (§2.6.14): no message, and settled
         if not incoming:
+            self._top_up()
             return None
         if self._detaching or self.session._closing or self.connection._closing:
             self._check()  # ClosedByApplication, as receive() raises it: nothing is handed out after a close
@@ -876,11 +885,15 @@ class Receiver(_ReceivingLink):
                 # _closed_by_application inline (once per message)
                 if self._detaching or self.session._closing or self.connection._closing:
                     self._check()  # ClosedByApplication: what is queued is not handed out after a close
+                engine_delivery = incoming.popleft()
+                if engine_delivery.aborted:
+                    self._top_up()
+                    continue  # aborted by the sender (§2.6.14): no message, and settled
                 tracing = self._tracing
                 if tracing is None:
-                    delivery = Delivery(self, incoming.popleft())
+                    delivery = Delivery(self, engine_delivery)
                 else:
-                    delivery = tracing.delivery(self, incoming.popleft())
+                    delivery = tracing.delivery(self, engine_delivery)
                 self._top_up()
                 return delivery
             self._check()
@@ -959,7 +972,9 @@ class Receiver(_ReceivingLink):
         if not incoming:
             return
         while incoming and len(taken) < max_count:
-            taken.append(incoming.popleft())
+            delivery = incoming.popleft()
+            if not delivery.aborted:  # aborted by the sender (§2.6.14): no message, and settled
+                taken.append(delivery)
         self._top_up()
 
     def __aiter__(self) -> Receiver:

@@ -30,7 +30,7 @@ from ..protocol.payload import Gathered
 from ._arguments import check_thread, check_transaction, get_ident, refusal
 from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
 from ._links import _attach_refusal, _Link
-from ._tracker import Tracker, session_ended_reason
+from ._tracker import Tracker, session_ended_cause, session_ended_reason
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -180,7 +180,8 @@ class StreamSender(_Link, Generic[_R]):
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
-        self._doubt_pending(session_ended_reason(error), error)  # the peer's condition, not a made-up one
+        cause = session_ended_cause(error, self.session._closing)  # the peer's condition, or our close
+        self._doubt_pending(session_ended_reason(cause), cause)
 
     def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending

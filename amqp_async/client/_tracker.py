@@ -10,7 +10,15 @@ import anyio
 
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.transactions import TransactionalState
-from ..errors import AMQPError, DeliveryError, DeliveryInDoubt, MessageModified, MessageRejected, MessageReleased
+from ..errors import (
+    AMQPError,
+    ClosedByApplication,
+    DeliveryError,
+    DeliveryInDoubt,
+    MessageModified,
+    MessageRejected,
+    MessageReleased,
+)
 
 if TYPE_CHECKING:
     # A type parameter with a default (PEP 696) for type checkers: a bare ``Sender`` or ``Tracker`` is a confirmed
@@ -195,6 +203,14 @@ def _outcome_error(state: Any) -> AMQPError | None:
         outcome=state,
         condition="amqp:invalid-field",
     )
+
+
+def session_ended_cause(error: AMQPError | None, closed_by_application: bool) -> AMQPError | None:
+    """What ended a session, for the deliveries it leaves in doubt: the peer's error, or the application's close
+    (without a cause their condition read ``amqp:connection:forced``, as if the peer had forced it)."""
+    if error is None and closed_by_application:
+        return ClosedByApplication("the application closed the session")
+    return error
 
 
 def session_ended_reason(error: AMQPError | None) -> str:
