@@ -548,6 +548,26 @@ async def test_receive_many_cancelled_while_it_holds_deliveries_puts_them_back_i
         assert queued_bodies(broker, "q") == []
 
 
+async def test_receive_many_cancelled_with_more_than_the_prefetch_grants_no_more_until_the_queue_drains() -> None:
+    """Taking 200 messages, the call topped the prefetch's credit up as it took them; put back on cancellation,
+    they stayed queued with the credit still granted: each cancelled call took 10 more from the broker (held 210,
+    220...). The credit is lowered so that queue and credit make the prefetch (0 here)."""
+    with anyio.fail_after(TIMEOUT):
+        async with serving() as broker:
+            await fill(broker, "q", list(range(200)))
+            async with connect(broker) as conn:
+                receiver = await conn.open_receiver("q", credit=10)
+                for _ in range(3):
+                    with anyio.move_on_after(0.3):
+                        await receiver.receive_many(1000)  # waits for 1000: cancelled
+                    await anyio.sleep(0.1)
+                    assert receiver.credit == 0  # before: 10
+                    assert receiver.queued == 200
+                got = await receiver.receive_many(200, timeout=0)
+                assert [d.message.body for d in got] == list(range(200))
+                await eventually(lambda: receiver.credit == 10)  # taken: the prefetch again
+
+
 async def test_receive_many_ends_with_what_it_has_when_the_link_is_detached() -> None:
     with ProtonBroker(timeout=TIMEOUT) as broker:
         broker.put("q", "before")

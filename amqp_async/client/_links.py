@@ -908,7 +908,8 @@ class Receiver(_ReceivingLink):
         (``credit=0``) is granted what it lacks for ``max_count`` (credit plus queued deliveries), and keeps what
         remains granted once it returns (at most ``max_count`` deliveries more may arrive for a later call).
 
-        Like :meth:`receive`, it never loses a delivery: a cancelled call leaves the ones not returned queued.
+        Like :meth:`receive`, it never loses a delivery: a cancelled call leaves the ones not returned queued
+        (more than a prefetch, then: no credit is granted until the queue is down to it).
         Once some deliveries are taken, an error of the link or connection ends the call with them (the next
         call raises it); with none taken it raises, as :meth:`receive` does.
 
@@ -961,11 +962,25 @@ class Receiver(_ReceivingLink):
             except BaseException:
                 for delivery in reversed(taken):
                     cast("ReceiverLink", delivery.link).incoming.appendleft(delivery)
+                self._lower_credit_to_prefetch()
                 raise
         tracing = self._tracing
         if tracing is None:
             return [Delivery(self, delivery) for delivery in taken]
         return [tracing.delivery(self, delivery) for delivery in taken]
+
+    def _lower_credit_to_prefetch(self) -> None:
+        """The deliveries a cancelled receive_many took are queued again, and the credit it topped up for them
+        would buffer that many more than the prefetch: lowered so that credit and queue make the prefetch
+        (§2.6.7: the receiver may lower the credit it gave; what the sender sent meanwhile still comes)."""
+        link = self._engine_link
+        prefetch = self._prefetch
+        if not prefetch or link.local_state is not ACTIVE or link is not self._engine_link or link.drain:
+            return
+        wanted = max(0, prefetch - len(link.incoming))
+        if link.link_credit > wanted:
+            link.grant_credit(wanted)
+            self.connection._kick()
 
     def _take_queued(self, taken: list[EngineDelivery], max_count: int) -> None:
         incoming = self._engine_link.incoming
