@@ -562,6 +562,9 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
         (["--dead-letter-queue", ""], "argument --dead-letter-queue: the dead-letter queue needs an address"),
         (["--tls-key", "key.pem"], "--tls-key needs --tls-cert"),
         (["--ws-path", "/ws"], "--ws-path needs --ws-port"),
+        # accepted, printed as ws://127.0.0.1:PORTws, and every upgrade answered 404
+        (["--ws-port", "0", "--ws-path", "ws"], "argument --ws-path: the WebSocket path 'ws' does not start with '/'"),
+        (["--ws-port", "0", "--ws-path", ""], "argument --ws-path: the WebSocket path '' does not start with '/'"),
         (["--quiet", "--debug"], "argument --debug: not allowed with argument --quiet"),
         (["stray"], "unrecognized arguments: stray"),
     ],
@@ -580,6 +583,8 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
         "empty-dead-letter-queue",
         "key-without-cert",
         "path-without-ws-port",
+        "ws-path-without-slash",
+        "empty-ws-path",
         "quiet-and-debug",
         "positional",
     ],
@@ -590,6 +595,13 @@ def test_a_bad_argument_is_one_line_and_exit_code_2(arguments: list[str], expect
     message = one_error_line(result)
     assert message.startswith(expected), message
     assert message.endswith("(--help lists the options)")
+
+
+@pytest.mark.parametrize("path", ["ws", "", "ws/amqp"])
+def test_a_websocket_path_without_its_leading_slash_is_a_value_error(path: str) -> None:
+    with pytest.raises(ValueError, match=f"the WebSocket path {re.escape(repr(path))} does not start with '/'"):
+        Broker(port=0, ws_port=0, ws_path=path)
+    assert Broker(port=0, ws_port=0, ws_path="/" + path).ws_path == "/" + path
 
 
 # ---------------------------------------------------------------------------------------------------------------

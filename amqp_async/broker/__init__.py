@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._deadletter import CONDITION, COUNT, DESCRIPTION, REASON, SOURCE, TIME
 from ._nodes import Queue, Topic
 from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, TOPIC_PREFIX, Broker, ListenError
+from ._store import DataDirInUse
 from ._thread import BrokerThread
 
 #: The message annotations of a dead-lettered message (see :mod:`amqp_async.broker._deadletter`), by name.
@@ -29,6 +30,7 @@ __all__ = [
     "TOPIC_PREFIX",
     "Broker",
     "BrokerThread",
+    "DataDirInUse",
     "ListenError",
     "Queue",
     "Topic",

@@ -16,7 +16,8 @@ stderr, and shuts down cleanly (exit code 0) on SIGINT or SIGTERM.
 
 What cannot start ends with one line on stderr, ``PROG: error: WHAT``, and an exit code: 2 for a bad option or
 an unreadable file (certificate, key, users file), 1 when the broker cannot serve (a port in use, a host that
-does not resolve, a data directory that cannot be opened). ``--debug`` adds the traceback (and debug logging).
+does not resolve, a data directory that cannot be opened or that another broker uses). ``--debug`` adds the
+traceback (and debug logging).
 """
 
 from __future__ import annotations
@@ -43,7 +44,15 @@ from ..io.exception_groups import leaves as exception_leaves
 from ..io.tls_files import load_cert_chain
 from ..protocol.connection import LEAST_IDLE_TIMEOUT
 from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT
-from ._server import DEFAULT_EXPIRY_INTERVAL, DEFAULT_MAX_MEMORY, Broker, ListenError, check_dead_letter_queue
+from ._server import (
+    DEFAULT_EXPIRY_INTERVAL,
+    DEFAULT_MAX_MEMORY,
+    Broker,
+    ListenError,
+    check_dead_letter_queue,
+    check_ws_path,
+)
+from ._store import DataDirInUse
 from ._transactions import DEFAULT_MAX_TRANSACTIONS
 
 __all__ = [
@@ -152,6 +161,14 @@ def _dead_letter_queue(text: str) -> str:
     return text
 
 
+def _ws_path(text: str) -> str:
+    try:
+        check_ws_path(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -214,7 +231,12 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         metavar="PORT",
         help="also serve AMQP over WebSocket on this port (0: a free one; wss:// with --tls-cert)",
     )
-    listen.add_argument("--ws-path", metavar="PATH", help="the only WebSocket path served (default: any path)")
+    listen.add_argument(
+        "--ws-path",
+        type=_ws_path,
+        metavar="PATH",
+        help="the only WebSocket path served, starting with / (e.g. /ws; default: any path)",
+    )
     auth = parser.add_argument_group("authentication")
     auth.add_argument(
         "--user",
@@ -320,7 +342,7 @@ def parse_arguments(argv: list[str] | None = None, *, prog: str = DEFAULT_PROG) 
     arguments = parser.parse_args(argv)
     if arguments.tls_key and not arguments.tls_cert:
         parser.error("--tls-key needs --tls-cert")
-    if arguments.ws_path and arguments.ws_port is None:
+    if arguments.ws_path is not None and arguments.ws_port is None:
         parser.error("--ws-path needs --ws-port")
     return arguments
 
@@ -493,6 +515,9 @@ def describe_failure(exc: BaseException, arguments: argparse.Namespace) -> tuple
         return f"{leaf}{hint}", EXIT_FAILURE
     if isinstance(leaf, socket.gaierror):
         return f"cannot resolve --host {arguments.host!r}: {_reason(leaf)}", EXIT_FAILURE
+    if isinstance(leaf, DataDirInUse):
+        holder = f"pid {leaf.pid}" if leaf.pid is not None else "its pid unknown"
+        return f"--data-dir {arguments.data_dir} is in use by another broker ({holder})", EXIT_FAILURE
     if isinstance(leaf, (OSError, sqlite3.Error)) and arguments.data_dir:
         return f"cannot use --data-dir {arguments.data_dir}: {_reason(leaf)}", EXIT_FAILURE
     if isinstance(leaf, OSError):

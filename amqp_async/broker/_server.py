@@ -40,6 +40,7 @@ from ..io.websocket import require_wsproto, server_handshake
 from ..protocol.connection import LEAST_IDLE_TIMEOUT
 from ..protocol.sasl_scram import InMemoryCredentialStore
 from ..types import symbol
+from ._accept import steady
 from ._bodies import BodyFile, BodySpool
 from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ServerConnection
 from ._deadletter import DeadLetters
@@ -102,6 +103,18 @@ def check_dead_letter_queue(address: str | None) -> None:
         )
 
 
+def check_ws_path(path: str | None) -> None:
+    """A WebSocket path is an HTTP request's absolute path (RFC 7230 §5.3.1: origin-form starts with "/"): one
+    without the slash matched no request (every upgrade got 404), and the URL printed for it was broken
+    (``ws://127.0.0.1:5672ws``).
+
+    Raises:
+        ValueError: a path (an empty one too) that does not start with "/".
+    """
+    if path is not None and not path.startswith("/"):
+        raise ValueError(f"the WebSocket path {path!r} does not start with '/' (e.g. '/ws')")
+
+
 class Broker:
     """An AMQP 1.0 broker, in memory (with ``data_dir``, its queues and durable messages also kept on disk).
 
@@ -159,6 +172,7 @@ class Broker:
         ws_port: also serve AMQP over WebSocket (AMQP WebSocket Binding, subprotocol ``amqp``) on this port (0: a
             free one, see :attr:`ws_url`); over TLS (``wss``) when ``ssl_context`` is given. None: no WebSocket.
         ws_path: the only WebSocket path served (e.g. ``"/ws"``; others are answered 404); None serves any path.
+            One that does not start with "/" raises ValueError.
     """
 
     # Slots: the broker's fields are read for every message routed. Its 34 would pass the 29 CPython 3.11 and 3.12
@@ -249,6 +263,7 @@ class Broker:
                 f"idle_timeout must be at least {2 * LEAST_IDLE_TIMEOUT} seconds (None: none), not {idle_timeout!r}"
             )
         check_dead_letter_queue(dead_letter_queue)
+        check_ws_path(ws_path)
         self.host = host
         self.port = port
         self.users = users
@@ -496,9 +511,7 @@ class Broker:
         websocket = port is not None
         local_port = self.port if port is None else port
         try:
-            listener: anyio.abc.Listener[Any] = await anyio.create_tcp_listener(
-                local_host=self.host, local_port=local_port
-            )
+            sockets = await anyio.create_tcp_listener(local_host=self.host, local_port=local_port)
         except OSError as exc:
             where = f"{self._netloc_host}:{local_port}"
             reason = exc.strerror or str(exc)
@@ -506,6 +519,8 @@ class Broker:
             if isinstance(exc, socket.gaierror):
                 reason = f"the host {self.host!r} does not resolve ({reason})"
             raise ListenError(exc.errno, f"cannot listen on {where}: {reason}") from exc
+        # anyio's accept loop ends at the first failed accept: a client holding all the descriptors stopped the broker
+        listener: anyio.abc.Listener[Any] = steady(sockets)
         local_port = listener.extra(anyio.abc.SocketAttribute.local_port)
         if websocket:
             self.ws_port = local_port

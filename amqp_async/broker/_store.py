@@ -29,10 +29,17 @@ before its removal) is named by no row, and the next start removes it. ``expires
 since the epoch; NULL: never), computed once at its arrival (§3.2.1: a ttl counts from the arrival at the
 intermediary), so that a restart neither extends nor forgets it. A store written before ``expires`` existed gets
 the column when it is opened, each message's expiry computed from its bytes then.
+
+One broker at a time: the store holds an exclusive lock on ``broker.lock`` in the directory for as long as it is
+open (``flock``; the file names the holder's pid). Two brokers on one directory would both number their messages
+from the same ``max(id)`` and write over each other's rows, so a second one is refused (:class:`DataDirInUse`).
+The operating system releases the lock when its process ends, however it ends: a broker restarted after a
+``kill -9`` finds the directory free.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sqlite3
@@ -50,13 +57,21 @@ import anyio.to_thread
 from ._bodies import BODIES, remove_file
 from ._sections import expiry
 
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; the directory is not locked there
+    fcntl = None  # type: ignore[assignment]
+
 if TYPE_CHECKING:
     from ._bodies import BodyFile
     from ._nodes import Entry
 
-__all__ = ["Store", "StoredQueue", "is_durable"]
+__all__ = ["LOCK_FILE", "DataDirInUse", "Store", "StoredQueue", "is_durable"]
 
 log = logging.getLogger("amqp_async.broker")
+
+#: The file in the data directory whose lock says which broker uses it (it holds that broker's pid).
+LOCK_FILE = "broker.lock"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, topic TEXT, subscription TEXT);
@@ -146,6 +161,52 @@ def _refuse_truncated(path: Path) -> None:
         )
 
 
+class DataDirInUse(OSError):
+    """The data directory is in use by another broker (its store holds the directory's lock): two brokers on one
+    store write over each other's messages. ``pid`` is the other broker's process id (None if unknown)."""
+
+    def __init__(self, directory: Path, pid: int | None, code: int = errno.EWOULDBLOCK) -> None:
+        holder = f"pid {pid}" if pid is not None else "its pid unknown"
+        super().__init__(code, f"{directory} is in use by another broker ({holder})")
+        self.directory = directory
+        self.pid = pid
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _lock(directory: Path) -> int | None:
+    """Take the data directory's lock for this process (:data:`LOCK_FILE`, its pid written in it); return the
+    descriptor that holds it (closing it releases the lock), None where there is no ``flock``.
+
+    Raises:
+        DataDirInUse: another process holds the lock.
+        OSError: the lock file cannot be made or opened.
+    """
+    if fcntl is None:
+        return None
+    descriptor = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        # flock(2): the lock belongs to this open file, and goes when it is closed, by close() or by the end of
+        # the process (a kill -9 included): nothing stale to clean up after a crash, unlike a pid file alone.
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        holder = os.pread(descriptor, 32, 0).strip()
+        os.close(descriptor)
+        # (empty when the holder took the lock and has not written its pid yet)
+        error = DataDirInUse(directory, int(holder) if holder.isdigit() else None, exc.errno or errno.EWOULDBLOCK)
+        raise error from None
+    except BaseException:
+        os.close(descriptor)
+        raise
+    try:
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+    except OSError as exc:  # the lock is what counts; the pid only helps the operator
+        log.warning("store %s: cannot write the pid in %s: %s", directory, LOCK_FILE, exc)
+    return descriptor
+
+
 def _boolean(payload: bytes, offset: int) -> bool:
     code = payload[offset]
     return code == _TRUE or (code == _BOOLEAN and len(payload) > offset + 1 and payload[offset + 1] == 1)
@@ -187,28 +248,44 @@ class _Batch:
 
 
 class Store:
-    """The durable copy of the broker's queues and durable messages, in ``directory/broker.sqlite3``.
+    """The durable copy of the broker's queues and durable messages, in ``directory/broker.sqlite3``; the
+    directory is locked for it until :meth:`close`.
 
     Args:
         directory: the data directory (made if missing).
         synchronous: SQLite's ``synchronous`` setting: ``"FULL"`` (the default) makes each commit survive a
             power loss as well as a crash; ``"NORMAL"`` survives a crash of the broker process (``kill -9``) and
             may lose the last commits on a power loss.
+
+    Raises:
+        DataDirInUse: another broker's store has the directory.
+        OSError: the directory or its lock file cannot be made.
+        sqlite3.Error: the database cannot be opened (or is a truncated one, see :func:`_refuse_truncated`).
     """
 
     def __init__(self, directory: str | Path, *, synchronous: str = "FULL") -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "broker.sqlite3"
-        _refuse_truncated(self.path)
-        # One thread at a time uses the connection (the writer task's worker thread, or the loop at start and
-        # stop): never concurrently, so sharing it between threads is safe.
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(f"PRAGMA synchronous={synchronous}")
-        db.executescript(_SCHEMA)
-        _add_expiry(db)
-        _add_body(db)
+        # before anything is read: another broker's writes would be under way
+        self._lock: int | None = _lock(self.directory)
+        try:
+            _refuse_truncated(self.path)
+            # One thread at a time uses the connection (the writer task's worker thread, or the loop at start and
+            # stop): never concurrently, so sharing it between threads is safe.
+            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute(f"PRAGMA synchronous={synchronous}")
+                db.executescript(_SCHEMA)
+                _add_expiry(db)
+                _add_body(db)
+            except BaseException:
+                db.close()
+                raise
+        except BaseException:
+            self._unlock()
+            raise
         #: where large messages are kept (:mod:`._bodies`).
         self.bodies = self.directory / BODIES
         self._next_id: int = 1 + db.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()[0]
@@ -430,7 +507,7 @@ class Store:
         self._remove_files(batch)
 
     def close(self) -> None:
-        """Write what is pending and close the database (idempotent)."""
+        """Write what is pending, close the database and release the directory's lock (idempotent)."""
         db = self._db
         if db is None:
             return
@@ -439,6 +516,14 @@ class Store:
         finally:
             db.close()
             self._db = None
+            self._unlock()
+
+    def _unlock(self) -> None:
+        """Release the data directory's lock: another broker may use the directory now."""
+        descriptor = self._lock
+        if descriptor is not None:
+            self._lock = None
+            os.close(descriptor)
 
     def stats(self) -> dict[str, Any]:
         """Figures for tests and benchmarks: commits written so far."""
