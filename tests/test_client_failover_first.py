@@ -65,6 +65,68 @@ def silent_peer(close_at_once: bool = False) -> Iterator[str]:
         listener.close()
 
 
+@contextmanager
+def foreign_peer(answer: bytes) -> Iterator[str]:
+    """A TCP listener that speaks another protocol: it reads the client's header, writes ``answer`` (an AMQP 0-9-1
+    broker's header, an HTTP error) and closes the socket."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(8)
+                    conn.sendall(answer)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"amqp://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+AMQP_0_9_1 = b"AMQP\x00\x00\x09\x01"
+HTTP_ERROR = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+
+
+@pytest.mark.anyio
+async def test_the_first_connect_goes_on_past_peers_of_another_protocol() -> None:
+    """A URL of the list served by an AMQP 0-9-1 broker or a web server: the next one is tried (the first connect
+    stopped there, with a ConnectionError)."""
+    with foreign_peer(AMQP_0_9_1) as rabbit_0_9_1, foreign_peer(HTTP_ERROR) as web:
+        async with Broker(port=0) as broker:
+            with anyio.fail_after(TIMEOUT):
+                async with amqp_async.connect(urls=[rabbit_0_9_1, web, broker.url], sasl_enabled=False) as conn:
+                    assert str(conn.address) == broker.url
+                    await (await conn.open_sender("failover")).send(Message(body=b"past two"))
+            assert len(broker.queue("failover")) == 1
+
+
+@pytest.mark.anyio
+async def test_a_peer_of_another_protocol_is_named_in_the_error() -> None:
+    with foreign_peer(AMQP_0_9_1) as rabbit_0_9_1, anyio.fail_after(TIMEOUT), pytest.raises(ConnectError) as caught:
+        await amqp_async.connect(rabbit_0_9_1, sasl_enabled=False)
+    assert caught.value.condition == "amqp:not-allowed"
+    assert caught.value.description == (
+        f"cannot connect to {rabbit_0_9_1}: unsupported protocol header b'AMQP\\x00\\x00\\t\\x01' (AMQP 0-9-1); "
+        "b'AMQP\\x00\\x01\\x00\\x00' expected"
+    )
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("close_at_once", [False, True], ids=["never-opens", "closes-the-socket"])
 async def test_the_first_connect_goes_on_past_a_peer_that_does_not_open(close_at_once: bool) -> None:

@@ -702,7 +702,11 @@ class Connection(LinkOpener):
         # frame from the peer (its deliberate decision), a failed authentication, and the close we sent because
         # the peer broke the protocol (decode or framing error, a frame out of place): a peer that did so once
         # will do so again.
-        network_fault = event.transport_ended or idle_expired
+        # A peer that answered with another protocol's header (an AMQP 0-9-1 port, HTTP) before any open: the
+        # wrong port, or a URL of a failover list served by something else; as for a URL that refuses, the next one
+        # is tried (it stopped the first connect at the first such URL).
+        foreign = event.protocol_header is not None and not opened and event.error is not None
+        network_fault = event.transport_ended or idle_expired or foreign
         if network_fault and self._options.reconnect and self._opened and not self._closing:
             # The network failed: the driver reconnects, and callers keep waiting rather than fail.
             self._transport_failed = True
@@ -711,7 +715,7 @@ class Connection(LinkOpener):
                 self._loss = self._lost(idle_expired)
                 self._set_state(ConnectionState.DISCONNECTED, error=self._loss, address=self._address)
             else:
-                failure = self._attempts.last_error = self._failed_before_open()
+                failure = self._attempts.last_error = self._failed_before_open(event if foreign else None)
                 self._set_state(ConnectionState.DISCONNECTED, error=failure, address=self._address)
             return
         self._transport_failed = False
@@ -720,9 +724,9 @@ class Connection(LinkOpener):
             if not self._opened and not self._closing:
                 # The first connect: the stream connected, and ended or timed out before the peer's open. As for a
                 # URL that refuses, the next one of the list is tried (connect() raises once each was, _run).
-                self._next_url_failure = self._failed_before_open()
+                self._next_url_failure = self._failed_before_open(event if foreign else None)
                 return
-            self._fail(self._lost(idle_expired) if opened else self._failed_before_open())
+            self._fail(self._lost(idle_expired) if opened else self._failed_before_open(event if foreign else None))
             return
         if event.sasl_code is not None or (
             event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote
@@ -755,7 +759,14 @@ class Connection(LinkOpener):
     def _lost(self, idle_expired: bool) -> ConnectionLost:
         return lost(self._address, self._options.heartbeat if idle_expired else None, self._driver)
 
-    def _failed_before_open(self) -> ConnectError:
+    def _failed_before_open(self, foreign: ev.ConnectionClosed | None = None) -> ConnectError:
+        """Why an attempt ended before the peer's open; ``foreign``: the event of a peer that spoke another
+        protocol (its header named in the error, with the engine's condition)."""
+        if foreign is not None and foreign.error is not None:
+            condition, description = _error_text(foreign.error)
+            return ConnectError(
+                f"cannot connect to {self._address}: {description}", condition=condition, **where(self._address)
+            )
         return failed_before_open(self._address, self._attempts.current, self._driver, timed_out=self._open_timed_out)
 
     def _fail(self, error: AMQPError) -> None:

@@ -39,6 +39,7 @@ from ..codec.framing import (
     MIN_MAX_FRAME_SIZE,
     PROTOCOL_AMQP,
     PROTOCOL_SASL,
+    PROTOCOL_TLS,
     SASL_HEADER,
     FrameDecoder,
     FramingError,
@@ -90,6 +91,29 @@ _DONE = "done"
 def error(condition: str, description: str | None = None, info: dict[Any, Any] | None = None) -> Error:
     """An AMQP ``error`` (§2.8.14) with a symbol condition."""
     return Error(condition=symbol(condition), description=description, info=info)
+
+
+def describe_header(header: bytes) -> str:
+    """The protocol header a peer sent, in words for an error: its bytes, and the protocol they name when it is
+    one a misconfigured port often speaks (an AMQP 0-9-1 broker's, HTTP, TLS)."""
+    if not header:
+        return "none (the peer sent nothing)"
+    named = None
+    if header[:4] == b"AMQP" and len(header) == 8:
+        protocol, major, minor, revision = header[4:8]
+        if (major, minor, revision) == (1, 0, 0):
+            named = {PROTOCOL_AMQP: "AMQP 1.0", PROTOCOL_SASL: "AMQP 1.0 SASL", PROTOCOL_TLS: "AMQP 1.0 TLS"}.get(
+                protocol
+            )
+        elif protocol == 0 and major == 0:
+            named = f"AMQP 0-{minor}-{revision}"  # 0-9-1 (RabbitMQ's own protocol), 0-8
+        elif (protocol, major, minor) == (1, 1, 0):
+            named = f"AMQP 0-{revision}"  # 0-10 (Qpid C++)
+    elif header[:4] in (b"HTTP", b"<htm", b"<!DO"):
+        named = "HTTP"
+    elif header[:1] == b"\x16":
+        named = "a TLS handshake: the port wants amqps"
+    return f"{header!r} ({named})" if named else repr(header)
 
 
 class Connection(Endpoint):
@@ -692,15 +716,12 @@ class Connection(Endpoint):
         if header != expected:
             if not self._header_sent:
                 self._write_header(expected)
-            protocol = header[4] if header[:4] == b"AMQP" else None
-            described = {PROTOCOL_AMQP: "AMQP", PROTOCOL_SASL: "SASL"}.get(
-                -1 if protocol is None else protocol, repr(bytes(header)) if header else "non-AMQP"
-            )
             self._phase = _DONE
             self._emit(
                 ConnectionClosed(
                     error=error(
-                        conditions.NOT_ALLOWED, f"unsupported protocol header {described}; {expected!r} expected"
+                        conditions.NOT_ALLOWED,
+                        f"unsupported protocol header {describe_header(bytes(header))}; {expected!r} expected",
                     ),
                     remote=False,
                     protocol_header=bytes(header),
