@@ -9,6 +9,7 @@ their memory sampled are in tests/test_streaming_interop.py and tests/test_strea
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import os
@@ -528,6 +529,26 @@ async def test_an_aborted_delivery_is_discarded_by_the_broker(tmp_path: Path) ->
                 assert await sender.send_stream(b"next") == Accepted()
             assert [entry.message.body for entry in broker.queues["q"].entries] == [b"next"]
             await eventually(lambda: list((tmp_path / "bodies").iterdir()) == [])  # the partial file is gone
+
+
+async def test_a_message_stream_left_open_and_forgotten_is_aborted_and_frees_its_sender() -> None:
+    """A task that failed between two writes of ``stream = await open_stream()`` kept the sender's turn: every
+    later message on the sender waited for ever. Collected, the stream aborts its message and warns."""
+
+    async def fails_between_writes(sender: Any) -> None:
+        stream = await sender.open_stream(Message(subject="forgotten"))
+        await stream.write(b"x" * 1000)
+        raise RuntimeError("the application failed before its next write")
+
+    with anyio.fail_after(TIMEOUT):
+        async with serving() as broker, connect(broker) as conn:
+            async with conn.open_stream_sender("q") as sender:
+                with pytest.warns(ResourceWarning, match="MessageStream .* was left open: its message is aborted"):
+                    with pytest.raises(RuntimeError):
+                        await fails_between_writes(sender)
+                    gc.collect()
+                assert await sender.send_stream(b"next") == Accepted()  # before: waited for ever
+            assert [entry.message.body for entry in broker.queues["q"].entries] == [b"next"]
 
 
 async def test_deliveries_aborted_while_read_raise_delivery_aborted() -> None:

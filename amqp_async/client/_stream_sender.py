@@ -14,6 +14,7 @@ aborts the delivery (§2.6.14 ``aborted``): the receiver discards what it got. A
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic
@@ -626,6 +627,27 @@ class MessageStream(Generic[_R]):
         sender._turn.release()
         if sender._turn.statistics().tasks_waiting == 0 and not sender.is_closed:
             sender._answer_drain()
+
+    def __del__(self) -> None:
+        # Left open and forgotten (a task that failed between two writes of ``stream = await open_stream()``):
+        # the sender's turn was never given back, and every later message on the sender waited for ever. Aborted
+        # now (the receiver discards what it got), on the connection's thread (the engine is not thread-safe);
+        # collected on another, the link stays taken, and the warning says why.
+        if not self._holding or self._state is not _OPEN:
+            return
+        on_thread = get_ident() == self._sender.connection._thread
+        warnings.warn(
+            f"a MessageStream of the {self._sender._describe()} was left open"
+            + (": its message is aborted" if on_thread else ", outside the connection's thread: the sender stays taken")
+            + " (end it with complete() or abort(), or use async with)",
+            ResourceWarning,
+            stacklevel=2,
+        )
+        if on_thread:
+            try:
+                self._abandon()
+            except Exception:  # the connection is gone: nothing to abort
+                pass
 
     def __repr__(self) -> str:
         return f"<amqp_async.MessageStream {self._state} {self.body_size} bytes written>"
