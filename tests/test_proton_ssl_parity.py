@@ -151,3 +151,57 @@ def test_encrypted_key_without_password_refused_without_prompting(files: dict[st
     with pytest.raises(amqp_async.proton.SSLException, match=r"^SSL failure\.$"):
         domain.set_credentials(files["cert"], files["encrypted key"], None)
     assert Path(files["encrypted key"]).exists()
+
+
+def _untrusted_server_events(module_name: str, url: str, ca: str) -> list[Any]:
+    """A container's client reaches a TLS server whose certificate its CA list does not vouch for: the callbacks
+    it gets and the transport's condition (name, and whether its words say why)."""
+    import importlib
+
+    base = importlib.import_module(module_name)
+    handlers = importlib.import_module(module_name + ".handlers")
+    reactor = importlib.import_module(module_name + ".reactor")
+    record: list[Any] = []
+
+    class Client(handlers.MessagingHandler):  # type: ignore[misc]
+        def on_start(self, event: Any) -> None:
+            domain = base.SSLDomain(base.SSLDomain.MODE_CLIENT)
+            domain.set_trusted_ca_db(ca)  # another CA than the server's
+            domain.set_peer_authentication(base.SSLDomain.VERIFY_PEER_NAME)
+            event.container.connect(url, ssl_domain=domain, reconnect=False)
+
+        def _note(self, name: str, event: Any) -> None:
+            condition = event.transport.condition
+            described = None
+            if condition is not None:
+                words = condition.description or ""
+                described = [condition.name, words.startswith("SSL Failure:"), "certificate verify failed" in words]
+            record.append([name, described])
+
+        def on_transport_error(self, event: Any) -> None:
+            self._note("transport_error", event)
+
+        def on_disconnected(self, event: Any) -> None:
+            self._note("disconnected", event)
+
+    reactor.Container(Client()).run()
+    return record
+
+
+def test_a_server_certificate_not_trusted_is_reported_as_protons(files: dict[str, str], tmp_path: Path) -> None:
+    """Ours reported it as a socket error ("proton.pythonio", the Python exception's text) in the order of a
+    refused connection; proton's SSL layer reports amqp:connection:framing-error, "SSL Failure: ...", first."""
+    import ssl
+
+    from tls_certs import make_ca as another_ca
+
+    from amqp_async.broker import BrokerThread
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(files["cert"], files["key"])
+    stranger = another_ca(tmp_path, "stranger").cert
+    with BrokerThread(ssl_context=context) as broker:
+        url = broker.url.replace("amqp://", "amqps://").replace("127.0.0.1", "localhost")
+        reference = _untrusted_server_events("proton", url, stranger)
+        assert reference[0] == ["transport_error", ["amqp:connection:framing-error", True, True]]
+        assert _untrusted_server_events("amqp_async.proton", url, stranger) == reference

@@ -39,6 +39,7 @@ from ._delivery import Delivery
 from ._endpoints import Connection, Receiver, Sender, link_attached_by_peer, session_begun_by_peer
 from ._events import Event
 from ._reconnect import ConnectSequence
+from ._tls import failure_condition
 from ._url import Url
 
 if TYPE_CHECKING:
@@ -181,8 +182,14 @@ class Channel:
             except (OSError, ssl.SSLError, anyio.BrokenResourceError) as exc:
                 log.info("connecting to %s failed: %r", address, exc)
                 self._ended = True
-                # proton's Python I/O layer names this condition "proton.pythonio".
-                self._report_failure(Condition("proton.pythonio", f"{describe_transport_error(exc) or exc}"))
+                tls_failure = _tls_failure(exc)
+                if tls_failure is not None:
+                    # The TLS handshake failed (a certificate not trusted, a host name it does not name): proton's
+                    # SSL layer reports it as its protocol layers do, the error first, in its words.
+                    self._report_failure(failure_condition(tls_failure), error_first=True)
+                else:
+                    # proton's Python I/O layer names this condition "proton.pythonio".
+                    self._report_failure(Condition("proton.pythonio", f"{describe_transport_error(exc) or exc}"))
                 self.container._process()
             else:
                 engine = self._client_engine(options, address)
@@ -561,6 +568,15 @@ def _apply_transport_settings(engine: protocol.Connection, transport: Any) -> No
         # proton's: the whole enforced, half announced (§2.4.5), as a client's
         engine.idle_timeout = idle_timeout
         engine.advertised_idle_timeout = idle_timeout / 2
+
+
+def _tls_failure(error: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a failed connect (anyio may wrap it in a BrokenResourceError), or None."""
+    while error is not None:
+        if isinstance(error, ssl.SSLError):
+            return error
+        error = error.__cause__  # type: ignore[assignment]
+    return None
 
 
 def _misuse_in(error: BaseException) -> LocalProtocolError | EncodeError | None:
