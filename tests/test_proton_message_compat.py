@@ -177,3 +177,25 @@ def test_binary_body_reads_back_as_bytes() -> None:
     mine = ours.Message()
     mine.decode(raw)
     assert type(mine.body) is bytes and mine.body == b"ab"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"id": 7, "correlation_id": 42, "priority": 9, "delivery_count": 2},
+        {"id": "a", "correlation_id": "b"},  # (a binary one reads as a memoryview in proton: docs/proton.md)
+        {},
+    ],
+)
+def test_decoded_numbers_read_as_plain_ints_as_protons(fields: dict[str, Any]) -> None:
+    """proton's Data reads a ulong id, a ubyte priority, a uint delivery-count as plain ints (ours read ulong,
+    ubyte, uint: ``repr`` and ``type(x) is int`` differed); set again, an int id still goes as a ulong."""
+    names = ("id", "correlation_id", "priority", "delivery_count")
+    read = {}
+    for module in (proton, ours):
+        message = module.Message(**fields)
+        message.decode(message.encode())
+        read[module] = [(repr(getattr(message, name)), type(getattr(message, name)).__name__) for name in names]
+    assert read[ours] == read[proton]
+    reply = ours.Message(correlation_id=ours.Message(id=7).id)
+    assert proton.Message(correlation_id=7).encode() == reply.encode()  # a ulong on the wire, as proton's

@@ -11,6 +11,8 @@ as the awaitable API does (the peer reads the same message).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import DecodeError
 from ..message import _GROUP_ID, _GROUP_SEQUENCE
 from ..message import Message as _Message
@@ -19,6 +21,12 @@ from ._data_tree import _read, _write
 from ._exceptions import _MessageDecodeError
 
 __all__ = ["Message"]
+
+
+def _plain(value: Any) -> Any:
+    """An AMQP integer (a ``ulong`` id) as a plain int, as proton's Data reads it; anything else as it is."""
+    return int(value) if isinstance(value, int) and type(value) is not int else value
+
 
 _decode = _Message.decode
 
@@ -53,6 +61,45 @@ class Message(_Message):
     @user_id.setter
     def user_id(self, value: bytes | str | None) -> None:
         _Message.user_id.fset(self, value)  # type: ignore[attr-defined]
+
+    # proton reads these numbers as plain ints (its Data turns AMQP's ulong, ubyte, uint into int): a program's
+    # ``type(x) is int``, ``repr()`` and the keys it builds from them see what proton gives. Set, they keep their
+    # AMQP types (an int id goes as a ulong, as in proton).
+    @property
+    def id(self) -> Any:
+        """The message-id: an int (a ulong on the wire), uuid.UUID, bytes or str."""
+        return _plain(_Message.id.fget(self))  # type: ignore[attr-defined]
+
+    @id.setter
+    def id(self, value: Any) -> None:
+        _Message.id.fset(self, value)  # type: ignore[attr-defined]
+
+    @property
+    def correlation_id(self) -> Any:
+        """The correlation-id: an int (a ulong on the wire), uuid.UUID, bytes or str."""
+        return _plain(_Message.correlation_id.fget(self))  # type: ignore[attr-defined]
+
+    @correlation_id.setter
+    def correlation_id(self, value: Any) -> None:
+        _Message.correlation_id.fset(self, value)  # type: ignore[attr-defined]
+
+    @property
+    def priority(self) -> int:
+        """Relative message priority, 0-255 (default 4)."""
+        return int(_Message.priority.fget(self))  # type: ignore[attr-defined]
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        _Message.priority.fset(self, value)  # type: ignore[attr-defined]
+
+    @property
+    def delivery_count(self) -> int:
+        """The number of unsuccessful previous attempts to deliver the message (§3.2.1)."""
+        return int(_Message.delivery_count.fget(self))  # type: ignore[attr-defined]
+
+    @delivery_count.setter
+    def delivery_count(self, value: int) -> None:
+        _Message.delivery_count.fset(self, value)  # type: ignore[attr-defined]
 
     def encode(self) -> bytes:
         """The message's encoding, byte for byte as proton's: a header and a properties section always (empty
