@@ -922,6 +922,12 @@ class Connection(LinkOpener):
         if not self._closing:
             self._closing = True
             self._set_state(ConnectionState.CLOSED, address=self._address)
+            if error is None:
+                try:
+                    await self._write_backlog()
+                except BaseException:
+                    await self._abort()  # cancelled: the socket is closed at once, as documented
+                    raise
             driver = self._driver
             engine = self._engine
             if driver is not None and driver.engine is engine and engine is not None and not engine.closed:
@@ -937,6 +943,34 @@ class Connection(LinkOpener):
         finally:
             if not self._finished:  # cancelled, or the driver overran its bounds: end it now
                 await self._abort()
+
+    async def _write_backlog(self) -> None:
+        """Before a clean close: the transfers the engine still holds for the peer's session window (§2.5.6) are
+        written as the peer opens it (at most ``CLOSE_TIMEOUT`` seconds). The close dropped them: at-most-once
+        messages that submit() had taken were lost without a word (19,456 of 20,000 reached the broker)."""
+        engine = self._engine
+        if engine is None or engine.closed or self._reconnecting:
+            return
+        with anyio.move_on_after(_driver.CLOSE_TIMEOUT):
+            while (
+                any(session.has_backlog for session in engine.sessions)
+                and not engine.closed
+                and engine is self._engine
+                and not self._reconnecting
+                and self._error is None
+            ):
+                await self._wait_state()
+            driver = self._driver
+            if driver is not None and not engine.closed and engine is self._engine:
+                try:
+                    await driver.wait_flushed(driver.flush_epoch, self._raise_failure)
+                except AMQPError:
+                    pass  # lost meanwhile: the close finds it so
+
+    def _raise_failure(self) -> None:
+        """Raise the connection's failure, if it failed (a close under way is none)."""
+        if self._error is not None:
+            raise self._error
 
     def run_threadsafe(self, coroutine: Awaitable[_T]) -> Future[_T]:
         """Run an awaitable of this connection (``sender.send(...)``, ``receiver.receive()``...) on the

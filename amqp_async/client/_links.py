@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, cast
 import anyio
 
 from ..codec.delivery_states import Accepted
-from ..codec.performatives import Error
+from ..codec.performatives import SENDER, Error
 from ..errors import (
     AMQPError,
     ClosedByApplication,
@@ -245,6 +245,11 @@ class _Link:
             # not come, and the link was attached again, a consumer the application could no longer read.
             self._closed = True
             return
+        if error is None and link.role is SENDER:
+            await self._write_backlog(link)
+            if link.local_state is CLOSED or connection.is_closed:
+                self._closed = True
+                return
         link.detach(closed=True, error=error)
         connection._kick()
         with anyio.move_on_after(10):
@@ -254,6 +259,22 @@ class _Link:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    async def _write_backlog(self, link: EngineLink) -> None:
+        """Before a clean detach: the link's transfers still waiting for the peer's session window are written as
+        it opens (at most 10 s); the detach dropped them (§2.6.4: nothing of a link goes after its detach), and
+        at-most-once messages submit() had taken were lost without a word."""
+        connection = self.connection
+        session = link.session
+        with anyio.move_on_after(10):
+            while (
+                session.has_backlog
+                and any(delivery.link is link for delivery in session.backlogged_deliveries)
+                and link.local_state is ACTIVE
+                and not connection.is_closed
+                and not connection._reconnecting
+            ):
+                await connection._wait_state()
 
 
 def _attach_refusal(error: LocalProtocolError) -> LinkError:
