@@ -91,6 +91,18 @@ def test_names_never_overwrite_and_json_output_carries_the_message(
     assert not [path for path in out.iterdir() if path.name.endswith(".part")]
 
 
+@pytest.mark.parametrize("delivery", ["at-least-once", "at-most-once"])
+def test_count_takes_no_message_more(broker: BrokerCLI, queue: str, tmp_path: Path, delivery: str) -> None:
+    """The stream receiver kept a message's credit granted: the one after the last came, and was given back, or
+    at-most-once, lost (c of a..e was gone). Credit is now granted by hand, never past --count."""
+    ok("send", "-q", "-u", broker.url, queue, "a", "b", "c", "d", "e")
+    out = tmp_path / "out"
+    ok("receive", "-q", "-u", broker.url, queue, "-d", str(out), "-c", "2", "-t", "10", "--delivery", delivery)
+    assert sorted(path.read_text() for path in out.iterdir()) == ["a", "b"]
+    left = ok("receive", "-q", "-u", broker.url, queue, "--timeout", "1")
+    assert left.stdout.splitlines() == ["c", "d", "e"]
+
+
 def test_stdin_is_streamed_as_it_is_read(broker: BrokerCLI, queue: str, tmp_path: Path) -> None:
     data = "line\n" * 200_000
     ok("send", "-u", broker.url, queue, "--file", "-", input=data)

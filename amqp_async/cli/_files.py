@@ -180,14 +180,22 @@ async def receive_files(
     settle: str,
     output: str,
     quiet: bool,
+    credit: int = 1,
 ) -> None:
-    """Receive messages from ``address`` into files of ``directory``, each streamed to disk as it arrives."""
+    """Receive messages from ``address`` into files of ``directory``, each streamed to disk as it arrives.
+
+    Credit is granted by hand, ``credit`` messages at most and never past ``count`` in all (as ``receive`` does):
+    the receiver's own top-up let the message after the last one come, given back (or, at-most-once, lost)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = sys.stdout
     async with connect(url, **options) as connection:
-        receiver = await connection.open_stream_receiver(address, **link_options)
+        receiver = await connection.open_stream_receiver(address, **link_options, credit=0)
         with TransferProgress("received", None, count, quiet=quiet) as progress:
             while count is None or progress.files < count:
+                wanted = credit if count is None else min(credit, count - progress.files)
+                missing = wanted - (receiver.credit + receiver.queued)
+                if missing > 0:
+                    receiver.add_credit(missing)
                 delivery = None
                 with anyio.move_on_after(timeout):
                     delivery = await receiver.receive()

@@ -257,6 +257,7 @@ def receive(
                 settle=settle,
                 output=output,
                 quiet=quiet,
+                credit=credit,
             )
         )
         return

@@ -721,6 +721,11 @@ class _ReceivingLink(_Link):
         return self._engine_link.credit
 
     @property
+    def queued(self) -> int:
+        """Deliveries received and not yet taken (a stream receiver's: at their first frame)."""
+        return len(self._engine_link.incoming)
+
+    @property
     def on_error(self) -> OnError:
         """What ``async with delivery:`` does with a delivery of this receiver when its block raises (the
         ``on_error`` option it was opened with): ``"modify"``, ``"release"`` or ``"reject"``."""
@@ -784,11 +789,6 @@ class Receiver(_ReceivingLink):
         if self._options.source.dynamic:
             return "dynamic receiver (a node the peer makes)"
         return f"receiver from {self.source!r}"
-
-    @property
-    def queued(self) -> int:
-        """Deliveries received and not yet taken."""
-        return len(self._engine_link.incoming)
 
     def _attach_arguments(self) -> dict[str, Any]:
         return self._options.attach_arguments()
