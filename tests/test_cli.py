@@ -256,6 +256,22 @@ def test_bodies_from_stdin_json_lines_and_a_file(broker: BrokerCLI, queue: str, 
     assert [m["body"] for m in received[6:]] == [{"$binary": "Zmlyc3QgbGluZQ=="}, {"$binary": "c2Vjb25kIGxpbmU="}]
 
 
+def test_a_line_that_is_not_utf8_is_named_and_the_lines_before_it_go(broker: BrokerCLI, queue: str) -> None:
+    """Decoded strictly, the whole block read failed: nothing was sent, and the error named no line."""
+    result = subprocess.run(
+        [*cli_command(), "send", "-u", broker.url, queue, "-i", "-"],
+        input=b"first\n\xff\xfe binary\nthird\n",
+        capture_output=True,
+        env=cli_env(),
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 2
+    assert result.stderr.decode().strip() == (
+        "amqp-async: error: input: line 2: not UTF-8 text (send binary data with --file)"
+    )
+    assert ok("receive", "-u", broker.url, queue, "--timeout", "1").stdout.splitlines() == ["first"]
+
+
 def test_receive_json_output_resends_as_messages(broker: BrokerCLI, queue: str) -> None:
     ok("send", "-u", broker.url, queue, "x", "y", "--subject", "s", "-p", "k=1", "--size", "4")
     dump = ok("receive", "-u", broker.url, queue, "--count", "2", "-o", "json").stdout

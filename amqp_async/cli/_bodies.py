@@ -67,7 +67,13 @@ class MessageTemplate:
 
 
 def _lines(stream: IO[str]) -> Iterator[str]:
-    for line in stream:
+    """The lines of ``stream`` (read with ``errors="surrogateescape"``: a line that is not UTF-8 is named by its
+    number, after the lines before it went; decoded strictly, the whole block read failed, with no number)."""
+    for number, line in enumerate(stream, 1):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"line {number}: not UTF-8 text (send binary data with --file)") from None
         yield line.rstrip("\r\n")
 
 

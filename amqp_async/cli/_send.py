@@ -190,7 +190,7 @@ async def _send_each(
     "--input",
     "-i",
     "input_file",
-    type=click.File("r", encoding="utf-8"),
+    type=click.File("r", encoding="utf-8", errors="surrogateescape"),  # a bad line is named (_bodies._lines)
     help="read one body per line from FILE ('-': stdin) instead of arguments.",
 )
 @click.option(
