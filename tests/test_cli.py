@@ -370,6 +370,47 @@ def test_a_failure_is_one_line_on_stderr(tmp_path: Path) -> None:
         limited.stop()
 
 
+@pytest.mark.parametrize("source", ["stdin", "fifo"])
+def test_ctrl_c_stops_send_file_while_its_read_waits(
+    broker: BrokerCLI, queue: str, tmp_path: Path, source: str
+) -> None:
+    """``send --file -`` (or a FIFO) read in a worker thread that the exit waited for: a Ctrl-C said "interrupted"
+    and the command went on until the input ended; a second one aborted the interpreter (SIGABRT)."""
+    path = "-"
+    if source == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    process = subprocess.Popen(
+        [*cli_command(), "send", "-u", broker.url, queue, "--file", path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+    )
+    assert process.stdin is not None
+    writer = None
+    try:
+        if source == "fifo":
+            writer = open(path, "wb")  # noqa: SIM115 - closed in finally
+            writer.write(b"abc")
+            writer.flush()
+        else:
+            process.stdin.write(b"abc")
+            process.stdin.flush()
+        time.sleep(1.5)  # connected, the stream started, its next read waiting
+        process.send_signal(signal.SIGINT)
+        code = process.wait(TIMEOUT)  # before: waited for the input's end
+        assert code == 130
+        assert process.communicate()[1].decode().strip() == "amqp-async: interrupted"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(TIMEOUT)
+        process.stdin.close()
+        if writer is not None:
+            writer.close()
+
+
 def test_ctrl_c_stops_send_while_it_waits_for_a_line(broker: BrokerCLI, queue: str) -> None:
     process = subprocess.Popen(
         [*cli_command(), "send", "-u", broker.url, queue, "-i", "-"],

@@ -33,6 +33,7 @@ from ..errors import DeliveryAborted
 from ..message import Message, MessageBodyError
 from ._bodies import MessageTemplate
 from ._exit import CommandFailed, ExitCode
+from ._run import blocking_read
 from ._transfer_progress import TransferProgress
 from ._values import message_to_json, to_json
 
@@ -101,7 +102,10 @@ async def _send_one(sender: Any, path: str, template: MessageTemplate, progress:
     file: IO[bytes]
     try:
         # In a worker thread: opening a FIFO waits for its writer, and the connection's heartbeats must go on.
-        file = sys.stdin.buffer if path == "-" else await anyio.to_thread.run_sync(open, path, "rb")
+        if path == "-":
+            file = sys.stdin.buffer
+        else:
+            file = await anyio.to_thread.run_sync(blocking_read, _open_binary, path, abandon_on_cancel=True)
     except OSError as exc:
         raise CommandFailed(ExitCode.USAGE, f"--file {path}: {exc.strerror or exc}") from None
     try:
@@ -112,7 +116,7 @@ async def _send_one(sender: Any, path: str, template: MessageTemplate, progress:
         async with sender.open_stream(message, body_size=size) as stream:
             while left is None or left > 0:
                 if left is None:
-                    data = await anyio.to_thread.run_sync(file.read, READ_SIZE)
+                    data = await anyio.to_thread.run_sync(blocking_read, file.read, READ_SIZE, abandon_on_cancel=True)
                 else:
                     data = file.read(min(READ_SIZE, left))
                     left -= len(data)
@@ -124,6 +128,12 @@ async def _send_one(sender: Any, path: str, template: MessageTemplate, progress:
         if path != "-":
             file.close()
     progress.file_done()
+
+
+def _open_binary(path: str) -> IO[bytes]:
+    # Unbuffered: closing a buffered file waits for its lock, held by a read still waiting in its worker thread (a
+    # FIFO's, after a Ctrl-C): the close, and the command, hung until the writer wrote again.
+    return open(path, "rb", buffering=0)  # (closed by the caller once the file is sent)
 
 
 def _mode(delivery: str) -> DeliveryMode:

@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -16,7 +16,7 @@ from ..io.exception_groups import leaves
 from ..message import Message
 from ._exit import ExitCode, exit_code_for
 
-__all__ = ["INPUT_THREAD", "body_size", "run_command"]
+__all__ = ["INPUT_THREAD", "blocking_read", "body_size", "run_command"]
 
 
 def body_size(message: Message) -> int:
@@ -56,11 +56,32 @@ def run_command(function: Callable[..., Awaitable[Any]], *args: Any) -> None:
 #: The name of the daemon thread that reads ``send``'s input stream (``_send._InputFeeder``).
 INPUT_THREAD = "amqp-async input"
 
+_T = TypeVar("_T")
+
+# Reads that may wait for ever (stdin, a FIFO, and opening one) under way in worker threads (see blocking_read).
+_blocking_reads = 0
+_blocking_lock = threading.Lock()
+
+
+def blocking_read(read: Callable[..., _T], *args: Any) -> _T:
+    """Call ``read(*args)`` (in a worker thread: ``anyio.to_thread.run_sync(blocking_read, file.read, n,
+    abandon_on_cancel=True)``) as a read that may wait for ever: an interrupt does not wait for it, and while it
+    waits the command's exit ends the process at once (see :func:`_exit`). ``send --file -`` went on until stdin
+    ended after a Ctrl-C, and a second one aborted the interpreter (SIGABRT)."""
+    global _blocking_reads
+    with _blocking_lock:
+        _blocking_reads += 1
+    try:
+        return read(*args)
+    finally:
+        with _blocking_lock:
+            _blocking_reads -= 1
+
 
 def _exit(code: ExitCode) -> None:
     """Exit with ``code``. While a thread still waits on a read of stdin, at once: the interpreter's shutdown would
     abort (SIGABRT) on the lock that read holds, when it closes stdin."""
-    if any(thread.name == INPUT_THREAD and thread.is_alive() for thread in threading.enumerate()):
+    if _blocking_reads or any(thread.name == INPUT_THREAD and thread.is_alive() for thread in threading.enumerate()):
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
