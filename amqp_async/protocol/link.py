@@ -544,6 +544,7 @@ class ReceiverLink(Link):
         "_current",
         "_current_parts",
         "_current_size",
+        "_lowered",
         "_overshoot",
         "available",
         "drain",
@@ -568,6 +569,10 @@ class ReceiverLink(Link):
         #: deliveries beyond the credit granted that are accepted anyway (0: the spec's strict rule).
         self.overshoot_tolerance = 0
         self._overshoot = 0
+        # Credit we took back (a grant lower than the credit the sender had) and it has not used beyond its credit
+        # yet: §2.6.7, "If the link-credit is reduced by the receiver when transfers are in-flight, the receiver
+        # MAY either handle the excess messages normally or detach the link": they are handled, that many at most.
+        self._lowered = 0
         #: hand each delivery over at its first frame, its payload read in parts as frames come (set before
         #: the first transfer; see :mod:`.streaming`).
         self.streaming = False
@@ -593,6 +598,7 @@ class ReceiverLink(Link):
             raise LocalProtocolError(f"link credit must be in [0, 2**32-1], got {credit}")
         if self.local_state is not ACTIVE:
             raise LocalProtocolError(f"link {self.name!r} is not attached")
+        self._lowered = max(self._lowered - self._overshoot, 0) + max(self.link_credit - credit, 0)
         self.link_credit = credit
         self.drain = drain
         self._overshoot = 0
@@ -607,7 +613,9 @@ class ReceiverLink(Link):
         if self.local_state is not ACTIVE:
             raise LocalProtocolError(f"link {self.name!r} is not attached")
         self.link_credit = total
-        self._overshoot = 0
+        if self._overshoot:
+            self._lowered = max(self._lowered - self._overshoot, 0)
+            self._overshoot = 0
         self.session._queue_link_flow(self)
 
     def settle(self, delivery: Delivery, state: Any = None, *, settled: bool = True) -> None:
@@ -685,7 +693,7 @@ class ReceiverLink(Link):
             if self.link_credit <= 0:
                 # §2.6.7 forbids it; some peers (RabbitMQ before 4.0, rabbitmq-server#2597) overshoot a credit
                 # top-up by up to the credit they had. ``overshoot_tolerance`` (0: strict) bounds what is let by.
-                if self._overshoot >= self.overshoot_tolerance:
+                if self._overshoot >= self.overshoot_tolerance + self._lowered:
                     raise RemoteProtocolError(
                         f"transfer on link {self.name!r} beyond the credit granted",
                         condition=conditions.LINK_TRANSFER_LIMIT_EXCEEDED,
