@@ -634,10 +634,10 @@ def test_transfers_in_flight_when_we_lowered_the_credit_are_taken_and_no_more() 
     conn, session, link = with_receiver(credit=5)
     link.grant_credit(2)  # three taken back; the sender may have used them already
     conn.data_to_send()
-    events, out = feed(conn, b"".join(transfer(n, bytes([97 + n])) for n in range(5)))
+    events, _ = feed(conn, b"".join(transfer(n, bytes([97 + n])) for n in range(5)))
     assert not [e for e in events if isinstance(e, LinkDetached)]  # before: detached at the third
     assert [d.tag for d in link.incoming] == [b"a", b"b", b"c", b"d", b"e"] and link.credit == 0
-    events, out = feed(conn, transfer(5, b"f"))
+    events, _ = feed(conn, transfer(5, b"f"))
     detached = [e for e in events if isinstance(e, LinkDetached)]
     assert len(detached) == 1 and detached[0].error is not None
     assert detached[0].error.condition == conditions.LINK_TRANSFER_LIMIT_EXCEEDED
