@@ -662,8 +662,14 @@ class ServerConnection:
                     remote_open = self.engine.remote_open
                     container = remote_open.container_id if remote_open is not None else self.peer
                     key = f"{container}/{link.name}" if durable else f"{id(link)}"
+                    # the subscription keeps only what the selector matches: the rest would never leave it
                     queue = owner.subscription(
-                        key, max_depth=broker.max_queue_depth, durable=durable, store=broker.storage, flow=broker.flow
+                        key,
+                        max_depth=broker.max_queue_depth,
+                        durable=durable,
+                        store=broker.storage,
+                        flow=broker.flow,
+                        selector=selector,
                     )
                 else:
                     queue = broker.queue(address)
