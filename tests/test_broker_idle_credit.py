@@ -115,7 +115,9 @@ def test_python_qpid_proton_sends_after_a_large_message_left_the_credit_counted_
                 await first.send(Message(body=b"x" * LARGE))
                 receiver = await conn.open_receiver("large")
                 await (await receiver.receive()).accept()
-                assert first.credit > 100  # its window, granted at the first (unseen) size, held unused
+                # its credit held unused: its window at the first (unseen) size, lowered once its first message
+                # showed the size to what the memory limit leaves (84 of 3 MiB messages under 256 MiB)
+                assert first.credit > 50
                 connection = proton_utils.BlockingConnection(broker.url, timeout=TIMEOUT)
                 try:
                     sender = connection.create_sender("after")

@@ -9,17 +9,22 @@ up when it falls below half. With limits, a window is never larger than the room
   that come back, released or from a consumer gone, return to their queue even above it: the credit then waits.)
 - ``max_memory``: all producers together get at most the room left in bytes, counted in messages of the larger of
   the average size held and the last size seen (the limit, less the bytes of the messages held and of those arriving
-  in parts, less the credit every producer holds); before the first message, a size of :data:`UNSEEN_SIZE` is assumed
-  (a full window under a roomy limit, one credit under a tight one). With messages of one size the bytes held never
+  in parts, each of these counted whole, less the credit every producer holds); before the first message, a size
+  of :data:`UNSEEN_SIZE` is assumed (a full window under a roomy limit, one credit under a tight one). A producer's
+  own size is not known before its first message: once that shows it, credit it holds beyond the room is taken
+  back (a flow lowering its link-credit, §2.6.7; :meth:`Flow._lower`), so that a producer of large messages waits
+  rather than sends the rest of a window granted for smaller ones. With messages of one size the bytes held never
   pass the limit; with mixed sizes the estimate can be short, so each message is also checked in bytes as it
   arrives, and one that does not fit is rejected with ``amqp:resource-limit-exceeded``
-  (:func:`._assembly.memory_refusal`). A message counts its bytes and a
-  fixed bookkeeping estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a
-  few large ones.
+  (:func:`._assembly.memory_refusal`): a message larger than the limit, those a producer sent before it saw its
+  credit lowered, and those of producers that change size or together outrun the estimate. A message counts its
+  bytes and a fixed bookkeeping estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded
+  as well as a few large ones.
 
 A producer refused a full window is *starved*: once consumers take messages or settle them (:meth:`Flow.freed`)
 it gets credit again, as soon as the room is worth a window (half of one, or half of the limit when that is
-smaller) — never a trickle of single credits. Nothing is rejected and the producers' sends simply wait.
+smaller) — never a trickle of single credits. Nothing is rejected (but for the cases above) and the producers'
+sends simply wait.
 
 The room is counted less the credit every producer holds, so a producer that holds credit and never uses it (a
 sender opened and left idle; one granted its window when messages were smaller than those since) starves the others
@@ -87,7 +92,7 @@ class Producer:
         target: the queue or topic its messages go to (None: per message, the anonymous relay).
     """
 
-    __slots__ = ("counted", "credit", "grant", "target")
+    __slots__ = ("counted", "credit", "grant", "sent", "sized", "target")
 
     def __init__(self, credit: Callable[[], int], grant: Callable[[int], None], target: Queue | Topic | None) -> None:
         self.credit = credit
@@ -95,6 +100,9 @@ class Producer:
         self.target = target
         #: its credit as the running totals count it (:meth:`Flow.recount`).
         self.counted = 0
+        #: it used credit (a message of it came), and its messages showed their size (see :meth:`Flow.top_up`).
+        self.sent = False
+        self.sized = False
 
 
 class Flow:
@@ -114,11 +122,16 @@ class Flow:
         self.held_count = 0
         #: bytes of messages arriving in parts, in memory, not complete yet (:mod:`._assembly`).
         self.assembling = 0
+        #: how many messages arrive in parts in memory (each counts whole in the room for messages: see _taken).
+        self.arriving = 0
         #: bytes of the nodes (queues, topics, subscriptions) the broker made, each counted at :data:`NODE_SIZE`.
         self.node_bytes = 0
         #: bytes of the sessions and links peers began and attached, each counted at :data:`ENDPOINT_SIZE`.
         self.endpoint_bytes = 0
         self.last_size = 0
+        # The largest message held since the last top-up: a top-up follows the messages of its producer that the
+        # connection took (see top_up).
+        self._shown = 0
         self.producers: set[Producer] = set()
         self.starved: set[Producer] = set()
         # Bytes dropped since the starved producers were last looked at, and how many must be for one of them to
@@ -140,6 +153,8 @@ class Flow:
         self.held_bytes += size
         self.held_count += 1
         self.last_size = size
+        if size > self._shown:
+            self._shown = size
 
     def drop(self, size: int) -> None:
         """A held message of ``size`` bytes is gone (settled, or its queue deleted)."""
@@ -160,6 +175,13 @@ class Flow:
     def _held(self) -> int:
         """The bytes counted against the memory limit: messages, parts of messages, nodes, sessions and links."""
         return self.held_bytes + self.assembling + self.node_bytes + self.endpoint_bytes
+
+    def _taken(self, size: int) -> int:
+        """The bytes the room for messages of ``size`` is counted less: :meth:`_held`, with each message arriving in
+        parts counted whole. Counted as far as it came, a 1 MiB message in 64 KiB frames used its credit at its
+        first frame and left its room free: the producer got credit for it again, and every other message it
+        sent was rejected."""
+        return self._held() + max(0, self.arriving * size - self.assembling)
 
     def room_for_node(self) -> bool:
         """Whether the memory limit leaves room for one more node: else the node is not made (a peer could make
@@ -256,12 +278,24 @@ class Flow:
         self.recount(producer)
 
     def top_up(self, producer: Producer) -> int:
-        """Give a producer a new window when it used half of its own (and the limits leave room).
+        """Give a producer a new window when it used half of its own (and the limits leave room); lower its credit
+        when it holds more than the memory limit leaves it (:meth:`_lower`).
 
         Returns the bytes the memory limit lacked for a window worth granting (0 when granted, or when another
         limit held it back).
         """
+        before = producer.counted
         credit = self.recount(producer)
+        shown, self._shown = self._shown, 0
+        if not producer.sized:
+            # Its credit was granted before its messages showed their size: once they have, it is lowered if the
+            # memory limit leaves it less (_lower). Its connection tops it up once it took its messages, so what was
+            # held since the last top-up is its own.
+            producer.sent = producer.sent or credit < before
+            if producer.sent and shown:
+                producer.sized = True
+                if credit > 0 and self.max_memory is not None:
+                    credit = self._lower(producer, credit, shown)
         if credit >= WINDOW // 2:
             return 0
         if self.max_memory is None and (not self.block_full_queues or producer.target is None):
@@ -282,6 +316,32 @@ class Flow:
             return 0
         self.starved.add(producer)
         return lacking
+
+    def _lower(self, producer: Producer, credit: int, shown: int) -> int:
+        """Lower the credit of ``producer`` (holding ``credit``), whose first messages just showed a size of
+        ``shown`` bytes, to the room the memory limit leaves it when it holds more; return its credit then.
+
+        Its first window was counted in messages of the size seen so far, its own unknown (:data:`UNSEEN_SIZE`
+        before any message): a producer of 1 MiB messages given 2,000 credits at 64 KiB a message held 2 GB of them
+        under the default limit of 256 MiB, and once the memory was full, every message it sent was rejected, the
+        rest of that window (``amqp:resource-limit-exceeded``, each one crossing the wire in full first). Lowered
+        once its first message shows the size, its sends wait for credit instead. Done once per producer: the
+        credit granted after is counted with its size, and one that changes size is checked message by message
+        (:func:`._assembly.memory_refusal`).
+
+        §2.6.7: "If the link-credit is reduced by the receiver when transfers are in-flight, the receiver MAY either
+        handle the excess messages normally or detach the link with a transfer-limit-exceeded error code." The
+        broker handles them (the engine takes as many as were taken back: ``protocol.link``), each checked in bytes as
+        it comes: what was in flight when the producer saw the flow may be rejected, not the rest of the window.
+        """
+        assert self.max_memory is not None
+        size = max(self._message_size(), shown)
+        # The credit the others hold is room promised (as _room counts it): not this producer's.
+        room = (self.max_memory - self._taken(size)) // size - (self._promised - credit)
+        if credit <= room:
+            return credit
+        self._grant(producer, max(room, 0))
+        return producer.counted
 
     def freed(self) -> None:
         """Room was made (messages taken or settled): starved producers get credit again if it is worth it (one
@@ -306,8 +366,7 @@ class Flow:
         free = None
         if self.max_memory is not None:
             size = self._message_size()
-            held = self._held()
-            really_free = max(0, (self.max_memory - held) // size)
+            really_free = max(0, (self.max_memory - self._taken(size)) // size)
             # Less than a grant worth making (see _room) is the limit reached, not room promised and unused: that
             # waits for settlements, as before (no trickle of shares towards the last byte).
             free = (really_free + 1) // 2 if really_free >= _worth(self.max_memory // size) else 0
@@ -384,8 +443,7 @@ class Flow:
             # message, of UNSEEN_SIZE: a full window where the room is ample, one credit (to learn the size) where
             # the limit is tight.
             size = self._message_size()
-            held = self._held()
-            memory_room = (self.max_memory - held) // size - (self._promised - credit)
+            memory_room = (self.max_memory - self._taken(size)) // size - (self._promised - credit)
             room = min(room, memory_room)
             worth = min(worth, _worth(self.max_memory // size))
             lacking = max(0, worth - (memory_room - credit)) * size

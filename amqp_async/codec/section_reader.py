@@ -13,9 +13,10 @@ frames, as a streamed delivery hands them over) and:
 - stops at a body it does not pass through (amqp-sequence sections, an amqp-value of another type): it is read
   whole instead (:attr:`~SectionReader.stopped`, the bytes from that section on in :meth:`~SectionReader.leftover`).
 
-The sections it keeps are bounded (``max_kept`` bytes together: a head larger than that is refused), so that the
-memory a streamed message takes does not grow with it. Order is checked as ``Message.decode`` checks it (§3.2:
-each section at most once and in order, only data and amqp-sequence repeat, the body of one kind).
+The sections it keeps are bounded (``max_kept`` bytes together: a head larger than that is refused with
+:class:`SectionsTooLarge`), so that the memory a streamed message takes does not grow with it. Order is checked as
+``Message.decode`` checks it (§3.2: each section at most once and in order, only data and amqp-sequence repeat, the
+body of one kind).
 
 Sans-IO: bytes in, pieces out; :class:`~amqp_async.errors.DecodeError` for bytes that are not a message.
 """
@@ -32,7 +33,7 @@ from .section_codes import DATA as _DATA
 from .section_codes import FOOTER as _FOOTER
 from .section_codes import HEADER as _HEADER
 
-__all__ = ["DEFAULT_MAX_KEPT", "SectionReader"]
+__all__ = ["DEFAULT_MAX_KEPT", "SectionReader", "SectionsTooLarge"]
 
 #: The most bytes of head and footer sections a reader keeps by default.
 DEFAULT_MAX_KEPT = 1 << 20
@@ -68,6 +69,13 @@ _SIZED: dict[int, int] = {code: 1 for code in (0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE
 _SIZED.update({code: 4 for code in (0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0)})
 
 
+class SectionsTooLarge(DecodeError):
+    """The sections a reader keeps (the head, the footer) take more than its ``max_kept`` bytes.
+
+    A :class:`~amqp_async.errors.DecodeError` (what the reader raised for it before), of its own class because the
+    message may well be valid: what reads it can keep it another way (the broker keeps it whole in memory)."""
+
+
 def value_end(data: bytes | bytearray, position: int, depth: int = 0) -> int | None:
     """Where the encoded value starting at ``position`` ends, from its constructor and size alone (None: the bytes
     stop before its size is known).
@@ -99,7 +107,8 @@ class SectionReader:
     """Reads one message's sections from its bytes in pieces (see the module's description).
 
     Args:
-        max_kept: the most bytes of head and footer sections kept (a larger head is refused with a DecodeError).
+        max_kept: the most bytes of head and footer sections kept (a larger head is refused with
+            :class:`SectionsTooLarge`).
 
     Attributes:
         head: the encoded sections before the body, once the body started or the message ended (None before).
@@ -142,8 +151,8 @@ class SectionReader:
         """Take the next bytes of the message; return the pieces of body content they complete (possibly none).
 
         Raises:
-            DecodeError: the bytes are not a message (sections out of order, a bad constructor, a head larger than
-                ``max_kept``...).
+            DecodeError: the bytes are not a message (sections out of order, a bad constructor...);
+                :class:`SectionsTooLarge` (a DecodeError) for a head or footer larger than ``max_kept``.
         """
         if self._finished:
             raise DecodeError("bytes after the end of the message", offset=self._offset)
@@ -297,7 +306,7 @@ class SectionReader:
 
     def _check_kept(self, size: int) -> None:
         if size > self._max_kept:
-            raise DecodeError(
+            raise SectionsTooLarge(
                 f"the message's sections other than its body take more than {self._max_kept} bytes",
                 offset=self._offset,
             )
