@@ -370,6 +370,25 @@ def test_a_failure_is_one_line_on_stderr(tmp_path: Path) -> None:
         limited.stop()
 
 
+def _connected(pid: int, port: int) -> bool:
+    """Whether process ``pid`` has a TCP connection established to ``port`` on 127.0.0.1 (Linux's /proc)."""
+    try:
+        inodes = {
+            os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1]
+            for fd in os.listdir(f"/proc/{pid}/fd")
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")
+        }
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:  # it ended, or an fd went meanwhile
+        return False
+    for line in lines:
+        fields = line.split()
+        remote, state, inode = fields[2], fields[3], fields[9]
+        if state == "01" and int(remote.split(":")[1], 16) == port and inode in inodes:
+            return True
+    return False
+
+
 @pytest.mark.parametrize("source", ["stdin", "fifo"])
 def test_ctrl_c_stops_send_file_while_its_read_waits(
     broker: BrokerCLI, queue: str, tmp_path: Path, source: str
@@ -397,7 +416,11 @@ def test_ctrl_c_stops_send_file_while_its_read_waits(
         else:
             process.stdin.write(b"abc")
             process.stdin.flush()
-        time.sleep(1.5)  # connected, the stream started, its next read waiting
+        deadline = time.monotonic() + TIMEOUT
+        while not _connected(process.pid, broker.port):  # (before: a Ctrl-C during start-up is a traceback)
+            assert time.monotonic() < deadline, "the command never connected"
+            time.sleep(0.05)
+        time.sleep(0.5)  # the stream started, its next read waiting
         process.send_signal(signal.SIGINT)
         code = process.wait(TIMEOUT)  # before: waited for the input's end
         assert code == 130
