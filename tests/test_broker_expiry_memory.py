@@ -162,3 +162,24 @@ async def test_messages_loaded_from_the_store_count_their_expiry_and_give_it_bac
             assert await receive_all(broker, "kept") == ["ttl"]
             await settled(broker)
     assert broker.flow.held_bytes == 0
+
+
+@pytest.mark.anyio
+async def test_a_drained_backlog_of_messages_with_a_ttl_leaves_nothing_of_them_in_the_expiry_heap() -> None:
+    """The heap kept an item (and its entry, the message's bytes with it, settled and no longer counted) for every
+    message delivered until its ttl was up, unless more came: a consumer that drained 2,000 messages with an hour's
+    ttl, one left queued, kept all 2,000 for an hour. Compacted as delivery empties it (twice the messages still
+    to expire, plus 64, at most)."""
+    async with serving() as broker, amqp_async.connect(broker.url, reconnect=False) as conn:
+        with anyio.fail_after(TIMEOUT):
+            sender = await conn.open_sender("backlog")
+            await sender.send_many([Message(body=number, ttl=3600) for number in range(2000)])
+            queue = broker.queues["backlog"]
+            assert len(queue._expiries) == 2000
+            receiver = await conn.open_receiver("backlog", credit=0)
+            receiver.add_credit(1999)
+            for delivery in await receiver.receive_many(1999, timeout=TIMEOUT):
+                await delivery.accept()
+            assert queue.expiring == 1 and len(queue) == 1
+            assert len(queue._expiries) <= 2 * 1 + 64  # before: 2,000
+            assert queue.next_expiry is not None  # the one left still expires

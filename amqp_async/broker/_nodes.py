@@ -427,11 +427,17 @@ class Queue:
         heap = self._expiries
         heapq.heappush(heap, (entry.expires, entry.place, entry))
         if len(heap) > 2 * self.expiring + 64:
-            # most items are of entries that left the queue: keep the others (a look-up each, not a pass over
-            # every message queued, most of which may not expire at all)
-            heap[:] = [item for item in heap if self._queued_at(item[2], item[1])]
-            heapq.heapify(heap)
+            self._compact_expiries()
         self.next_expiry = heap[0][0]
+
+    def _compact_expiries(self) -> None:
+        """Most items of the expiry heap are of entries that left the queue: keep the others (a look-up each, not a
+        pass over every message queued, most of which may not expire at all). Kept, an item holds its entry, and
+        the message's bytes with it, settled and uncounted."""
+        heap = self._expiries
+        heap[:] = [item for item in heap if self._queued_at(item[2], item[1])]
+        heapq.heapify(heap)
+        self.next_expiry = heap[0][0] if heap else None
 
     def _queued_at(self, entry: Entry, place: int) -> bool:
         """Whether ``entry`` is in the queue, at ``place``."""
@@ -741,6 +747,10 @@ class Queue:
                 self.release(entry)  # sent settled (at-most-once): done with
         for consumer in ready:
             self._learned(consumer, head_place, first_place, stopped.get(consumer, last_place))
+        if self.expiring and len(self._expiries) > 2 * self.expiring + 64:
+            # Delivered, they left items behind: a consumer that drained a backlog of messages with an hour's ttl
+            # kept every one of them (and its bytes, uncounted) until its hour was up, unless more came.
+            self._compact_expiries()
         flow = self.flow
         if flow is not None and flow.starved and len(entries) < before:
             flow.freed()  # room in the queue for producers waiting for credit
