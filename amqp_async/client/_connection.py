@@ -705,8 +705,8 @@ class Connection(LinkOpener):
         # A peer that answered with another protocol's header (an AMQP 0-9-1 port, HTTP) before any open: the
         # wrong port, or a URL of a failover list served by something else; as for a URL that refuses, the next one
         # is tried (it stopped the first connect at the first such URL).
-        foreign = event.protocol_header is not None and not opened and event.error is not None
-        network_fault = event.transport_ended or idle_expired or foreign
+        foreign = event if event.protocol_header is not None and not opened and event.error is not None else None
+        network_fault = event.transport_ended or idle_expired or foreign is not None
         if network_fault and self._options.reconnect and self._opened and not self._closing:
             # The network failed: the driver reconnects, and callers keep waiting rather than fail.
             self._transport_failed = True
@@ -715,7 +715,7 @@ class Connection(LinkOpener):
                 self._loss = self._lost(idle_expired)
                 self._set_state(ConnectionState.DISCONNECTED, error=self._loss, address=self._address)
             else:
-                failure = self._attempts.last_error = self._failed_before_open(event if foreign else None)
+                failure = self._attempts.last_error = self._failed_before_open(foreign)
                 self._set_state(ConnectionState.DISCONNECTED, error=failure, address=self._address)
             return
         self._transport_failed = False
@@ -724,9 +724,9 @@ class Connection(LinkOpener):
             if not self._opened and not self._closing:
                 # The first connect: the stream connected, and ended or timed out before the peer's open. As for a
                 # URL that refuses, the next one of the list is tried (connect() raises once each was, _run).
-                self._next_url_failure = self._failed_before_open(event if foreign else None)
+                self._next_url_failure = self._failed_before_open(foreign)
                 return
-            self._fail(self._lost(idle_expired) if opened else self._failed_before_open(event if foreign else None))
+            self._fail(self._lost(idle_expired) if opened else self._failed_before_open(foreign))
             return
         if event.sasl_code is not None or (
             event.error is not None and event.error.condition == conditions.UNAUTHORIZED_ACCESS and not event.remote

@@ -120,8 +120,6 @@ class _Link:
         if self._error is not None:
             raise self._error
         if self._closed:
-            if self._detaching:
-                raise ClosedByApplication(f"link {self.name!r} was closed by the application")
             raise LinkDetached(f"link {self.name!r} is detached")
 
     @property
@@ -876,10 +874,11 @@ class Receiver(_ReceivingLink):
         if get_ident() != self.connection._thread:
             check_thread(self.connection)  # refused before anything is taken off the queue
         incoming = self._engine_link.incoming
-        while incoming and incoming[0].aborted:
-            incoming.popleft()  # aborted by the sender (§2.6.14): no message, and settled
+        if incoming and incoming[0].aborted:
+            while incoming and incoming[0].aborted:
+                incoming.popleft()  # aborted by the sender (§2.6.14): no message, and settled
+            self._top_up()  # (their credit was used)
         if not incoming:
-            self._top_up()
             return None
         if self._detaching or self.session._closing or self.connection._closing:
             self._check()  # ClosedByApplication, as receive() raises it: nothing is handed out after a close
