@@ -1117,9 +1117,12 @@ async def test_a_large_message_spans_many_frames_both_ways() -> None:
 
 async def test_the_broker_keeps_an_idle_client_with_a_heartbeat_alive() -> None:
     with anyio.fail_after(TIMEOUT):
-        async with serving() as broker, connect(broker, heartbeat=0.4) as conn:
+        # Our idle timeout is 1 s; the broker sends an empty frame at least every 0.25 s (a quarter of it: §2.4.5,
+        # we advertise half). The broker runs on this event loop: a stall of the loop past 0.75 s (a loaded CI
+        # machine) would hold its frame back and read as silence, which 0.4 s (0.3 s of stall) did once in CI.
+        async with serving() as broker, connect(broker, heartbeat=1.0) as conn:
             sender = await conn.open_sender("q")
-            await anyio.sleep(1.5)  # several of our idle timeouts: the broker must send empty frames
+            await anyio.sleep(3.5)  # several of our idle timeouts: the broker must send empty frames
             assert isinstance(await sender.send(Message(body="still here")), Accepted)
             assert len(broker.connections) == 1
 
