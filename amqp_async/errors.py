@@ -33,7 +33,12 @@ A peer that stays connected but does not answer (docs/client.md, "Defaults and t
 from __future__ import annotations
 
 import builtins
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the codec imports this module: its classes are named for the type checker only
+    from .codec.composite import Composite
+    from .codec.delivery_states import Accepted, Modified, Rejected, Released
+    from .codec.transactions import TransactionalState
 
 __all__ = [
     "CLOSED_BY_APPLICATION",
@@ -348,27 +353,41 @@ class LinkDetached(LinkError):
 
 
 class DeliveryError(AMQPError):
-    """A message was not accepted. ``outcome`` holds the delivery state the receiver gave (§3.4)."""
+    """A message was not accepted. ``outcome`` holds the delivery state the receiver gave (§3.4), None when none
+    came (the subclasses narrow its type: a ``MessageRejected``'s is a ``Rejected``...)."""
 
-    def __init__(self, description: str = "", *, outcome: Any = None, condition: str | None = None) -> None:
+    # Declared on the class (not only assigned in __init__) so that each subclass can narrow it for the type
+    # checker: ``except MessageRejected as e: e.outcome.error`` is checked, where ``Any`` let every typo through.
+    outcome: Composite | None
+
+    def __init__(
+        self, description: str = "", *, outcome: Composite | None = None, condition: str | None = None
+    ) -> None:
         super().__init__(description, condition=condition)
         self.outcome = outcome
 
 
 class MessageRejected(DeliveryError):
-    """The receiver rejected the message (§3.4.3); ``condition``/``description`` are the receiver's error."""
+    """The receiver rejected the message (§3.4.3); ``condition``/``description`` are the receiver's error, and
+    ``outcome`` the :class:`~amqp_async.Rejected` it sent."""
+
+    outcome: Rejected | None
 
 
 class MessageReleased(DeliveryError):
-    """The receiver released the message (§3.4.4): it was not processed and may be sent again."""
+    """The receiver released the message (§3.4.4): it was not processed and may be sent again. ``outcome`` is
+    the :class:`~amqp_async.Released` it sent."""
 
     default_condition = "amqp:released"
+    outcome: Released | None
 
 
 class MessageModified(DeliveryError):
-    """The receiver modified the message (§3.4.5): ``outcome`` says delivery_failed / undeliverable_here."""
+    """The receiver modified the message (§3.4.5): ``outcome`` (a :class:`~amqp_async.Modified`) says
+    delivery_failed / undeliverable_here."""
 
     default_condition = "amqp:modified"
+    outcome: Modified | None
 
 
 class MessageTooLarge(DeliveryError):
@@ -440,6 +459,11 @@ class DeliveryAlreadySettled(AMQPError):
 
     default_condition = "amqp:illegal-state"
 
-    def __init__(self, description: str = "", *, outcome: Any = None) -> None:
+    def __init__(
+        self,
+        description: str = "",
+        *,
+        outcome: Accepted | Rejected | Released | Modified | TransactionalState | None = None,
+    ) -> None:
         super().__init__(description)
-        self.outcome = outcome
+        self.outcome: Accepted | Rejected | Released | Modified | TransactionalState | None = outcome

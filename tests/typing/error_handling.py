@@ -3,8 +3,6 @@ run)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from typing_extensions import assert_type
 
 from amqp_async import (
@@ -16,6 +14,7 @@ from amqp_async import (
     MessageBodyError,
     MessageRejected,
     Outcome,
+    Rejected,
 )
 from amqp_async.codec.transactions import TransactionalState
 
@@ -27,7 +26,9 @@ async def careful(conn: Connection) -> None:
     except MessageRejected as rejected:
         assert_type(rejected.condition, str)
         assert_type(rejected.description, str)
-        assert_type(rejected.outcome, Any)
+        assert_type(rejected.outcome, Rejected | None)
+        if rejected.outcome is not None and rejected.outcome.error is not None:
+            assert_type(rejected.outcome.error.description, str | None)
     except DeliveryInDoubt:
         pass
     receiver = await conn.open_receiver("orders")
