@@ -120,7 +120,8 @@ class _Link:
         if self._error is not None:
             raise self._error
         if self._closed:
-            raise LinkDetached(f"link {self.name!r} is detached")
+            # named by what the application opened (its address), not only by the link's generated name
+            raise LinkDetached(f"the {self._describe()} is detached (link {self.name!r})")
 
     @property
     def _closed_by_application(self) -> bool:
@@ -137,9 +138,18 @@ class _Link:
                 raise
             # The peer refused the link (detached it, or ended its session): say which link, with its words.
             what = self._describe()
-            raise type(exc)(
-                f"the peer refused the {what}: {exc.description}", condition=exc.condition, info=exc.info
-            ) from exc
+            why = exc.description
+            if type(exc) is LinkDetached and exc.__cause__ is None:  # no words of the peer's: detached, no error
+                why = f"it detached the link without an error (link {self.name!r})"
+            raise type(exc)(f"the peer refused the {what}: {why}", condition=exc.condition, info=exc.info) from exc
+        if self._dynamic_node_unnamed():
+            unnamed = LinkError(
+                f"the peer attached the {self._describe()} without the address of the node it made (§3.5.3, "
+                "§3.5.4: the attach that answers a dynamic terminus MUST carry its address)",
+                condition="amqp:invalid-field",
+            )
+            self._fail_attach(unnamed)  # detached, the peer told why: nothing flows on a node nobody can name
+            raise unnamed
 
     async def _wait_attach_answered(self) -> None:
         limit = self.connection._options.open_timeout
@@ -165,12 +175,21 @@ class _Link:
                 return
             await due.wait()
 
+    def _dynamic_node_unnamed(self) -> bool:
+        """True when we asked the peer for a dynamic node and its attach came back without the node's address:
+        the link would be open on a node nobody can name (a request's ``reply_to`` None, its replies never
+        coming)."""
+        return False
+
     def _give_up_attach(self, limit: float | None) -> None:
         """The peer did not answer our attach within ``open_timeout``: detach the link, telling the peer why (a
         late attach then meets our detach, and no transfer flows on it), and fail with :class:`LinkTimeout`."""
-        error = LinkTimeout(
-            f"the peer did not answer the attach of the {self._describe()} within open_timeout ({limit} s)"
+        self._fail_attach(
+            LinkTimeout(f"the peer did not answer the attach of the {self._describe()} within open_timeout ({limit} s)")
         )
+
+    def _fail_attach(self, error: LinkError) -> None:
+        """Detach the link (closed) with ``error``, telling the peer why, and keep it as the link's error."""
         link = self._engine_link
         connection = self.connection
         if not connection.is_closed and not connection._reconnecting and link.local_state is ACTIVE:
@@ -231,10 +250,23 @@ class _Link:
     async def close(self, error: Error | None = None) -> None:
         """Detach and close the link (§2.6.4), and wait for the peer's detach (idempotent)."""
         check_thread(self.connection)
+        link = await self._send_detach(error)
+        if link is None:
+            return
+        connection = self.connection
+        with anyio.move_on_after(10):
+            while link.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
+                await connection._wait_state()
+        self._closed = True
+
+    async def _send_detach(self, error: Error | None) -> EngineLink | None:
+        """Detach the link (closed), a sender's backlog written first, and return the engine link whose detach
+        the peer answers; None when there is nothing to wait for (the link or connection was closed already, or
+        the transport is down): the link is closed then."""
         link = self._engine_link
         if self._closed or self.connection.is_closed or link.local_state is CLOSED:
             self._closed = True
-            return
+            return None
         self._detaching = True
         connection = self.connection
         if connection._reconnecting:
@@ -242,18 +274,15 @@ class _Link:
             # the reconnect leaves it out (Session._restore). Before, the close waited 10 s for a detach that could
             # not come, and the link was attached again, a consumer the application could no longer read.
             self._closed = True
-            return
+            return None
         if error is None and link.role is SENDER:
             await self._write_backlog(link)
             if link.local_state is CLOSED or connection.is_closed:
                 self._closed = True
-                return
+                return None
         link.detach(closed=True, error=error)
         connection._kick()
-        with anyio.move_on_after(10):
-            while link.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
-                await connection._wait_state()
-        self._closed = True
+        return link
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
@@ -359,7 +388,14 @@ class Sender(_Link, Generic[_R]):
     def _target_address_expected(self) -> bool:
         return True
 
+    def _dynamic_node_unnamed(self) -> bool:
+        # §3.5.4: "The address of the target MUST be set when sent on a attach frame sent by the receiving link
+        # endpoint where the dynamic flag is set to true"
+        return bool(self._options.target.dynamic) and not getattr(self._engine_link.remote_target, "address", None)
+
     def _describe(self) -> str:
+        if self._options.target.dynamic:
+            return "dynamic sender (a node the peer makes)"
         return f"sender to {self.target!r}" if self.target else "sender with no target (the anonymous relay)"
 
     def _attach_arguments(self) -> dict[str, Any]:
@@ -732,6 +768,11 @@ class _ReceivingLink(_Link):
     def _on_event(self, event: Any) -> None:
         if isinstance(event, ev.LinkDetached):
             self._on_detached(event)
+
+    def _dynamic_node_unnamed(self) -> bool:
+        # §3.5.3: "The address of the source MUST be set when sent on a attach frame sent by the sending link
+        # endpoint where the dynamic flag is set to true"
+        return bool(self._options.source.dynamic) and not getattr(self._engine_link.remote_source, "address", None)
 
     def _top_up(self) -> None:
         link = self._engine_link
