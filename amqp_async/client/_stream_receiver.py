@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import anyio
-
 from ..codec.performatives import Error
 from ..errors import ClosedByApplication, LinkDetached
 from ..protocol.errors import LocalProtocolError
@@ -128,10 +126,16 @@ class StreamReceiver(_ReceivingLink):
         answers (idempotent)."""
         check_thread(self.connection)
         self._abandon_current()
-        await super().close(error)
-        if self._owns_session:
-            with anyio.CancelScope(shield=True):
-                await self.session.close()
+        if not self._owns_session:
+            await super().close(error)
+            return
+        # One wait for the peer, not two: the detach goes out with the session's end right behind it, and the
+        # peer's end comes after its answer to the detach (a session's frames are in order, §2.5). Waiting for
+        # each in turn took twice the close timeout on a silent peer (20 s, where a link's close takes 10). Both
+        # frames are handed to the engine before the first wait, so a cancelled close still sends them.
+        await self._send_detach(error)
+        self._closed = True
+        await self.session.close()
 
     async def __aenter__(self) -> StreamReceiver:
         return self
