@@ -344,6 +344,15 @@ def test_a_data_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     assert one_error_line(result).startswith(f"cannot use --data-dir {blocker / 'store'}: ")
 
 
+def test_a_data_dir_that_is_a_file_says_so(tmp_path: Path) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("not a directory")
+    result = run_cli("--port", "0", "--data-dir", str(file))
+    assert result.returncode == 1
+    # before: "cannot use --data-dir ...: file exists"
+    assert one_error_line(result) == f"cannot use --data-dir {file}: {file} is not a directory"
+
+
 def test_a_store_truncated_to_nothing_is_refused_and_kept(tmp_path: Path) -> None:
     """SQLite takes an empty file for a new database: the broker used to start with no messages, as if the store had
     held none, and wrote over the file. A store it made is never empty; an empty one is refused, left as it is."""
@@ -555,6 +564,11 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
             "argument --transaction-timeout: '-1' is not a finite number of seconds above 0",
         ),
         (["--expiry-interval", "inf"], "argument --expiry-interval: 'inf' is not a finite number of seconds above 0"),
+        # 0 is taken (no limit): "above 0" alone read as if it were refused too
+        (
+            ["--handshake-timeout", "-1"],
+            "argument --handshake-timeout: '-1' is not a finite number of seconds above 0 (0: no limit)",
+        ),
         (
             ["--dead-letter-queue", "topic://dead"],
             "argument --dead-letter-queue: the dead-letter queue 'topic://dead' names a topic",
@@ -579,6 +593,7 @@ def test_a_certificate_without_its_key_says_so(tmp_path: Path) -> None:
         "bad-when-full",
         "negative-timeout",
         "infinite-expiry-interval",
+        "negative-handshake-timeout",
         "topic-dead-letter-queue",
         "empty-dead-letter-queue",
         "key-without-cert",

@@ -43,7 +43,7 @@ def entry(body: int, *, ttl: float | None, arrived: float) -> Entry:
 def given_up(queue: Queue) -> list[Entry]:
     """Record what the queue gives up (dead letters), in order."""
     record: list[Entry] = []
-    queue.dead_letter = lambda _queue, item, reason, _description: record.append(item)
+    queue.dead_letter = lambda _queue, item, reason, _description, condition=None: record.append(item)
     return record
 
 

@@ -12,8 +12,8 @@ Artemis's) do:
 - python-qpid-proton: a selector subscriber's subscription stays empty while ten times the memory limit of
   messages it does not select is published, and the one it selects is delivered;
 - our client: a durable subscription with a selector, its subscriber detached, keeps only what it selects; back
-  with another selector, it takes what that one selects; after a restart (``data_dir``: the selector is not stored),
-  it filters again once its subscriber is back with its filter;
+  with another selector, it takes what that one selects; after a restart (``data_dir``), it filters with its
+  subscriber's filter once that one is back (and before: the store keeps it, tests/test_broker_durable_selectors.py);
 - ``Topic.publish`` itself: a payload that does not decode matches no selector (as the consumer finds) and raises
   nothing; a subscription without a selector gets everything, and costs no decoding; a subscription shared by
   subscribers with different selectors takes every message.
@@ -161,7 +161,7 @@ async def test_after_a_restart_a_durable_subscription_filters_again_once_its_sub
                 await (await subscribe(conn, RED)).close()
     async with serving(data_dir=tmp_path, max_memory=LIMIT) as broker:
         with anyio.fail_after(TIMEOUT):
-            # the store keeps no selector: loaded, the subscription takes everything until its subscriber is back
+            # its subscriber back with its filter (the store kept it too: tests/test_broker_durable_selectors.py)
             async with amqp_async.connect(broker.url, reconnect=False, container_id="subscriber") as conn:
                 await (await subscribe(conn, RED)).close()
             await publish(broker.url, *[coloured("blue") for _ in range(COUNT)], coloured("red", "red"))

@@ -475,10 +475,12 @@ def test_idle_timeout_expiry_closes_with_resource_limit_exceeded() -> None:
     c.process()
     closed = last(c, ev.ConnectionClosed)
     assert not closed.remote and condition_of(closed.error) == conditions.RESOURCE_LIMIT_EXCEEDED
+    assert closed.idle_expired  # the layer above tells a silent peer (gone) from other closes by this, not by words
     assert client.local_state is CLOSED
     pump(c, s)
     seen = last(s, ev.ConnectionClosed)
     assert seen.remote and condition_of(seen.error) == conditions.RESOURCE_LIMIT_EXCEEDED
+    assert not seen.idle_expired  # the peer's close: it read the words, its own clock expired nothing
     assert client.tick(100.0) is None
     assert s.connection.tick(100.0) is None
 

@@ -180,10 +180,14 @@ def _seconds(text: str) -> float:
 
 
 def _timeout(text: str) -> float | None:
-    """Seconds of a time limit; 0 (or ``none``) for none."""
+    """Seconds of a time limit; 0 (or ``none``) for none (said in the error: "above 0" alone read as if 0 were
+    refused too)."""
     if text.strip().lower() in ("0", "none"):
         return None
-    return _seconds(text)
+    try:
+        return _seconds(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (0: no limit)") from None
 
 
 def _idle_timeout(text: str) -> float | None:
@@ -314,7 +318,8 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         "--delivery-limit",
         type=_positive_int,
         metavar="N",
-        help="dead-letter (or drop) a message after N failed deliveries (modified delivery-failed, rolled back)",
+        help="dead-letter (or drop) a message after N failed deliveries (modified delivery-failed, rolled back, "
+        "held by a consumer whose connection was lost)",
     )
     messages.add_argument(
         "--expiry-interval",

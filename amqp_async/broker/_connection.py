@@ -50,7 +50,7 @@ from ..types import symbol
 from ._assembly import Assembly, memory_refusal
 from ._bodies import BodyFile
 from ._flow import WINDOW, NoRoomForNode, Producer
-from ._nodes import Consumer, ConsumerFailed, Entry, Queue, Topic
+from ._nodes import Consumer, ConsumerFailed, Entry, FailedAttempt, Queue, Topic
 from ._outbound import stream_body
 from ._store import is_durable
 from ._transactions import Coordinator as TransactionCoordinator
@@ -112,6 +112,17 @@ def _not_an_address(field: str, value: object) -> str:
 
 def _error(condition: str, description: str) -> Error:
     return Error(condition=symbol(condition), description=description)
+
+
+def _lost(event: ev.ConnectionClosed) -> Error | None:
+    """The error of a connection lost (None for one that ended otherwise): its transport ended without the peer's
+    close (a process killed, a host gone: ``amqp:connection:forced``), or the peer went silent past our idle
+    timeout (§2.4.5, ``amqp:resource-limit-exceeded``). A close the peer sent, one we sent (a refusal, a protocol
+    violation of the peer's, our own failure) or the broker's stop is no loss."""
+    error = event.error
+    if event.transport_ended:
+        return error if error is not None else _error(conditions.CONNECTION_FORCED, "the transport ended")
+    return error if event.idle_expired else None
 
 
 def _no_room_for(what: str, max_memory: int | None) -> str:
@@ -216,6 +227,7 @@ class ServerConnection:
         self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
         self._handshake_scope: anyio.CancelScope | None = None  # the handshake deadline's, until the peer's open
         self._handshake_expired = False  # closed for its handshake deadline (logged then, once)
+        self._ending = False  # being released (release): its consumers take nothing more
         self.transactions = TransactionCoordinator(
             broker.route,
             broker._has_room,
@@ -275,6 +287,7 @@ class ServerConnection:
             or link.streaming is not None  # a large message goes out on it (_outbound): nothing else until it ends
             or self._output_waiting  # too much output waits for the socket (_pause_output)
             or link.local_state is not ACTIVE
+            or self._ending  # released: what one consumer returns is not for its siblings on the dead connection
         ):
             return 0
         if link.session.remote_incoming_window <= 0:  # §2.5.6: the next transfer would wait in the session
@@ -390,20 +403,52 @@ class ServerConnection:
         # here, as this may run inside another connection's dispatch to one of our consumers.
         self._driver.give_up()
 
-    def release(self) -> None:
-        """The connection is gone: its open transactions roll back, and its consumers' unsettled messages go back
-        to their queues."""
+    def _on_closed(self, event: ev.ConnectionClosed) -> None:
+        """The connection ended: what its consumers left unsettled takes the outcome its end calls for, then the
+        connection is released.
+
+        - Lost (its transport ended without the peer's close, or the peer went silent past the idle timeout): each
+          delivery counts as modified with delivery-failed (§3.4.5; the header's delivery-count, §3.2.1: "the
+          number of unsuccessful previous attempts to deliver this message"), whatever default-outcome its link
+          named, and is given up at the delivery limit: a message that crashes every consumer that takes it ends in
+          the dead-letter queue, as in RabbitMQ's quorum queues and ActiveMQ Artemis, instead of being delivered
+          for ever.
+        - Closed by the peer (its close frame: the application's decision): each consumer's default-outcome
+          (§3.5.3), as at its link's detach; released (not counted) without one.
+        - Any other end (our close of a peer that broke the protocol, our own failure): released, not counted.
+        """
+        error = _lost(event)
+        if error is None:
+            if event.remote:
+                for outbound in self._outbound:
+                    self._settle_by_default(outbound)
+            self.release()
+            return
+        attempt = FailedAttempt(
+            f"its consumer's connection was lost ({self.peer}: {error.description or error.condition})",
+            str(error.condition) if error.condition else None,
+        )
+        held = sum(len(outbound.consumer.unsettled) for outbound in self._outbound if not outbound.consumer.browse)
+        if held:
+            log.info("connection %s lost with %d messages unsettled: returned as failed deliveries", self.peer, held)
+        self.release(attempt)
+
+    def release(self, lost: FailedAttempt | None = None) -> None:
+        """The connection is gone: its consumers' unsettled messages go back to their queues (released, or with
+        ``lost`` as failed deliveries, see :meth:`_on_closed`), and its open transactions roll back (what they
+        hold goes back to the queues once the consumers are gone: not to them)."""
+        self._ending = True
         if self._counted:
             self._counted = False
             self.broker.opened_connections -= 1
-        self.transactions.rollback_all()
         flow = self.broker.flow
         endpoints = len(self._outbound) + len(self._inbound) + len(self._controllers) + len(self._sessions)
         self._controllers.clear()
         self._sessions.clear()
         for outbound in self._outbound:
-            self._unsubscribe(outbound)
+            self._unsubscribe(outbound, lost)
         self._outbound.clear()
+        self.transactions.rollback_all()
         for inbound in self._inbound:
             inbound.drop()
         flow.remove(*(inbound.producer for inbound in self._inbound))
@@ -444,7 +489,7 @@ class ServerConnection:
         elif isinstance(event, ev.ConnectionClosed):
             if not self._handshake_expired:  # (that says why already: the transport's end would be a second line)
                 log.info("connection %s closed%s", self.peer, f": {event.error}" if event.error else "")
-            self.release()
+            self._on_closed(event)
 
     def _on_open(self, event: ev.ConnectionOpened) -> None:
         broker = self.broker
@@ -974,8 +1019,9 @@ class ServerConnection:
 
     def _settle_by_default(self, outbound: _Outbound) -> None:
         """A detached link's unsettled messages take its default-outcome, when it named one (§3.5.3: "including
-        when the source is destroyed"); without one they go back to the queue (unsubscribe). A connection that is
-        lost does not come here: its consumers' messages go back whatever they named."""
+        when the source is destroyed"); without one they go back to the queue (unsubscribe). So do a connection's
+        consumers when the peer closes it; a connection lost does not come here: its consumers' messages count as
+        failed deliveries whatever they named (:meth:`_on_closed`)."""
         outcome = outbound.default_outcome
         consumer = outbound.consumer
         if outcome is None or isinstance(outcome, Released) or consumer.browse or not consumer.unsettled:
@@ -985,13 +1031,20 @@ class ServerConnection:
         for entry in pending:
             self.broker._settle_entry(outbound.queue, consumer, entry, outcome)
 
-    def _unsubscribe(self, outbound: _Outbound) -> None:
+    def _unsubscribe(self, outbound: _Outbound, failed: FailedAttempt | None = None) -> None:
+        """The consumer leaves its queue, its unsettled messages returned (as failed attempts with ``failed``); a
+        node made for it alone (a dynamic queue, a subscription that is not durable) is deleted with what it holds
+        (nothing to count there: its messages are dropped)."""
         broker = self.broker
         queue = outbound.queue
-        queue.unsubscribe(outbound.consumer)
-        gone = queue.dynamic and not queue.consumers and broker.queues.pop(queue.name, None) is not None
         topic, key = outbound.topic, outbound.key
-        if topic is not None and key is not None and not queue.durable_subscription:
+        private = topic is not None and key is not None and not queue.durable_subscription
+        if private or (queue.dynamic and queue.consumers == [outbound.consumer]):
+            failed = None
+        queue.unsubscribe(outbound.consumer, failed)
+        gone = queue.dynamic and not queue.consumers and broker.queues.pop(queue.name, None) is not None
+        if private:
+            assert topic is not None and key is not None
             gone = topic.subscriptions.pop(key, None) is not None
         if gone:
             queue.clear()  # a deleted node: its messages are dropped

@@ -5,8 +5,10 @@ Reasons (the value of :data:`REASON`):
 - ``rejected``: a consumer rejected it (§3.4.3); the condition and description of the rejection's error go in
   :data:`CONDITION` and :data:`DESCRIPTION`;
 - ``expired``: its ttl (§3.2.1) or absolute-expiry-time (§3.2.4) passed before it was delivered;
-- ``delivery-limit``: its delivery failed ``delivery_limit`` times (modified with delivery-failed, or a rolled-back
-  transaction: the header's delivery-count, §3.2.1);
+- ``delivery-limit``: its delivery failed ``delivery_limit`` times (modified with delivery-failed, a rolled-back
+  transaction, or held by a consumer whose connection was lost: the header's delivery-count, §3.2.1); when the
+  last attempt was a lost connection, the description says so and :data:`CONDITION` is the condition of that end
+  (``amqp:connection:forced``: the transport ended; ``amqp:resource-limit-exceeded``: the idle timeout);
 - ``queue-full``: its queue was full when it arrived, and the producer's transfer was rejected with
   ``amqp:resource-limit-exceeded`` (``when_full="reject"``, or the anonymous relay to a full queue): RabbitMQ's
   ``reject-publish-dlx`` overflow does the same.
@@ -16,7 +18,8 @@ know them may ignore: :data:`REASON`, :data:`CONDITION` and :data:`DESCRIPTION` 
 (the queue it came from), :data:`TIME` (when, a timestamp) and :data:`COUNT` (how many times this message has
 been dead-lettered, counting this one: an annotation already there is incremented). They are merged into the
 message's own annotations; every other section keeps its bytes exactly (:mod:`._sections`). A dead-lettered
-message does not expire in the dead-letter queue: it is kept for someone to look at.
+message does not expire in the dead-letter queue, nor is it given up there at the delivery limit: it is kept for
+someone to look at.
 
 A message given up by the dead-letter queue itself (rejected or expired there), and any message when no dead-letter
 queue is configured, is dropped (and logged).
@@ -43,7 +46,8 @@ log = logging.getLogger("amqp_async.broker")
 
 #: Why the message was dead-lettered: ``rejected``, ``expired``, ``delivery-limit`` or ``queue-full`` (a symbol).
 REASON = symbol("x-opt-dead-letter-reason")
-#: The error condition of a rejection (the consumer's), or ``amqp:resource-limit-exceeded`` for queue-full.
+#: The error condition of a rejection (the consumer's), ``amqp:resource-limit-exceeded`` for queue-full, or that of
+#: the lost connection that took a message to its delivery limit.
 CONDITION = symbol("x-opt-dead-letter-condition")
 #: The description of a rejection's error, or the broker's words for the other reasons.
 DESCRIPTION = symbol("x-opt-dead-letter-description")

@@ -34,7 +34,8 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import DecodeError
 from ..message import Message
@@ -48,7 +49,17 @@ if TYPE_CHECKING:
     from ._store import Store
     from .selector import Selector
 
-__all__ = ["ENTRY_OVERHEAD", "EXPIRY_OVERHEAD", "Consumer", "ConsumerFailed", "DeadLetter", "Entry", "Queue", "Topic"]
+__all__ = [
+    "ENTRY_OVERHEAD",
+    "EXPIRY_OVERHEAD",
+    "Consumer",
+    "ConsumerFailed",
+    "DeadLetter",
+    "Entry",
+    "FailedAttempt",
+    "Queue",
+    "Topic",
+]
 
 _sequence = itertools.count()
 #: Consumer keys (:attr:`Consumer.key`): never given twice in a process, unlike ``id()``, which a new consumer may
@@ -66,10 +77,29 @@ ENTRY_OVERHEAD = 256
 #: past ``--max-memory`` (344 MiB under 256).
 EXPIRY_OVERHEAD = 128
 
-#: What the broker does with a message its queue gives up: ``dead_letter(queue, entry, reason, description)``,
-#: with reason ``"expired"`` or ``"delivery-limit"``; the entry is still counted by the queue (see
-#: :meth:`Queue.release`).
-DeadLetter = Callable[["Queue", "Entry", str, str], None]
+
+class DeadLetter(Protocol):
+    """What the broker does with a message its queue gives up: ``dead_letter(queue, entry, reason, description,
+    condition=...)``, with reason ``"expired"`` or ``"delivery-limit"`` (``condition``: the AMQP condition behind
+    it, if any); the entry is still counted by the queue (see :meth:`Queue.release`)."""
+
+    def __call__(
+        self, queue: Queue, entry: Entry, reason: str, description: str, *, condition: str | None = None
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """How a delivery attempt failed, when something else than the consumer's outcome says so (its connection was
+    lost): said in the dead-letter annotations of a message it takes to the delivery limit.
+
+    Attributes:
+        description: what happened (``"its consumer's connection was lost (...)"``).
+        condition: the AMQP condition of it (``amqp:connection:forced``...), or None.
+    """
+
+    description: str
+    condition: str | None = None
 
 
 class Entry:
@@ -511,25 +541,31 @@ class Queue:
                 heapq.heappush(self._expiries, (entry.expires, entry.place, entry))
                 self.next_expiry = self._expiries[0][0]
 
-    def failed(self, entries: list[Entry]) -> None:
-        """Return messages whose delivery failed (modified with delivery-failed, a rolled-back transaction):
-        their header's delivery-count goes up (§3.2.1); those that reach the delivery limit are given up (to the
-        dead-letter queue, or dropped), the others go back to the head of the queue in order."""
+    def failed(self, entries: list[Entry], attempt: FailedAttempt | None = None) -> None:
+        """Return messages whose delivery failed (modified with delivery-failed, a rolled-back transaction, a
+        consumer's lost connection: ``attempt`` says how, when the outcome does not): their header's
+        delivery-count goes up (§3.2.1); those that reach the delivery limit are given up (to the dead-letter queue,
+        or dropped), the others go back to the head of the queue in order."""
         kept = []
         limit = self.delivery_limit
         for entry in entries:
             count = entry.failed_attempt()
             if limit is not None and count is not None and count >= limit:
-                self.give_up(entry, "delivery-limit", f"{count} failed deliveries (the limit is {limit})")
+                description = f"{count} failed deliveries (the limit is {limit})"
+                if attempt is None:
+                    self.give_up(entry, "delivery-limit", description)
+                else:
+                    description = f"{description}, the last: {attempt.description}"
+                    self.give_up(entry, "delivery-limit", description, condition=attempt.condition)
             else:
                 kept.append(entry)
         if kept:
             self.put_back(kept)
 
-    def give_up(self, entry: Entry, reason: str, description: str) -> None:
+    def give_up(self, entry: Entry, reason: str, description: str, *, condition: str | None = None) -> None:
         """A message this queue holds (no longer in :attr:`entries`) is given up: dead-lettered, or dropped."""
         if self.dead_letter is not None:
-            self.dead_letter(self, entry, reason, description)
+            self.dead_letter(self, entry, reason, description, condition=condition)
         else:
             self.release(entry)
 
@@ -597,8 +633,10 @@ class Queue:
         bisect.insort(self._browsing if consumer.browse else self._competing, consumer, key=_consumer_key)
         self.dispatch()
 
-    def unsubscribe(self, consumer: Consumer) -> None:
-        """Remove a consumer, returning its unsettled messages to the head of the queue in order."""
+    def unsubscribe(self, consumer: Consumer, failed: FailedAttempt | None = None) -> None:
+        """Remove a consumer, returning its unsettled messages to the head of the queue in order: released, or,
+        with ``failed`` (its connection was lost), as failed deliveries (:meth:`failed`). The consumer is gone
+        first: what comes back is not offered to it again."""
         if consumer in self.consumers:
             self.consumers.remove(consumer)
             if not consumer.parked:
@@ -606,8 +644,12 @@ class Queue:
         consumer.forget()
         pending = sorted(consumer.unsettled.values(), key=lambda entry: entry.sequence)
         consumer.unsettled.clear()
-        if not consumer.browse and pending:
+        if consumer.browse or not pending:
+            return
+        if failed is None:
             self.put_back(pending)
+        else:
+            self.failed(pending, failed)
 
     def credited(self, consumer: Consumer) -> None:
         """The consumer's credit may have gone up (a flow of its link, its session's window or its connection's
@@ -872,8 +914,8 @@ class Topic:
         another selector, or none, has lost them). While another subscriber with a different selector is attached
         to the same subscription (a durable one, shared), it takes every message, as before.
 
-        The store does not keep the selector (its table of subscriptions has no column for it): a durable
-        subscription loaded at start takes every message until its subscriber attaches again, with its filter.
+        A durable subscription kept in ``store`` keeps its selector there too: loaded at start (``selector``, the
+        one stored), it goes on taking only what it matches until its subscriber attaches again.
 
         Raises:
             NoRoomForNode: ``flow``'s memory limit leaves no room for a new subscription (unless not
@@ -899,6 +941,7 @@ class Topic:
             )
             if durable and store is not None:
                 store.add_queue(name, self.name, key)
+        before = queue.selector  # as the store has it (a subscription just kept has none there yet)
         if durable and not queue.durable_subscription:
             queue.durable_subscription = True
             if store is not None and queue.store is None:
@@ -908,8 +951,19 @@ class Topic:
                 for entry in queue.entries:
                     if is_durable(entry.payload):
                         store.insert(entry, queue.name)
-        if any(consumer.selector != selector for consumer in queue.consumers):
+                before = None
+        if any(not _same_selector(consumer.selector, selector) for consumer in queue.consumers):
             queue.selector = None  # what either wants, until one of them attaches alone
         else:
             queue.selector = selector
+        if queue.durable_subscription and queue.store is not None and not _same_selector(before, queue.selector):
+            # kept with the subscription: after a restart it goes on taking only what it matches
+            queue.store.set_selector(queue.name, None if queue.selector is None else queue.selector.text)
         return queue
+
+
+def _same_selector(one: Selector | None, other: Selector | None) -> bool:
+    """Whether two selectors are the same (by their text: a long one is compiled anew at each attach)."""
+    if one is None or other is None:
+        return one is other
+    return one is other or one.text == other.text

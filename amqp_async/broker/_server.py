@@ -46,8 +46,9 @@ from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, Server
 from ._deadletter import DeadLetters
 from ._flow import Flow, NoRoomForNode
 from ._nodes import Consumer, Entry, Queue, Topic
-from ._store import Store
+from ._store import Store, StoredQueue
 from ._transactions import DEFAULT_MAX_TRANSACTIONS
+from .selector import Selector, SelectorError, compile_selector
 
 __all__ = [
     "DEFAULT_EXPIRY_INTERVAL",
@@ -74,6 +75,18 @@ DEFAULT_LARGE_MESSAGE_SIZE = 1 << 20
 
 def _error(condition: str, description: str) -> Error:
     return Error(condition=symbol(condition), description=description)
+
+
+def _stored_selector(stored: StoredQueue) -> Selector | None:
+    """The selector a durable subscription was stored with (None: none, or one that no longer compiles: it then
+    takes every message until its subscriber attaches again, as a store written before selectors were kept)."""
+    if stored.selector is None:
+        return None
+    try:
+        return compile_selector(stored.selector)
+    except SelectorError as exc:
+        log.warning("store: the selector of %s does not compile (%s): it takes every message", stored.name, exc)
+        return None
 
 
 class ListenError(OSError):
@@ -151,7 +164,8 @@ class Broker:
         dead_letter_queue: where messages given up go, annotated with why (rejected, expired, at the delivery
             limit, refused by a full queue; see :mod:`amqp_async.broker._deadletter`); None: they are dropped.
         delivery_limit: give a message up after this many failed deliveries (its header's delivery-count: modified
-            with delivery-failed, rolled-back transactions); None: no limit.
+            with delivery-failed, rolled-back transactions, held by a consumer whose connection was lost); None: no
+            limit. The dead-letter queue keeps its messages whatever their count.
         expiry_interval: seconds between sweeps of expired messages out of the queues (expired messages are also
             taken out whenever a queue delivers); the same sweep gives credit to producers held back since the last
             one by credit other producers hold and do not use.
@@ -346,7 +360,10 @@ class Broker:
                 dynamic=dynamic,
                 store=store,
                 flow=self.flow,
-                delivery_limit=self.delivery_limit,
+                # The dead-letter queue keeps what it holds for someone to look at (as it keeps expired messages):
+                # given up there, a message would be dropped, and an inspecting consumer that crashed twice (a
+                # lost connection counts, see _connection) lost it.
+                delivery_limit=None if name == self.dead_letter_queue else self.delivery_limit,
                 dead_letter=self.dead_letters,
             )
             if store is not None:
@@ -370,6 +387,7 @@ class Broker:
                     store=store,
                     flow=self.flow,
                     refusable=False,
+                    selector=_stored_selector(stored),
                 )
             else:
                 queue = self.queue(stored.name, refusable=False)

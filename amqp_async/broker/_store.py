@@ -16,19 +16,25 @@ Removals are not waited for: a message whose settlement was not committed yet wh
 again after the restart (at-least-once). A message inserted and removed before its batch was written is never
 written at all.
 
-The layout: ``queues(name, topic, subscription)`` and ``messages(id, queue, payload, expires, body, body_at)``; a
-queue's messages load in ``id`` order, which is their arrival order. A large message kept on disk (:mod:`._bodies`)
-has its leading sections as ``payload``, its file's name as ``body`` and where its body starts in the file as
-``body_at`` (both NULL for the others): the file is synced before the row is committed. Several rows may name one
-file (a topic's durable subscriptions share it; a dead-lettered message's row in the dead-letter queue replaces its
-row in the queue), and entries that are not stored may hold it too (a copy in a subscription that is not kept): the
-store counts, for each file, the rows that name it and the :class:`~._bodies.BodyFile` objects alive for it (counts
-rebuilt from the rows at load), and removes the file only once the count is zero and the batch that removed the
-last row is committed. A crash never finds a committed row naming a removed file; a file left behind (a crash
-before its removal) is named by no row, and the next start removes it. ``expires`` is when the message expires (seconds
-since the epoch; NULL: never), computed once at its arrival (§3.2.1: a ttl counts from the arrival at the
-intermediary), so that a restart neither extends nor forgets it. A store written before ``expires`` existed gets
-the column when it is opened, each message's expiry computed from its bytes then.
+The layout: ``queues(name, topic, subscription)``, ``selectors(queue, selector)`` and ``messages(id, queue, payload,
+expires, body, body_at)``; a queue's messages load in ``id`` order, which is their arrival order. A durable
+subscription's selector (the JMS selector text of its subscriber, :attr:`~._nodes.Queue.selector`) has its row in
+``selectors`` (none: it takes every message), so that after a restart it goes on taking only what it matches; a
+table of its own, so that a store written before it is read as it was (the table is made when it is opened: no
+selector kept, as then), and a broker of before reads a store written since (it ignores the table).
+
+A large message kept on disk (:mod:`._bodies`) has its leading sections as ``payload``, its file's name as ``body``
+and where its body starts in the file as ``body_at`` (both NULL for the others): the file is synced before the row
+is committed. Several rows may name one file (a topic's durable subscriptions share it; a dead-lettered message's
+row in the dead-letter queue replaces its row in the queue), and entries that are not stored may hold it too (a copy
+in a subscription that is not kept): the store counts, for each file, the rows that name it and the
+:class:`~._bodies.BodyFile` objects alive for it (counts rebuilt from the rows at load), and removes the file only
+once the count is zero and the batch that removed the last row is committed. A crash never finds a committed row
+naming a removed file; a file left behind (a crash before its removal) is named by no row, and the next start
+removes it. ``expires`` is when the message expires (seconds since the epoch; NULL: never), computed once at its
+arrival (§3.2.1: a ttl counts from the arrival at the intermediary), so that a restart neither extends nor forgets
+it. A store written before ``expires`` existed gets the column when it is opened, each message's expiry computed
+from its bytes then.
 
 One broker at a time: the store holds an exclusive lock on ``broker.lock`` in the directory for as long as it is
 open (``flock``; the file names the holder's pid). Two brokers on one directory would both number their messages
@@ -78,6 +84,7 @@ CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, topic TEXT, subscripti
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY, queue TEXT NOT NULL, payload BLOB NOT NULL, expires REAL, body TEXT, body_at INTEGER
 );
+CREATE TABLE IF NOT EXISTS selectors (queue TEXT PRIMARY KEY, selector TEXT NOT NULL);
 """
 
 # §3.2.1: the header section (descriptor 0x70) comes first; its first field is durable (a boolean).
@@ -215,12 +222,14 @@ def _boolean(payload: bytes, offset: int) -> bool:
 class StoredQueue:
     """A queue as the store has it: its name, and for a durable subscription its topic and subscription key."""
 
-    __slots__ = ("messages", "name", "subscription", "topic")
+    __slots__ = ("messages", "name", "selector", "subscription", "topic")
 
     def __init__(self, name: str, topic: str | None, subscription: str | None) -> None:
         self.name = name
         self.topic = topic
         self.subscription = subscription
+        #: a durable subscription's selector (its text), or None.
+        self.selector: str | None = None
         #: (id, payload, expires, body file name or None, where the body starts in it) in arrival order.
         self.messages: list[tuple[int, bytes, float | None, str | None, int | None]] = []
 
@@ -228,10 +237,12 @@ class StoredQueue:
 class _Batch:
     """The operations of one SQLite transaction, and what waits for its commit."""
 
-    __slots__ = ("callbacks", "committed", "deletes", "fresh", "queues", "removals", "writes")
+    __slots__ = ("callbacks", "committed", "deletes", "fresh", "queues", "removals", "selectors", "writes")
 
     def __init__(self) -> None:
         self.queues: list[tuple[str, str | None, str | None]] = []
+        #: queue name -> its subscription's selector text now (None: none), written after the queues.
+        self.selectors: dict[str, str | None] = {}
         #: id -> (queue, payload, expires, body file name, where its body starts): rows to insert or replace.
         self.writes: dict[int, tuple[str, bytes, float | None, str | None, int | None]] = {}
         #: body files (names) whose count fell to zero: removed once this batch is committed, unless counted again
@@ -244,7 +255,12 @@ class _Batch:
         self.committed = False
 
     def __bool__(self) -> bool:
-        return bool(self.queues or self.writes or self.deletes or self.callbacks or self.removals)
+        return bool(self.queues or self.selectors or self.writes or self.deletes or self.callbacks or self.removals)
+
+    @property
+    def rows(self) -> bool:
+        """Whether it has rows to write (a SQLite transaction to run)."""
+        return bool(self.queues or self.selectors or self.writes or self.deletes)
 
 
 class Store:
@@ -265,6 +281,9 @@ class Store:
 
     def __init__(self, directory: str | Path, *, synchronous: str = "FULL") -> None:
         self.directory = Path(directory)
+        if self.directory.exists() and not self.directory.is_dir():
+            # mkdir's FileExistsError read "file exists": true, and no help to an operator who named a file
+            raise NotADirectoryError(errno.ENOTDIR, f"{self.directory} is not a directory")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / "broker.sqlite3"
         # before anything is read: another broker's writes would be under way
@@ -315,6 +334,9 @@ class Store:
         for name, topic, subscription in db.execute("SELECT name, topic, subscription FROM queues"):
             queues[name] = StoredQueue(name, topic, subscription)
             self._known_queues.add(name)
+        for name, selector in db.execute("SELECT queue, selector FROM selectors"):
+            if name in queues:
+                queues[name].selector = selector
         orphans = 0
         for identifier, queue, payload, expires, body, body_at in db.execute(
             "SELECT id, queue, payload, expires, body, body_at FROM messages ORDER BY id"
@@ -338,6 +360,11 @@ class Store:
             return
         self._known_queues.add(name)
         self._batch.queues.append((name, topic, subscription))
+        self._wake_writer()
+
+    def set_selector(self, queue: str, selector: str | None) -> None:
+        """Keep a durable subscription's selector (its text; None: it has none, and takes every message)."""
+        self._batch.selectors[queue] = selector
         self._wake_writer()
 
     def insert(self, entry: Entry, queue: str) -> None:
@@ -451,7 +478,7 @@ class Store:
                     await wake.wait()
                 batch = self._in_flight = self._batch
                 self._batch = _Batch()
-                if batch.queues or batch.writes or batch.deletes:
+                if batch.rows:
                     # The thread is not abandoned on cancellation: a commit under way completes. Cancelled
                     # before it started, the batch is written by close().
                     await anyio.to_thread.run_sync(self._write, batch)
@@ -476,6 +503,11 @@ class Store:
         try:
             if batch.queues:
                 db.executemany("INSERT OR IGNORE INTO queues VALUES (?, ?, ?)", batch.queues)
+            if batch.selectors:
+                kept = [(name, text) for name, text in batch.selectors.items() if text is not None]
+                dropped = [(name,) for name, text in batch.selectors.items() if text is None]
+                db.executemany("INSERT OR REPLACE INTO selectors VALUES (?, ?)", kept)
+                db.executemany("DELETE FROM selectors WHERE queue = ?", dropped)
             if batch.writes:
                 db.executemany(
                     "INSERT OR REPLACE INTO messages (id, queue, payload, expires, body, body_at) "
@@ -496,13 +528,13 @@ class Store:
         in_flight = self._in_flight
         self._in_flight = None
         if in_flight is not None:
-            if not in_flight.committed and (in_flight.queues or in_flight.writes or in_flight.deletes):
+            if not in_flight.committed and in_flight.rows:
                 self._write(in_flight)  # before what came after it, which may remove what it inserts
             self._remove_files(in_flight)
         self._take_released_elsewhere()
         batch = self._batch
         self._batch = _Batch()
-        if batch.queues or batch.writes or batch.deletes:
+        if batch.rows:
             self._write(batch)
         self._remove_files(batch)
 

@@ -368,7 +368,7 @@ class Connection(Endpoint):
                 self._idle_since = now  # idle_from_start: the first tick starts the clock
             expires = self._input_expiry(idle)
             if now >= expires:
-                self._fail(conditions.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired")
+                self._fail(conditions.RESOURCE_LIMIT_EXCEEDED, "local-idle-timeout expired", idle_expired=True)
                 return None
             deadlines.append(expires)
         if self._remote_idle_timeout and self.local_state is ACTIVE:
@@ -1030,8 +1030,11 @@ class Connection(Endpoint):
                 )
             )
 
-    def _fail(self, condition: str, description: str, sasl_code: int | None = None) -> None:
-        """Close the connection because of the peer (or of a timeout): our close carries the condition."""
+    def _fail(
+        self, condition: str, description: str, sasl_code: int | None = None, *, idle_expired: bool = False
+    ) -> None:
+        """Close the connection because of the peer (or of a timeout: ``idle_expired`` for the peer's silence past
+        our idle timeout): our close carries the condition."""
         err = error(condition, description)
         if self._phase in (_AMQP,) and self.local_state is not CLOSED:
             if self.local_state is UNINIT:
@@ -1042,7 +1045,7 @@ class Connection(Endpoint):
             self._write_frame(0, Close(error=err))
         self.engine_ended = True
         self._phase = _DONE
-        self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code))
+        self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code, idle_expired=idle_expired))
 
 
 def _transfer_failed(session: Session, fields: Any, exc: RemoteProtocolError) -> None:

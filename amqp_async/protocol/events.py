@@ -69,6 +69,9 @@ class ConnectionClosed(Event):
         transport_ended: the byte stream ended without a close (the network failed or the peer vanished).
         protocol_header: when the peer's protocol header was not the one expected (§2.2): the header it sent, or
             ``b""`` when its first bytes were no AMQP protocol header at all; else None.
+        idle_expired: this engine closed the connection because the peer sent nothing for our whole idle timeout
+            (§2.4.5; ``error`` is ``amqp:resource-limit-exceeded``): the peer is gone as surely as when the
+            transport ends, though no close came from it.
     """
 
     error: Error | None = None
@@ -76,6 +79,7 @@ class ConnectionClosed(Event):
     sasl_code: int | None = None
     transport_ended: bool = False
     protocol_header: bytes | None = None
+    idle_expired: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
