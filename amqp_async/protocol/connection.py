@@ -972,12 +972,13 @@ class Connection(Endpoint):
     def _taken_after_our_end(self, session: Session, frame: Any) -> bool:
         """What is still taken from a session we ended: once we closed the connection, the peer's dispositions
         until its close (a program that sends and closes at once learns the outcomes of what it sent, as proton's
-        does); and, by a layer that answers ends itself (proton's engine model), the peer's detach (it reports the
-        link closed, as proton does)."""
+        does); and, by a layer that answers ends or detaches itself (proton's engine model, proton's container),
+        the peer's detach (it reports the link closed, as proton does: ``on_link_closed`` of a link the program
+        closed with its session or connection)."""
         kind = type(frame)
         if kind is Disposition:
             return self.local_state is CLOSED and session.engine_ended
-        return kind is Detach and not self.answer_close
+        return kind is Detach and not (self.answer_close and self.answer_detach)
 
     def _session_error(self, session: Session, exc: RemoteProtocolError) -> None:
         """§2.8.16 session errors: end the session with the condition (a :class:`SessionEnded`, ``remote=False``).
