@@ -38,12 +38,21 @@ MESSAGES: list[dict[str, Any]] = [
     {"durable": True, "priority": 7, "ttl": 1.5, "first_acquirer": True, "delivery_count": 3, "body": "x"},
     {"durable": False, "priority": 4, "ttl": 0, "first_acquirer": False, "delivery_count": 0},
     {"subject": "s", "properties": {"k": 1}, "body": [1, 2]},
+    {"body": [1, 2], "inferred": True},
+    {"body": (1, 2), "inferred": True},  # any sequence is an amqp-sequence when inferred, as proton puts a tuple
+    {"body": (1, 2)},
     {"address": "q", "reply_to": "r", "correlation_id": "c", "annotations": {"x-opt": 1}},
 ]
 
 
 def both(fields: dict[str, Any]) -> tuple[bytes, bytes]:
     return ours.Message(**fields).encode(), bytes(proton.Message(**fields).encode())
+
+
+def test_a_symbol_list_body_inferred_is_an_amqp_sequence_as_in_proton() -> None:
+    mine = ours.Message(body=ours.SymbolList([ours.symbol("a")]), inferred=True).encode()
+    theirs = bytes(proton.Message(body=proton.SymbolList([proton.symbol("a")]), inferred=True).encode())
+    assert mine.hex() == theirs.hex()
 
 
 @pytest.mark.parametrize("fields", MESSAGES, ids=lambda fields: ",".join(fields) or "default")

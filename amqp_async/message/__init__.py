@@ -693,7 +693,8 @@ class Message:
             buf += body
         elif body_class is _Data or body_class is _AmqpSequence:
             encode_value(buf, body)
-        elif body_class is list and self._inferred and not _is_section_list(body):
+        elif self._inferred and isinstance(body, (list, tuple)) and not _is_section_list(body):
+            # any sequence, as proton's Data puts a tuple or a SymbolList as a list (an amqp-sequence when inferred)
             buf += b"\x00\x53\x76"
             _enc_list(buf, body)
         elif body_class is list and body and _is_section_list(body):
@@ -937,7 +938,7 @@ class Message:
         body_class = self.body.__class__
         if body_class in (bytes, bytearray, memoryview):
             return _DATA if self._inferred is not False else _AMQP_VALUE
-        if body_class is list and self._inferred:
+        if self._inferred and isinstance(self.body, (list, tuple)):
             return _AMQP_SEQUENCE
         return _AMQP_VALUE
 
@@ -1034,7 +1035,7 @@ def _expect_map(value: Any, name: str, offset: int) -> dict[Any, Any]:
     return mapping
 
 
-def _is_section_list(body: list[Any]) -> bool:
+def _is_section_list(body: list[Any] | tuple[Any, ...]) -> bool:
     """A non-empty list of explicit body sections: all data, or all amqp-sequence (§3.2: never mixed)."""
     if not body:
         return False
