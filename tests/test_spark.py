@@ -111,6 +111,59 @@ def test_rows_written_in_a_batch_arrive_intact_through_a_streaming_read(
         assert len(left) == 2 and re.fullmatch(r"done\.[34]", left[0]) and left[1] == "started", left
 
 
+def _send_raw(connection: Any, sender: Any, payload: bytes) -> None:
+    """Send ``payload`` as a delivery's bytes, as they are (python-qpid-proton: not an AMQP message, §3.2)."""
+    sender.link.delivery(f"raw-{sender.link.unsettled}".encode())
+    sender.link.send(payload)
+    delivery = sender.link.current
+    sender.link.advance()
+    connection.wait(lambda: delivery.remote_state != 0, timeout=30, msg="the broker took the raw delivery")
+
+
+def _send_with_proton(url: str, address: str, items: list[Any]) -> None:
+    """Send each of ``items`` with python-qpid-proton: a ``proton.Message``, or bytes (:func:`_send_raw`)."""
+    import proton
+    from proton.utils import BlockingConnection
+
+    connection = BlockingConnection(url)
+    try:
+        sender = connection.create_sender(address)
+        for item in items:
+            if isinstance(item, proton.Message):
+                sender.send(item)
+            else:
+                _send_raw(connection, sender, item)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("receive_on", ["executors", "driver"])
+def test_messages_that_cannot_be_rows_as_they_are_do_not_stop_a_stream(
+    spark: Any, broker: BrokerThread, tmp_path: Path, receive_on: str
+) -> None:
+    """A delivery that is not an AMQP message, and a creation time in nanoseconds where milliseconds belong: before,
+    each failed its task, and every retry and restart of the query failed the same way (the message came back each
+    time). Now the first reads as its raw bytes (body_type undecodable), the second with a null creation_time."""
+    import proton
+
+    nanoseconds = proton.Message(body=b"late", id="m2")
+    nanoseconds.creation_time = 1_764_000_000_000_000.0  # proton takes seconds: 1.764e18 "milliseconds"
+    garbage = b"\xff\xfe not an AMQP message"
+    address = f"poison-{receive_on}"
+    _send_with_proton(broker.url, address, [proton.Message(body=b"first", id="m0"), garbage, nanoseconds])
+    options: dict[str, Any] = {"receiveOn": receive_on}
+    if receive_on == "executors":
+        options["logLocation"] = str(tmp_path / "log")
+    stream_to_memory(spark, broker.url, address, f"poison_{receive_on}", tmp_path, **options)
+    rows = spark.sql(f"select body, body_type, message_id, creation_time from poison_{receive_on}").collect()
+    assert sorted((bytes(row.body), row.body_type, row.message_id, row.creation_time) for row in rows) == [
+        (b"first", "binary", "m0", None),
+        (b"late", "binary", "m2", None),
+        (garbage, "undecodable", None, None),
+    ]
+    assert drain(broker.url, address) == []  # all three accepted: the stream moved on
+
+
 def test_streaming_write_gives_ids_from_query_batch_partition_and_row(
     spark: Any, broker: BrokerThread, tmp_path: Path
 ) -> None:

@@ -352,6 +352,43 @@ def test_a_zombie_attempt_sees_its_batch_committed_after_choosing(tmp_path: Path
     assert log.committed() > 0  # which is why every attempt checks this before it accepts
 
 
+def _write_ballots(log: WriteAheadLog, directory: str, writing: threading.Event, stop: threading.Event) -> None:
+    """Write ballot files into ``directory`` (making it again when it went away) until ``stop``, as a zombie attempt
+    would; ``writing`` is set once one was written."""
+    ballot = 0
+    while not stop.is_set():
+        try:
+            log.files.make_dir(directory)
+            log.files.publish(directory, f"ballot.1-z.{ballot}.1.0.-.")
+        except OSError:
+            pass  # the directory went away under it: write on
+        writing.set()
+        ballot += 1
+
+
+def test_a_commit_while_a_zombie_writes_into_the_batch_leaves_its_files_for_the_next_commit(tmp_path: Path) -> None:
+    """A speculative copy Spark no longer waits for writes its entry and ballots into its batch's directory as the
+    driver deletes it: the deletion finds the directory not empty. Before, the commit raised, and the query failed
+    (on the driver, in Spark's commit); now it leaves those files to the next commit. Each trial races a thread that
+    writes files there for as long as the commit runs."""
+    for trial in range(20):
+        log = WriteAheadLog(str(tmp_path), f"source{trial}")
+        slot = log.slot(0, 0)
+        slot.choose("0-a", slot.write_entry("0-a", [b"x"], drained=False))
+        writing, stop = threading.Event(), threading.Event()
+        zombie = threading.Thread(target=_write_ballots, args=(log, slot.directory, writing, stop), daemon=True)
+        zombie.start()
+        try:
+            assert writing.wait(30)
+            log.commit(1)
+        finally:
+            stop.set()
+            zombie.join(30)
+        assert log.committed() == 1  # committed, whatever was left
+        log.commit(2)  # the next commit, the zombie gone
+        assert log.partitions(0) == []
+
+
 def test_a_log_location_must_be_absolute_or_a_uri() -> None:
     with pytest.raises(OptionError, match="logLocation"):
         open_filesystem("ftp-without-scheme")

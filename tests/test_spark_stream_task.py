@@ -11,23 +11,34 @@ import collections
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import proton
+import pyarrow as pa
 import pytest
+from proton import Delivery as ProtonDelivery
+from proton import Terminus, symbol
+from proton.handlers import MessagingHandler
+from proton.utils import BlockingConnection
+from proton_peer import proton_server
+from pyspark.sql.streaming.datasource import ReadMaxRows
+from pyspark.sql.types import StringType, StructField, StructType
 from spark_support import drain, fill
 
 import amqp_async
 from amqp_async.broker import BrokerThread
-from amqp_async.errors import TransactionError
-from amqp_async.spark import MESSAGE_SCHEMA
+from amqp_async.errors import LinkTimeout, TransactionError
+from amqp_async.spark import MESSAGE_SCHEMA, AmqpBatchReader, AmqpDriverStreamReader, _links
 from amqp_async.spark._failpoints import ENVIRONMENT
 from amqp_async.spark._links import check_transactions, close_quietly, open_receiver, receive_batch, settle_all
 from amqp_async.spark._log import WriteAheadLog
 from amqp_async.spark._options import OptionError, parse_options
+from amqp_async.spark._schema import MessageBuilder
 from amqp_async.spark._stream_task import StreamPartition, read_partition
+from amqp_async.spark._writer import send_partition
 
 
 @pytest.fixture
@@ -175,6 +186,47 @@ def test_a_rerun_partition_returns_the_logged_messages_without_connecting(broker
     assert [m.id for m in drain(broker.url, "q")] == [f"m{n}" for n in range(200, 300)]  # the 200 were accepted
 
 
+def _send_raw(url: str, address: str, payload: bytes) -> None:
+    """Send ``payload`` as a delivery's bytes, as they are (python-qpid-proton: not an AMQP message, §3.2)."""
+    connection = BlockingConnection(url)
+    try:
+        sender = connection.create_sender(address)
+        sender.link.delivery(b"raw")
+        sender.link.send(payload)
+        delivery = sender.link.current
+        sender.link.advance()
+        connection.wait(lambda: delivery.remote_state != 0, timeout=30, msg="the broker took the raw delivery")
+    finally:
+        connection.close()
+
+
+def test_a_payload_that_is_not_a_message_is_read_as_a_row_not_a_failure_for_ever(
+    broker: BrokerThread, tmp_path: Path
+) -> None:
+    """A failed task would fail again on each retry and restart (the message comes back each time): the stream could
+    never move past it. It is read as its raw bytes, accepted as the others, and a rerun gives the same rows."""
+    fill(broker.url, "q", [amqp_async.Message(body=b"first", id="m0")])
+    _send_raw(broker.url, "q", b"\xff\xfe not an AMQP message")
+    fill(broker.url, "q", [amqp_async.Message(body=b"last", id="m2")])
+    partition = _partition(tmp_path, 100)
+    options = parse_options({"url": broker.url, "address": "q"})
+
+    def rows() -> list[tuple[Any, ...]]:
+        found = []
+        for batch in read_partition(options, MESSAGE_SCHEMA, partition):
+            found += zip(*(batch.column(name).to_pylist() for name in ("body", "body_type", "message_id")), strict=True)
+        return found
+
+    expected = [
+        (b"first", "data", "m0"),
+        (b"\xff\xfe not an AMQP message", "undecodable", None),
+        (b"last", "data", "m2"),
+    ]
+    assert rows() == expected
+    assert drain(broker.url, "q") == []  # all three accepted: the stream moved on
+    assert rows() == expected  # the rerun, from the log
+
+
 def test_of_two_racing_attempts_one_accepts_and_the_other_releases(
     broker: BrokerThread, tmp_path: Path, faults: Path
 ) -> None:
@@ -249,3 +301,140 @@ def test_the_transaction_check_refuses_rabbitmq_3_saying_why(rabbitmq_broker: An
     options = parse_options({"url": rabbitmq_broker.url, "address": "/queue/t", "transactional": "true"})
     with pytest.raises(TransactionError, match=r"option 'transactional'.*RabbitMQ 3\.x.*no transaction coordinator"):
         anyio.run(check_transactions, options)
+
+
+# --- a transactional write's commit --------------------------------------------------------------------------------
+
+
+class _SilentCommitCoordinator(MessagingHandler):
+    """python-qpid-proton as a transaction coordinator (§4.2) that declares and accepts every transfer, but never
+    answers a discharge (its heartbeats keep the connection alive)."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_accept=False)
+        self.accepted = 0
+        self.discharges = 0
+
+    def on_link_opening(self, event: Any) -> None:
+        link = event.link
+        if link.is_receiver and link.remote_target.type == Terminus.COORDINATOR:
+            link.target.type = Terminus.COORDINATOR
+        link.target.copy(link.remote_target)
+        link.open()
+
+    def on_message(self, event: Any) -> None:
+        delivery = event.delivery
+        if event.link.target.type != Terminus.COORDINATOR:
+            self.accepted += 1
+            delivery.update(ProtonDelivery.ACCEPTED)
+            delivery.settle()
+        elif event.message.body.descriptor in (0x31, symbol("amqp:declare:list")):  # a declare (§4.5.1)
+            delivery.local.data = [b"txn-1"]
+            delivery.update(0x33)  # declared (§4.5.3)
+            delivery.settle()
+        else:
+            self.discharges += 1  # never settled
+
+
+def test_a_transactional_write_whose_commit_gets_no_answer_fails_after_send_timeout() -> None:
+    """Before, the task waited for the commit's outcome for ever, sendTimeoutMs bounding only credit and the
+    messages' own outcomes."""
+    coordinator = _SilentCommitCoordinator()
+    with proton_server(coordinator) as url:
+        options = parse_options({"url": url, "address": "q", "transactional": "true", "sendTimeoutMs": "2000"})
+        builder = MessageBuilder(StructType([StructField("body", StringType())]), "write:0", partition=0)
+        rows = pa.record_batch([pa.array(["a", "b", "c"])], names=["body"])
+        outcome: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                send_partition(options, builder, [rows])
+            except BaseException as exc:
+                outcome.append(exc)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        writer.join(60)
+        assert not writer.is_alive(), "the write still waits for the commit's outcome"
+    assert (coordinator.accepted, coordinator.discharges) == (3, 1)
+    assert len(outcome) == 1 and isinstance(outcome[0], LinkTimeout), outcome
+    assert "commit" in str(outcome[0]) and "sendTimeoutMs" in str(outcome[0])
+
+
+# --- a peer that ignores drains --------------------------------------------------------------------------------------
+
+
+class _DrainIgnoringSource(MessagingHandler):
+    """python-qpid-proton sending ``count`` messages as credit allows, and never answering a drain (§2.6.7: it does
+    not call ``drained()``, as many a proton application does not)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.left = count
+
+    def on_link_opening(self, event: Any) -> None:
+        if event.link.is_sender:
+            event.link.source.copy(event.link.remote_source)
+        event.link.open()
+
+    def on_sendable(self, event: Any) -> None:
+        while self.left and event.link.credit:
+            event.link.send(proton.Message(body="x", id=f"m{self.left}"))
+            self.left -= 1
+
+
+def _in_a_thread(work: Callable[[], Any], timeout: float) -> Any:
+    """``work()``'s result, run in a thread given ``timeout`` seconds (a hang fails the test, it does not hold it)."""
+    outcome: list[Any] = []
+    thread = threading.Thread(target=lambda: outcome.append(work()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "still waiting for an answer to its drain"
+    assert outcome, "failed (see the thread's exception above)"
+    return outcome[0]
+
+
+@pytest.fixture
+def short_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    """How long a silent sender is waited for: 5 s rather than 30, for the tests' sake (still ample for the peer to
+    send what it has, on a loaded machine)."""
+    monkeypatch.setattr(_links, "_PATIENCE", 5.0)
+
+
+def test_a_batch_read_of_a_peer_that_ignores_drains_ends(short_patience: None) -> None:
+    """Before, the read waited for the drain's answer for ever (the peer's heartbeats keep the connection alive)."""
+    with proton_server(_DrainIgnoringSource(3)) as url:
+        reader = AmqpBatchReader(parse_options({"url": url, "address": "q", "readMode": "consume"}), MESSAGE_SCHEMA)
+        rows = _in_a_thread(lambda: sum(batch.num_rows for batch in reader.read(reader.partitions()[0])), 60)
+    assert rows == 3
+
+
+def test_the_drivers_receiver_of_a_peer_that_ignores_drains_ends_an_available_now_run(short_patience: None) -> None:
+    """The drain is called off after the wait, so credit is granted again: the next micro-batch is planned as usual
+    (before, the first latestOffset waited for ever)."""
+    with proton_server(_DrainIgnoringSource(5)) as url:
+        options = parse_options({"url": url, "address": "q", "receiveOn": "driver", "maxMessagesPerBatch": "3"})
+        reader = AmqpDriverStreamReader(options, MESSAGE_SCHEMA)
+        try:
+            reader.prepareForTriggerAvailableNow()
+
+            def run() -> list[int]:
+                start, ends = reader.initialOffset(), []
+                while (end := reader.latestOffset(start, ReadMaxRows(3))) != start:
+                    ends.append(end["messages"])
+                    assert (
+                        sum(part.batch.num_rows for part in reader.partitions(start, end))
+                        == ends[-1] - start["messages"]
+                    )
+                    reader.commit(end)
+                    start = end
+                return ends
+
+            ends = _in_a_thread(run, 120)
+            # Every message, in batches of at most 3 (how many the first batch gets depends on the peer's pace: the
+            # first credit is one message, its size unknown).
+            assert ends[-1] == 5 and all(
+                0 < later - earlier <= 3 for earlier, later in zip([0, *ends[:-1]], ends, strict=True)
+            ), ends
+        finally:
+            reader.stop()

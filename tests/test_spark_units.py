@@ -78,6 +78,7 @@ def test_an_unknown_option_is_refused_by_name() -> None:
         # before: taken ("0 or more"), then refused as "option 'url' ...: heartbeat must be > 0 seconds"
         ("heartbeat", "0", "option 'heartbeat' must be above 0"),
         ("url", " ", "option 'url' is empty"),  # before: connect.json or localhost, silently
+        ("url", " , ", "option 'url' names no URL"),  # before: connect.json or localhost, silently, too
         ("heartbeat", "soon", "option 'heartbeat' must be a number of seconds"),
         ("sslverify", "perhaps", "option 'sslVerify' must be true or false"),
         ("readmode", "peek", "option 'readMode' must be one of browse, consume"),
@@ -284,9 +285,42 @@ def test_a_user_schema_that_does_not_narrow_the_message_is_refused(field: Struct
         read_schema(StructType([StructField("body", BinaryType()), field]))
 
 
-def test_an_undecodable_message_is_named_by_its_position() -> None:
-    with pytest.raises(Exception, match="message 1 of the batch cannot be decoded"):
-        RowBuilder(MESSAGE_SCHEMA).batch([proton.Message(body="ok").encode(), b"\x00\x53\x77\xa1\x05ab"])
+def test_an_undecodable_message_is_a_row_of_its_raw_bytes_between_the_others() -> None:
+    """Not an AMQP message (a truncated amqp-value): its bytes as the body, body_type undecodable, the rest null; the
+    messages around it read as usual (nothing of the failed decode carries over)."""
+    garbage = b"\x00\x53\x77\xa1\x05ab"
+    payloads = [proton.Message(body="ok", id="a").encode(), garbage, proton.Message(body="ok", id="b").encode()]
+    rows = RowBuilder(MESSAGE_SCHEMA).batch(payloads).to_pylist()
+    assert [(row["body"], row["body_type"], row["message_id"]) for row in rows] == [
+        (b"ok", "string", "a"),
+        (garbage, "undecodable", None),
+        (b"ok", "string", "b"),
+    ]
+    assert all(value is None for name, value in rows[1].items() if name not in ("body", "body_type"))
+
+
+@pytest.mark.parametrize("seconds", [1_764_000_000_000_000.0, -1e13, 253402300800.0])
+def test_a_time_outside_sparks_range_reads_as_null_not_a_failure(seconds: float) -> None:
+    """A time outside Spark's years 1 to 9999 (``seconds``, as proton takes them): nanoseconds written where
+    milliseconds belong (1.764e18, November 2025 in nanoseconds), a time long before year 1, year 10000. Before, the
+    first two failed the batch with an OverflowError (a stream, at every retry and restart), the third read as a
+    timestamp that Python's datetime cannot hold."""
+    message = proton.Message(body="x", id="a")
+    message.creation_time = seconds
+    message.expiry_time = seconds
+    row = RowBuilder(MESSAGE_SCHEMA).batch([message.encode(), proton.Message(body="y").encode()]).to_pylist()[0]
+    assert (row["creation_time"], row["absolute_expiry_time"], row["message_id"]) == (None, None, "a")
+
+
+def test_the_ends_of_sparks_time_range_are_read() -> None:
+    message = proton.Message(body="x")
+    message.creation_time = -62135596800.0  # 0001-01-01T00:00:00Z
+    message.expiry_time = 253402300799.999  # 9999-12-31T23:59:59.999Z
+    row = RowBuilder(MESSAGE_SCHEMA).batch([message.encode()]).to_pylist()[0]
+    assert row["creation_time"] == datetime.datetime(1, 1, 1, tzinfo=datetime.timezone.utc)
+    assert row["absolute_expiry_time"] == datetime.datetime(
+        9999, 12, 31, 23, 59, 59, 999000, tzinfo=datetime.timezone.utc
+    )
 
 
 # --- writing: rows become messages proton decodes to the same values ---------------------------------------------

@@ -110,9 +110,10 @@ async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None)
     deliveries are queued, whichever comes first.
 
     A drain (§2.6.7) says so exactly: the sender sends what it can and gives back the rest of the credit. When
-    ``enough`` come first the drain goes on in the background (the receiver grants no credit until it ends). With
-    a peer whose drains are broken (:func:`_drain_breaks`) the answer is inferred instead: no transfer has come for
-    ``quiet`` seconds while credit was left.
+    ``enough`` come first the drain goes on in the background (the receiver grants no credit until it ends). A
+    sender that neither sends nor answers for :data:`_PATIENCE` seconds is taken to have nothing more
+    (:func:`_call_off_drain`). With a peer whose drains are broken (:func:`_drain_breaks`) the answer is inferred
+    instead: no transfer has come for ``quiet`` seconds while credit was left.
     """
     link = receiver._engine_link
     wanted = receiver.queued + receiver.credit if enough is None else enough
@@ -130,8 +131,14 @@ async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None)
             link.grant_credit(link.link_credit, drain=True)
             connection._kick()
         while (link.drain or link.partial is not None) and not done():
-            receiver._check()
-            await connection._wait_state()
+            before = receiver.queued
+            with anyio.move_on_after(_PATIENCE) as silence:
+                while receiver.queued == before and (link.drain or link.partial is not None) and not done():
+                    receiver._check()
+                    await connection._wait_state()
+            if silence.cancelled_caught and link.partial is None:
+                _call_off_drain(receiver)
+                break
         receiver._check()
         return
     while not done():
@@ -142,6 +149,17 @@ async def wait_sent(receiver: Receiver, quiet: float, enough: int | None = None)
                 await connection._wait_state()
         if silence.cancelled_caught:
             return  # quiet for that long: nothing more to come now
+
+
+def _call_off_drain(receiver: Receiver) -> None:
+    """The sender neither sent nor answered a drain for :data:`_PATIENCE` seconds: a peer that ignores drains (a
+    python-qpid-proton application that never calls ``drained()``) held a batch read, or the driver's receiver, for
+    ever (its heartbeats keep the connection alive). Take it as nothing more now, and call the drain off (§2.6.7: a
+    flow with drain false), so that credit is granted again as usual."""
+    link = receiver._engine_link
+    if link.drain and not receiver.is_closed:
+        link.grant_credit(link.link_credit)
+        receiver.connection._kick()
 
 
 async def receive_batch(

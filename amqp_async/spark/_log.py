@@ -38,6 +38,7 @@ Nothing here imports pyspark: the log is tested without a JVM.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import tempfile
@@ -52,6 +53,11 @@ from . import _paxos
 from ._options import OptionError
 
 __all__ = ["DEFAULT_LOCATION", "Entry", "Slot", "WriteAheadLog", "new_attempt", "open_filesystem"]
+
+log = logging.getLogger("amqp_async.spark")
+
+#: Times a batch's directory is deleted before it is left to the next commit (see :meth:`_Files.delete_dir`).
+_DELETE_ATTEMPTS = 3
 
 #: Where the log goes without the ``logLocation`` option: a local directory, for a driver and executors on one
 #: machine (``local`` and ``local-cluster`` masters). A task on another host refuses it.
@@ -214,11 +220,25 @@ class _Files:
                 assert local is not None
                 _fsync(local)
 
-    def delete_dir(self, directory: str) -> None:
-        try:
-            self.fs.delete_dir(directory)
-        except FileNotFoundError:
-            pass
+    def delete_dir(self, directory: str) -> bool:
+        """Delete ``directory`` and everything in it; return False when it could not be, and is left for later.
+
+        A file written into it while it is deleted makes the deletion fail ("directory not empty"): an attempt of a
+        committed batch that Spark no longer waits for (a speculative copy being killed) writes its entry and its
+        ballots there. The deletion is tried again, then left to the next commit: the batch is committed by its
+        ``done.N`` mark, written before, and the attempt sees that mark before it accepts anything. Raising here
+        failed the query (Spark's commit, on the driver) for files that are only space.
+        """
+        for attempt in range(_DELETE_ATTEMPTS):
+            try:
+                self.fs.delete_dir(directory)
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError as exc:
+                if attempt + 1 == _DELETE_ATTEMPTS:
+                    log.warning("the write-ahead log's %s is left for the next commit: %s", directory, exc)
+        return False
 
 
 class Slot:
@@ -386,7 +406,7 @@ class WriteAheadLog:
 
     def commit(self, end: int) -> int:
         """Every batch below ``end`` is committed: say so (``done.END``), then delete their files; return how many
-        batches were deleted."""
+        batches were deleted (one that could not be is deleted by a later commit)."""
         files = self.files
         names = files.names(self.root)
         done = [int(name[5:]) for name in names if name.startswith("done.") and name[5:].isdigit()]
@@ -395,8 +415,7 @@ class WriteAheadLog:
             files.publish(self.root, f"done.{end}")
         deleted = 0
         for name in names:
-            if name.isdigit() and int(name) < end:
-                files.delete_dir(f"{self.root}/{name}")
+            if name.isdigit() and int(name) < end and files.delete_dir(f"{self.root}/{name}"):
                 deleted += 1
         for mark in done:
             if mark < end:

@@ -171,7 +171,7 @@ OPTIONS: tuple[_Spec, ...] = (
         "sendTimeoutMs",
         _milliseconds_or_zero,
         (WRITE,),
-        "how long a write task waits for credit or an outcome before it fails (default 120000; 0: for ever)",
+        "how long a write task waits for credit, an outcome or a commit before it fails (default 120000; 0: for ever)",
     ),
     _Spec("durable", _boolean, (WRITE,), "mark every message durable (a durable column wins)"),
     _Spec("transactional", _boolean, (WRITE,), "each task sends its rows in one AMQP transaction (default false)"),
@@ -248,8 +248,7 @@ class AmqpOptions:
         kwargs: dict[str, Any] = {"reconnect": False}
         url = values.get("url")
         if url:
-            urls = [part.strip() for part in url.split(",") if part.strip()]
-            kwargs["urls"] = urls
+            kwargs["urls"] = _urls(url)
         for option, argument in (
             ("user", "user"),
             ("password", "password"),
@@ -278,6 +277,11 @@ class AmqpOptions:
             )
         except (OSError, ssl.SSLError) as exc:
             raise OptionError(f"the TLS options (sslCaFile, sslCertFile, sslKeyFile) cannot be used: {exc}") from exc
+
+
+def _urls(url: str) -> list[str]:
+    """The URLs of the ``url`` option: one, or a failover list separated by commas."""
+    return [part.strip() for part in url.split(",") if part.strip()]
 
 
 #: Text options whose empty value would otherwise fall back silently (on connect.json, or localhost).
@@ -319,6 +323,9 @@ def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
             raise OptionError(f"option {spec.name!r} has no value")
         if spec.parse is _text and not str(value).strip() and spec.name in _NOT_EMPTY:
             raise OptionError(f"option {spec.name!r} is empty")
+        if spec.name == "url" and not _urls(str(value)):
+            # Commas alone name no peer: connect() would be given none and fall back on connect.json or localhost.
+            raise OptionError(f"option 'url' names no URL (a failover list is URLs separated by commas): {value!r}")
         values[spec.name] = spec.parse(spec.name, str(value))
     # Options that contradict each other, whatever the operation.
     if values.get("receiveOn") == "driver" and "logLocation" in values:

@@ -15,7 +15,9 @@ body                     binary (or string)    the body: data sections' bytes, a
                                                bodies as their AMQP encoding (``amqp_async.codec.decode`` restores
                                                them)
 body_type                string                ``data``, ``string``, ``binary``, ``value``, ``sequence`` or
-                                               ``null``: how the body travelled (and how ``body`` reads back)
+                                               ``null``: how the body travelled (and how ``body`` reads back);
+                                               ``undecodable`` (read only): not an AMQP message, ``body`` holds
+                                               its raw bytes and every other column is null
 message_id               string                properties.message-id, as text (a ulong in decimal, a uuid in its
                                                canonical form, binary in hex)
 message_id_type          string                ``string``, ``ulong``, ``uuid`` or ``binary``: restores the id's type
@@ -27,8 +29,9 @@ correlation_id           string                properties.correlation-id, as mes
 correlation_id_type      string                as message_id_type
 content_type             string                properties.content-type
 content_encoding         string                properties.content-encoding
-absolute_expiry_time     timestamp             properties.absolute-expiry-time
-creation_time            timestamp             properties.creation-time
+absolute_expiry_time     timestamp             properties.absolute-expiry-time (read: null outside Spark's
+                                               years 1 to 9999)
+creation_time            timestamp             properties.creation-time (the same)
 group_id                 string                properties.group-id
 group_sequence           long                  properties.group-sequence
 reply_to_group_id        string                properties.reply-to-group-id
@@ -46,6 +49,7 @@ application_properties   map<string,string>    application properties, values as
 from __future__ import annotations
 
 import datetime
+import logging
 import operator
 import uuid
 from collections.abc import Iterator, Sequence
@@ -85,6 +89,11 @@ class SchemaError(AMQPError, ValueError):
 
     default_condition = "amqp:invalid-field"
 
+
+log = logging.getLogger("amqp_async.spark")
+
+#: The ``body_type`` of a payload that is not an AMQP message (its raw bytes are the ``body``).
+UNDECODABLE = "undecodable"
 
 #: The index of group-sequence among the properties section's fields (§3.2.4), as Message holds them.
 _GROUP_SEQUENCE = 11
@@ -252,8 +261,8 @@ def _full_row(message: Message) -> tuple[Any, ...]:
         correlation_id_type,
         None if content_type is None else str(content_type),
         None if content_encoding is None else str(content_encoding),
-        None if created is None else int(created) * 1000,  # milliseconds (§3.2.4) to Spark's microseconds
-        None if expires is None else int(expires) * 1000,
+        None if created is None else _micros(int(created)),
+        None if expires is None else _micros(int(expires)),
         props[10],
         props[_GROUP_SEQUENCE],  # None when absent (Message.group_sequence would give 0)
         props[12],
@@ -265,6 +274,25 @@ def _full_row(message: Message) -> tuple[Any, ...]:
         None if annotations is None else _text_map(annotations),
         None if properties is None else _text_map(properties),
     )
+
+
+#: The milliseconds since the epoch of Spark's timestamps' range: 0001-01-01 to 9999-12-31 (UTC).
+_FIRST_MS = -62_135_596_800_000
+_LAST_MS = 253_402_300_799_999
+
+
+def _micros(milliseconds: int) -> int | None:
+    """A timestamp (§1.6.17: milliseconds since the epoch) as Spark's microseconds; None outside Spark's range.
+
+    A producer that wrote nanoseconds there (``time.time_ns()``) made a value whose microseconds overflow Arrow's
+    64 bits: the row failed its batch, and a stream failed on that message at every retry and restart."""
+    return milliseconds * 1000 if _FIRST_MS <= milliseconds <= _LAST_MS else None
+
+
+def _undecodable_row(payload: bytes) -> tuple[Any, ...]:
+    """The row of a payload that is not an AMQP message (§3.2: a sequence of sections): its bytes as ``body``,
+    ``body_type`` ``undecodable``, every other column null (nothing of it can be trusted)."""
+    return (payload, UNDECODABLE) + (None,) * (len(MESSAGE_SCHEMA.fields) - 2)
 
 
 _FULL_INDEX = {name: index for index, name in enumerate(MESSAGE_SCHEMA.fieldNames())}
@@ -282,17 +310,32 @@ class RowBuilder:
     def batch(self, payloads: Sequence[bytes]) -> pa.RecordBatch:
         """One record batch of ``payloads`` (encoded messages), in order.
 
-        Raises:
-            DecodeError: a payload is not a valid AMQP message (the error says which one, by position).
+        A payload that is not an AMQP message gives a row all the same (:func:`_undecodable_row`): a read must move
+        past it, or a stream would fail on it for ever.
         """
         rows = []
         message = Message()
+        undecodable: list[tuple[int, DecodeError]] = []
         for index, payload in enumerate(payloads):
             try:
                 message.decode(payload)
             except DecodeError as exc:
-                raise DecodeError(f"message {index} of the batch cannot be decoded: {exc}") from exc
+                # Failing the task would fail every retry and every restart the same way: the message comes back
+                # each time, and the stream could never move past it. It becomes a row of its own instead.
+                undecodable.append((index, exc))
+                rows.append(_undecodable_row(payload))
+                message = Message()  # nothing of the failed decode carries over to the next message
+                continue
             rows.append(_full_row(message))
+        if undecodable:
+            first, error = undecodable[0]
+            log.warning(
+                "%d message(s) of the batch are not AMQP messages, read as body_type %s (the first, message %d: %s)",
+                len(undecodable),
+                UNDECODABLE,
+                first,
+                error,
+            )
         count = len(payloads)
         arrays = []
         for field, column_of in zip(self.arrow_schema, self._columns, strict=True):

@@ -63,10 +63,10 @@ class SentMessages(WriterCommitMessage):
 class _Window:
     """The trackers of messages transferred and not yet settled, oldest first; at most ``size`` of them.
 
-    ``stall``: the most seconds one wait may take, for credit or for the oldest message's outcome (None: no
-    bound). A peer that holds the task back longer (a full queue whose broker withholds credit, a peer that never
-    settles) fails it with :class:`~amqp_async.LinkTimeout`, rather than leave it waiting for ever: heartbeats
-    keep such a connection alive.
+    ``stall``: the most seconds one wait may take, for credit, for the oldest message's outcome or for the
+    transaction's commit (None: no bound). A peer that holds the task back longer (a full queue whose broker
+    withholds credit, a peer that never settles) fails it with :class:`~amqp_async.LinkTimeout`, rather than leave
+    it waiting for ever: heartbeats keep such a connection alive.
     """
 
     def __init__(self, sender: Sender, size: int, stall: float | None = None) -> None:
@@ -123,9 +123,26 @@ class _Window:
         )
 
     async def commit(self) -> None:
-        """Commit the transaction, if any: its messages reach the queue now (§4.4)."""
-        if self.transaction is not None:
-            await self.transaction.commit()
+        """Commit the transaction, if any: its messages reach the queue now (§4.4).
+
+        Raises:
+            LinkTimeout: the coordinator gave no outcome of the discharge within ``stall`` seconds (a peer that
+                never answers it, its heartbeats keeping the connection alive, held the task for ever).
+        """
+        transaction = self.transaction
+        if transaction is None:
+            return
+        if self.stall is None:
+            await transaction.commit()
+            return
+        with anyio.move_on_after(self.stall):
+            await transaction.commit()
+            return
+        raise LinkTimeout(
+            f"the peer gave no outcome of the transaction's commit for {self.stall:g} s (option sendTimeoutMs): "
+            f"whether the task's {self.settled} messages reached the queue is unknown (the peer rolls the "
+            "transaction back as the connection ends, unless it committed it: then Spark's retry sends them again)"
+        )
 
     async def roll_back(self) -> None:
         """Roll the transaction back, if one is active: none of its messages reach the queue."""
