@@ -9,6 +9,7 @@ transfers (§4.4.1) and dispositions (§4.4.2) carry.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Generator
 from types import TracebackType
@@ -93,9 +94,21 @@ def _discharged(tracker: Tracker[Any], *, fail: bool) -> TransactionState:
     return "failed"
 
 
+def _answer_limit(connection: Connection) -> float | None:
+    """The seconds a declare or a discharge waits for the coordinator: the connection's ``open_timeout`` (the
+    coordinator's answer, as a link's attach is the peer's; ProtonJ2 bounds them by its request timeout)."""
+    return connection._options.open_timeout
+
+
+def _coordinator_timeout(step: Literal["declare", "discharge"], limit: float | None, *, sent: bool) -> str:
+    """The words of a declare or discharge the coordinator did not answer within ``open_timeout``."""
+    waited = "settle the" if sent else "give credit for the"
+    return f"the transaction coordinator did not {waited} {step} within open_timeout ({limit} s)"
+
+
 def _discard_late_declare(connection: Connection, controller: _Controller, tracker: Tracker[Any]) -> None:
-    """Roll back (discharge with fail=True, §4.4) the transaction of a declare whose caller was cancelled, once
-    the coordinator's ``declared`` comes: in the background, the cancelled caller not waiting for it."""
+    """Roll back (discharge with fail=True, §4.4) the transaction of a declare whose caller was cancelled (or
+    timed out), once the coordinator's ``declared`` comes: in the background, the caller not waiting for it."""
     from ._connection import _spawn_system_task
 
     link = controller._engine_link
@@ -219,8 +232,12 @@ class Transaction:
     async def declare(self) -> Transaction:
         """Declare the transaction (§4.3) and return it; ``await conn.transaction()`` does this.
 
+        The coordinator's credit and its answer are awaited within the connection's ``open_timeout``: a declared
+        outcome that comes later is rolled back in the background (nothing is left open at the coordinator).
+
         Raises:
-            TransactionError: the peer has no coordinator, or refused the declare (the condition says why).
+            TransactionError: the peer has no coordinator, or refused the declare (the condition says why), or did
+                not answer it within ``open_timeout`` (``amqp:resource-limit-exceeded``).
         """
         if self.state != "new":
             raise TransactionError(f"the transaction is already declared ({self.state})")
@@ -228,24 +245,23 @@ class Transaction:
         try:
             self.connection._check()
             controller = await _controller(self.connection)
-            tracker = await controller.submit(Message(body=Declare()))
         except BaseException:
             self.state = "failed"
             raise  # TransactionError from _controller; the connection's own error if it had ended
-        try:
-            outcome = await tracker
-        except DeliveryInDoubt as exc:
-            self.state = "failed"
-            raise TransactionError(f"the connection ended during the declare: {exc}", condition=exc.condition) from exc
-        except DeliveryError as exc:
-            self.state = "failed"
-            raise TransactionError(f"the coordinator refused the declare: {exc}", condition=exc.condition) from exc
-        except BaseException:
-            # Cancelled after the declare was sent: the coordinator may still declare it, and nothing would ever
-            # discharge it (it stayed open for the connection's whole life). Roll it back once its outcome comes.
-            self.state = "failed"
-            _discard_late_declare(self.connection, controller, tracker)
-            raise
+        limit = _answer_limit(self.connection)
+        sent = False
+        with anyio.move_on_after(math.inf if limit is None else limit) as bound:
+            try:
+                tracker = await controller.submit(Message(body=Declare()))
+            except BaseException:
+                self.state = "failed"  # nothing was sent (cancelled while it waited for credit)
+                raise
+            sent = True
+            outcome = await self._declare_outcome(controller, tracker)
+        if bound.cancelled_caught:  # the state is "failed"; a late declared outcome is rolled back
+            raise TransactionError(
+                _coordinator_timeout("declare", limit, sent=sent), condition=str(conditions.RESOURCE_LIMIT_EXCEEDED)
+            )
         if not isinstance(outcome, Declared) or not valid_txn_id(outcome.txn_id):
             self.state = "failed"
             raise TransactionError(
@@ -257,6 +273,24 @@ class Transaction:
         self._link = controller._engine_link
         self.state = "active"
         return self
+
+    async def _declare_outcome(self, controller: _Controller, tracker: Tracker[Any]) -> Any:
+        """The outcome of a declare that was sent: what the coordinator answered it with."""
+        try:
+            return await tracker
+        except DeliveryInDoubt as exc:
+            self.state = "failed"
+            raise TransactionError(f"the connection ended during the declare: {exc}", condition=exc.condition) from exc
+        except DeliveryError as exc:
+            self.state = "failed"
+            raise TransactionError(f"the coordinator refused the declare: {exc}", condition=exc.condition) from exc
+        except BaseException:
+            # Cancelled (or timed out) after the declare was sent: the coordinator may still declare it, and
+            # nothing would ever discharge it (it stayed open for the connection's whole life). Roll it back once
+            # its outcome comes.
+            self.state = "failed"
+            _discard_late_declare(self.connection, controller, tracker)
+            raise
 
     def __await__(self) -> Generator[Any, None, Transaction]:
         return self.declare().__await__()
@@ -356,15 +390,34 @@ class Transaction:
             await self.connection._wait_state()
         txn_id = self._require_active()
         self.state = "discharging"
-        try:
-            tracker = await controller.submit(Message(body=Discharge(txn_id=txn_id, fail=fail)))
-        except AMQPError as exc:
-            # Nothing was sent: the connection ended before the discharge, and the peer rolls the transaction back.
-            self.state = "rolled back"
-            self._lost_connection = True
-            if fail:
-                return
-            raise TransactionRolledBack(f"the connection ended before the commit: {exc}") from exc
+        limit = _answer_limit(self.connection)
+        sent = False
+        with anyio.move_on_after(math.inf if limit is None else limit) as bound:
+            try:
+                tracker = await controller.submit(Message(body=Discharge(txn_id=txn_id, fail=fail)))
+            except AMQPError as exc:
+                # Nothing was sent: the connection ended before the discharge, and the peer rolls it back.
+                self.state = "rolled back"
+                self._lost_connection = True
+                if fail:
+                    return
+                raise TransactionRolledBack(f"the connection ended before the commit: {exc}") from exc
+            except BaseException:
+                self.state = "active"  # cancelled while it waited for credit: nothing was sent
+                raise
+            sent = True
+            await self._discharge_outcome(tracker, fail=fail)
+        if bound.cancelled_caught:
+            # Not sent: the transaction is still active (a rollback may be tried again; the connection's end rolls
+            # it back). Sent: "in doubt" until the coordinator's answer comes, which ``state`` then says.
+            words = _coordinator_timeout("discharge", limit, sent=sent)
+            condition = str(conditions.RESOURCE_LIMIT_EXCEEDED)
+            if sent:
+                raise TransactionInDoubt(f"{words}: the transaction may still commit or roll back", condition=condition)
+            raise TransactionError(f"{words}: the transaction is still active", condition=condition)
+
+    async def _discharge_outcome(self, tracker: Tracker[Any], *, fail: bool) -> None:
+        """Wait for the outcome of a discharge that was sent, and set the state it leaves the transaction in."""
         try:
             await tracker
         except DeliveryInDoubt as exc:
