@@ -354,17 +354,34 @@ class LinkDetached(LinkError):
 
 class DeliveryError(AMQPError):
     """A message was not accepted. ``outcome`` holds the delivery state the receiver gave (§3.4), None when none
-    came (the subclasses narrow its type: a ``MessageRejected``'s is a ``Rejected``...)."""
+    came (the subclasses narrow its type: a ``MessageRejected``'s is a ``Rejected``...).
+
+    Attributes:
+        address: the address the message was sent to, when known: the sender's target address, or on the
+            anonymous relay (a sender without a target) the message's ``to``. ``str()`` names it, so that with
+            many senders the error says which node refused; ``description`` stays the peer's words.
+    """
 
     # Declared on the class (not only assigned in __init__) so that each subclass can narrow it for the type
     # checker: ``except MessageRejected as e: e.outcome.error`` is checked, where ``Any`` let every typo through.
     outcome: Composite | None
 
     def __init__(
-        self, description: str = "", *, outcome: Composite | None = None, condition: str | None = None
+        self,
+        description: str = "",
+        *,
+        outcome: Composite | None = None,
+        condition: str | None = None,
+        address: str | None = None,
     ) -> None:
         super().__init__(description, condition=condition)
         self.outcome = outcome
+        self.address = address
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        # After the peer's words, not before: "condition: description" stays whole for those who match on it.
+        return text if self.address is None else f"{text} (sent to {self.address!r})"
 
 
 class MessageRejected(DeliveryError):
@@ -443,8 +460,9 @@ class TransactionRolledBack(TransactionError):
 
 
 class TransactionInDoubt(TransactionError):
-    """The connection ended after the commit was asked for and before its outcome came: the transaction may
-    have committed or rolled back."""
+    """The connection ended after the commit was asked for and before its outcome came, or the coordinator did
+    not settle the discharge within ``open_timeout`` (condition ``amqp:resource-limit-exceeded``): the
+    transaction may have committed or rolled back."""
 
     default_condition = "amqp:connection:forced"
 

@@ -368,8 +368,8 @@ async def test_send_many_reports_rejected_messages_and_keeps_the_others() -> Non
             assert failed.condition == "amqp:resource-limit-exceeded"
             assert str(failed) == (
                 "amqp:resource-limit-exceeded: 2 of 5 messages failed; the first, #3: "
-                "amqp:resource-limit-exceeded: queue 'q' is full (3)"
-            )
+                "amqp:resource-limit-exceeded: queue 'q' is full (3) (sent to 'q')"
+            )  # the refusal names its sender's address (DeliveryError.address)
             assert isinstance(failed, amqp_async.AMQPError)
             assert queued_bodies(broker, "q") == [0, 1, 2]
             assert sender.unsettled == []

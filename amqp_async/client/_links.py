@@ -56,6 +56,10 @@ __all__ = ["Receiver", "SendManyError", "Sender", "Tracker", "selector"]
 #: Output bytes waiting in the engine past which a send waits for the writer to take them (backpressure).
 _OUTPUT_HIGH_WATER = 1 << 20
 
+#: The seconds a link's close waits for the peer, all of it: a sender's backlog written as the session window
+#: opens, then the peer's answering detach (one deadline for both: the documented close bound).
+CLOSE_TIMEOUT = 10.0
+
 
 class _Default:
     """The type of :data:`_DEFAULT`: an argument not given (None means "no limit" where it is taken)."""
@@ -250,19 +254,23 @@ class _Link:
     async def close(self, error: Error | None = None) -> None:
         """Detach and close the link (§2.6.4), and wait for the peer's detach (idempotent)."""
         check_thread(self.connection)
-        link = await self._send_detach(error)
+        # One deadline for the whole close: the backlog written, then the peer's detach. Each had its own 10 s
+        # before, and a peer that stopped opening its session window held a sender's close for 20 s.
+        deadline = anyio.current_time() + CLOSE_TIMEOUT
+        link = await self._send_detach(error, deadline)
         if link is None:
             return
         connection = self.connection
-        with anyio.move_on_after(10):
+        with anyio.CancelScope(deadline=deadline):
             while link.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
                 await connection._wait_state()
         self._closed = True
 
-    async def _send_detach(self, error: Error | None) -> EngineLink | None:
-        """Detach the link (closed), a sender's backlog written first, and return the engine link whose detach
-        the peer answers; None when there is nothing to wait for (the link or connection was closed already, or
-        the transport is down): the link is closed then."""
+    async def _send_detach(self, error: Error | None, deadline: float | None = None) -> EngineLink | None:
+        """Detach the link (closed), a sender's backlog written first (until ``deadline``, an
+        :func:`anyio.current_time`; default :data:`CLOSE_TIMEOUT` from now), and return the engine link whose
+        detach the peer answers; None when there is nothing to wait for (the link or connection was closed
+        already, or the transport is down): the link is closed then."""
         link = self._engine_link
         if self._closed or self.connection.is_closed or link.local_state is CLOSED:
             self._closed = True
@@ -276,7 +284,7 @@ class _Link:
             self._closed = True
             return None
         if error is None and link.role is SENDER:
-            await self._write_backlog(link)
+            await self._write_backlog(link, anyio.current_time() + CLOSE_TIMEOUT if deadline is None else deadline)
             if link.local_state is CLOSED or connection.is_closed:
                 self._closed = True
                 return None
@@ -287,13 +295,13 @@ class _Link:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _write_backlog(self, link: EngineLink) -> None:
+    async def _write_backlog(self, link: EngineLink, deadline: float) -> None:
         """Before a clean detach: the link's transfers still waiting for the peer's session window are written as
-        it opens (at most 10 s); the detach dropped them (§2.6.4: nothing of a link goes after its detach), and
-        at-most-once messages submit() had taken were lost without a word."""
+        it opens (until ``deadline``, an :func:`anyio.current_time`); the detach dropped them (§2.6.4: nothing of
+        a link goes after its detach), and at-most-once messages submit() had taken were lost without a word."""
         connection = self.connection
         session = link.session
-        with anyio.move_on_after(10):
+        with anyio.CancelScope(deadline=deadline):
             while (
                 session.has_backlog
                 and any(delivery.link is link for delivery in session.backlogged_deliveries)

@@ -19,6 +19,7 @@ from ..errors import (
     MessageRejected,
     MessageReleased,
 )
+from ..message import Message
 
 if TYPE_CHECKING:
     # A type parameter with a default (PEP 696) for type checkers: a bare ``Sender`` or ``Tracker`` is a confirmed
@@ -93,7 +94,21 @@ class Tracker(Generic[_R]):
         elif self._sender is not None and isinstance(state, self._sender._more_outcomes):
             self._finish(state, None)  # a transaction controller's declared (§4.5.3)
         else:
-            self._finish(state, _outcome_error(state))
+            error = _outcome_error(state)
+            if isinstance(error, DeliveryError):
+                error.address = self._address()  # worked out only for a refusal (it may decode the message)
+            self._finish(state, error)
+
+    def _address(self) -> str | None:
+        """Where the message went, for the error of a refusal: the sender's target address, or on the anonymous
+        relay (no target) the message's ``to``, read from the bytes sent (only when a refusal comes)."""
+        sender = self._sender
+        if sender is None:
+            return None
+        address = sender.address
+        if address is not None or self.delivery is None:
+            return address
+        return _message_to(self.delivery.payload)
 
     def _finish(self, outcome: Any, error: AMQPError | None) -> None:
         if self.done:
@@ -177,6 +192,21 @@ class _TracedTracker(Tracker[_R]):
             return
         super()._finish(outcome, error)
         self._tracing.end_send(self._span, outcome, error, self._size)
+
+
+def _message_to(payload: Any) -> str | None:
+    """The ``to`` of the message encoded in ``payload`` (bytes, or a Gathered's parts); None when it has none or
+    the bytes are gone (a streamed message's)."""
+    parts = getattr(payload, "parts", None)
+    data = b"".join(parts) if parts is not None else payload
+    if not data:
+        return None
+    message = Message()
+    try:
+        message.decode(data)
+    except AMQPError:
+        return None
+    return message.address
 
 
 def _outcome_error(state: Any) -> AMQPError | None:
