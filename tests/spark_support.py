@@ -343,7 +343,13 @@ class ConnectionWatch:
 
 def drain(url: str, address: str, *, accept: bool = True, timeout: float = 60) -> list[amqp_async.Message]:
     """Every message ``address`` holds now (taken and accepted unless ``accept`` is False: then released, once all
-    are seen, so that none is seen twice)."""
+    are seen, so that none is seen twice).
+
+    Drains until one brings nothing: a sender answers a drain (§2.6.7) by giving back the credit its session window
+    (§2.5.6) held back too, as the embedded broker does, so fewer than the credit can come while more wait (as
+    ``amqp_async.spark._links._nothing_more`` knows). Before, the first drain that brought fewer than its credit
+    ended the count: 53 of 340 messages of 20 KB on the embedded broker. The cost: one more round trip, an empty
+    drain."""
 
     async def run() -> list[amqp_async.Message]:
         held = []
@@ -359,7 +365,7 @@ def drain(url: str, address: str, *, accept: bool = True, timeout: float = 60) -
                         if accept:
                             await delivery.accept()
                         taken += 1
-                    if taken < 1000:
+                    if not taken:
                         break
                 for delivery in held if not accept else ():
                     await delivery.release()

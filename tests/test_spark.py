@@ -600,6 +600,52 @@ def test_a_batch_whose_sink_failed_is_replayed_from_the_log_at_restart(
     assert drain(broker.url, address) == []
 
 
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (2, 1)])
+def test_a_restart_with_another_partition_count_replays_the_batch_as_first_planned(
+    spark: Any, broker: BrokerThread, tmp_path: Path, before: int, after: int
+) -> None:
+    """The sink writes micro-batch 0 and the query fails before Spark commits it (as a crash would); the query is
+    restarted from its checkpoint with numPartitions ``after`` instead of ``before``, and the sink, idempotent per
+    batch id as Spark's file sinks and Delta are, discards the replayed batch 0. The replay has the first run's
+    rows. Before, with more partitions, the replay's new partition received and accepted 5 fresh messages, which
+    the sink discarded with the batch: lost."""
+    address = f"replanned-{before}-{after}"
+    fill(broker.url, address, [amqp_async.Message(body="x", id=f"p-{n:02}") for n in range(30)])
+    written: dict[int, list[str]] = {}
+    replayed: list[str] = []
+    failing = [True]
+
+    def sink(batch: Any, batch_id: int) -> None:
+        ids = sorted(row.message_id for row in batch.select("message_id").collect())
+        if batch_id in written:
+            replayed.extend(ids)  # written already: discarded
+            return
+        written[batch_id] = ids
+        if failing[0]:
+            raise RuntimeError("injected failure after the sink wrote the batch")
+
+    def start(partitions: int) -> Any:
+        writer = read_until_empty(
+            spark,
+            broker.url,
+            address,
+            str(tmp_path / "checkpoint"),
+            maxMessagesPerBatch=10,
+            numPartitions=partitions,
+            logLocation=str(tmp_path / "log"),
+        )
+        return writer.foreachBatch(sink).start()
+
+    with pytest.raises(Exception, match="injected failure after the sink wrote"):
+        run_query(lambda: start(before), timeout=300)
+    failing[0] = False
+    run_query(lambda: start(after), timeout=300)
+    assert replayed == written[0] and len(replayed) == 10  # before, 1 -> 2: 15 rows, 5 of them fresh
+    delivered = sorted(message_id for ids in written.values() for message_id in ids)
+    assert delivered == [f"p-{n:02}" for n in range(30)]  # before, 1 -> 2: 25 (5 lost)
+    assert drain(broker.url, address) == []
+
+
 def test_a_replay_whose_log_is_gone_fails_naming_log_location(spark: Any, broker: BrokerThread, tmp_path: Path) -> None:
     """The batch to replay was accepted at the broker when first run; without its log (deleted, moved, or another
     logLocation) it cannot be replayed. Before, its tasks received afresh and the batch was lost without a word."""

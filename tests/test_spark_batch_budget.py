@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadMaxRows
@@ -102,3 +103,95 @@ def test_a_task_takes_no_more_bytes_than_its_bound_and_leaves_the_rest(
         left += drain(broker.url, "q")
     assert sorted(str(message.id) for message in left) == sorted(f"m{n}" for n in range(rows, 30)), left
     assert {message.delivery_count for message in left} == {0}
+
+
+# --- a replay is planned as the batch was first planned --------------------------------------------------------
+
+
+def _reader(url: str, log: Path, partitions: int, limit: int) -> AmqpStreamReader:
+    """A new driver's reader (as after a restart: nothing planned in this process yet), for AvailableNow."""
+    options = {
+        "url": url,
+        "address": "q",
+        "logLocation": str(log),
+        "maxMessagesPerBatch": str(limit),
+        "numPartitions": str(partitions),
+    }
+    reader = AmqpStreamReader(parse_options(options), MESSAGE_SCHEMA)
+    reader.prepareForTriggerAvailableNow()
+    return reader
+
+
+def _run(reader: AmqpStreamReader, partition: Any) -> list[str]:
+    """The message ids of ``partition``'s rows, its task run as Spark would."""
+    assert isinstance(partition, StreamPartition)
+    rows = [row for batch in reader.read(partition) for row in batch.to_pylist()]
+    return [str(row["message_id"]) for row in rows]
+
+
+def _planned(partitions: list[Any]) -> list[tuple[int, int]]:
+    return [(partition.index, partition.budget) for partition in partitions]
+
+
+@pytest.mark.parametrize(("before", "after"), [(1, 2), (1, 10), (2, 1)])
+def test_a_replay_after_a_restart_with_another_partition_count_gives_the_same_rows(
+    broker: BrokerThread, tmp_path: Path, before: int, after: int
+) -> None:
+    """Batch 0 is planned and run with ``before`` partitions, not committed (the sink failed, or the driver died),
+    and replayed by a restarted query whose numPartitions is ``after``: the replay is the first run's plan, its
+    rows the same, and nothing more is taken from the queue. Before, the replay took numPartitions from the options
+    now: with more partitions the new ones received (and accepted) fresh messages into a batch that a sink
+    idempotent per batch id discards as written already (lost at the broker); the next new batch has the new
+    count."""
+    fill(broker.url, "q", [amqp_async.Message(body="m", id=f"m{n:02}") for n in range(30)])
+    first = _reader(broker.url, tmp_path, before, 10)
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadMaxRows(10))
+    planned = first.partitions(start, end)
+    rows = sorted(row for partition in planned for row in _run(first, partition))
+    assert rows == [f"m{n:02}" for n in range(10)]
+
+    restarted = _reader(broker.url, tmp_path, after, 10)
+    replayed = restarted.partitions(start, end)
+    assert _planned(replayed) == _planned(planned)
+    assert sorted(row for partition in replayed for row in _run(restarted, partition)) == rows
+    restarted.commit(end)
+    following = restarted.latestOffset(end, ReadMaxRows(10))
+    assert len(restarted.partitions(end, following)) == after  # the options take effect from the next batch
+    assert len(drain(broker.url, "q", accept=False)) == 20  # before, with more partitions: 15 (5 lost)
+
+
+def test_a_replay_with_fewer_partitions_keeps_a_partition_that_had_not_logged_yet(
+    broker: BrokerThread, tmp_path: Path
+) -> None:
+    """Batch 0 planned with 2 partitions; partition 1's task (of the first run, a zombie by now) has not written
+    to the log yet when the query, restarted with numPartitions 1, replays the batch. Before, the replay planned
+    the partitions the options and the log named, so partition 1 was left out: its zombie then chose and accepted
+    its messages, which no run of the batch returned."""
+    fill(broker.url, "q", [amqp_async.Message(body="m", id=f"m{n:02}") for n in range(30)])
+    first = _reader(broker.url, tmp_path, 2, 10)
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadMaxRows(10))
+    planned = first.partitions(start, end)
+    assert _planned(planned) == [(0, 5), (1, 5)]
+    assert len(_run(first, planned[0])) == 5  # partition 1's task is late
+
+    replayed = _reader(broker.url, tmp_path, 1, 10).partitions(start, end)
+    assert _planned(replayed) == [(0, 5), (1, 5)]  # before: [(0, 10)]
+
+
+def test_an_offset_of_an_older_version_is_replayed_from_the_options_and_the_log(
+    broker: BrokerThread, tmp_path: Path
+) -> None:
+    """A checkpoint written before offsets recorded their plan (``{"source": ID, "batch": N}``) still replays:
+    the options' partitions, and every partition the log has for the batch."""
+    fill(broker.url, "q", [amqp_async.Message(body="m", id=f"m{n:02}") for n in range(30)])
+    first = _reader(broker.url, tmp_path, 3, 9)
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadMaxRows(9))
+    assert end == {"source": start["source"], "batch": 1, "plan": {"numPartitions": 3, "maxMessagesPerBatch": 9}}
+    assert len(_run(first, first.partitions(start, end)[2])) == 3
+    older = {"source": end["source"], "batch": 1}
+    assert _planned(_reader(broker.url, tmp_path, 1, 9).partitions(start, older)) == [(0, 9), (2, 9)]
+    with pytest.raises(ValueError, match=r"not an offset of the amqp source .*\(its plan\)"):
+        _reader(broker.url, tmp_path, 1, 9).partitions(start, {**end, "plan": {"numPartitions": 0}})

@@ -6,9 +6,12 @@ never connects to the broker and never sees a message: it plans micro-batches by
 (:mod:`._stream_task`) receives its own share on the executor that runs it, through the write-ahead log
 (:mod:`._log`), which makes a batch the same however often Spark computes it.
 
-- An offset is ``{"source": ID, "batch": N}``: N micro-batches planned. ``ID`` is made once, by the first
-  ``initialOffset`` of a new query, and travels in every offset, so a query restarted from its checkpoint finds
-  its log (``logLocation/ID``).
+- An offset is ``{"source": ID, "batch": N, "plan": {"numPartitions": P, "maxMessagesPerBatch": M}}``: N
+  micro-batches planned, the last with P partitions sharing M messages (null: no limit). ``ID`` is made once, by
+  the first ``initialOffset`` of a new query, and travels in every offset, so a query restarted from its checkpoint
+  finds its log (``logLocation/ID``). The plan travels in the batch's end offset, which Spark checkpoints before it
+  runs the batch, so that a replay is planned as the first run was (see ``partitions``). The initial offset has
+  none (no batch).
 - ``latestOffset(start)`` answers ``start + 1``: a batch of ``numPartitions`` partitions, whose budgets add up to
   ``maxMessagesPerBatch`` (10,000 messages each without the option; a partition that would have none is not
   planned), each taking what the queue has, up to its budget (and to ``PARTITION_BYTES`` of message bytes,
@@ -18,9 +21,15 @@ never connects to the broker and never sees a message: it plans micro-batches by
 - ``Trigger.AvailableNow``: the tasks drain at once, and each chosen entry says whether its task found the queue
   empty. ``latestOffset`` plans the next batch until every partition of the last one found it empty (a listing of
   the log, no message read), then answers ``start``: the query ends. Every run plans at least one batch.
-- ``partitions(start, end)`` of a batch planned before (a restart replays the batch the checkpoint had planned but
-  not committed) takes every partition the log has for it too, whatever ``numPartitions`` says now. Its source id
-  is ``end``'s: Spark checkpoints a batch's end offset, but not the start of the first batch, which a restart asks
+- ``partitions(start, end)`` plans the batch as ``end``'s plan says, whatever the options say now: a restart
+  replays the batch the checkpoint had planned but not committed, and Spark wants the same rows again. Before, a
+  replay took ``numPartitions`` from the options of the restarted query: with more partitions, the new ones
+  received (and accepted) fresh messages into a batch that a sink idempotent per batch id discards as already
+  written, and those messages were lost; with fewer, a partition beyond the new count whose task (a zombie of the
+  first run) had not yet written to the log when the replay was planned was left out, its messages accepted and
+  never read. Changed options take effect from the next new batch. An offset without a plan (a checkpoint of an
+  older version) is planned from the options, with every partition the log has for the batch. Its source id is
+  ``end``'s: Spark checkpoints a batch's end offset, but not the start of the first batch, which a restart asks
   of ``initialOffset`` again (a new id, whose log is empty: the first batch's messages, accepted, were lost).
 - The first batch a process plans writes the marker ``started`` in the source's log. A batch replayed after a
   restart whose source has nothing in the log (the log deleted, moved, or ``logLocation`` changed) fails the query
@@ -62,6 +71,34 @@ def _parse(offset: dict[str, Any]) -> tuple[str, int]:
             f"not an offset of the amqp source with receiveOn=executors: {offset!r} (a checkpoint of another source, "
             "or of receiveOn=driver?)"
         ) from None
+
+
+def _options_plan(options: AmqpOptions) -> tuple[int, int | None]:
+    """The partition count and message limit (None: no limit) of a new micro-batch: the options now."""
+    limit = options.get("maxMessagesPerBatch")
+    return int(options.get("numPartitions", 1)), None if limit is None else int(limit)
+
+
+def _plan_of(options: AmqpOptions) -> dict[str, int | None]:
+    """The plan a new micro-batch's end offset records (see the module documentation)."""
+    count, limit = _options_plan(options)
+    return {"numPartitions": count, "maxMessagesPerBatch": limit}
+
+
+def _planned_with(end: dict[str, Any], options: AmqpOptions) -> tuple[int, int | None, bool]:
+    """The partition count and message limit micro-batch ``end - 1`` was planned with, and whether its offset
+    recorded them (False: a checkpoint of an older version, planned from the options now)."""
+    plan = end.get("plan")
+    if plan is None:
+        return (*_options_plan(options), False)
+    try:
+        count, limit = int(plan["numPartitions"]), plan["maxMessagesPerBatch"]
+        limit = None if limit is None else int(limit)
+    except (KeyError, TypeError, ValueError):
+        count = limit = 0
+    if count < 1 or (limit is not None and limit < 1):
+        raise ValueError(f"not an offset of the amqp source with receiveOn=executors: {end!r} (its plan)")
+    return count, limit, True
 
 
 def _budgets(limit: int | None, count: int) -> dict[int, int]:
@@ -130,7 +167,8 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = True
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The next micro-batch (``start`` + 1), or ``start`` once an AvailableNow run found the queue empty."""
+        """The next micro-batch (``start`` + 1, with its plan: the options now), or ``start`` once an AvailableNow
+        run found the queue empty."""
         source, batch = _parse(start)
         log_ = self._log_of(source)
         if not self._started:
@@ -144,10 +182,11 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if outcomes and all(outcome is not None and outcome.drained for outcome in outcomes.values()):
                 log_.commit(batch)
                 return start
-        return {"source": source, "batch": batch + 1}
+        return {"source": source, "batch": batch + 1, "plan": _plan_of(self._options)}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        """The partitions of the batches from ``start`` to ``end``: names and budgets, no messages."""
+        """The partitions of the batches from ``start`` to ``end``: names and budgets, no messages; as ``end``'s plan
+        says (a replay is planned as the batch first was)."""
         start_source, first = _parse(start)
         source, last = _parse(end)
         if start_source != source and first != 0:
@@ -163,16 +202,18 @@ class AmqpStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "for that batch)"
             )
         options = self._options
-        count = int(options.get("numPartitions", 1))
-        budgets = _budgets(options.get("maxMessagesPerBatch"), count)
+        count, limit, recorded = _planned_with(end, options)
+        budgets = _budgets(limit, count)
         first_wait = 0.0 if self._available_now else int(options.get("pollWaitMs", 1000)) / 1000.0
         host = None if "logLocation" in options.values else socket.gethostname()
         self._planned = True
         planned: list[InputPartition] = []
         for batch in range(first, last):
-            for index in sorted(set(budgets) | set(log_.partitions(batch))):
-                # A partition the log has and this plan does not (numPartitions changed before a replay) keeps a
-                # budget: it returns its chosen entry, or (no attempt chose) receives as the others do.
+            # With a recorded plan, the log has no partition it lacks. Without one (an offset of an older version),
+            # a partition the log has and the options now do not (numPartitions lowered before a replay) keeps a
+            # budget: it returns its chosen entry, or (no attempt chose) receives as the others do.
+            logged = set() if recorded else set(log_.partitions(batch))
+            for index in sorted(set(budgets) | logged):
                 budget = budgets.get(index) or max(budgets.values())
                 planned.append(StreamPartition(source, batch, index, budget, self._location, first_wait, host))
         return planned
