@@ -36,6 +36,11 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 PARTS = frozenset(ALLOWED)
 
+#: Imports under ``if TYPE_CHECKING:`` a part may make beyond ALLOWED: names for annotations only, never imported
+#: at run time (no cycle at import). ``errors`` names the codec's outcome classes, so that a refused message's
+#: ``outcome`` is typed (``MessageRejected.outcome: Rejected | None``) for the user's type checker.
+TYPE_ONLY: dict[str, frozenset[str]] = {"errors": frozenset({"codec"})}
+
 
 def part_of(path: Path, package_dir: Path = PACKAGE) -> str:
     """The layer a file belongs to: its top folder under the package, or its own name for a top-level module."""
@@ -68,6 +73,18 @@ def imported_parts(path: Path, package_dir: Path = PACKAGE) -> list[tuple[int, s
     return found
 
 
+def type_only_lines(path: Path) -> set[int]:
+    """The lines of the imports ``path`` makes under ``if TYPE_CHECKING:`` (for the type checker only)."""
+    lines: set[int] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for statement in node.body:
+                for inner in ast.walk(statement):
+                    if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                        lines.add(inner.lineno)
+    return lines
+
+
 def test_every_part_is_known() -> None:
     """A new top-level module or folder gets its place in ALLOWED (and in docs/architecture.md)."""
     parts = {part_of(p) for p in PACKAGE.rglob("*.py")}
@@ -77,10 +94,12 @@ def test_every_part_is_known() -> None:
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_follow_the_layers(path: Path) -> None:
     own = part_of(path)
+    for_types = TYPE_ONLY.get(own, frozenset())
+    type_only = type_only_lines(path) if for_types else set()
     wrong = [
         f"{path.name}:{line} imports {part}"
         for line, part in imported_parts(path)
-        if part != own and part not in ALLOWED[own]
+        if part != own and part not in ALLOWED[own] and not (part in for_types and line in type_only)
     ]
     assert not wrong, f"{own} may import only {sorted(ALLOWED[own])}: {wrong}"
 
@@ -94,3 +113,12 @@ def test_the_checker_sees_a_wrong_import(tmp_path: Path) -> None:
     assert part_of(probe, package_dir) == "protocol"
     assert imported_parts(probe, package_dir) == [(1, "io"), (2, "codec"), (3, "client")]
     assert "io" not in ALLOWED["protocol"] and "client" not in ALLOWED["protocol"]
+
+
+def test_a_type_only_import_is_told_from_one_at_run_time(tmp_path: Path) -> None:
+    """The allowance for annotations does not let a run-time import through: only the one under TYPE_CHECKING."""
+    probe = tmp_path / "errors.py"
+    probe.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .codec import x\nfrom .codec import y\n"
+    )
+    assert type_only_lines(probe) == {3}
