@@ -733,7 +733,7 @@ async def test_a_durable_subscription_keeps_the_messages_published_while_detache
                 assert await receive_bodies(subscription, 1) == ["before"]
                 queue = broker.topics[address].subscriptions["subscriber-app/my-subscription"]
                 await eventually(lambda: not queue.consumers[0].unsettled)  # the accept arrived before the detach
-                await subscription.close()
+                await subscription.detach()  # closed=false: the subscription stays (a close would unsubscribe)
                 await send_all(publisher, ["while detached 1", "while detached 2"])
                 subscription = await conn.open_receiver(address, **options)
                 assert await receive_bodies(subscription, 2) == ["while detached 1", "while detached 2"]

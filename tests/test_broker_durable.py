@@ -248,7 +248,7 @@ async def test_queues_and_durable_subscriptions_survive_kill_9_and_non_durable_m
                 receiver = await conn.open_receiver(
                     "topic://news", name="news-sub", durable=True, expiry_policy="never", credit=0
                 )
-                await receiver.close()
+                await receiver.detach()  # closed=false: kept (a close would unsubscribe)
             async with amqp_async.connect(url, reconnect=False) as conn:
                 await conn.open_receiver("empty-queue")
                 topic = await conn.open_sender("topic://news")

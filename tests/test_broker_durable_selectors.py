@@ -47,10 +47,11 @@ def anyio_backend() -> str:
 
 
 async def subscribe(url: str, selector: str | None) -> None:
-    """Attach the durable subscription ``sub`` of container ``subscriber`` with ``selector``, and detach."""
+    """Attach the durable subscription ``sub`` of container ``subscriber`` with ``selector``, and detach (closed=false:
+    kept; a close would unsubscribe)."""
     async with amqp_async.connect(url, reconnect=False, container_id="subscriber") as conn:
         receiver = await conn.open_receiver(TOPIC, name="sub", durable=True, expiry_policy="never", selector=selector)
-        await receiver.close()
+        await receiver.detach()
 
 
 def publish_with_proton(url: str, colours: list[str]) -> None:

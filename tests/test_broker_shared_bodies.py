@@ -83,7 +83,7 @@ async def subscribe(broker: Broker, subscriber: str, *, durable: bool = True) ->
         options.update(durable=True, expiry_policy="never")
     async with connect(broker, container_id=subscriber) as conn:
         receiver = await conn.open_receiver(TOPIC, **options)
-        await receiver.close()
+        await receiver.detach()  # closed=false: a durable one is kept (a close would unsubscribe)
 
 
 async def take(broker: Broker, address: str, *, settle: str = "accept", **options: Any) -> amqp_async.Message:
@@ -195,7 +195,8 @@ def test_proton_subscribers_after_a_restart_and_a_kill_9(tmp_path: Path) -> None
     with broker_process(tmp_path) as broker:
         for subscriber in SUBSCRIBERS:
             conn = BlockingConnection(broker.url, timeout=TIMEOUT, container_id=subscriber)
-            conn.create_receiver(TOPIC, name="s", options=DurableSubscription()).close()
+            # detached (closed=false), not closed: a close would unsubscribe (the connection's close follows it)
+            conn.create_receiver(TOPIC, name="s", options=DurableSubscription()).detach()
             conn.close()
         conn = BlockingConnection(broker.url, timeout=TIMEOUT)
         conn.create_sender(TOPIC).send(ProtonMessage(body=body, durable=True))  # returns once accepted: stored

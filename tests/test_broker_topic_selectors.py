@@ -118,7 +118,7 @@ async def test_a_detached_durable_subscription_keeps_only_what_its_selector_sele
     async with serving(max_memory=LIMIT) as broker:
         with anyio.fail_after(TIMEOUT):
             async with amqp_async.connect(broker.url, reconnect=False, container_id="subscriber") as conn:
-                await (await subscribe(conn, RED)).close()  # detached: the subscription stays, and fills
+                await (await subscribe(conn, RED)).detach()  # detached: the subscription stays, and fills
             red = [coloured("red", f"red {number}") for number in range(3)]
             # before: the producer waited for credit for ever after about 100 blue (the limit full of them)
             await publish(broker.url, *[coloured("blue") for _ in range(COUNT // 2)], red[0])
@@ -129,7 +129,7 @@ async def test_a_detached_durable_subscription_keeps_only_what_its_selector_sele
                 receiver = await subscribe(conn, RED)
                 receiver.add_credit(10)
                 assert await receive_all(receiver) == ["red 0", "red 1", "red 2"]
-                await receiver.close()
+                await receiver.detach()  # kept, and empty (a close would delete it)
             assert len(queue) == 0 and broker.flow.held_bytes == 0
 
 
@@ -138,10 +138,10 @@ async def test_a_durable_subscriber_back_with_another_selector_gets_what_that_on
     async with serving() as broker:
         with anyio.fail_after(TIMEOUT):
             async with amqp_async.connect(broker.url, reconnect=False, container_id="subscriber") as conn:
-                await (await subscribe(conn, RED)).close()
+                await (await subscribe(conn, RED)).detach()
             await publish(broker.url, coloured("red", "red 0"), coloured("blue", "blue 0"))
             async with amqp_async.connect(broker.url, reconnect=False, container_id="subscriber") as conn:
-                await (await subscribe(conn, "color = 'blue'")).close()
+                await (await subscribe(conn, "color = 'blue'")).detach()
             await publish(broker.url, coloured("red", "red 1"), coloured("blue", "blue 1"))
             # the red one queued before stays (the code kept a changed subscription's messages, and still does)
             assert [entry.message.body for entry in subscription(broker).entries] == ["red 0", "blue 1"]
@@ -158,12 +158,12 @@ async def test_after_a_restart_a_durable_subscription_filters_again_once_its_sub
     async with serving(data_dir=tmp_path) as broker:
         with anyio.fail_after(TIMEOUT):
             async with amqp_async.connect(broker.url, reconnect=False, container_id="subscriber") as conn:
-                await (await subscribe(conn, RED)).close()
+                await (await subscribe(conn, RED)).detach()
     async with serving(data_dir=tmp_path, max_memory=LIMIT) as broker:
         with anyio.fail_after(TIMEOUT):
             # its subscriber back with its filter (the store kept it too: tests/test_broker_durable_selectors.py)
             async with amqp_async.connect(broker.url, reconnect=False, container_id="subscriber") as conn:
-                await (await subscribe(conn, RED)).close()
+                await (await subscribe(conn, RED)).detach()
             await publish(broker.url, *[coloured("blue") for _ in range(COUNT)], coloured("red", "red"))
             queue = subscription(broker, "subscriber/sub")
             assert [entry.message.body for entry in queue.entries] == ["red"]

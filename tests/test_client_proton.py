@@ -993,6 +993,22 @@ async def test_dynamic_receiver(broker: ProtonBroker) -> None:
             assert record.address == receiver.address
 
 
+async def test_receiver_detach_says_closed_false_and_close_says_closed_true(broker: ProtonBroker) -> None:
+    """``detach()`` keeps the peer's terminus for a later attach (§2.6.4: closed=false), ``close()`` ends it (§2.6.6:
+    closed=true), as proton's ``link.detach()`` and ``link.close()``; each waits for the broker's answer."""
+    with anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(broker.url) as conn:
+            kept = await conn.open_receiver("q-kept", name="kept", durable=True, expiry_policy="never")
+            await kept.detach()
+            closed = await conn.open_receiver("q-closed", name="closed")
+            await closed.close()
+            stream = await conn.open_stream_receiver("q-stream", name="stream")
+            await stream.detach()
+            assert kept.is_closed and closed.is_closed and stream.is_closed
+            detaches = await in_thread(broker.wait_detaches, 3)
+    assert {detach.link: detach.closed for detach in detaches} == {"kept": False, "closed": True, "stream": False}
+
+
 async def test_receiver_source_fields(broker: ProtonBroker) -> None:
     with anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(broker.url) as conn:

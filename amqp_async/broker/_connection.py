@@ -27,7 +27,7 @@ from .. import protocol
 from ..codec import conditions
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
-from ..codec.terminus import COPY, NEVER, Source, Target
+from ..codec.terminus import COPY, NEVER, UNSETTLED_STATE, Source, Target
 from ..codec.transactions import (
     LOCAL_TRANSACTIONS,
     MULTI_SESSIONS_PER_TXN,
@@ -46,7 +46,7 @@ from ..protocol.endpoint import ACTIVE
 from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslServer
 from ..protocol.streaming import StreamingDelivery
-from ..types import symbol
+from ..types import Described, symbol
 from ._assembly import Assembly, memory_refusal
 from ._bodies import BodyFile
 from ._flow import WINDOW, NoRoomForNode, Producer
@@ -97,6 +97,8 @@ class _DriverEnded(Exception):
 
 
 _SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
+#: The filter key under which a recovered durable subscription's selector is named (Qpid JMS's).
+_JMS_SELECTOR = symbol("jms-selector")
 _ACCEPTED = Accepted()
 _RELEASED = Released()
 #: The outcomes of §3.4 (terminal delivery states).
@@ -468,7 +470,8 @@ class ServerConnection:
             if not event.link.locally_attached:
                 self._on_attach(event.link)
         elif isinstance(event, ev.LinkDetached):
-            self._on_detach(event.link)
+            # §2.6.6: the peer closing its link (closed=true) ends its terminus: a durable subscription with it
+            self._on_detach(event.link, closed=event.remote and event.closed)
         elif isinstance(event, ev.SessionBegun):
             if not event.session.locally_begun:
                 self._on_begin(event.session)
@@ -668,9 +671,45 @@ class ServerConnection:
             error=_error(conditions.NOT_ALLOWED, "the coordinator takes declare and discharge bodies (§4.5.2, §4.5.3)")
         )
 
+    def _subscription_key(self, link: protocol.Link) -> str:
+        """The key of the durable subscription a receiving link names: its container id and its link name."""
+        remote_open = self.engine.remote_open
+        container = remote_open.container_id if remote_open is not None else self.peer
+        return f"{container}/{link.name}"
+
+    def _recovered_source(self, link: protocol.SenderLink) -> Source | None:
+        """The source of the durable subscription that a receiver attaching with a null source names (None: it has
+        none). The JMS mapping attaches so to find a subscription by its name alone (Qpid JMS's
+        ``Session.unsubscribe``: a null source, then a detach with closed=true); the answer describes it."""
+        key = self._subscription_key(link)
+        for topic in self.broker.topics.values():
+            queue = topic.subscriptions.get(key)
+            if queue is None or not queue.durable_subscription:
+                continue
+            selector = queue.selector
+            applied = None if selector is None else {_JMS_SELECTOR: Described(_SELECTOR_DESCRIPTORS[0], selector.text)}
+            return Source(
+                address=topic.name,
+                durable=UNSETTLED_STATE,
+                expiry_policy=NEVER,
+                filter=applied,
+                # a topic named without the prefix was made by a subscriber that said "topic" (_is_topic)
+                capabilities=None if self.broker._is_topic(topic.name) else [symbol("topic")],
+            )
+        return None
+
     def _attach_outbound(self, link: protocol.SenderLink) -> None:
         broker = self.broker
         source = link.remote_source
+        if source is None:
+            source = self._recovered_source(link)
+            if source is None:
+                description = (
+                    f"no durable subscription {self._subscription_key(link)!r} to recover (a receiver with a null "
+                    "source names one by its container id and link name)"
+                )
+                self._refuse(link, conditions.NOT_FOUND, description)
+                return
         if not isinstance(source, Source):
             self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
             return
@@ -704,9 +743,7 @@ class ServerConnection:
                 if broker._is_topic(address, source.capabilities):
                     owner = broker.topic(address)
                     durable = bool(source.durable) and source.expiry_policy == NEVER
-                    remote_open = self.engine.remote_open
-                    container = remote_open.container_id if remote_open is not None else self.peer
-                    key = f"{container}/{link.name}" if durable else f"{id(link)}"
+                    key = self._subscription_key(link) if durable else f"{id(link)}"
                     # the subscription keeps only what the selector matches: the rest would never leave it
                     queue = owner.subscription(
                         key,
@@ -983,11 +1020,13 @@ class ServerConnection:
         if touched:
             self.kick()
 
-    def _on_detach(self, link: protocol.Link) -> None:
+    def _on_detach(self, link: protocol.Link, *, closed: bool = False) -> None:
+        """The link is detached (by the peer, or with its session); ``closed``: the peer closed it (its detach
+        said closed=true, §2.6.6), which unsubscribes a durable subscription (:meth:`_unsubscribe`)."""
         outbound = link.user_data
         if isinstance(outbound, _Outbound):
             self._settle_by_default(outbound)
-            self._unsubscribe(outbound)
+            self._unsubscribe(outbound, closed=closed)
             if outbound in self._outbound:
                 del self._outbound[outbound]
                 self.broker.flow.drop_endpoints()
@@ -1031,24 +1070,43 @@ class ServerConnection:
         for entry in pending:
             self.broker._settle_entry(outbound.queue, consumer, entry, outcome)
 
-    def _unsubscribe(self, outbound: _Outbound, failed: FailedAttempt | None = None) -> None:
+    def _unsubscribe(self, outbound: _Outbound, failed: FailedAttempt | None = None, *, closed: bool = False) -> None:
         """The consumer leaves its queue, its unsettled messages returned (as failed attempts with ``failed``); a
         node made for it alone (a dynamic queue, a subscription that is not durable) is deleted with what it holds
-        (nothing to count there: its messages are dropped)."""
-        broker = self.broker
+        (nothing to count there: its messages are dropped).
+
+        A durable subscription stays when its link detaches (closed=false, §2.6.4: the terminus is kept for a later
+        attach), when its session ends, or when its connection ends, and is deleted when the peer closes the last
+        link attached to it (``closed``: its detach said closed=true): AMQP 1.0 §2.6.6, "closing a link"
+        destroys the terminus, as in ActiveMQ Artemis, Qpid Broker-J and the JMS mapping (Qpid JMS's
+        ``Session.unsubscribe``). While other links are still attached to it (a shared subscription), it stays: the
+        JMS API refuses to unsubscribe a durable subscription that has active consumers."""
         queue = outbound.queue
         topic, key = outbound.topic, outbound.key
         private = topic is not None and key is not None and not queue.durable_subscription
+        unsubscribed = closed and topic is not None and key is not None and queue.durable_subscription
         if private or (queue.dynamic and queue.consumers == [outbound.consumer]):
             failed = None
         queue.unsubscribe(outbound.consumer, failed)
-        gone = queue.dynamic and not queue.consumers and broker.queues.pop(queue.name, None) is not None
-        if private:
+        if unsubscribed and queue.consumers:
+            log.info(
+                "link %r closed: durable subscription %r kept while %d other links are attached to it",
+                outbound.link.name,
+                queue.name,
+                len(queue.consumers),
+            )
+            unsubscribed = False
+        elif unsubscribed:
+            log.info("link %r closed: durable subscription %r deleted (unsubscribed)", outbound.link.name, queue.name)
+        if private or unsubscribed:
             assert topic is not None and key is not None
-            gone = topic.subscriptions.pop(key, None) is not None
+            gone = topic.unsubscribe(key) is not None
+        else:
+            gone = queue.dynamic and not queue.consumers and self.broker.queues.pop(queue.name, None) is not None
+            if gone:
+                queue.delete()
         if gone:
-            queue.clear()  # a deleted node: its messages are dropped
-            broker.flow.drop_node()
+            self.broker.flow.drop_node()
 
 
 def _write_touched(touched: dict[ServerConnection, None]) -> None:

@@ -426,6 +426,9 @@ class Queue:
         #: the links that send to it (for their credit, :mod:`._flow`).
         self.producers: set[Producer] = set()
         self.durable_subscription = False
+        #: the node was deleted (:meth:`delete`): what comes back to it (a rolled-back transaction's messages) is
+        #: dropped, not kept where no consumer will ever come.
+        self.deleted = False
         #: a topic subscription's: the selector of its subscriber (the filter of the link that attached to it last),
         #: or None. :meth:`Topic.publish` copies to it only the messages it matches: the others would never leave.
         self.selector: Selector | None = None
@@ -504,13 +507,18 @@ class Queue:
 
     def put_back(self, entries: list[Entry]) -> None:
         """Return messages to the head of the queue (released, modified, or from a gone consumer), in the order
-        they arrived in: among themselves, and behind messages returned before them that arrived earlier.
+        they arrived in: among themselves, and behind messages returned before them that arrived earlier. Returned
+        to a deleted node (:meth:`delete`), they are dropped.
 
         A message returned goes behind the ones at the head that arrived before it, looking at most
         :data:`RETURN_SCAN` of them (so that a consumer releasing many messages one disposition at a time costs
         each release that much at most; past it, the message goes to the head). Before, each release went to the
         head alone: a, b and c released one after the other came back as c, b, a.
         """
+        if self.deleted:
+            for entry in entries:
+                self.release(entry)
+            return
         queued = self.entries
         for entry in sorted(entries, key=_arrival, reverse=True):  # the latest first: each lands before those
             if entry.dirty:
@@ -546,6 +554,9 @@ class Queue:
         consumer's lost connection: ``attempt`` says how, when the outcome does not): their header's
         delivery-count goes up (§3.2.1); those that reach the delivery limit are given up (to the dead-letter queue,
         or dropped), the others go back to the head of the queue in order."""
+        if self.deleted:
+            self.put_back(entries)  # dropped (see put_back)
+            return
         kept = []
         limit = self.delivery_limit
         for entry in entries:
@@ -626,6 +637,14 @@ class Queue:
         self.next_expiry = None
         for entry in entries:
             self.release(entry)
+
+    def delete(self) -> None:
+        """The node is deleted (a dynamic queue, a subscription): its messages are dropped (their memory and, for
+        a kept one, their rows and large-message files released), and a kept queue is forgotten by the store."""
+        self.deleted = True
+        self.clear()
+        if self.store is not None:
+            self.store.remove_queue(self.name)
 
     def subscribe(self, consumer: Consumer) -> None:
         """Add a consumer; it is offered messages as its credit allows."""
@@ -858,7 +877,9 @@ class Topic:
     """A topic: every subscriber gets its own copy of each message published while it is subscribed.
 
     Each subscription is a private queue; a durable subscription (terminus durable, expiry-policy never) keeps its
-    queue, and the messages published meanwhile, after its link detaches, for as long as the broker runs.
+    queue, and the messages published meanwhile, after its link detaches (closed=false), for as long as the broker
+    runs (and across restarts with a store), until its subscriber unsubscribes: the detach with closed=true of the
+    last link attached to it (:meth:`unsubscribe`).
 
     A subscriber with a selector gets copies of the messages its selector matches only, as JMS topic subscriptions
     (and ActiveMQ Artemis's) do: before, its subscription took a copy of every message, and the copies it would never
@@ -959,6 +980,14 @@ class Topic:
         if queue.durable_subscription and queue.store is not None and not _same_selector(before, queue.selector):
             # kept with the subscription: after a restart it goes on taking only what it matches
             queue.store.set_selector(queue.name, None if queue.selector is None else queue.selector.text)
+        return queue
+
+    def unsubscribe(self, key: str) -> Queue | None:
+        """Delete the subscription ``key`` (a durable one unsubscribed, or a private one whose link went): its
+        messages are dropped and the store forgets it. Returns the queue deleted (None: there was none)."""
+        queue = self.subscriptions.pop(key, None)
+        if queue is not None:
+            queue.delete()
         return queue
 
 

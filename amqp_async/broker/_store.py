@@ -21,7 +21,8 @@ expires, body, body_at)``; a queue's messages load in ``id`` order, which is the
 subscription's selector (the JMS selector text of its subscriber, :attr:`~._nodes.Queue.selector`) has its row in
 ``selectors`` (none: it takes every message), so that after a restart it goes on taking only what it matches; a
 table of its own, so that a store written before it is read as it was (the table is made when it is opened: no
-selector kept, as then), and a broker of before reads a store written since (it ignores the table).
+selector kept, as then), and a broker of before reads a store written since (it ignores the table). An
+unsubscribed durable subscription (:meth:`Store.remove_queue`) loses its rows in the three tables in one commit.
 
 A large message kept on disk (:mod:`._bodies`) has its leading sections as ``payload``, its file's name as ``body``
 and where its body starts in the file as ``body_at`` (both NULL for the others): the file is synced before the row
@@ -237,9 +238,21 @@ class StoredQueue:
 class _Batch:
     """The operations of one SQLite transaction, and what waits for its commit."""
 
-    __slots__ = ("callbacks", "committed", "deletes", "fresh", "queues", "removals", "selectors", "writes")
+    __slots__ = (
+        "callbacks",
+        "committed",
+        "deletes",
+        "dropped_queues",
+        "fresh",
+        "queues",
+        "removals",
+        "selectors",
+        "writes",
+    )
 
     def __init__(self) -> None:
+        #: queues deleted (an unsubscribed durable subscription): their rows go first, before the queues added.
+        self.dropped_queues: list[str] = []
         self.queues: list[tuple[str, str | None, str | None]] = []
         #: queue name -> its subscription's selector text now (None: none), written after the queues.
         self.selectors: dict[str, str | None] = {}
@@ -255,12 +268,12 @@ class _Batch:
         self.committed = False
 
     def __bool__(self) -> bool:
-        return bool(self.queues or self.selectors or self.writes or self.deletes or self.callbacks or self.removals)
+        return bool(self.rows or self.callbacks or self.removals)
 
     @property
     def rows(self) -> bool:
         """Whether it has rows to write (a SQLite transaction to run)."""
-        return bool(self.queues or self.selectors or self.writes or self.deletes)
+        return bool(self.dropped_queues or self.queues or self.selectors or self.writes or self.deletes)
 
 
 class Store:
@@ -360,6 +373,18 @@ class Store:
             return
         self._known_queues.add(name)
         self._batch.queues.append((name, topic, subscription))
+        self._wake_writer()
+
+    def remove_queue(self, name: str) -> None:
+        """Forget a kept queue (an unsubscribed durable subscription): its row and its selector's. Its messages are
+        removed one by one before (:meth:`delete`, which counts their files down); the rows of any left are removed
+        with it. A queue of the same name kept again later (the same subscriber subscribing anew) is a new one."""
+        self._known_queues.discard(name)
+        batch = self._batch
+        # added and removed within one batch: nothing of it to write (and the removal goes before the additions)
+        batch.queues = [row for row in batch.queues if row[0] != name]
+        batch.selectors.pop(name, None)
+        batch.dropped_queues.append(name)
         self._wake_writer()
 
     def set_selector(self, queue: str, selector: str | None) -> None:
@@ -501,6 +526,12 @@ class Store:
                 _sync(self.bodies / row[3])  # the file a row names is on disk before the row is
         db.execute("BEGIN")
         try:
+            if batch.dropped_queues:
+                # before the additions of this batch: a subscription unsubscribed, then made again, is kept anew
+                dropped = [(name,) for name in batch.dropped_queues]
+                db.executemany("DELETE FROM messages WHERE queue = ?", dropped)
+                db.executemany("DELETE FROM selectors WHERE queue = ?", dropped)
+                db.executemany("DELETE FROM queues WHERE name = ?", dropped)
             if batch.queues:
                 db.executemany("INSERT OR IGNORE INTO queues VALUES (?, ?, ?)", batch.queues)
             if batch.selectors:

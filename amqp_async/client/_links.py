@@ -252,12 +252,19 @@ class _Link:
         """The connection dropped: the engine link is gone (a reconnect attaches a new one)."""
 
     async def close(self, error: Error | None = None) -> None:
-        """Detach and close the link (§2.6.4), and wait for the peer's detach (idempotent)."""
+        """Detach and close the link (closed=true, §2.6.6: the peer ends its side of the link, its terminus with
+        it), and wait for the peer's detach (idempotent). A receiver's close unsubscribes a durable subscription on
+        the brokers that follow §2.6.6 (the embedded one, ActiveMQ Artemis, Qpid Broker-J): ``detach()`` leaves it
+        for a later attach."""
+        await self._leave(error, closed=True)
+
+    async def _leave(self, error: Error | None, *, closed: bool) -> None:
+        """Detach the link (``closed`` or not) and wait for the peer's detach (within :data:`CLOSE_TIMEOUT`)."""
         check_thread(self.connection)
         # One deadline for the whole close: the backlog written, then the peer's detach. Each had its own 10 s
         # before, and a peer that stopped opening its session window held a sender's close for 20 s.
         deadline = anyio.current_time() + CLOSE_TIMEOUT
-        link = await self._send_detach(error, deadline)
+        link = await self._send_detach(error, deadline, closed=closed)
         if link is None:
             return
         connection = self.connection
@@ -266,11 +273,13 @@ class _Link:
                 await connection._wait_state()
         self._closed = True
 
-    async def _send_detach(self, error: Error | None, deadline: float | None = None) -> EngineLink | None:
-        """Detach the link (closed), a sender's backlog written first (until ``deadline``, an
-        :func:`anyio.current_time`; default :data:`CLOSE_TIMEOUT` from now), and return the engine link whose
-        detach the peer answers; None when there is nothing to wait for (the link or connection was closed
-        already, or the transport is down): the link is closed then."""
+    async def _send_detach(
+        self, error: Error | None, deadline: float | None = None, *, closed: bool = True
+    ) -> EngineLink | None:
+        """Detach the link (``closed``: closing it, §2.6.6; else §2.6.4), a sender's backlog written first (until
+        ``deadline``, an :func:`anyio.current_time`; default :data:`CLOSE_TIMEOUT` from now), and return the engine
+        link whose detach the peer answers; None when there is nothing to wait for (the link or connection was
+        closed already, or the transport is down): the link is closed then."""
         link = self._engine_link
         if self._closed or self.connection.is_closed or link.local_state is CLOSED:
             self._closed = True
@@ -288,7 +297,7 @@ class _Link:
             if link.local_state is CLOSED or connection.is_closed:
                 self._closed = True
                 return None
-        link.detach(closed=True, error=error)
+        link.detach(closed=closed, error=error)
         connection._kick()
         return link
 
@@ -798,6 +807,21 @@ class _ReceivingLink(_Link):
             # Written now: the sender may have run out of credit, and the application may take the deliveries
             # queued before its next await that suspends (woken, the writer would run only then).
             self.connection._write_soon()
+
+    async def detach(self) -> None:
+        """Detach the link without closing it (closed=false, §2.6.4: the peer keeps its terminus for a later attach
+        of the same link name), wait for the peer's detach as :meth:`close` does, and leave the receiver closed
+        (idempotent; a :meth:`close` after it sends nothing more).
+
+        Use it to step away from a durable subscription (``durable=True, expiry_policy="never"``) and come back to
+        it with a receiver of the same ``name`` on a connection with the same ``container_id``: the messages
+        published meanwhile wait there. :meth:`close` ends the link, and the brokers that follow §2.6.6 (the
+        embedded one, ActiveMQ Artemis, Qpid Broker-J; JMS's ``unsubscribe`` relies on it) delete the subscription
+        with it. The deliveries not settled yet are left to the peer, as at a close (the embedded broker offers
+        them again). A stream receiver on a session of its own ends that session too. A peer may answer with
+        closed=true: it has closed its end of the link.
+        """
+        await self._leave(None, closed=False)
 
     def add_credit(self, credit: int) -> None:
         """Grant ``credit`` more messages (for a receiver opened with ``credit=0``: manual flow control).

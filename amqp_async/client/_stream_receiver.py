@@ -123,17 +123,21 @@ class StreamReceiver(_ReceivingLink):
 
     async def close(self, error: Error | None = None) -> None:
         """Detach and close the link (and end the session it was given of its own), waiting for the peer's
-        answers (idempotent)."""
+        answers (idempotent). As a :class:`~amqp_async.Receiver`'s, it unsubscribes a durable subscription on
+        the brokers that follow §2.6.6: :meth:`detach` leaves it for a later attach."""
+        await self._leave(error, closed=True)
+
+    async def _leave(self, error: Error | None, *, closed: bool) -> None:
         check_thread(self.connection)
         self._abandon_current()
         if not self._owns_session:
-            await super().close(error)
+            await super()._leave(error, closed=closed)
             return
         # One wait for the peer, not two: the detach goes out with the session's end right behind it, and the
         # peer's end comes after its answer to the detach (a session's frames are in order, §2.5). Waiting for
         # each in turn took twice the close timeout on a silent peer (20 s, where a link's close takes 10). Both
         # frames are handed to the engine before the first wait, so a cancelled close still sends them.
-        await self._send_detach(error)
+        await self._send_detach(error, closed=closed)
         self._closed = True
         await self.session.close()
 
