@@ -923,9 +923,10 @@ class Listener(Scenario):
 
 
 class Timers(Scenario):
-    """No peer: timers only. Tasks at 0.05 s ("a", which re-schedules itself twice, 0.1 s apart), 0.1 s ("b",
-    handler=the recorder itself), 0.15 s ("c", cancelled at once) and 0.2 s ("d"); Container.run() returns once
-    no task is left."""
+    """No peer: timers only. Tasks at 0.1 s ("a", which re-schedules itself twice, 1 s apart), 0.5 s ("b",
+    handler=the recorder itself), 0.8 s ("c", cancelled at once) and 1.6 s ("d"); Container.run() returns once
+    no task is left. Half a second between the ticks at least: a loaded machine's late tick (CI once held the
+    first "a" past 0.05 s, when the ticks were 0.05 s apart) moves the ones it schedules, not the order."""
 
     def setup(self) -> Any:
         return None
@@ -941,13 +942,13 @@ class Timers(Scenario):
                 calls.append(["tick", self.label])
                 if self.repeat:
                     self.repeat -= 1
-                    event.container.schedule(0.1, self)
+                    event.container.schedule(1.0, self)
 
         container = event.container
-        container.schedule(0.05, Tick("a", repeat=2))
-        container.schedule(0.1, rec)
-        task = container.schedule(0.15, Tick("c"))
-        container.schedule(0.2, Tick("d"))
+        container.schedule(0.1, Tick("a", repeat=2))
+        container.schedule(0.5, rec)
+        task = container.schedule(0.8, Tick("c"))
+        container.schedule(1.6, Tick("d"))
         task.cancel()
 
 
