@@ -1,6 +1,6 @@
 """A durable topic subscription is deleted when its subscriber closes its link (a detach with closed=true), and kept
-when the link only detaches (closed=false) or its connection goes (amqp_async/broker/_connection.py,
-``ServerConnection._unsubscribe``; ``Topic.unsubscribe`` and ``Queue.delete`` in _nodes.py; ``Store.remove_queue``).
+when the link only detaches (closed=false) or its connection goes (amqp_async/broker/_consumers.py,
+``unsubscribe``; ``Topic.unsubscribe`` and ``Queue.delete`` in _nodes.py; ``Store.remove_queue``).
 
 AMQP 1.0 §2.6.6: "closing a link" ends the link endpoint and its terminus state, where a detach that does not close
 (closed=false) keeps it for a later attach; ActiveMQ Artemis, Qpid Broker-J and the JMS mapping (Qpid JMS's

@@ -25,9 +25,8 @@ import anyio.abc
 
 from .. import protocol
 from ..codec import conditions
-from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
-from ..codec.performatives import RCV_SECOND, SND_SETTLED, Error
-from ..codec.terminus import COPY, NEVER, UNSETTLED_STATE, Source, Target
+from ..codec.delivery_states import Accepted, Received, Rejected, Released
+from ..codec.performatives import RCV_SECOND, Error
 from ..codec.transactions import (
     LOCAL_TRANSACTIONS,
     MULTI_SESSIONS_PER_TXN,
@@ -43,19 +42,28 @@ from ..io.driver import EngineDriver
 from ..message import Message
 from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE
-from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslServer
-from ..protocol.streaming import StreamingDelivery
-from ..types import Described, symbol
-from ._assembly import Assembly, memory_refusal
-from ._bodies import BodyFile
-from ._flow import WINDOW, NoRoomForNode, Producer
-from ._nodes import Consumer, ConsumerFailed, Entry, FailedAttempt, Queue, Topic
-from ._outbound import stream_body
-from ._store import is_durable
+from ..types import symbol
+from ._consumers import (
+    OUTPUT_LIMIT,
+    TERMINAL,
+    Outbound,
+    attach_outbound,
+    settle_by_default,
+    unsubscribe,
+)
+from ._flow import WINDOW
+from ._nodes import FailedAttempt
+from ._producers import (
+    AWAITING_SETTLEMENT_LIMIT,
+    Inbound,
+    attach_inbound,
+    on_deliveries,
+    settle_stored,
+    settled_incoming,
+)
 from ._transactions import Coordinator as TransactionCoordinator
 from ._transactions import TransactionRefused
-from .selector import SelectorError, compile_selector
 
 if TYPE_CHECKING:
     from ._server import Broker
@@ -72,13 +80,6 @@ __all__ = [
 log = logging.getLogger("amqp_async.broker")
 
 INCOMING_CREDIT = WINDOW
-#: The most output a connection queues for its socket before its consumers wait (a slow reader).
-OUTPUT_LIMIT = 1 << 20
-#: The most of a session's messages that may wait for their producer's settlement (receiver settle mode second,
-#: §2.6.12: the broker's outcome is sent unsettled, and the producer settles it): beyond it, the session's producers
-#: get no credit until they settle (a producer that never does would otherwise make the broker keep a delivery for
-#: every message it ever sent).
-AWAITING_SETTLEMENT_LIMIT = 4096
 #: Seconds a peer has, from its connection's accept, to complete its handshake (protocol header, SASL, open) before
 #: the broker closes the socket (``Broker(handshake_timeout=...)``, ``--handshake-timeout``): as long as a WebSocket
 #: client has for its upgrade, and ActiveMQ's ``connectAttemptTimeout``. Before, a socket that connected and said
@@ -96,20 +97,8 @@ class _DriverEnded(Exception):
     """The connection's driver has ended: its output will never drain."""
 
 
-_SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
-#: The filter key under which a recovered durable subscription's selector is named (Qpid JMS's).
-_JMS_SELECTOR = symbol("jms-selector")
 _ACCEPTED = Accepted()
 _RELEASED = Released()
-#: The outcomes of §3.4 (terminal delivery states).
-_TERMINAL = (Accepted, Rejected, Released, Modified)
-
-
-def _not_an_address(field: str, value: object) -> str:
-    """Why a terminus address that is not a string is refused: the broker's nodes are named by strings, the
-    address-string of §3.5.3 and §3.5.4 (the fields' own type is ``*``, any type an address may take; here only a
-    string names a node). A message's ``to`` is a string already where it decodes (§3.2.4)."""
-    return f"the {field} address must be a string naming a node, got {type(value).__name__}"
 
 
 def _error(condition: str, description: str) -> Error:
@@ -134,52 +123,9 @@ def _no_room_for(what: str, max_memory: int | None) -> str:
     )
 
 
-class _Inbound:
-    """What the broker keeps for a link on which a client sends: its target address (None: anonymous relay), and
-    the link as the flow control sees it."""
-
-    def __init__(self, link: protocol.ReceiverLink, address: str | None, producer: Producer, topic: bool) -> None:
-        self.link = link
-        self.address = address
-        #: the target is a topic (its address's prefix, or its capability ``topic``, says so).
-        self.topic = topic
-        self.producer = producer
-        #: the message arriving in parts on the link, if any (:mod:`._assembly`).
-        self.assembly: Assembly | None = None
-        #: durable messages whose outcome waits for the store's commit.
-        self.storing = 0
-        #: the peer detached the link (closing it: True) while messages were being stored: our detach waits for
-        #: their outcomes (None: no detach waits).
-        self.detach_answer: bool | None = None
-
-    def drop(self) -> None:
-        """The link is gone: a message it was bringing in parts is dropped."""
-        assembly = self.assembly
-        if assembly is not None:
-            self.assembly = None
-            assembly.drop()
-
-
 class _ControlLink:
     """What the broker keeps for a link to its transaction coordinator (nothing: transactions are the
     connection's)."""
-
-
-class _Outbound:
-    """What the broker keeps for a link on which a client receives: its queue and consumer."""
-
-    def __init__(
-        self, link: protocol.SenderLink, queue: Queue, consumer: Consumer, owner: Topic | None, key: str | None
-    ) -> None:
-        self.link = link
-        self.queue = queue
-        self.consumer = consumer
-        self.topic = owner
-        self.key = key
-        # §3.5.3 default-outcome: "used for transfers that have not reached a terminal state at the receiver when
-        # the transfer is settled, including when the source is destroyed" (None: the broker's own choice)
-        outcome = link.remote_source.default_outcome if isinstance(link.remote_source, Source) else None
-        self.default_outcome = outcome if isinstance(outcome, _TERMINAL) else None
 
 
 class ServerConnection:
@@ -210,10 +156,10 @@ class ServerConnection:
             advertised_idle_timeout=None if idle is None else idle / 2,
         )
         self._driver = EngineDriver(self.engine, stream, self._on_events, on_error=self.fail)
-        self._outbound: dict[_Outbound, None] = {}
+        self._outbound: dict[Outbound, None] = {}
         #: our handling of this connection failed (see :meth:`fail`): its events are ignored from then on.
         self.failed = False
-        self._inbound: dict[_Inbound, None] = {}
+        self._inbound: dict[Inbound, None] = {}
         # The links to the transaction coordinator attached (counted in the memory limit as the others are).
         self._controllers: dict[protocol.Link, None] = {}
         # The sessions the peer began and we answered (counted in the memory limit, as links are).
@@ -222,10 +168,10 @@ class ServerConnection:
         self._counted = False
         self._group: anyio.abc.TaskGroup | None = None
         self._output_waiting = False  # a task waits for the socket to take our output (consumers paused)
-        # The sessions whose window was found shut by a consumer's credit (_consumer_credit): their consumers are
+        # The sessions whose window was found shut by a consumer's credit (see _consumers): their consumers are
         # parked in their queues until the client's flow opens it.
         self._window_shut: set[protocol.Session] = set()
-        self._awaiting_settlement = False  # a producer was refused credit until it settles (see _settled_incoming)
+        self._awaiting_settlement = False  # a producer was refused credit until it settles (see settled_incoming)
         self._progress: anyio.Event | None = None  # set when the peer says something (streams waiting for it)
         self._handshake_scope: anyio.CancelScope | None = None  # the handshake deadline's, until the peer's open
         self._handshake_expired = False  # closed for its handshake deadline (logged then, once)
@@ -278,62 +224,6 @@ class ServerConnection:
         # Nothing is said to a peer that has not opened (before its open there is no connection to close with an
         # error, and it may be in the middle of SASL): the socket is closed, and run() ends.
         self._driver.abort()
-
-    def _consumer_credit(self, link: protocol.SenderLink) -> int:
-        """A consumer's credit as dispatch sees it: none while transfers wait for the client's session window
-        (dispatch resumes at its next flow), nor while more than OUTPUT_LIMIT bytes wait for the socket (the rest
-        goes once the socket took enough): a slow reader must not make us buffer without bound."""
-        credit = link.link_credit
-        if (
-            credit <= 0
-            or link.streaming is not None  # a large message goes out on it (_outbound): nothing else until it ends
-            or self._output_waiting  # too much output waits for the socket (_pause_output)
-            or link.local_state is not ACTIVE
-            or self._ending  # released: what one consumer returns is not for its siblings on the dead connection
-        ):
-            return 0
-        if link.session.remote_incoming_window <= 0:  # §2.5.6: the next transfer would wait in the session
-            self._window_shut.add(link.session)  # the flow that opens it unparks the session's consumers
-            return 0
-        return credit
-
-    def _exceeds_receiver_limit(self, link: protocol.SenderLink, entry: Entry) -> bool:
-        """Whether ``entry`` is larger than the receiving peer's max-message-size; if so the link is detached.
-
-        §2.7.3: "Any attempt to deliver a message larger than this results in a message-size-exceeded
-        link-error." The error is the link's alone (the connection and the peer's other links go on), the message
-        is not counted as a delivery attempt, and the detached link gets no more (its credit reads 0 from now).
-        """
-        limit = link.remote_max_message_size
-        if not limit:
-            return False
-        body = entry.body
-        size = len(entry.payload) + (0 if body is None else body.body_size)
-        if size <= limit:
-            return False
-        description = f"message of {size} bytes exceeds the receiver's max-message-size {limit}"
-        log.info("link %r detached (%s): %s", link.name, self.peer, description)
-        link.detach(closed=True, error=_error(conditions.LINK_MESSAGE_SIZE_EXCEEDED, description))
-        self.kick()
-        return True
-
-    def _send_large(
-        self, link: protocol.SenderLink, entry: Entry, settled: bool, outbound: _Outbound
-    ) -> protocol.Delivery | None:
-        """Start a large message kept on disk: its leading sections now, its body streamed from its file
-        (:mod:`._outbound`). None when its file cannot be read (the message is given up, logged)."""
-        body = entry.body
-        assert body is not None
-        try:
-            file = body.open_body()
-        except OSError as exc:
-            log.error("cannot read the large message %s: %s; it is dropped", body.path, exc)
-            return None
-        delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled, more=True)
-        assert self._group is not None
-        done = functools.partial(outbound.queue.credited, outbound.consumer)  # its link may take the next message
-        self._group.start_soon(stream_body, self, link, delivery, file, body.body_size, done)
-        return delivery
 
     async def wait_progress(self) -> None:
         """Wait until the peer says something (a flow may have opened its window; the connection may have ended)."""
@@ -423,7 +313,7 @@ class ServerConnection:
         if error is None:
             if event.remote:
                 for outbound in self._outbound:
-                    self._settle_by_default(outbound)
+                    settle_by_default(self, outbound)
             self.release()
             return
         attempt = FailedAttempt(
@@ -448,7 +338,7 @@ class ServerConnection:
         self._controllers.clear()
         self._sessions.clear()
         for outbound in self._outbound:
-            self._unsubscribe(outbound, lost)
+            unsubscribe(self, outbound, lost)
         self._outbound.clear()
         self.transactions.rollback_all()
         for inbound in self._inbound:
@@ -528,10 +418,10 @@ class ServerConnection:
             self._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, _no_room_for("link", flow.max_memory))
             return
         if isinstance(link, protocol.ReceiverLink):
-            self._attach_inbound(link)
+            attach_inbound(self, link)
         else:
             assert isinstance(link, protocol.SenderLink)
-            self._attach_outbound(link)
+            attach_outbound(self, link)
 
     def _refuse(self, link: protocol.Link, condition: str, description: str) -> None:
         """§2.6.3: refuse a link by attaching with a null terminus and detaching at once with the error."""
@@ -541,70 +431,6 @@ class ServerConnection:
         else:
             link.attach(source=link.remote_source, target=None)
         link.detach(closed=True, error=_error(condition, description))
-
-    def _attach_inbound(self, link: protocol.ReceiverLink) -> None:
-        target = link.remote_target
-        if isinstance(target, Coordinator):
-            self._attach_coordinator(link)
-            return
-        broker = self.broker
-        node: Queue | Topic | None = None
-        try:
-            if isinstance(target, Target) and target.dynamic:
-                address: str | None = broker._temporary_address()
-                broker.queue(address, dynamic=True)  # type: ignore[arg-type]
-            elif isinstance(target, Target) or target is None:
-                address = None if target is None else target.address
-                if address is not None and not isinstance(address, str):
-                    self._refuse(link, conditions.INVALID_FIELD, _not_an_address("target", address))
-                    return
-            else:
-                description = f"targets of type {type(target).__name__} are not supported"
-                self._refuse(link, conditions.NOT_IMPLEMENTED, description)
-                return
-            dynamic = isinstance(target, Target) and bool(target.dynamic)  # a temporary queue, whatever it says
-            topic = (
-                not dynamic and address is not None and broker._is_topic(address, getattr(target, "capabilities", None))
-            )
-            if address is not None:
-                # A target with the capability topic names a topic, as a source with it does (the receivers that
-                # subscribe to it); its messages used to go to a queue of that name, which no subscriber read.
-                node = broker.topic(address) if topic else broker.queue(address)  # made on first attach
-        except NoRoomForNode as exc:
-            self._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
-            return
-
-        def grant(room: int) -> None:
-            if link.local_state is not ACTIVE:
-                return
-            if link.session.unsettled_incoming >= AWAITING_SETTLEMENT_LIMIT:
-                # Receiver settle mode second (§2.6.12): each message waits, with its delivery, for the producer's
-                # settlement; one that does not settle gets no more credit until it does (_on_outcomes). A durable
-                # message waits for the store's commit too, before we settle it (_settle_stored).
-                self._awaiting_settlement = True
-                return
-            link.grant_credit(max(0, room - len(link.incoming)))  # those received take their room too
-            self.kick()
-
-        # Its credit counts the messages received and not routed yet: they take room that is not taken yet.
-        inbound = _Inbound(link, address, Producer(lambda: link.credit + len(link.incoming), grant, node), topic)
-        link.user_data = inbound
-        # A message of several frames is taken frame by frame (in memory within the memory limit, or to disk), never
-        # joined by the engine: see _assembly.
-        link.streaming = True
-        answer = Target(address=address, dynamic=bool(getattr(target, "dynamic", False)))
-        link.attach(
-            source=link.remote_source,
-            target=answer,
-            snd_settle_mode=link.remote_snd_settle_mode,
-            rcv_settle_mode=link.remote_rcv_settle_mode,
-            max_message_size=self.broker.max_message_size,
-        )
-        link.max_message_size = self.broker.max_message_size
-        self._inbound[inbound] = None
-        broker.flow.hold_endpoint()  # until _on_detach or release
-        broker.flow.add(inbound.producer)  # its first credit: a window, or the room the limits leave
-        log.info("link %r attached: %s sends to %s", link.name, self.peer, address or "(anonymous relay)")
 
     def _attach_coordinator(self, link: protocol.ReceiverLink) -> None:
         """A link to the transaction coordinator (§4.1): declares and discharges arrive on it."""
@@ -632,7 +458,7 @@ class ServerConnection:
             storage = self.broker.storage
             if storage is not None and state is _ACCEPTED:
                 # a discharge: what the commit (or rollback) changed is stored before the client hears of it
-                storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second))
+                storage.after_commit(functools.partial(settle_stored, self, link, delivery, state, not second))
                 continue
             link.settle(delivery, state, settled=not second)
         if link.local_state is ACTIVE and link.credit < INCOMING_CREDIT // 2:
@@ -671,295 +497,14 @@ class ServerConnection:
             error=_error(conditions.NOT_ALLOWED, "the coordinator takes declare and discharge bodies (§4.5.2, §4.5.3)")
         )
 
-    def _subscription_key(self, link: protocol.Link) -> str:
-        """The key of the durable subscription a receiving link names: its container id and its link name."""
-        remote_open = self.engine.remote_open
-        container = remote_open.container_id if remote_open is not None else self.peer
-        return f"{container}/{link.name}"
-
-    def _recovered_source(self, link: protocol.SenderLink) -> Source | None:
-        """The source of the durable subscription that a receiver attaching with a null source names (None: it has
-        none). The JMS mapping attaches so to find a subscription by its name alone (Qpid JMS's
-        ``Session.unsubscribe``: a null source, then a detach with closed=true); the answer describes it."""
-        key = self._subscription_key(link)
-        for topic in self.broker.topics.values():
-            queue = topic.subscriptions.get(key)
-            if queue is None or not queue.durable_subscription:
-                continue
-            selector = queue.selector
-            applied = None if selector is None else {_JMS_SELECTOR: Described(_SELECTOR_DESCRIPTORS[0], selector.text)}
-            return Source(
-                address=topic.name,
-                durable=UNSETTLED_STATE,
-                expiry_policy=NEVER,
-                filter=applied,
-                # a topic named without the prefix was made by a subscriber that said "topic" (_is_topic)
-                capabilities=None if self.broker._is_topic(topic.name) else [symbol("topic")],
-            )
-        return None
-
-    def _attach_outbound(self, link: protocol.SenderLink) -> None:
-        broker = self.broker
-        source = link.remote_source
-        if source is None:
-            source = self._recovered_source(link)
-            if source is None:
-                description = (
-                    f"no durable subscription {self._subscription_key(link)!r} to recover (a receiver with a null "
-                    "source names one by its container id and link name)"
-                )
-                self._refuse(link, conditions.NOT_FOUND, description)
-                return
-        if not isinstance(source, Source):
-            self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
-            return
-        selector = None
-        applied: dict[Any, Any] | None = None  # the filters in place, for the answer (§3.5.3)
-        for name, value in (source.filter or {}).items():
-            descriptor = getattr(value, "descriptor", None)
-            if descriptor in _SELECTOR_DESCRIPTORS:
-                try:
-                    selector = compile_selector(str(value.value))
-                except SelectorError as exc:
-                    self._refuse(link, conditions.INVALID_FIELD, f"invalid selector: {exc.description}")
-                    return
-                applied = {name: value}  # the last selector given is the one applied
-        owner: Topic | None = None
-        key: str | None = None
-        if source.address is None and not source.dynamic:
-            self._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
-            return
-        named = source.address
-        if not source.dynamic and not isinstance(named, str):
-            self._refuse(link, conditions.INVALID_FIELD, _not_an_address("source", named))
-            return
-        try:
-            if source.dynamic:
-                address = broker._temporary_address()
-                queue = broker.queue(address, dynamic=True)
-            else:
-                assert isinstance(named, str)  # checked above
-                address = named
-                if broker._is_topic(address, source.capabilities):
-                    owner = broker.topic(address)
-                    durable = bool(source.durable) and source.expiry_policy == NEVER
-                    key = self._subscription_key(link) if durable else f"{id(link)}"
-                    # the subscription keeps only what the selector matches: the rest would never leave it
-                    queue = owner.subscription(
-                        key,
-                        max_depth=broker.max_queue_depth,
-                        durable=durable,
-                        store=broker.storage,
-                        flow=broker.flow,
-                        selector=selector,
-                    )
-                else:
-                    queue = broker.queue(address)
-        except NoRoomForNode as exc:
-            self._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
-            return
-        browse = source.distribution_mode == COPY
-        settled = link.remote_snd_settle_mode == SND_SETTLED
-
-        engine = self.engine
-
-        def send(entry: Entry) -> Any:
-            # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
-            if self._exceeds_receiver_limit(link, entry):
-                raise ConsumerFailed  # not sent: the message keeps its place for a receiver that takes it
-            try:
-                if entry.body is None:
-                    delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)
-                else:
-                    sent = self._send_large(link, entry, settled, outbound)
-                    if sent is None:
-                        return None  # its file cannot be read: given up (logged)
-                    delivery = sent
-            except Exception as exc:
-                self.fail(exc)
-                raise ConsumerFailed from exc
-            self.kick()
-            if engine.output_buffered > OUTPUT_LIMIT:
-                self._pause_output()
-            return None if settled or browse else delivery
-
-        consumer = Consumer(send, functools.partial(self._consumer_credit, link), selector=selector, browse=browse)
-        outbound = _Outbound(link, queue, consumer, owner, key)
-        link.user_data = outbound
-        self._outbound[outbound] = None
-        broker.flow.hold_endpoint()  # until _on_detach or release
-        answer = Source(
-            address=address,
-            durable=source.durable,
-            expiry_policy=source.expiry_policy,
-            timeout=source.timeout,
-            dynamic=source.dynamic,
-            distribution_mode=source.distribution_mode,
-            # §3.5.3: the source's filter, in the attach that answers, names the filters actually in place: a
-            # filter this broker does not apply is left out, so that the receiver can tell it was not.
-            filter=applied,
-            default_outcome=source.default_outcome,
-            outcomes=source.outcomes,
-            capabilities=source.capabilities,
-        )
-        link.attach(
-            source=answer,
-            target=link.remote_target,
-            snd_settle_mode=link.remote_snd_settle_mode,
-            rcv_settle_mode=link.remote_rcv_settle_mode,
-        )
-        log.info(
-            "link %r attached: %s receives from %s%s", link.name, self.peer, address, " (browsing)" if browse else ""
-        )
-        queue.subscribe(consumer)
-
     def _on_deliveries(self, link: protocol.ReceiverLink) -> None:
         inbound = link.user_data
         if isinstance(inbound, _ControlLink):
             self._on_control(link)
             return
-        if not isinstance(inbound, _Inbound):
+        if not isinstance(inbound, Inbound):
             return
-        broker = self.broker
-        second = link.rcv_settle_mode == RCV_SECOND
-        delivery: Any  # a whole one, or a StreamingDelivery once all its parts came
-        while True:
-            assembly = inbound.assembly
-            if assembly is not None:
-                # A message in parts (a streamed delivery, §2.6.14): its frames are taken as they come.
-                complete = assembly.take()
-                delivery = assembly.delivery
-                if assembly.refusal is not None and not (delivery.settled or delivery.remote_settled):
-                    # refused before its end: said at once, so that the sender can stop (the rest is dropped)
-                    link.settle(delivery, Rejected(error=assembly.refusal), settled=not second)
-                if not complete:
-                    break
-                inbound.assembly = None
-                if delivery.aborted or delivery.interrupted or assembly.refusal is not None:
-                    assembly.drop()
-                    continue
-                try:
-                    payload, body = assembly.finish()
-                except (DecodeError, OSError) as exc:
-                    assembly.drop()
-                    if not delivery.remote_settled:
-                        refused = _error(conditions.DECODE_ERROR, f"the message does not decode: {exc}")
-                        link.settle(delivery, Rejected(error=refused), settled=not second)
-                    continue
-            elif link.incoming:
-                delivery = link.incoming.popleft()
-                if delivery.__class__ is StreamingDelivery:
-                    inbound.assembly = Assembly(delivery, broker.flow, broker.spool, broker.large_message_size)
-                    continue
-                if delivery.aborted:
-                    continue
-                payload = bytes(delivery.payload)
-                if second:
-                    delivery.payload = b""  # the entry holds it; the delivery waits for the producer's settlement
-                body = None
-            else:
-                break
-            self._take_message(link, inbound, delivery, payload, body, second)
-        if link.local_state is ACTIVE:
-            broker.flow.top_up(inbound.producer)
-
-    def _take_message(
-        self,
-        link: protocol.ReceiverLink,
-        inbound: _Inbound,
-        delivery: Any,
-        payload: bytes,
-        body: BodyFile | None,
-        second: bool,
-    ) -> None:
-        """Route one message a producer sent (``payload``: its bytes, or, with ``body``, its leading sections and
-        the file that holds it) and give its outcome (a durable one's once it is stored)."""
-        broker = self.broker
-        storage = broker.storage
-        refusal = None
-        transaction = None
-        txn_state = delivery.remote_state
-        if isinstance(txn_state, TransactionalState):
-            transaction = self.transactions.get(txn_state.txn_id)
-        if isinstance(txn_state, TransactionalState) and transaction is None:
-            refusal = self.transactions.refusal(txn_state.txn_id)  # unknown-id, or timeout (§4.5.8)
-        elif broker.max_message_size and len(payload) > broker.max_message_size:
-            refusal = _error(
-                conditions.LINK_MESSAGE_SIZE_EXCEEDED, f"message larger than max-message-size {broker.max_message_size}"
-            )
-        elif body is None and (unfit := memory_refusal(broker.flow, len(payload), f"message of {len(payload)} bytes")):
-            refusal = unfit  # in memory, it would pass the limit (one in parts was checked as it came: _assembly)
-        else:
-            entry = Entry(payload, body=body)
-            address = inbound.address
-            if address is None:
-                try:
-                    address = entry.message.address
-                except DecodeError as exc:
-                    refusal = _error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}")
-                else:
-                    if address is None:
-                        refusal = _error(conditions.NOT_FOUND, "anonymous relay needs the message's to address")
-            if refusal is None and address is not None:
-                topic = inbound.topic and address == inbound.address  # not a relayed message's own address
-                if transaction is not None:
-                    transaction.publish(address, entry, topic=topic)  # §4.4.1: visible at commit, gone at rollback
-                else:
-                    refusal = broker.route(address, entry, topic)
-        if delivery.remote_settled:
-            return
-        state: Any = _ACCEPTED if refusal is None else Rejected(error=refusal)
-        if transaction is not None:
-            # §4.4.1: the outcome of a transactional transfer is given within the transaction
-            if refusal is None:
-                state = transaction.accepted
-            else:
-                state = TransactionalState(txn_id=transaction.txn_id, outcome=state)
-        elif refusal is None and storage is not None and is_durable(payload):
-            # a durable message is accepted once it is stored: after the commit of the batch now open
-            inbound.storing += 1
-            storage.after_commit(functools.partial(self._settle_stored, link, delivery, state, not second, inbound))
-            return
-        link.settle(delivery, state, settled=not second)
-
-    def _settled_incoming(self, deliveries: list[Any]) -> None:
-        """Messages producers sent are settled: by the producer (receiver settle mode second), or by us once the
-        store committed a durable one. Once a session waits on few enough, its producers that were refused credit
-        for it get credit again."""
-        sessions = {delivery.link.session for delivery in deliveries if delivery.link.user_data.__class__ is _Inbound}
-        resumed = [session for session in sessions if session.unsettled_incoming < AWAITING_SETTLEMENT_LIMIT // 2]
-        if not resumed:
-            return
-        self._awaiting_settlement = any(
-            inbound.link.session.unsettled_incoming >= AWAITING_SETTLEMENT_LIMIT // 2 for inbound in self._inbound
-        )
-        for inbound in self._inbound:
-            if inbound.link.session in resumed:
-                self.broker.flow.top_up(inbound.producer)
-        self.kick()
-
-    def _settle_stored(
-        self, link: protocol.ReceiverLink, delivery: Any, state: Any, settled: bool, inbound: _Inbound | None = None
-    ) -> None:
-        """Send the outcome that waited for the store's commit (unless the link has gone meanwhile: the client
-        then holds the message in doubt), and, on a producer's link (``inbound``), our answer to the producer's
-        detach once no outcome waits."""
-        if inbound is not None:
-            inbound.storing -= 1
-        if link.local_state is not ACTIVE or self.engine.closed:
-            return
-        try:
-            link.settle(delivery, state, settled=settled)
-            if inbound is not None and not inbound.storing and inbound.detach_answer is not None:
-                link.detach(closed=inbound.detach_answer)  # §2.6.4, after the outcomes the producer waits for
-        except LocalProtocolError:
-            return  # its session ended meanwhile
-        if settled and self._awaiting_settlement:
-            # Settled by us (mode first): the messages waiting for the store held the session's credit back
-            # (grant()), and no settlement of the producer's will come to give it again. Before, a producer of
-            # durable messages pipelined to --data-dir stalled for good once 4,096 waited for a commit.
-            self._settled_incoming([delivery])
-        self.kick()
+        on_deliveries(self, link, inbound)
 
     def _on_flow(self, event: ev.FlowReceived) -> None:
         link = event.link
@@ -971,7 +516,7 @@ class ServerConnection:
                 outbound.queue.credited(outbound.consumer)
         if isinstance(link, protocol.SenderLink):
             outbound = link.user_data
-            if isinstance(outbound, _Outbound):
+            if isinstance(outbound, Outbound):
                 outbound.queue.credited(outbound.consumer)
             if link.drain and link.local_state is ACTIVE:
                 link.drained()  # §2.6.7: what could be sent was sent; give back the rest
@@ -981,10 +526,10 @@ class ServerConnection:
         touched = False
         unknown: list[tuple[protocol.Link, Any]] = []
         if self._awaiting_settlement and event.settled:
-            self._settled_incoming(event.deliveries)
+            settled_incoming(self, event.deliveries)
         for delivery in event.deliveries:
             outbound = delivery.link.user_data
-            if not isinstance(outbound, _Outbound):
+            if not isinstance(outbound, Outbound):
                 continue
             state = delivery.remote_state
             transaction = None
@@ -998,7 +543,7 @@ class ServerConnection:
                     state = _ACCEPTED  # settled within the transaction without an outcome: consumed at commit
             if not delivery.remote_settled and (state is None or isinstance(state, Received)):
                 continue  # not an outcome yet
-            if not isinstance(state, _TERMINAL):
+            if not isinstance(state, TERMINAL):
                 # Settled without an outcome, with a non-terminal state (received) or one of a kind not known:
                 # the link's default-outcome (§3.5.3), else accepted for none (the receiver is done with it) and
                 # released for the others (kept: nothing says it was consumed).
@@ -1022,23 +567,23 @@ class ServerConnection:
 
     def _on_detach(self, link: protocol.Link, *, closed: bool = False) -> None:
         """The link is detached (by the peer, or with its session); ``closed``: the peer closed it (its detach
-        said closed=true, §2.6.6), which unsubscribes a durable subscription (:meth:`_unsubscribe`)."""
+        said closed=true, §2.6.6), which unsubscribes a durable subscription (:func:`._consumers.unsubscribe`)."""
         outbound = link.user_data
-        if isinstance(outbound, _Outbound):
-            self._settle_by_default(outbound)
-            self._unsubscribe(outbound, closed=closed)
+        if isinstance(outbound, Outbound):
+            settle_by_default(self, outbound)
+            unsubscribe(self, outbound, closed=closed)
             if outbound in self._outbound:
                 del self._outbound[outbound]
                 self.broker.flow.drop_endpoints()
             link.user_data = None
             log.info("link %r detached (%s)", link.name, self.peer)
-        elif isinstance(outbound, _Inbound):
+        elif isinstance(outbound, Inbound):
             if self.engine.hold_detach_answer(link):
                 # §2.6.4: answered here, in the order the peer's frames came (the engine would answer once the
                 # output is taken, after what later frames of the read brought), once the outcomes of the
                 # messages that came before the detach are given: those waiting for the store's commit first
                 if outbound.storing:
-                    outbound.detach_answer = link.remote_closed  # answered by _settle_stored
+                    outbound.detach_answer = link.remote_closed  # answered by _producers.settle_stored
                 else:
                     link.detach(closed=link.remote_closed)
             link.user_data = None
@@ -1055,58 +600,6 @@ class ServerConnection:
             if link in self._controllers:
                 del self._controllers[link]
                 self.broker.flow.drop_endpoints()
-
-    def _settle_by_default(self, outbound: _Outbound) -> None:
-        """A detached link's unsettled messages take its default-outcome, when it named one (§3.5.3: "including
-        when the source is destroyed"); without one they go back to the queue (unsubscribe). So do a connection's
-        consumers when the peer closes it; a connection lost does not come here: its consumers' messages count as
-        failed deliveries whatever they named (:meth:`_on_closed`)."""
-        outcome = outbound.default_outcome
-        consumer = outbound.consumer
-        if outcome is None or isinstance(outcome, Released) or consumer.browse or not consumer.unsettled:
-            return
-        pending = sorted(consumer.unsettled.values(), key=lambda entry: entry.sequence)
-        consumer.unsettled.clear()
-        for entry in pending:
-            self.broker._settle_entry(outbound.queue, consumer, entry, outcome)
-
-    def _unsubscribe(self, outbound: _Outbound, failed: FailedAttempt | None = None, *, closed: bool = False) -> None:
-        """The consumer leaves its queue, its unsettled messages returned (as failed attempts with ``failed``); a
-        node made for it alone (a dynamic queue, a subscription that is not durable) is deleted with what it holds
-        (nothing to count there: its messages are dropped).
-
-        A durable subscription stays when its link detaches (closed=false, §2.6.4: the terminus is kept for a later
-        attach), when its session ends, or when its connection ends, and is deleted when the peer closes the last
-        link attached to it (``closed``: its detach said closed=true): AMQP 1.0 §2.6.6, "closing a link"
-        destroys the terminus, as in ActiveMQ Artemis, Qpid Broker-J and the JMS mapping (Qpid JMS's
-        ``Session.unsubscribe``). While other links are still attached to it (a shared subscription), it stays: the
-        JMS API refuses to unsubscribe a durable subscription that has active consumers."""
-        queue = outbound.queue
-        topic, key = outbound.topic, outbound.key
-        private = topic is not None and key is not None and not queue.durable_subscription
-        unsubscribed = closed and topic is not None and key is not None and queue.durable_subscription
-        if private or (queue.dynamic and queue.consumers == [outbound.consumer]):
-            failed = None
-        queue.unsubscribe(outbound.consumer, failed)
-        if unsubscribed and queue.consumers:
-            log.info(
-                "link %r closed: durable subscription %r kept while %d other links are attached to it",
-                outbound.link.name,
-                queue.name,
-                len(queue.consumers),
-            )
-            unsubscribed = False
-        elif unsubscribed:
-            log.info("link %r closed: durable subscription %r deleted (unsubscribed)", outbound.link.name, queue.name)
-        if private or unsubscribed:
-            assert topic is not None and key is not None
-            gone = topic.unsubscribe(key) is not None
-        else:
-            gone = queue.dynamic and not queue.consumers and self.broker.queues.pop(queue.name, None) is not None
-            if gone:
-                queue.delete()
-        if gone:
-            self.broker.flow.drop_node()
 
 
 def _write_touched(touched: dict[ServerConnection, None]) -> None:

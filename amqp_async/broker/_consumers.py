@@ -1,0 +1,337 @@
+"""The consumer side of a client connection of the embedded broker: the links on which a client receives, attached
+to a queue or to a topic's subscription (durable ones recovered by their container id and link name), what the
+broker keeps for each (:class:`Outbound`), the credit its queue's dispatch sees, the messages sent on it (large ones
+streamed from disk: :mod:`._outbound`), and what becomes of its unsettled messages and of its subscription when it
+goes (:func:`settle_by_default`, :func:`unsubscribe`).
+
+Split out of :mod:`._connection`, whose :class:`~._connection.ServerConnection` calls these with itself as
+``connection``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .. import protocol
+from ..codec import conditions
+from ..codec.delivery_states import Accepted, Modified, Rejected, Released
+from ..codec.performatives import SND_SETTLED, Error
+from ..codec.terminus import COPY, NEVER, UNSETTLED_STATE, Source
+from ..protocol.endpoint import ACTIVE
+from ..types import Described, symbol
+from ._flow import NoRoomForNode
+from ._nodes import Consumer, ConsumerFailed, Entry, FailedAttempt, Queue, Topic
+from ._outbound import stream_body
+from .selector import SelectorError, compile_selector
+
+if TYPE_CHECKING:
+    from ._connection import ServerConnection
+
+__all__ = [
+    "OUTPUT_LIMIT",
+    "TERMINAL",
+    "Outbound",
+    "attach_outbound",
+    "not_an_address",
+    "settle_by_default",
+    "unsubscribe",
+]
+
+log = logging.getLogger("amqp_async.broker")
+
+#: The most output a connection queues for its socket before its consumers wait (a slow reader).
+OUTPUT_LIMIT = 1 << 20
+
+_SELECTOR_DESCRIPTORS = (symbol("apache.org:selector-filter:string"), 0x0000468C00000004)
+#: The filter key under which a recovered durable subscription's selector is named (Qpid JMS's).
+_JMS_SELECTOR = symbol("jms-selector")
+#: The outcomes of §3.4 (terminal delivery states).
+TERMINAL = (Accepted, Rejected, Released, Modified)
+
+
+def not_an_address(field: str, value: object) -> str:
+    """Why a terminus address that is not a string is refused: the broker's nodes are named by strings, the
+    address-string of §3.5.3 and §3.5.4 (the fields' own type is ``*``, any type an address may take; here only a
+    string names a node). A message's ``to`` is a string already where it decodes (§3.2.4)."""
+    return f"the {field} address must be a string naming a node, got {type(value).__name__}"
+
+
+class Outbound:
+    """What the broker keeps for a link on which a client receives: its queue and consumer."""
+
+    def __init__(
+        self, link: protocol.SenderLink, queue: Queue, consumer: Consumer, owner: Topic | None, key: str | None
+    ) -> None:
+        self.link = link
+        self.queue = queue
+        self.consumer = consumer
+        self.topic = owner
+        self.key = key
+        # §3.5.3 default-outcome: "used for transfers that have not reached a terminal state at the receiver when
+        # the transfer is settled, including when the source is destroyed" (None: the broker's own choice)
+        outcome = link.remote_source.default_outcome if isinstance(link.remote_source, Source) else None
+        self.default_outcome = outcome if isinstance(outcome, TERMINAL) else None
+
+
+def _consumer_credit(connection: ServerConnection, link: protocol.SenderLink) -> int:
+    """A consumer's credit as dispatch sees it: none while transfers wait for the client's session window
+    (dispatch resumes at its next flow), nor while more than OUTPUT_LIMIT bytes wait for the socket (the rest
+    goes once the socket took enough): a slow reader must not make us buffer without bound."""
+    credit = link.link_credit
+    if (
+        credit <= 0
+        or link.streaming is not None  # a large message goes out on it (_outbound): nothing else until it ends
+        or connection._output_waiting  # too much output waits for the socket (_pause_output)
+        or link.local_state is not ACTIVE
+        or connection._ending  # released: what one consumer returns is not for its siblings on the dead connection
+    ):
+        return 0
+    if link.session.remote_incoming_window <= 0:  # §2.5.6: the next transfer would wait in the session
+        connection._window_shut.add(link.session)  # the flow that opens it unparks the session's consumers
+        return 0
+    return credit
+
+
+def _exceeds_receiver_limit(connection: ServerConnection, link: protocol.SenderLink, entry: Entry) -> bool:
+    """Whether ``entry`` is larger than the receiving peer's max-message-size; if so the link is detached.
+
+    §2.7.3: "Any attempt to deliver a message larger than this results in a message-size-exceeded
+    link-error." The error is the link's alone (the connection and the peer's other links go on), the message
+    is not counted as a delivery attempt, and the detached link gets no more (its credit reads 0 from now).
+    """
+    limit = link.remote_max_message_size
+    if not limit:
+        return False
+    body = entry.body
+    size = len(entry.payload) + (0 if body is None else body.body_size)
+    if size <= limit:
+        return False
+    description = f"message of {size} bytes exceeds the receiver's max-message-size {limit}"
+    log.info("link %r detached (%s): %s", link.name, connection.peer, description)
+    link.detach(
+        closed=True, error=Error(condition=symbol(conditions.LINK_MESSAGE_SIZE_EXCEEDED), description=description)
+    )
+    connection.kick()
+    return True
+
+
+def _send_large(
+    connection: ServerConnection, link: protocol.SenderLink, entry: Entry, settled: bool, outbound: Outbound
+) -> protocol.Delivery | None:
+    """Start a large message kept on disk: its leading sections now, its body streamed from its file
+    (:mod:`._outbound`). None when its file cannot be read (the message is given up, logged)."""
+    body = entry.body
+    assert body is not None
+    try:
+        file = body.open_body()
+    except OSError as exc:
+        log.error("cannot read the large message %s: %s; it is dropped", body.path, exc)
+        return None
+    delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled, more=True)
+    assert connection._group is not None
+    done = functools.partial(outbound.queue.credited, outbound.consumer)  # its link may take the next message
+    connection._group.start_soon(stream_body, connection, link, delivery, file, body.body_size, done)
+    return delivery
+
+
+def _subscription_key(connection: ServerConnection, link: protocol.Link) -> str:
+    """The key of the durable subscription a receiving link names: its container id and its link name."""
+    remote_open = connection.engine.remote_open
+    container = remote_open.container_id if remote_open is not None else connection.peer
+    return f"{container}/{link.name}"
+
+
+def _recovered_source(connection: ServerConnection, link: protocol.SenderLink) -> Source | None:
+    """The source of the durable subscription that a receiver attaching with a null source names (None: it has
+    none). The JMS mapping attaches so to find a subscription by its name alone (Qpid JMS's
+    ``Session.unsubscribe``: a null source, then a detach with closed=true); the answer describes it."""
+    key = _subscription_key(connection, link)
+    for topic in connection.broker.topics.values():
+        queue = topic.subscriptions.get(key)
+        if queue is None or not queue.durable_subscription:
+            continue
+        selector = queue.selector
+        applied = None if selector is None else {_JMS_SELECTOR: Described(_SELECTOR_DESCRIPTORS[0], selector.text)}
+        return Source(
+            address=topic.name,
+            durable=UNSETTLED_STATE,
+            expiry_policy=NEVER,
+            filter=applied,
+            # a topic named without the prefix was made by a subscriber that said "topic" (_is_topic)
+            capabilities=None if connection.broker._is_topic(topic.name) else [symbol("topic")],
+        )
+    return None
+
+
+def attach_outbound(connection: ServerConnection, link: protocol.SenderLink) -> None:
+    broker = connection.broker
+    source = link.remote_source
+    if source is None:
+        source = _recovered_source(connection, link)
+        if source is None:
+            description = (
+                f"no durable subscription {_subscription_key(connection, link)!r} to recover (a receiver with a null "
+                "source names one by its container id and link name)"
+            )
+            connection._refuse(link, conditions.NOT_FOUND, description)
+            return
+    if not isinstance(source, Source):
+        connection._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
+        return
+    selector = None
+    applied: dict[Any, Any] | None = None  # the filters in place, for the answer (§3.5.3)
+    for name, value in (source.filter or {}).items():
+        descriptor = getattr(value, "descriptor", None)
+        if descriptor in _SELECTOR_DESCRIPTORS:
+            try:
+                selector = compile_selector(str(value.value))
+            except SelectorError as exc:
+                connection._refuse(link, conditions.INVALID_FIELD, f"invalid selector: {exc.description}")
+                return
+            applied = {name: value}  # the last selector given is the one applied
+    owner: Topic | None = None
+    key: str | None = None
+    if source.address is None and not source.dynamic:
+        connection._refuse(link, conditions.NOT_FOUND, "a receiver needs a source address (or dynamic)")
+        return
+    named = source.address
+    if not source.dynamic and not isinstance(named, str):
+        connection._refuse(link, conditions.INVALID_FIELD, not_an_address("source", named))
+        return
+    try:
+        if source.dynamic:
+            address = broker._temporary_address()
+            queue = broker.queue(address, dynamic=True)
+        else:
+            assert isinstance(named, str)  # checked above
+            address = named
+            if broker._is_topic(address, source.capabilities):
+                owner = broker.topic(address)
+                durable = bool(source.durable) and source.expiry_policy == NEVER
+                key = _subscription_key(connection, link) if durable else f"{id(link)}"
+                # the subscription keeps only what the selector matches: the rest would never leave it
+                queue = owner.subscription(
+                    key,
+                    max_depth=broker.max_queue_depth,
+                    durable=durable,
+                    store=broker.storage,
+                    flow=broker.flow,
+                    selector=selector,
+                )
+            else:
+                queue = broker.queue(address)
+    except NoRoomForNode as exc:
+        connection._refuse(link, conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
+        return
+    browse = source.distribution_mode == COPY
+    settled = link.remote_snd_settle_mode == SND_SETTLED
+
+    engine = connection.engine
+
+    def send(entry: Entry) -> Any:
+        # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
+        if _exceeds_receiver_limit(connection, link, entry):
+            raise ConsumerFailed  # not sent: the message keeps its place for a receiver that takes it
+        try:
+            if entry.body is None:
+                delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)
+            else:
+                sent = _send_large(connection, link, entry, settled, outbound)
+                if sent is None:
+                    return None  # its file cannot be read: given up (logged)
+                delivery = sent
+        except Exception as exc:
+            connection.fail(exc)
+            raise ConsumerFailed from exc
+        connection.kick()
+        if engine.output_buffered > OUTPUT_LIMIT:
+            connection._pause_output()
+        return None if settled or browse else delivery
+
+    consumer = Consumer(send, functools.partial(_consumer_credit, connection, link), selector=selector, browse=browse)
+    outbound = Outbound(link, queue, consumer, owner, key)
+    link.user_data = outbound
+    connection._outbound[outbound] = None
+    broker.flow.hold_endpoint()  # until _on_detach or release
+    answer = Source(
+        address=address,
+        durable=source.durable,
+        expiry_policy=source.expiry_policy,
+        timeout=source.timeout,
+        dynamic=source.dynamic,
+        distribution_mode=source.distribution_mode,
+        # §3.5.3: the source's filter, in the attach that answers, names the filters actually in place: a
+        # filter this broker does not apply is left out, so that the receiver can tell it was not.
+        filter=applied,
+        default_outcome=source.default_outcome,
+        outcomes=source.outcomes,
+        capabilities=source.capabilities,
+    )
+    link.attach(
+        source=answer,
+        target=link.remote_target,
+        snd_settle_mode=link.remote_snd_settle_mode,
+        rcv_settle_mode=link.remote_rcv_settle_mode,
+    )
+    log.info(
+        "link %r attached: %s receives from %s%s", link.name, connection.peer, address, " (browsing)" if browse else ""
+    )
+    queue.subscribe(consumer)
+
+
+def settle_by_default(connection: ServerConnection, outbound: Outbound) -> None:
+    """A detached link's unsettled messages take its default-outcome, when it named one (§3.5.3: "including
+    when the source is destroyed"); without one they go back to the queue (unsubscribe). So do a connection's
+    consumers when the peer closes it; a connection lost does not come here: its consumers' messages count as
+    failed deliveries whatever they named (:meth:`_on_closed`)."""
+    outcome = outbound.default_outcome
+    consumer = outbound.consumer
+    if outcome is None or isinstance(outcome, Released) or consumer.browse or not consumer.unsettled:
+        return
+    pending = sorted(consumer.unsettled.values(), key=lambda entry: entry.sequence)
+    consumer.unsettled.clear()
+    for entry in pending:
+        connection.broker._settle_entry(outbound.queue, consumer, entry, outcome)
+
+
+def unsubscribe(
+    connection: ServerConnection, outbound: Outbound, failed: FailedAttempt | None = None, *, closed: bool = False
+) -> None:
+    """The consumer leaves its queue, its unsettled messages returned (as failed attempts with ``failed``); a
+    node made for it alone (a dynamic queue, a subscription that is not durable) is deleted with what it holds
+    (nothing to count there: its messages are dropped).
+
+    A durable subscription stays when its link detaches (closed=false, §2.6.4: the terminus is kept for a later
+    attach), when its session ends, or when its connection ends, and is deleted when the peer closes the last
+    link attached to it (``closed``: its detach said closed=true): AMQP 1.0 §2.6.6, "closing a link"
+    destroys the terminus, as in ActiveMQ Artemis, Qpid Broker-J and the JMS mapping (Qpid JMS's
+    ``Session.unsubscribe``). While other links are still attached to it (a shared subscription), it stays: the
+    JMS API refuses to unsubscribe a durable subscription that has active consumers."""
+    queue = outbound.queue
+    topic, key = outbound.topic, outbound.key
+    private = topic is not None and key is not None and not queue.durable_subscription
+    unsubscribed = closed and topic is not None and key is not None and queue.durable_subscription
+    if private or (queue.dynamic and queue.consumers == [outbound.consumer]):
+        failed = None
+    queue.unsubscribe(outbound.consumer, failed)
+    if unsubscribed and queue.consumers:
+        log.info(
+            "link %r closed: durable subscription %r kept while %d other links are attached to it",
+            outbound.link.name,
+            queue.name,
+            len(queue.consumers),
+        )
+        unsubscribed = False
+    elif unsubscribed:
+        log.info("link %r closed: durable subscription %r deleted (unsubscribed)", outbound.link.name, queue.name)
+    if private or unsubscribed:
+        assert topic is not None and key is not None
+        gone = topic.unsubscribe(key) is not None
+    else:
+        gone = queue.dynamic and not queue.consumers and connection.broker.queues.pop(queue.name, None) is not None
+        if gone:
+            queue.delete()
+    if gone:
+        connection.broker.flow.drop_node()
