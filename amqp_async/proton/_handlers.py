@@ -281,6 +281,8 @@ def _receive(flow: FlowController | None, handler: IncomingMessageHandler, event
             delta = window - link_impl.link_credit
             if delta > 0 and delta * 4 >= window:
                 link.flow(delta)
+            # link._prefetch_topped(window), inline: the credit the program reads is proton's (see there)
+            link._credit_offset = window - link_impl.link_credit - len(link._incoming) - link._arrived
         else:
             flow._flow(link)
     elif not isinstance(link, Receiver):
@@ -796,6 +798,8 @@ class FlowController(Handler):
             delta = window - impl.link_credit
             if delta > 0 and delta * 4 >= window:
                 link.flow(delta)
+            # link._prefetch_topped(window), inline (every message received)
+            link._credit_offset = window - impl.link_credit - len(link._incoming) - link._arrived
             return
         self._flow(link)
 
@@ -809,9 +813,12 @@ class FlowController(Handler):
                 # Topped up once a quarter of the window is used (proton tops up on every delivery; the peer sees
                 # the same credit granted, in fewer and larger steps). Half would let a fast sender use up its credit
                 # and wait for ours while we are still handling what it sent.
-                delta = self._window - link.credit
+                delta = self._window - link._credit_given()
                 if delta > 0 and delta * 4 >= self._window:
                     link.flow(delta)
+                link._prefetch_topped(self._window)  # the credit read is proton's: the window
+            else:
+                link._prefetch_stopped()
 
 
 class Handshaker(Handler):

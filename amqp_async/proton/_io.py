@@ -457,7 +457,7 @@ class Channel:
                 return
             if link.session._name_waiters:
                 link.session._name_freed(event.link.name)
-            if event.remote or link._local == 4:
+            if event.remote or link._local == 4 or _answers_our_end(event.link):
                 push(Event.LINK_REMOTE_CLOSE if event.closed else Event.LINK_REMOTE_DETACH, link)
             else:
                 # The engine detached the link because the peer broke a link rule: our side is closed.
@@ -468,7 +468,7 @@ class Channel:
             session = event.session.user_data
             if session is None:
                 return
-            if event.remote or session._local == 4:
+            if event.remote or session._local == 4 or _answers_our_end(event.session):
                 push(Event.SESSION_REMOTE_CLOSE, session)
             else:
                 session._local = 4
@@ -557,6 +557,17 @@ class Listener:
         container._channels.add(channel)
         # The connection outlives the acceptor (closing it only stops accepting): run it in the container's tasks.
         container._start(channel.run)
+
+
+def _answers_our_end(endpoint: Any) -> bool:
+    """The engine's detach (or end) event of ``endpoint`` is the peer's, arriving after we closed its connection (or
+    ended its session) while the program had not closed it: the engine closed it locally with its parent. (A link
+    error the engine found is reported when found, before the peer's detach: the peer's side is still open.)
+
+    proton closes only what the program closed: the peer's detach of such a link is a remote close of a link still
+    open on our side (``on_link_closing``, then ``on_link_closed`` once the handler closes it), as in proton.
+    """
+    return endpoint.remote_state is CLOSED
 
 
 def _apply_transport_settings(engine: protocol.Connection, transport: Any) -> None:

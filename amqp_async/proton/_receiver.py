@@ -58,6 +58,9 @@ class Receiver(Link):
         self._arrived = 0
         self._unsettled_count = 0
         self._credit_wanted = 0
+        #: With a container and a prefetch (FlowController): what proton's credit would read beyond ours (see
+        #: :meth:`_prefetch_topped`).
+        self._credit_offset = 0
         # proton's engine API (see _engine_links): the credit the application gave (less the deliveries it advanced
         # past), the credit a drain gave back and not yet read by drained(), and the drain flag.
         self._credit = 0
@@ -70,6 +73,16 @@ class Receiver(Link):
         """The credit given and not yet used by the application: proton counts a delivery against it when the link
         advances past it, not when it arrives, so the deliveries received and not yet read (:attr:`queued`) are
         still part of it (credit asked for before the attach included)."""
+        credit = self._credit_given()
+        impl = self._impl
+        if self._connection._reactor is not None and impl is not None and impl.local_state is ACTIVE:
+            # With a prefetch, the credit proton's FlowController would have given by now, which ours gives in fewer
+            # and larger flows (see _prefetch_topped).
+            credit += self._credit_offset
+        return credit
+
+    def _credit_given(self) -> int:
+        """:attr:`credit` as this end granted it (the FlowController's offset left out)."""
         if self._connection._reactor is None:
             return self._credit
         impl = self._impl
@@ -79,6 +92,25 @@ class Receiver(Link):
         # link advances past it (pn_link_advance), so inside on_message of a batch it reads the prefetch less one.
         credit: int = impl.link_credit + len(self._incoming) + self._arrived
         return credit
+
+    def _prefetch_topped(self, window: int) -> None:
+        """A FlowController with ``window`` topped this receiver up (or chose not to yet): from now on
+        :attr:`credit` reads the window, as proton's does.
+
+        proton's controller sets the credit to the window at every delivery (``flow(window - credit)``, with its
+        credit the deliveries not yet advanced past), so the program reads the window less the deliveries taken
+        since (``window - 1`` in ``on_message``). Ours writes fewer flows: it waits until a quarter of the window
+        is used, and counts the deliveries that arrived and wait for their events as used. The frames stay ours;
+        the offset makes the credit a program reads proton's. A flow the program asks for adds to both; a drain
+        gives the offset on the wire (its flow carries proton's credit) and ends it.
+        """
+        impl = self._impl
+        active = impl is not None and impl.local_state is ACTIVE and self._connection._reactor is not None
+        self._credit_offset = window - self._credit_given() if active else 0
+
+    def _prefetch_stopped(self) -> None:
+        """The FlowController stopped topping up (a drain): :attr:`credit` is the engine's again."""
+        self._credit_offset = 0
 
     @property
     def queued(self) -> int:
@@ -219,9 +251,12 @@ class Receiver(Link):
         # proton's pn_link_drain: the drain flag set (it stays set: drain_mode reads True), the credit given with
         # it, and the next flow() ends the drain.
         self._drain = True
+        # With a prefetch, the drain carries proton's credit: what its FlowController would have given by now
+        # (see _prefetch_topped), the same frame.
+        offset, self._credit_offset = self._credit_offset, 0
         impl = self._impl
         if impl is not None and impl.local_state is ACTIVE and self.session._engine_active():
-            impl.grant_credit(int(impl.link_credit) + max(n, 0), drain=True)
+            impl.grant_credit(max(int(impl.link_credit) + offset, 0) + max(n, 0), drain=True)
             self.connection._touch()
         else:
             self._credit_wanted += max(n, 0)
@@ -305,6 +340,7 @@ class Receiver(Link):
 
     def _unbind(self) -> None:
         self._impl = None
+        self._credit_offset = 0
         if self._connection._reactor is not None:
             self._incoming.clear()
             self._arrived = 0

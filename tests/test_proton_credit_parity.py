@@ -1,0 +1,173 @@
+"""A receiver's credit read in ``on_message`` with a prefetch, in amqp_async.proton beside python-qpid-proton 0.40:
+the same program on each reads the same values, and ours writes no more flows than before.
+
+proton's FlowController sets a receiver's credit to the prefetch at every delivery (its credit: what was granted,
+less the deliveries advanced past), just before ``on_message``: the program reads the prefetch less one, however the
+messages arrive. Ours tops up once a quarter of the prefetch is used (fewer, larger flows), and counts the deliveries
+of a read that wait for their events as used; the credit it shows is proton's all the same. Each scenario runs in a
+subprocess of its own (``python this_file.py SCENARIO IMPL OPTIONS``: a hang fails the test), against the embedded
+broker, once on real proton and once on ours; ours counts the flow frames it writes (the frame trace's logger).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SUBPROCESS_TIMEOUT = 60.0
+
+
+class _FlowsWritten(logging.Handler):
+    """Counts the flow frames the frame trace (``AMQP_ASYNC_TRACE_FRM``) shows going out (ours only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("-> ") and " Flow(" in message:
+            self.count += 1
+
+
+def receive_with_prefetch(name: str, options: dict[str, Any]) -> Any:
+    """``options["messages"]`` messages through the broker to a receiver with ``options["prefetch"]``: all queued
+    before the receiver is made (``options["queued_first"]``: they arrive in reads of many), or sent one at a time,
+    the next once the previous is received. Recorded: the receiver's credit when it opens and in each
+    ``on_message`` (and after a drain asked for in the last, with ``options["drain"]``), and (ours) the flow frames
+    written."""
+    from amqp_async.broker import BrokerThread
+
+    flows = _FlowsWritten()
+    frames = logging.getLogger("amqp_async.frames")
+    frames.addHandler(flows)
+    frames.propagate = False
+    base = importlib.import_module(name)
+    handlers = importlib.import_module(name + ".handlers")
+    reactor = importlib.import_module(name + ".reactor")
+    count = options["messages"]
+    record: list[Any] = []
+
+    class Client(handlers.MessagingHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(prefetch=options["prefetch"])
+            self.sent = self.accepted = self.received = 0
+
+        def on_start(self, event: Any) -> None:
+            self.connection = event.container.connect(url, reconnect=False)
+            if options["queued_first"]:
+                self.sender = event.container.create_sender(self.connection, "q")
+            else:
+                event.container.create_receiver(self.connection, "q")
+
+        def on_link_opened(self, event: Any) -> None:
+            if event.link.is_receiver:
+                record.append(["opened", event.link.credit])
+                if not options["queued_first"]:
+                    self.sender = event.container.create_sender(self.connection, "q")
+
+        def on_sendable(self, event: Any) -> None:
+            wanted = count if options["queued_first"] else 1
+            while event.sender.credit and self.sent < wanted:
+                self._send()
+
+        def on_accepted(self, event: Any) -> None:
+            self.accepted += 1
+            if options["queued_first"] and self.accepted == count:
+                event.container.create_receiver(self.connection, "q")
+
+        def on_message(self, event: Any) -> None:
+            record.append(event.receiver.credit)
+            self.received += 1
+            if self.received == count:
+                if options.get("drain"):
+                    event.receiver.drain(0)
+                    record.append(["drain", event.receiver.credit])
+                event.connection.close()
+            elif not options["queued_first"]:
+                self._send()
+
+        def _send(self) -> None:
+            self.sender.send(base.Message(body=self.sent))
+            self.sent += 1
+
+    with BrokerThread() as broker:
+        url = broker.url
+        reactor.Container(Client()).run()
+    return {"credits": record, "flows": flows.count}
+
+
+SCENARIOS = {"receive_with_prefetch": receive_with_prefetch}
+
+
+def _run(scenario: str, impl: str, options: dict[str, Any]) -> Any:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["AMQP_ASYNC_TRACE_FRM"] = "1"  # ours: the frame trace, to count the flows (proton ignores it)
+    command = [sys.executable, __file__, scenario, impl, json.dumps(options)]
+    try:
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{scenario} on {impl} timed out; stderr: {exc.stderr!r}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, f"{scenario} on {impl}: no result (exit {done.returncode}); stderr:\n{done.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+pytestmark = [pytest.mark.interop]
+pytest.importorskip("proton")
+
+
+@pytest.mark.parametrize("prefetch", [10, 100])
+def test_credit_in_on_message_of_a_batch_is_protons(prefetch: int) -> None:
+    """Messages queued before the receiver arrive in reads of many: proton reads the prefetch less one in every
+    ``on_message`` (ours read up to twice the prefetch less one while a read was dispatched)."""
+    messages = 40
+    options = {"messages": messages, "prefetch": prefetch, "queued_first": True}
+    reference = _run("receive_with_prefetch", "proton", options)
+    assert reference["credits"] == [["opened", prefetch]] + [prefetch - 1] * messages  # the test's premise
+    ours = _run("receive_with_prefetch", "amqp_async.proton", options)
+    assert ours["credits"] == reference["credits"]
+    # The flows stay ours: each top-up gives at least a quarter of the prefetch, and the credit given never goes
+    # beyond the prefetch, so at most this many (proton writes one per message).
+    assert 1 <= ours["flows"] <= 1 + (messages + prefetch) // -(-prefetch // 4)
+
+
+def test_credit_after_a_drain_in_on_message_is_protons() -> None:
+    """A drain asked for in ``on_message`` gives the credit proton's would have given: the prefetch less one."""
+    messages, prefetch = 3, 10
+    options = {"messages": messages, "prefetch": prefetch, "queued_first": True, "drain": True}
+    reference = _run("receive_with_prefetch", "proton", options)
+    assert reference["credits"] == [["opened", prefetch]] + [prefetch - 1] * messages + [["drain", prefetch - 1]]
+    ours = _run("receive_with_prefetch", "amqp_async.proton", options)
+    assert ours["credits"] == reference["credits"]
+
+
+def test_credit_in_on_message_one_at_a_time_is_protons() -> None:
+    """One message at a time (the next sent once the previous is received): proton reads 9 each time (ours read 9,
+    8, then 10 after its top-up), and ours writes the same flows as before: the attach's credit, then a top-up
+    every third message (a quarter of the prefetch, rounded up)."""
+    messages, prefetch = 20, 10
+    options = {"messages": messages, "prefetch": prefetch, "queued_first": False}
+    reference = _run("receive_with_prefetch", "proton", options)
+    assert reference["credits"] == [["opened", prefetch]] + [prefetch - 1] * messages  # the test's premise
+    ours = _run("receive_with_prefetch", "amqp_async.proton", options)
+    assert ours["credits"] == reference["credits"]
+    assert ours["flows"] == 1 + messages // 3
+
+
+if __name__ == "__main__":
+    scenario_name, implementation, raw_options = sys.argv[1], sys.argv[2], sys.argv[3]
+    print("RESULT " + json.dumps(SCENARIOS[scenario_name](implementation, json.loads(raw_options))))
