@@ -13,18 +13,10 @@ fails the test, it never blocks the suite), once on real proton and once on ours
 from __future__ import annotations
 
 import importlib
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-SUBPROCESS_TIMEOUT = 30.0
+from scenario_subprocess import run_scenario, scenario_main
 
 
 def _detaching_peer(options: dict[str, Any]) -> Any:
@@ -112,18 +104,7 @@ SCENARIOS = {"close_with_links_open": close_with_links_open}
 
 
 def _run(scenario: str, impl: str, options: dict[str, Any]) -> Any:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    command = [sys.executable, __file__, scenario, impl, json.dumps(options)]
-    try:
-        done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{scenario} on {impl} timed out; stderr: {exc.stderr!r}")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"{scenario} on {impl}: no result (exit {done.returncode}); stderr:\n{done.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT ") :])
+    return run_scenario(__file__, scenario, impl, options)
 
 
 pytestmark = [pytest.mark.interop]
@@ -177,5 +158,4 @@ def test_peer_detach_after_our_close_reported_as_proton_does(options: dict[str, 
 
 
 if __name__ == "__main__":
-    scenario_name, implementation, raw_options = sys.argv[1], sys.argv[2], sys.argv[3]
-    print("RESULT " + json.dumps(SCENARIOS[scenario_name](implementation, json.loads(raw_options))))
+    scenario_main(SCENARIOS)
