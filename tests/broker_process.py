@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,25 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def read_line(process: subprocess.Popen[bytes], timeout: float, stderr: Callable[[], str]) -> str:
+    """The next line ``process`` writes on its stdout (a pipe), read without blocking past ``timeout`` seconds; an
+    AssertionError with ``stderr()`` when none comes or the process exits."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    line = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                raise AssertionError(f"no line on stdout within {timeout} s; stderr:\n{stderr()}")
+            chunk = os.read(process.stdout.fileno(), 1)
+            if not chunk:
+                raise AssertionError(f"the process exited ({process.poll()}); stderr:\n{stderr()}")
+            line += chunk
+    return line.decode().strip()
 
 
 class BrokerProcess:
@@ -70,20 +90,8 @@ class BrokerProcess:
             raise AssertionError(f"the broker said {line!r}; stderr:\n{self.stderr()}")
 
     def _first_line(self) -> str:
-        assert self.process is not None and self.process.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT
-        line = b""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            while not line.endswith(b"\n"):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(remaining):
-                    raise AssertionError(f"the broker did not listen within {START_TIMEOUT} s: {self.stderr()}")
-                chunk = os.read(self.process.stdout.fileno(), 1)
-                if not chunk:
-                    raise AssertionError(f"the broker exited ({self.process.poll()}): {self.stderr()}")
-                line += chunk
-        return line.decode().strip()
+        assert self.process is not None
+        return read_line(self.process, START_TIMEOUT, self.stderr)
 
     def stderr(self) -> str:
         self._stderr_file.seek(0)

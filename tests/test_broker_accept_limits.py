@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-import selectors
 import signal
 import socket
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 
 import anyio
 import pytest
+from broker_process import read_line
 
 import amqp_async
 from amqp_async import Message
@@ -118,20 +117,7 @@ class LimitedBroker:
         self.port = int(match.group(1))
 
     def _read_line(self) -> str:
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + TIMEOUT
-        line = b""
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.process.stdout, selectors.EVENT_READ)
-            while not line.endswith(b"\n"):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not selector.select(remaining):
-                    raise AssertionError(f"no line on stdout within {TIMEOUT} s; stderr:\n{self.stderr()}")
-                chunk = os.read(self.process.stdout.fileno(), 1)
-                if not chunk:
-                    raise AssertionError(f"the broker exited ({self.process.poll()}); stderr:\n{self.stderr()}")
-                line += chunk
-        return line.decode().strip()
+        return read_line(self.process, TIMEOUT, self.stderr)
 
     def stderr(self) -> str:
         self._stderr.flush()
