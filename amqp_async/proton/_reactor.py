@@ -1050,7 +1050,9 @@ class Reactor:
 
     def _after_callbacks(self) -> None:
         """What proton's transport does once callbacks return: send the states set without settling, then the
-        closes asked for, and tell senders that still have credit after sending that they may send more."""
+        closes asked for, and raise ``on_link_flow`` on each sender that sent, whatever credit it has left (proton
+        raises it after writing a batch of transfers: with credit left, ``MessagingHandler`` makes it another
+        ``on_sendable``; at none, the program learns its credit is used up or a drain it answered is done)."""
         self._send_updated_states()
         closing = self._closing
         while closing:
@@ -1059,7 +1061,7 @@ class Reactor:
         if sent:
             self._sent = {}
             for sender in sent:
-                if sender.credit > 0 and sender._local == 2 and sender._impl is not None:
+                if sender._local == 2 and sender._impl is not None:
                     self._push(Event.LINK_FLOW, sender)
 
     def _process(self) -> None:
