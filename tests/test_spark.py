@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from broker_process import BrokerProcess
 from proton_broker import ProtonBroker
 from spark_support import (
     FAULTS,
@@ -374,6 +375,38 @@ def test_a_connection_cut_under_a_read_is_retried_losing_nothing(
 
 
 @pytest.mark.interop
+def test_a_broker_restarted_under_a_read_loses_nothing(spark: Any, faults: Path, tmp_path: Path) -> None:
+    """The embedded broker, in a process of its own keeping its messages on disk (``--data-dir``), is killed
+    (SIGKILL) and started again twice: while the task of batch 0 has received (before its choice: its retry
+    receives afresh from the restarted broker, nothing comes twice) and while the task of batch 1 has chosen its
+    entry (before it accepted: the entry's rows stand, and the restarted broker delivers its 500 messages again,
+    once). Every message is read; none is given up at the broker's delivery limit of 1."""
+    count = 2_000
+    with BrokerProcess("--data-dir", str(tmp_path / "data"), "--delivery-limit", "1") as broker:
+        fill(broker.url, "restarted", [amqp_async.Message(body="r", id=f"r-{n}", durable=True) for n in range(count)])
+        points = ("received@0.0", "chosen@1.0")
+        for name in points:
+            # Long enough for the broker to be killed and started again while the task stalls there: its retry
+            # then finds the broker up (local[2,2] tries a task twice).
+            (faults / name).write_text("sleep 15")
+        query, seen = _stream_to_list(spark, broker.url, "restarted", tmp_path, maxMessagesPerBatch=500)
+        for name in points:
+            deadline = time.monotonic() + 180
+            while not fired(str(faults), name):
+                assert time.monotonic() < deadline and query.isActive, f"{name} never fired"
+                time.sleep(0.05)
+            broker.kill()
+            broker.start()
+        query.awaitTermination(300)
+        assert query.exception() is None and not query.isActive
+        counted = collections.Counter(message_id for _, message_id in seen)
+        assert set(counted) == {f"r-{n}" for n in range(count)}  # 0 lost
+        duplicated = {message_id for message_id, times in counted.items() if times > 1}
+        assert duplicated == {message_id for batch, message_id in seen if batch == 1}
+        assert len(duplicated) == 500 and {counted[message_id] for message_id in duplicated} == {2}
+        assert drain(broker.url, "restarted") == []
+
+
 def test_a_rejecting_peer_fails_the_write_with_its_condition(spark: Any) -> None:
     with ProtonBroker() as proton_broker:
         proton_broker.outcome_for["refusing"] = ("rejected", "amqp:precondition-failed", "no orders today")

@@ -136,3 +136,25 @@ def test_the_tests_drain_counts_every_large_message(broker: BrokerThread) -> Non
     assert len(drain(broker.url, "big", accept=False)) == 340  # released: still there
     assert sorted(str(message.id) for message in drain(broker.url, "big")) == sorted(f"m{n}" for n in range(340))
     assert drain(broker.url, "big") == []
+
+
+def test_a_consuming_batch_read_that_ends_early_releases_the_window_it_did_not_accept() -> None:
+    """A consuming task that fails (or whose rows Spark stops taking) while it holds a window handed over and not
+    accepted gives that window back released (§3.4.4: not a failed delivery) before it closes. Before, it closed
+    with the window unsettled and left its outcome to the peer's handling of a closed link, which a broker may count
+    towards its delivery limit."""
+    with ProtonBroker() as peer:
+        for n in range(20):
+            peer.put("q", ProtonMessage(body="x", id=f"m{n}"))
+        options = parse_options({"url": peer.url, "address": "q", "readMode": "consume", "credit": "5"})
+        reader = AmqpBatchReader(options, MESSAGE_SCHEMA)
+        [partition] = reader.partitions()
+        rows = reader.read(partition)
+        first, second = next(rows), next(rows)  # one message to see the size, then a window of 5
+        assert (first.num_rows, second.num_rows) == (1, 5)
+        rows.close()  # the task ends with the second window handed over and not accepted
+        peer.wait_closes(1, timeout=TIMEOUT)
+        outcomes = [(outcome.outcome, outcome.settled) for outcome in peer.outcomes]
+        assert outcomes == [("accepted", True)] + [("released", True)] * 5
+        assert sorted(message.id for message in peer.queued("q")) == sorted(f"m{n}" for n in range(1, 20))
+        assert {message.delivery_count for message in peer.queued("q")} == {0}

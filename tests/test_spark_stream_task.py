@@ -20,9 +20,11 @@ import proton
 import pyarrow as pa
 import pytest
 from proton import Delivery as ProtonDelivery
+from proton import Message as ProtonMessage
 from proton import Terminus, symbol
 from proton.handlers import MessagingHandler
 from proton.utils import BlockingConnection
+from proton_broker import ProtonBroker
 from proton_peer import proton_server
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.types import StringType, StructField, StructType
@@ -258,6 +260,27 @@ def test_an_attempt_of_a_committed_batch_releases_what_it_received(broker: Broke
     with pytest.raises(RuntimeError, match="was committed while this attempt"):
         _ids(broker.url, "q", _partition(tmp_path, 20))
     assert len(drain(broker.url, "q")) == 30  # released, all of them
+
+
+@pytest.mark.parametrize("point", ["received", "logged", "chosen"])
+def test_a_task_that_fails_releases_what_it_received_before_it_closes(tmp_path: Path, faults: Path, point: str) -> None:
+    """A task that fails (its log's storage, a fault) gives back each delivery it holds with an outcome of its
+    own, released (§3.4.4: not a failed delivery), before it closes. Before, it closed with them unsettled and left
+    them to the peer's handling of a closed link, which a broker may count towards its delivery limit: every retry
+    of the task would have counted against every message it had received."""
+    with ProtonBroker() as peer:
+        for n in range(20):
+            peer.put("q", ProtonMessage(body="x", id=f"m{n}"))
+        (faults / point).write_text("raise")
+        options = parse_options({"url": peer.url, "address": "q", "logLocation": str(tmp_path)})
+        with pytest.raises(RuntimeError, match=f"failpoint {point}"):
+            list(read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path, 8)))
+        peer.wait_closes(1, timeout=20)
+        outcomes = peer.outcomes
+        assert len(outcomes) >= 8  # the task's 8, and any that came after its credit was taken back
+        assert {(outcome.outcome, outcome.settled) for outcome in outcomes} == {("released", True)}
+        assert sorted(message.id for message in peer.queued("q")) == sorted(f"m{n}" for n in range(20))
+        assert {message.delivery_count for message in peer.queued("q")} == {0}
 
 
 def test_a_task_on_another_host_than_the_default_log_is_refused(tmp_path: Path) -> None:

@@ -60,6 +60,21 @@ def test_an_unknown_option_is_refused_by_name() -> None:
     assert caught.value.condition == "amqp:invalid-field"
 
 
+def test_a_misspelt_option_is_refused_with_the_name_it_is_closest_to() -> None:
+    # Spark lowercases the keys: the suggestion gives the documented spelling.
+    with pytest.raises(OptionError, match=r"unknown option 'pollwaitmillis'.*did you mean 'pollWaitMs'"):
+        parse_options({"address": "q", "pollwaitmillis": "5"})
+    with pytest.raises(OptionError) as caught:
+        parse_options({"address": "q", "colour": "blue"})
+    assert "did you mean" not in str(caught.value)
+
+
+def test_empty_values_that_mean_something_are_taken() -> None:
+    # An empty password is a password; an empty virtualHost sends no hostname (as proton's virtual_host="").
+    options = parse_options({"address": "q", "user": "u", "password": "", "virtualhost": ""})
+    assert options.connect_kwargs()["password"] == "" and options.connect_kwargs()["virtual_host"] == ""
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
@@ -83,6 +98,20 @@ def test_an_unknown_option_is_refused_by_name() -> None:
         ("sslverify", "perhaps", "option 'sslVerify' must be true or false"),
         ("readmode", "peek", "option 'readMode' must be one of browse, consume"),
         ("url", "http://host", "option 'url'"),
+        # before: "must be 0 or more" for NaN and a negative number, whose bound is above 0
+        ("heartbeat", "nan", "option 'heartbeat' must be above 0 and at most 2,147,483 seconds, got 'nan'"),
+        ("heartbeat", "-1", "option 'heartbeat' must be above 0 and at most"),
+        ("heartbeat", "-inf", "option 'heartbeat' must be above 0 and at most"),
+        ("heartbeat", "inf", "option 'heartbeat' must be above 0 and at most"),
+        ("pollwaitms", "nan", "option 'pollWaitMs' must be a whole number, got 'nan'"),
+        ("windowbytes", "0", "option 'windowBytes' must be at least 1"),
+        ("maxmessagesperbatch", "inf", "option 'maxMessagesPerBatch' must be a whole number"),
+        # before: taken silently as not given: every message of the queue read, a link that is not durable
+        ("selector", "", "option 'selector' is empty .*every message of the node"),
+        ("selector", "  ", "option 'selector' is empty"),
+        ("subscriptionname", "", "option 'subscriptionName' is empty"),
+        ("sslcafile", "", "option 'sslCaFile' is empty"),
+        ("user", "", "option 'user' is empty"),
     ],
 )
 def test_a_malformed_value_is_refused_naming_the_option(key: str, value: str, message: str) -> None:

@@ -8,8 +8,8 @@ snapshot of what the queue holds while it is read.
   are seen and stay in the queue. The peer must support browsing (the embedded broker and Qpid brokers do;
   RabbitMQ 3.x does not, and refuses or ignores it).
 - ``readMode=consume``: ``numPartitions`` competing receivers; each window of messages is accepted once the task
-  has handed all of its rows over and is asked for more (so a task that fails before that point leaves them
-  unsettled, and the broker delivers them again). Handed over is not used: Spark's Python worker asks for rows
+  has handed all of its rows over and is asked for more (so a task that fails before that point releases them,
+  and the broker delivers them again). Handed over is not used: Spark's Python worker asks for rows
   as fast as it can write them out, whatever the JVM reads of them, and a batch read has no commit to wait for.
   So an action that uses fewer rows than the read gives (``limit``, ``show``, ``take``, ``first``) consumes the
   messages of every window handed over, up to the whole queue. Once accepted, a message is gone from the queue:
@@ -20,6 +20,7 @@ snapshot of what the queue holds while it is read.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from ..client import Connection, Delivery, Receiver
+from ..errors import AMQPError
 from ._links import close_quietly, open_receiver, wait_sent
 from ._loop import LoopThread
 from ._options import WINDOW_BYTES, AmqpOptions
@@ -81,6 +83,21 @@ async def _accept(deliveries: list[Delivery]) -> None:
         await delivery.accept()
 
 
+async def _release_and_close(connection: Connection | None, receiver: Receiver, pending: list[Delivery]) -> None:
+    """End a read: release the window it did not accept (a consuming task that fails, or whose rows Spark stopped
+    taking), and whatever came beyond it, then close. Released (§3.4.4), the broker delivers them again without
+    counting a failed delivery; left unsettled to the close, a broker may count them as failed ones towards its
+    delivery limit (as :func:`~._links.settle_all` says). A connection that is gone settles nothing."""
+    if not receiver.is_closed:
+        with contextlib.suppress(AMQPError):
+            for delivery in pending:
+                if not delivery.settled:
+                    await delivery.release()
+            while (unread := receiver.receive_nowait()) is not None:
+                await unread.release()
+    await close_quietly(connection)
+
+
 class AmqpBatchReader(DataSourceReader):
     """The ``amqp`` source's batch reader (see the module documentation for the two read modes)."""
 
@@ -113,19 +130,25 @@ class AmqpBatchReader(DataSourceReader):
         except BaseException:
             loop.close()
             raise
+        pending: list[Delivery] = []  # the window handed over and not accepted yet
         try:
             while remaining is None or remaining > 0:
                 size = sizes.next() if remaining is None else min(sizes.next(), remaining)
-                deliveries = loop.call(_next_window, receiver, size)
+                pending = loop.call(_next_window, receiver, size)
+                deliveries = pending
                 sizes.seen(deliveries)
                 if deliveries:
                     yield builder.batch([delivery.payload for delivery in deliveries])
                     if self._consume:
                         loop.call(_accept, deliveries)  # Spark has taken every row of the window
+                pending = []
                 if remaining is not None:
                     remaining -= len(deliveries)
                 if len(deliveries) < size:
                     break  # the drain found the queue empty
         finally:
-            loop.call(close_quietly, connection, timeout=10)
+            if self._consume:
+                loop.call(_release_and_close, connection, receiver, pending, timeout=20)
+            else:  # a browse took nothing (§3.5.7 copy): nothing to give back
+                loop.call(close_quietly, connection, timeout=10)
             loop.close()

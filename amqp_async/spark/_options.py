@@ -13,6 +13,7 @@ Nothing here imports pyspark: the options are plain values, pickled with the dat
 
 from __future__ import annotations
 
+import difflib
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,21 +82,15 @@ _milliseconds_or_zero = _whole_number(0, _MAX_MS)
 
 
 def _heartbeat(name: str, value: str) -> float:
-    """Seconds above 0 (the idle timeout advertised, §2.4.5) and at most :data:`_MAX_MS` milliseconds."""
-    seconds = _seconds(name, value)
-    if not 0 < seconds <= _MAX_MS / 1000:
-        raise OptionError(f"option {name!r} must be above 0 and at most {_MAX_MS // 1000:,} seconds, got {value!r}")
-    return seconds
-
-
-def _seconds(name: str, value: str) -> float:
+    """Seconds above 0 (the idle timeout advertised, §2.4.5) and at most :data:`_MAX_MS` milliseconds: the one bound
+    is said for every number outside it (0, a negative number, infinity, NaN)."""
     try:
-        number = float(value.strip())
+        seconds = float(value.strip())
     except ValueError:
         raise OptionError(f"option {name!r} must be a number of seconds, got {value!r}") from None
-    if not number >= 0:  # also refuses NaN
-        raise OptionError(f"option {name!r} must be 0 or more, got {value!r}")
-    return number
+    if not 0 < seconds <= _MAX_MS / 1000:  # False for NaN too
+        raise OptionError(f"option {name!r} must be above 0 and at most {_MAX_MS // 1000:,} seconds, got {value!r}")
+    return seconds
 
 
 def _boolean(name: str, value: str) -> bool:
@@ -284,8 +279,41 @@ def _urls(url: str) -> list[str]:
     return [part.strip() for part in url.split(",") if part.strip()]
 
 
-#: Text options whose empty value would otherwise fall back silently (on connect.json, or localhost).
-_NOT_EMPTY = frozenset({"url", "address"})
+#: Why an empty value of a text option is refused, where it would otherwise be taken silently as "not given": a
+#: reader whose ``selector`` came out empty (an unset variable in a job's configuration) took every message of the
+#: queue, those meant for other consumers included, and an empty ``subscriptionName`` read through a link that is
+#: not durable. Every text option is refused when empty but ``password`` (an empty password is a password) and
+#: ``virtualHost`` (empty: no hostname in the open frame, as proton's ``virtual_host=""``).
+_EMPTY_MEANS = {
+    "url": "connect.json, or amqp://localhost",
+    "address": "no node",
+    "selector": "no selector: every message of the node, those meant for other consumers too",
+    "subscriptionName": "no durable subscription, a link that is not durable",
+    "user": "no user",
+    "saslMechanisms": "no list: the default mechanisms",
+    "sni": "the URL's host name",
+    "sslCaFile": "the system's CAs",
+    "sslCertFile": "no client certificate",
+    "sslKeyFile": "the key in sslCertFile",
+}
+
+
+def _refuse_empty(name: str, value: str) -> None:
+    """Refuse an empty (or blank) value of a text option that would be taken as "not given" (:data:`_EMPTY_MEANS`)."""
+    if name in _EMPTY_MEANS and not value.strip():
+        raise OptionError(
+            f"option {name!r} is empty (it would be taken as {_EMPTY_MEANS[name]}): give a value, or leave the "
+            "option out"
+        )
+
+
+def _unknown(key: str) -> OptionError:
+    """The error for an unknown option ``key``, with the documented names it is closest to (Spark lowercases keys,
+    so the key said is the lowercased one)."""
+    close = difflib.get_close_matches(key.lower(), list(_BY_KEY), n=1, cutoff=0.75)
+    hint = f"; did you mean {_BY_KEY[close[0]].name!r}?" if close else ""
+    known = ", ".join(spec.name for spec in OPTIONS)
+    return OptionError(f"unknown option {key!r} for the amqp data source{hint} (known options: {known})")
 
 
 def _raw_address(raw: Mapping[str, str]) -> str | None:
@@ -317,12 +345,11 @@ def parse_options(raw: Mapping[str, str]) -> AmqpOptions:
             continue
         spec = _BY_KEY.get(lowered)
         if spec is None:
-            known = ", ".join(spec.name for spec in OPTIONS)
-            raise OptionError(f"unknown option {key!r} for the amqp data source (known options: {known})")
+            raise _unknown(key)
         if value is None:
             raise OptionError(f"option {spec.name!r} has no value")
-        if spec.parse is _text and not str(value).strip() and spec.name in _NOT_EMPTY:
-            raise OptionError(f"option {spec.name!r} is empty")
+        if spec.parse is _text:
+            _refuse_empty(spec.name, str(value))
         if spec.name == "url" and not _urls(str(value)):
             # Commas alone name no peer: connect() would be given none and fall back on connect.json or localhost.
             raise OptionError(f"option 'url' names no URL (a failover list is URLs separated by commas): {value!r}")

@@ -27,10 +27,14 @@ never connects to the broker and never sees a message: it plans micro-batches by
   received (and accepted) fresh messages into a batch that a sink idempotent per batch id discards as already
   written, and those messages were lost; with fewer, a partition beyond the new count whose task (a zombie of the
   first run) had not yet written to the log when the replay was planned was left out, its messages accepted and
-  never read. Changed options take effect from the next new batch. An offset without a plan (a checkpoint of an
-  older version) is planned from the options, with every partition the log has for the batch. Its source id is
-  ``end``'s: Spark checkpoints a batch's end offset, but not the start of the first batch, which a restart asks
-  of ``initialOffset`` again (a new id, whose log is empty: the first batch's messages, accepted, were lost).
+  never read. Changed options take effect from the next new batch. Only the partitions and their budgets are
+  recorded: the options that change what a task receives (``windowBytes``, ``pollWaitMs``, ``credit``,
+  ``selector``...) need not be, since a partition with a chosen entry returns it whatever they say, and one without
+  had accepted nothing (only the chosen entry's attempt accepts): what it receives afresh loses nothing. An offset
+  without a plan (a checkpoint of an older version) is planned from the options, with every partition the log has
+  for the batch. Its source id is ``end``'s: Spark checkpoints a batch's end offset, but not the start of the first
+  batch, which a restart asks of ``initialOffset`` again (a new id, whose log is empty: the first batch's
+  messages, accepted, were lost).
 - The first batch a process plans writes the marker ``started`` in the source's log. A batch replayed after a
   restart whose source has nothing in the log (the log deleted, moved, or ``logLocation`` changed) fails the query
   with an error naming ``logLocation``: received afresh, the messages its tasks had accepted would be lost.

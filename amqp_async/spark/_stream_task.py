@@ -34,7 +34,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from ..client import Connection
+from ..client import Connection, Receiver
 from ..errors import AMQPError
 from ..protocol.delivery import Delivery
 from ._failpoints import failpoint
@@ -180,11 +180,12 @@ def _receive_and_choose(
     window = int(options.get("credit", 1000))
     loop = LoopThread("amqp-async-spark-stream-task")
     connection: Connection | None = None
+    receiver: Receiver | None = None
+    received: list[Delivery] = []
     closing: _Closing | None = None
     try:
         opened: Any = loop.call(open_receiver, options, timeout=options.connect_timeout * 2 + 5)
         connection, receiver = opened
-        received: list[Delivery] = []
         receiving = loop.submit(
             receive_batch,
             receiver,
@@ -242,9 +243,24 @@ def _receive_and_choose(
         closing = _Closing(loop, connection)
         return batches, closing
     finally:
-        if closing is None:  # failed on the way: close before the error goes up
-            loop.call(close_quietly, connection, timeout=10)
+        if closing is None:  # failed on the way: give back what it received, and close, before the error goes up
+            loop.call(_give_back_and_close, connection, receiver, received, timeout=20)
             loop.close()
+
+
+async def _give_back_and_close(
+    connection: Connection | None, receiver: Receiver | None, received: list[Delivery]
+) -> None:
+    """A task that fails releases what it received and did not settle (§3.4.4: the broker delivers it again, and its
+    delivery-count does not grow), then closes. Left unsettled to the close, their outcome would be the peer's: a
+    broker may count a delivery left unsettled at a link's end as a failed one (as :func:`~._links.settle_all`
+    says), so each retry of a failing task would count against every message it had received, up to the delivery
+    limit. Settling is a no-op for deliveries settled already; a connection that is gone settles nothing (its peer
+    decides)."""
+    if receiver is not None and not receiver.is_closed:
+        with contextlib.suppress(AMQPError):
+            await settle_all(receiver, received, False)
+    await close_quietly(connection)
 
 
 def _batches(schema: StructType, payloads: list[bytes]) -> list[pa.RecordBatch]:
