@@ -136,33 +136,87 @@ def _send_large(
     return delivery
 
 
-def _subscription_key(connection: ServerConnection, link: protocol.Link) -> str:
-    """The key of the durable subscription a receiving link names: its container id and its link name."""
+#: The source capabilities of a shared subscription (the AMQP JMS mapping's, as Qpid JMS and ActiveMQ Artemis name
+#: them): "shared" lets several links share one subscription, its name the link name up to its first "|" (Qpid JMS
+#: names the links of one shared subscription ``NAME``, ``NAME|2``, ...; ``NAME|global``, ``NAME|global2``, ...);
+#: "global" scopes that name to the broker instead of to the container id (a JMS connection without a client id).
+SHARED = symbol("shared")
+GLOBAL = symbol("global")
+#: The link capability that says shared subscriptions are supported: Qpid JMS desires it on a shared consumer's
+#: attach when the connection did not offer it, and refuses the consumer ("Remote peer does not support shared
+#: subscriptions") unless the answering attach offers it (``AmqpConsumerBuilder``), as Qpid Broker-J's does.
+SHARED_SUBS = symbol("SHARED-SUBS")
+#: What stands for the container id in a global subscription's key (a container id is never that, in practice).
+GLOBAL_SCOPE = "|global"
+
+
+def _symbols(value: Any) -> frozenset[Any]:
+    """A capabilities field as a set: a multiple symbol (§1.4) is one symbol or an array of them."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, str):
+        return frozenset([value])
+    return frozenset(value)
+
+
+def _subscription_key(connection: ServerConnection, link: protocol.Link, capabilities: Any = None) -> str:
+    """The key of the topic subscription a receiving link names: its container id and its link name; with the
+    source capability "shared" the link name up to its first "|", and with "global" the broker instead of the
+    container id (:data:`SHARED`, :data:`GLOBAL`)."""
+    wanted = _symbols(capabilities)
+    name = link.name.split("|", 1)[0] if SHARED in wanted else link.name
+    if GLOBAL in wanted:
+        return f"{GLOBAL_SCOPE}/{name}"
     remote_open = connection.engine.remote_open
     container = remote_open.container_id if remote_open is not None else connection.peer
-    return f"{container}/{link.name}"
+    return f"{container}/{name}"
+
+
+def _recovery_keys(connection: ServerConnection, link: protocol.Link) -> list[tuple[str, list[Any]]]:
+    """The subscription keys a receiver with a null source may name, each with the capabilities that give it: its
+    own (an exclusive subscription), then a shared one of its container, then a global one (Qpid JMS's
+    ``Session.unsubscribe`` of a shared subscription attaches with the first link name, ``NAME`` or
+    ``NAME|global``)."""
+    return [
+        (_subscription_key(connection, link), []),
+        (_subscription_key(connection, link, [SHARED]), [SHARED]),
+        (_subscription_key(connection, link, [SHARED, GLOBAL]), [SHARED, GLOBAL]),
+    ]
 
 
 def _recovered_source(connection: ServerConnection, link: protocol.SenderLink) -> Source | None:
     """The source of the durable subscription that a receiver attaching with a null source names (None: it has
     none). The JMS mapping attaches so to find a subscription by its name alone (Qpid JMS's
-    ``Session.unsubscribe``: a null source, then a detach with closed=true); the answer describes it."""
-    key = _subscription_key(connection, link)
-    for topic in connection.broker.topics.values():
-        queue = topic.subscriptions.get(key)
-        if queue is None or not queue.durable_subscription:
-            continue
-        selector = queue.selector
-        applied = None if selector is None else {_JMS_SELECTOR: Described(_SELECTOR_DESCRIPTORS[0], selector.text)}
-        return Source(
-            address=topic.name,
-            durable=UNSETTLED_STATE,
-            expiry_policy=NEVER,
-            filter=applied,
+    ``Session.unsubscribe``: a null source, then a detach with closed=true); the answer describes it, its
+    capabilities saying whether it is shared or global (as ActiveMQ Artemis answers)."""
+    for key, sharing in _recovery_keys(connection, link):
+        for topic in connection.broker.topics.values():
+            queue = topic.subscriptions.get(key)
+            if queue is None or not queue.durable_subscription:
+                continue
+            selector = queue.selector
+            applied = None if selector is None else {_JMS_SELECTOR: Described(_SELECTOR_DESCRIPTORS[0], selector.text)}
             # a topic named without the prefix was made by a subscriber that said "topic" (_is_topic)
-            capabilities=None if connection.broker._is_topic(topic.name) else [symbol("topic")],
-        )
+            kind = [] if connection.broker._is_topic(topic.name) else [symbol("topic")]
+            return Source(
+                address=topic.name,
+                durable=UNSETTLED_STATE,
+                expiry_policy=NEVER,
+                filter=applied,
+                capabilities=(kind + sharing) or None,
+            )
     return None
+
+
+def _topic_key(connection: ServerConnection, link: protocol.SenderLink, source: Source, durable: bool) -> str:
+    """The key of the subscription a topic receiver attaches to: a durable or shared one by its name
+    (:func:`_subscription_key`); any other is the link's own. A shared subscription that is not durable (JMS's
+    shared non-durable subscription) has a key apart from a durable one of the same name, as in ActiveMQ Artemis."""
+    if durable:
+        return _subscription_key(connection, link, source.capabilities)
+    if SHARED in _symbols(source.capabilities):
+        return _subscription_key(connection, link, source.capabilities) + ":shared-volatile"
+    return f"{id(link)}"
 
 
 def attach_outbound(connection: ServerConnection, link: protocol.SenderLink) -> None:
@@ -210,7 +264,7 @@ def attach_outbound(connection: ServerConnection, link: protocol.SenderLink) -> 
             if broker._is_topic(address, source.capabilities):
                 owner = broker.topic(address)
                 durable = bool(source.durable) and source.expiry_policy == NEVER
-                key = _subscription_key(connection, link) if durable else f"{id(link)}"
+                key = _topic_key(connection, link, source, durable)
                 # the subscription keeps only what the selector matches: the rest would never leave it
                 queue = owner.subscription(
                     key,
@@ -269,11 +323,14 @@ def attach_outbound(connection: ServerConnection, link: protocol.SenderLink) -> 
         outcomes=source.outcomes,
         capabilities=source.capabilities,
     )
+    remote_attach = link.remote_attach
+    desired = _symbols(None if remote_attach is None else remote_attach.desired_capabilities)
     link.attach(
         source=answer,
         target=link.remote_target,
         snd_settle_mode=link.remote_snd_settle_mode,
         rcv_settle_mode=link.remote_rcv_settle_mode,
+        offered_capabilities=[SHARED_SUBS] if SHARED_SUBS in desired else None,
     )
     log.info(
         "link %r attached: %s receives from %s%s", link.name, connection.peer, address, " (browsing)" if browse else ""
@@ -301,29 +358,35 @@ def unsubscribe(
 ) -> None:
     """The consumer leaves its queue, its unsettled messages returned (as failed attempts with ``failed``); a
     node made for it alone (a dynamic queue, a subscription that is not durable) is deleted with what it holds
-    (nothing to count there: its messages are dropped).
+    (nothing to count there: its messages are dropped). A shared subscription that is not durable goes with the
+    last link attached to it.
 
     A durable subscription stays when its link detaches (closed=false, §2.6.4: the terminus is kept for a later
     attach), when its session ends, or when its connection ends, and is deleted when the peer closes the last
     link attached to it (``closed``: its detach said closed=true): AMQP 1.0 §2.6.6, "closing a link"
-    destroys the terminus, as in ActiveMQ Artemis, Qpid Broker-J and the JMS mapping (Qpid JMS's
-    ``Session.unsubscribe``). While other links are still attached to it (a shared subscription), it stays: the
-    JMS API refuses to unsubscribe a durable subscription that has active consumers."""
+    destroys the terminus, as in ActiveMQ Artemis (which deletes it only while no other consumer is attached) and
+    the JMS mapping (Qpid JMS's ``Session.unsubscribe``). While other links are still attached to it (a shared
+    subscription), it stays: the JMS API refuses to unsubscribe a durable subscription that has active
+    consumers, and the others' messages must not go with it; it is deleted by the close of the link that
+    leaves it last (or by a later attach and close, as ``Session.unsubscribe`` does)."""
     queue = outbound.queue
     topic, key = outbound.topic, outbound.key
+    consumer = outbound.consumer
+    alone = queue.consumers in ([], [consumer])
     private = topic is not None and key is not None and not queue.durable_subscription
     unsubscribed = closed and topic is not None and key is not None and queue.durable_subscription
-    if private or (queue.dynamic and queue.consumers == [outbound.consumer]):
-        failed = None
-    queue.unsubscribe(outbound.consumer, failed)
-    if unsubscribed and queue.consumers:
+    if (private and alone) or (queue.dynamic and alone):
+        failed = None  # its messages go with the node: no attempt to count
+    queue.unsubscribe(consumer, failed)
+    if queue.consumers and (unsubscribed or private):
         log.info(
-            "link %r closed: durable subscription %r kept while %d other links are attached to it",
+            "link %r %s: subscription %r kept while %d other links are attached to it",
             outbound.link.name,
+            "closed" if closed else "detached",
             queue.name,
             len(queue.consumers),
         )
-        unsubscribed = False
+        unsubscribed = private = False
     elif unsubscribed:
         log.info("link %r closed: durable subscription %r deleted (unsubscribed)", outbound.link.name, queue.name)
     if private or unsubscribed:

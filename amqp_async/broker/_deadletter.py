@@ -4,7 +4,8 @@ Reasons (the value of :data:`REASON`):
 
 - ``rejected``: a consumer rejected it (§3.4.3); the condition and description of the rejection's error go in
   :data:`CONDITION` and :data:`DESCRIPTION`;
-- ``expired``: its ttl (§3.2.1) or absolute-expiry-time (§3.2.4) passed before it was delivered;
+- ``expired``: its ttl (§3.2.1) or absolute-expiry-time (§3.2.4) passed before it was consumed (perhaps delivered
+  and returned after it); the description says when it expired;
 - ``delivery-limit``: its delivery failed ``delivery_limit`` times (modified with delivery-failed, a rolled-back
   transaction, or held by a consumer whose connection was lost: the header's delivery-count, §3.2.1); when the
   last attempt was a lost connection, the description says so and :data:`CONDITION` is the condition of that end

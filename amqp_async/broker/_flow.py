@@ -396,6 +396,15 @@ class Flow:
             unstalled += 1
         return unstalled
 
+    def memory_full(self) -> bool:
+        """Whether the memory limit holds producers back now: some wait for credit, and the room it leaves for
+        messages (the messages held counted, not the credit promised) is less than a grant worth making."""
+        if self.max_memory is None or not self.starved:
+            return False
+        size = self._message_size()
+        free = max(0, (self.max_memory - self._taken(size)) // size)
+        return free < _worth(self.max_memory // size)
+
     @staticmethod
     def _free_depth(target: Queue | Topic) -> int:
         """Half (rounded up) of what the fullest of ``target``'s queues with a ``max_depth`` has free, in messages

@@ -102,6 +102,23 @@ class FailedAttempt:
     condition: str | None = None
 
 
+def expired_description(entry: Entry) -> str:
+    """Why an expired message is given up, for its dead-letter description: when it expired (UTC, to the
+    millisecond), so that a reader can tell how late it was (against ``x-opt-dead-letter-time``) and whether the
+    producer's ttl or the consumers were short. "Before it was consumed": it may have been delivered and come back
+    (released, its consumer gone) after its expiry, which the words "before it was delivered" denied."""
+    expires = entry.expires
+    when = "?" if expires is None else _utc(expires)
+    why = "its ttl, counted from its arrival here, or its absolute-expiry-time"
+    return f"expired at {when} ({why}) before it was consumed"
+
+
+def _utc(seconds: float) -> str:
+    """Seconds since the epoch as an ISO 8601 UTC time, to the millisecond."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+    return f"{stamp}.{int(seconds * 1000) % 1000:03d}Z"
+
+
 class Entry:
     """One message in a queue: its bytes, and what the broker learned about it.
 
@@ -604,7 +621,7 @@ class Queue:
         if expired:
             expired.sort(key=lambda entry: entry.place)  # given up in the queue's order
             for entry in expired:
-                self.give_up(entry, "expired", "expired (ttl or absolute-expiry-time) before it was delivered")
+                self.give_up(entry, "expired", expired_description(entry))
             flow = self.flow
             if flow is not None and flow.starved:
                 flow.freed()

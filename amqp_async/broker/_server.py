@@ -71,6 +71,8 @@ DEFAULT_MAX_MEMORY = 256 << 20
 DEFAULT_EXPIRY_INTERVAL = 1.0
 #: With a data directory, messages larger than this are kept on disk as they arrive (``large_message_size``).
 DEFAULT_LARGE_MESSAGE_SIZE = 1 << 20
+#: The share of the memory limit the messages held must fall to before the broker says there is room again.
+ROOM_AGAIN = 0.75
 
 
 def _error(condition: str, description: str) -> Error:
@@ -197,6 +199,7 @@ class Broker:
         "_dynamic_names",
         "_group",
         "_listener",
+        "_memory_full",
         "_store",
         "allow_anonymous",
         "connections",
@@ -289,6 +292,8 @@ class Broker:
         self.dead_letter_queue = dead_letter_queue
         self.delivery_limit = delivery_limit
         self.expiry_interval = expiry_interval
+        #: the memory limit held producers back at the last sweep (logged when that changes: _report_memory).
+        self._memory_full = False
         #: the dead-letter handling (counts of what it moved and dropped, by reason).
         # (the dead-letter queue is made when needed even with the memory limit reached: one node, and dead letters
         # never fail)
@@ -514,6 +519,39 @@ class Broker:
                 expired += queue.expire(now)
         return expired
 
+    def _report_memory(self) -> None:
+        """Say when the memory limit starts holding producers back, and when it no longer does (once each).
+
+        Its producers' sends simply wait for credit (a client sees a send that does not complete, or its own
+        timeout): without a word from the broker, a flood with no consumer looked like a hung broker. RabbitMQ
+        logs its memory alarm likewise. "Room again" waits for the messages held to fall to :data:`ROOM_AGAIN` of
+        the limit, no producer waiting: producers a little faster than their consumers keep the memory at the
+        limit, and each grant and refill would otherwise log the pair again at every sweep."""
+        flow = self.flow
+        if self._memory_full:
+            if flow.starved or flow.held_bytes > (flow.max_memory or 0) * ROOM_AGAIN:
+                return
+            self._memory_full = False
+            log.info("memory limit: room again (%s of messages held): producers get credit", _mib(flow.held_bytes))
+            return
+        if not flow.memory_full():
+            return
+        self._memory_full = True
+        queues = list(self.queues.values())
+        for topic in self.topics.values():
+            queues.extend(topic.subscriptions.values())
+        fullest = sorted((queue for queue in queues if len(queue)), key=len, reverse=True)[:3]
+        log.warning(
+            "memory limit reached: %d messages (%s) held within the %s the limit leaves messages "
+            "(--max-memory, Broker(max_memory=...)); producers waiting for credit until consumers take messages: %d; "
+            "most held by: %s",
+            flow.held_count,
+            _mib(flow.held_bytes),
+            _mib(flow.max_memory or 0),
+            len(flow.starved),
+            ", ".join(f"{queue.name} ({len(queue)})" for queue in fullest) or "none",
+        )
+
     async def _sweep(self) -> None:
         """Every ``expiry_interval``: expired messages out of the queues, and credit to producers starved since the
         last sweep by credit other producers hold and do not use (:meth:`Flow.unstall`)."""
@@ -522,6 +560,7 @@ class Broker:
             try:
                 self.expire_messages()
                 self.flow.unstall()
+                self._report_memory()
             except Exception:  # a bug of ours must not stop the sweeps (nor the broker)
                 log.exception("the broker's periodic sweep")
 
@@ -634,3 +673,8 @@ class Broker:
         assert self._group is not None
         self._group.cancel_scope.cancel()
         await self._group.__aexit__(None, None, None)
+
+
+def _mib(count: int) -> str:
+    """Bytes in MiB, for the log."""
+    return f"{count / (1 << 20):.1f} MiB"
