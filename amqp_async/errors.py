@@ -4,8 +4,9 @@ Every error the library raises deliberately is an :class:`AMQPError`, and every 
 error condition (a symbolic name such as ``amqp:decode-error``, spec §2.8.15) and a description, so that the
 error a caller sees can be put on the wire unchanged, and an error received from a peer surfaces with the peer's
 own words. Where no AMQP condition applies (the network failed before any frame, the application used what it had
-closed), the condition is one of this library's own, prefixed ``amqp-async:`` (:data:`IO_ERROR`,
-:data:`TLS_ERROR`, :data:`CLOSED_BY_APPLICATION`), never one of the spec's names.
+closed, the peer ended a session without an error), the condition is one of this library's own, prefixed
+``amqp-async:`` (:data:`IO_ERROR`, :data:`TLS_ERROR`, :data:`CLOSED_BY_APPLICATION`, :data:`DELIVERY_ABORTED`,
+:data:`SESSION_ENDED`), never one of the spec's names.
 
 The connection's errors, by type (docs/client.md, "Errors", has the table)::
 
@@ -33,17 +34,20 @@ A peer that stays connected but does not answer (docs/client.md, "Defaults and t
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the codec imports this module: its classes are named for the type checker only
     from .codec.composite import Composite
     from .codec.delivery_states import Accepted, Modified, Rejected, Released
     from .codec.transactions import TransactionalState
+    from .codec.values import AMQPValue
 
 __all__ = [
     "CLOSED_BY_APPLICATION",
     "DELIVERY_ABORTED",
     "IO_ERROR",
+    "SESSION_ENDED",
     "TLS_ERROR",
     "AMQPError",
     "AuthenticationError",
@@ -85,18 +89,22 @@ class AMQPError(Exception):
     Attributes:
         condition: the AMQP error condition, a symbolic name such as ``amqp:not-found``.
         description: human-readable text about the error.
-        info: the optional ``info`` map of the AMQP ``error`` type (symbol keys).
+        info: the optional ``info`` map of the AMQP ``error`` type (§2.8.14), None when there is none. Its keys are
+            symbols (``fields``, §2.8.19: "keys are restricted to be of type symbol"), which are ``str``, so
+            ``error.info.get("network-host")`` reads one; its values are any :data:`~amqp_async.AMQPValue`, to be
+            narrowed with ``isinstance``. The constructor takes any mapping with ``str`` keys; a key of another
+            type in a peer's map (which breaks §2.8.19) is kept under its ``str()``.
     """
 
     #: The condition used when none is given; subclasses narrow it.
     default_condition = "amqp:internal-error"
 
     def __init__(
-        self, description: str = "", *, condition: str | None = None, info: dict[Any, Any] | None = None
+        self, description: str = "", *, condition: str | None = None, info: Mapping[str, AMQPValue] | None = None
     ) -> None:
         self.condition: str = condition if condition is not None else self.default_condition
         self.description: str = description
-        self.info: dict[Any, Any] | None = info
+        self.info: dict[str, AMQPValue] | None = _info_map(info)
         super().__init__(description)
 
     def __str__(self) -> str:
@@ -106,6 +114,16 @@ class AMQPError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(condition={self.condition!r}, description={self.description!r})"
+
+
+def _info_map(info: Mapping[Any, AMQPValue] | None) -> dict[str, AMQPValue] | None:
+    """``info`` as the dict the ``info`` attribute promises: keyed by ``str`` (symbols stay symbols)."""
+    if info is None:
+        return None
+    if all(isinstance(key, str) for key in info):
+        return dict(info)
+    # The codec takes a peer's fields map as it comes; a non-symbol key is the peer's fault, kept readable.
+    return {key if isinstance(key, str) else str(key): value for key, value in info.items()}
 
 
 class DecodeError(AMQPError):
@@ -155,6 +173,9 @@ TLS_ERROR = "amqp-async:tls"
 CLOSED_BY_APPLICATION = "amqp-async:closed-by-application"
 #: A delivery ended without its last part (§2.6.14 aborted, or cut off): no AMQP condition names it.
 DELIVERY_ABORTED = "amqp-async:delivery-aborted"
+#: The peer ended the session without an error (§2.5.1): no AMQP condition names that (a link's counterpart is
+#: ``amqp:link:detach-forced``, a connection's ``amqp:connection:forced``; a session has none).
+SESSION_ENDED = "amqp-async:session-ended"
 
 
 class ConnectionError(AMQPError, builtins.ConnectionError):  # noqa: A001 - deliberately the builtin's name
@@ -178,7 +199,7 @@ class ConnectionError(AMQPError, builtins.ConnectionError):  # noqa: A001 - deli
         description: str = "",
         *,
         condition: str | None = None,
-        info: dict[Any, Any] | None = None,
+        info: Mapping[str, AMQPValue] | None = None,
         url: str | None = None,
         host: str | None = None,
         port: int | None = None,
@@ -322,7 +343,8 @@ class ClosedByApplication(AMQPError):
 
 
 class SessionError(AMQPError):
-    """The session ended with an error."""
+    """The session ended: the peer ended it with an error (its condition), or without one (condition
+    :data:`SESSION_ENDED`, ``amqp-async:session-ended``)."""
 
 
 class SessionTimeout(SessionError, builtins.TimeoutError):

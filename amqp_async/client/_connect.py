@@ -3,11 +3,11 @@ manager that closes the connection)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, cast
 
-from ._config import resolve_options
+from ._config import ResolvedOptions, resolve_options
 from ._connection import Connection
+from ._opening import Opening
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack  # a type checker's name only: typing_extensions is not a dependency
@@ -17,43 +17,29 @@ if TYPE_CHECKING:
 __all__ = ["connect"]
 
 
-class _Connect:
-    """What :func:`connect` returns: awaitable (gives the :class:`Connection`) and an async context manager."""
+async def _open_connection(resolved: ResolvedOptions) -> Connection:
+    """Make the connection with the options ``connect()`` resolved, and wait until it is open."""
+    connection = Connection(resolved)
+    try:
+        import asyncio
 
-    def __init__(self, url: str | None, options: dict[str, Any]) -> None:
-        self._url = url
-        self._options = options
-        self._connection: Connection | None = None
-
-    async def _connect(self) -> Connection:
-        resolved = resolve_options(self._url, self._options)
-        connection = Connection(resolved)
-        try:
-            import asyncio
-
-            connection._loop = asyncio.get_running_loop()
-        except RuntimeError:  # trio
-            pass
-        await connection._establish()
-        return connection
-
-    def __await__(self) -> Generator[Any, None, Connection]:
-        return self._connect().__await__()
-
-    async def __aenter__(self) -> Connection:
-        self._connection = await self._connect()
-        return self._connection
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._connection is not None:
-            await self._connection.close()
+        connection._loop = asyncio.get_running_loop()
+    except RuntimeError:  # trio
+        pass
+    await connection._establish()
+    return connection
 
 
-def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> _Connect:
+def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> Opening[Connection]:
     """Connect to an AMQP 1.0 peer.
 
     ``await connect(url)`` gives an open :class:`Connection`; ``async with connect(url) as conn`` also closes it
-    at the end. Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
+    at the end, however the block ends. What it returns is an :class:`Opening` (as ``open_sender()`` returns),
+    so a variable holding it is annotated ``Opening[Connection]``; it is a coroutine, so it also goes where one
+    goes (``asyncio.create_task(connect(url))``). It makes one connection: awaiting it or entering it a second
+    time raises RuntimeError (call ``connect()`` again for another connection).
+
+    Options mirror proton's ``Container.connect`` (``urls``, ``user``, ``password``, ``sasl_enabled``,
     ``allowed_mechs``, ``allow_insecure_mechs``, ``heartbeat``, ``reconnect``, ``max_frame_size``,
     ``virtual_host``, ``properties``, ``offered_capabilities``, ``desired_capabilities``, ``sni``) plus
     ``connect_timeout``, ``open_timeout``, ``drain_timeout``, ``ssl_context``, ``container_id``, ``http_proxy``
@@ -76,6 +62,10 @@ def connect(url: str | None = None, **options: Unpack[ConnectOptions]) -> _Conne
         ConnectError: the peer could not be reached otherwise (all of the above are ConnectErrors; with several
             URLs, the last one's error, naming every URL tried).
         ConnectionClosed: the peer refused the connection with a close frame.
-        TypeError, ValueError: an unknown option or a bad value (InvalidURL for a bad URL).
+        TypeError, ValueError: an unknown option or a bad value (InvalidURL for a bad URL), raised by the call
+            itself, before anything is awaited (as ``open_sender()`` checks its arguments).
     """
-    return _Connect(url, cast("dict[str, Any]", options))  # checked by resolve_options at run time
+    # Checked at run time by resolve_options, here rather than when awaited: a wrong option is the caller's
+    # mistake at this line, and an Opening holds a coroutine that would warn "never awaited" if dropped later.
+    resolved = resolve_options(url, cast("dict[str, Any]", options))
+    return Opening(_open_connection(resolved), call="connect()")

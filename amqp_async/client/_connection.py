@@ -755,6 +755,13 @@ class Connection(LinkOpener):
                         **located,
                     )
                 )
+        elif event.error is None and event.remote and not self._closing:
+            # A close frame without an error (§2.4.3): the peer's decision all the same, never retried. The waiters
+            # raised ConnectionLost (amqp-async:io, "ended"), a network failure, which it is not. The condition is
+            # amqp:connection:forced, as a peer's detach without an error is amqp:link:detach-forced (LinkDetached).
+            self._fail(
+                ConnectionClosed("it gave no error condition", condition=str(conditions.CONNECTION_FORCED), **located)
+            )
 
     def _lost(self, idle_expired: bool) -> ConnectionLost:
         return lost(self._address, self._options.heartbeat if idle_expired else None, self._driver)
@@ -851,7 +858,7 @@ class Connection(LinkOpener):
             options["desired_capabilities"] = _symbols(desired_capabilities, "desired_capabilities")
         if properties is not None:
             options["properties"] = _fields(properties, "properties")
-        return Opening(self._begin_session(options))
+        return Opening(self._begin_session(options), call="open_session()")
 
     async def _begin_session(self, options: dict[str, Any]) -> Session:
         self._check()

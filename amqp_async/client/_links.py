@@ -271,7 +271,26 @@ class _Link:
         with anyio.CancelScope(deadline=deadline):
             while link.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
                 await connection._wait_state()
+        if link.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
+            self._on_detach_unanswered()
         self._closed = True
+
+    def _on_detach_unanswered(self) -> None:
+        """The peer did not answer our detach in time, and keeps the connection alive: nothing more comes on this
+        link for us. The trackers of its messages still without an outcome are in doubt now (they waited for ever
+        after ``close()`` returned: only the connection's end failed them), and what waits on the link (a
+        settlement in receiver settle mode second) wakes to find it closed."""
+        self._closed = True
+        cause = self._detach_cause()
+        self._doubt_pending(
+            f"the {self._describe()} was closed before the outcome was known: the peer did not answer its detach "
+            f"within {CLOSE_TIMEOUT} s",
+            cause,
+        )
+        self.connection._notify()
+
+    def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
+        """Fail the trackers still waiting for an outcome with :class:`DeliveryInDoubt` (senders have some)."""
 
     async def _send_detach(
         self, error: Error | None, deadline: float | None = None, *, closed: bool = True
@@ -655,6 +674,12 @@ class Sender(_Link, Generic[_R]):
         encoded one (``Message.encode()``). With ``transaction`` (a declared :class:`~amqp_async.Transaction` of
         this connection), the message is sent within it (§4.4.1): its node gets it only if the transaction
         commits; the outcome returned is the provisional one the receiver gave within the transaction.
+
+        It waits for credit, then for the outcome, as long as the peer takes: a peer that keeps the connection alive
+        but grants no credit (a broker's flow control) or gives no outcome holds it, with the default settings too
+        (docs/client.md, "Defaults and their bounds"). Bound it with a cancel scope (``with anyio.fail_after(5):``):
+        cancelled while it waits for credit, nothing was sent; cancelled after the transfer, the message is on its
+        way, and its tracker stays in :attr:`unsettled` until the outcome comes.
 
         Returns:
             The outcome (``Accepted()``); on an at-most-once sender (``Sender[None]``), None once the transfer is

@@ -197,7 +197,7 @@ class LinkOpener:
             max_message_size=max_message_size,
             initial_delivery_count=initial_delivery_count,
         )
-        return Opening(self._attach_sender(options))
+        return Opening(self._attach_sender(options), call="open_sender()")
 
     def open_receiver(
         self,
@@ -296,7 +296,7 @@ class LinkOpener:
             max_message_size=max_message_size,
             target=target,
         )
-        return Opening(self._attach_receiver(options))
+        return Opening(self._attach_receiver(options), call="open_receiver()")
 
     # --- streams: messages of any size, in bounded memory ------------------------------------------------
 
@@ -386,7 +386,7 @@ class LinkOpener:
             desired_capabilities=desired_capabilities,
             max_message_size=max_message_size,
         )
-        return Opening(self._attach_stream_sender(options, buffer_size))
+        return Opening(self._attach_stream_sender(options, buffer_size), call="open_stream_sender()")
 
     def open_stream_receiver(
         self,
@@ -452,4 +452,4 @@ class LinkOpener:
             desired_capabilities=desired_capabilities,
             max_message_size=max_message_size,
         )
-        return Opening(self._attach_stream_receiver(options, buffer_size))
+        return Opening(self._attach_stream_receiver(options, buffer_size), call="open_stream_receiver()")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import anyio
 
 from ..codec.performatives import Error
-from ..errors import AMQPError, ClosedByApplication, ConnectionError, SessionError, SessionTimeout
+from ..errors import SESSION_ENDED, AMQPError, ClosedByApplication, ConnectionError, SessionError, SessionTimeout
 from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE, UNINIT
 from ..protocol.errors import LocalProtocolError
@@ -64,7 +64,7 @@ class Session(LinkOpener):
         if self._ended:
             if self._closing:
                 raise ClosedByApplication("the session was closed by the application")
-            raise SessionError("the session has ended")
+            raise SessionError("the peer ended the session without an error", condition=SESSION_ENDED)
 
     async def _begin(self) -> None:
         connection = self.connection
@@ -211,6 +211,13 @@ class Session(LinkOpener):
         with anyio.move_on_after(10):
             while engine_session.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
                 await connection._wait_state()
+        if engine_session.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
+            # The peer did not answer the end, and keeps the connection alive: nothing more comes on this session
+            # for us. Its links end here, as at the peer's end (the trackers still without an outcome are in doubt:
+            # they waited for ever after close() returned), and what waits on them wakes.
+            for link in self._links:
+                link._on_session_ended(None)
+            connection._notify()
         self._ended = True
 
     async def __aenter__(self) -> Session:

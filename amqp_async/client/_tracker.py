@@ -11,6 +11,7 @@ import anyio
 from ..codec.delivery_states import Accepted, Modified, Received, Rejected, Released
 from ..codec.transactions import TransactionalState
 from ..errors import (
+    SESSION_ENDED,
     AMQPError,
     ClosedByApplication,
     DeliveryError,
@@ -18,6 +19,7 @@ from ..errors import (
     MessageModified,
     MessageRejected,
     MessageReleased,
+    SessionError,
 )
 from ..message import Message
 
@@ -235,12 +237,15 @@ def _outcome_error(state: Any) -> AMQPError | None:
     )
 
 
-def session_ended_cause(error: AMQPError | None, closed_by_application: bool) -> AMQPError | None:
-    """What ended a session, for the deliveries it leaves in doubt: the peer's error, or the application's close
-    (without a cause their condition read ``amqp:connection:forced``, as if the peer had forced it)."""
-    if error is None and closed_by_application:
+def session_ended_cause(error: AMQPError | None, closed_by_application: bool) -> AMQPError:
+    """What ended a session, for the deliveries it leaves in doubt: the peer's error, the application's close, or
+    the peer's end without an error (without a cause their condition read ``amqp:connection:forced``, as if the
+    connection had been forced)."""
+    if error is not None:
+        return error
+    if closed_by_application:
         return ClosedByApplication("the application closed the session")
-    return error
+    return SessionError("the peer ended the session without an error", condition=SESSION_ENDED)
 
 
 def session_ended_reason(error: AMQPError | None) -> str:

@@ -7,7 +7,9 @@ from typing_extensions import assert_type
 
 from amqp_async import (
     AMQPError,
+    AMQPValue,
     Connection,
+    ConnectionClosed,
     DeliveryAlreadySettled,
     DeliveryInDoubt,
     Message,
@@ -17,6 +19,7 @@ from amqp_async import (
     Rejected,
 )
 from amqp_async.codec.transactions import TransactionalState
+from amqp_async.types import symbol
 
 
 async def careful(conn: Connection) -> None:
@@ -49,3 +52,23 @@ async def careful(conn: Connection) -> None:
     state = delivery.state
     if not isinstance(state, TransactionalState):
         assert_type(state, Outcome | None)
+
+
+def redirected(closed: ConnectionClosed) -> str | None:
+    """The info map of an error (§2.8.14; symbol keys, §2.8.19): read with str keys, values narrowed."""
+    assert_type(closed.info, dict[str, AMQPValue] | None)
+    if closed.info is None:
+        return None
+    host = closed.info.get("network-host")
+    assert_type(host, AMQPValue)
+    for key in closed.info:
+        assert_type(key, str)
+    return host if isinstance(host, str) else None
+
+
+def raising() -> None:
+    """Errors an application raises take an info map of str (or symbol) keys and narrower values."""
+    counts: dict[str, int] = {"limit": 10}
+    AMQPError("too many", condition="amqp:resource-limit-exceeded", info=counts)
+    AMQPError("gone", info={symbol("network-host"): "b.example", "port": 5672})
+    AMQPError("none", info=None)

@@ -21,6 +21,8 @@ async def mistakes(conn: Connection, sender: Sender, receiver: Receiver, deliver
     await conn.open_session(incoming_widow=10)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     await amqp_async.connect("amqp://localhost", hearbeat=30)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     await amqp_async.connect("amqp://localhost", heartbeat="30s")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # An error's info map has symbol (str) keys (§2.8.19), and its values are AMQPValues to narrow.
+    amqp_async.AMQPError("x", info={1: "one"})  # type: ignore[dict-item]  # pyright: ignore[reportArgumentType]
     # A typo in a method name.
     await sender.sned(Message(body="x"))  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
     # Only Messages and encoded bytes are sent (a TypeError at run time too).

@@ -117,6 +117,12 @@ async def main() -> None:
         await sessions(conn)
     conn = await amqp_async.connect("amqp://localhost:5672", heartbeat=30, reconnect=amqp_async.Backoff(max_tries=5))
     assert_type(conn, Connection)
+    connecting = amqp_async.connect("amqp://localhost:5672")  # a public name to annotate a variable with
+    assert_type(connecting, Opening[Connection])
+    held: Opening[Connection] = amqp_async.connect("amqp://localhost:5672")
+    async with held as other:
+        assert_type(other, Connection)
+    assert_type(await connecting, Connection)
     message = Message(id=uuid.uuid4(), durable=True, ttl=30.0, correlation_id=7)
     assert_type(message.correlation_id, MessageId | None)
     await conn.close()
