@@ -221,8 +221,10 @@ class char(str):
 class Described:
     """A described value (spec §1.3): ``value`` annotated by ``descriptor``.
 
-    The descriptor is usually a ``ulong`` code or a ``symbol`` name. Values whose descriptor the codec knows
-    (performatives, sections, ...) decode to their own classes; all others decode to ``Described``.
+    The descriptor is usually a ``ulong`` code or a ``symbol`` name. In a frame, values whose descriptor the codec
+    knows (performatives, outcomes, termini, ...) decode to their own classes, all others to ``Described``; in a
+    message's body, annotations, application properties and footer (the application's values) every described
+    value decodes to ``Described``, whatever its descriptor, as python-qpid-proton reads it.
     """
 
     __slots__ = ("descriptor", "value")

@@ -151,6 +151,23 @@ def test_python_qpid_protons_encodings() -> None:
         assert set(sections(merged)) >= {"header", "message-annotations", "properties"}
 
 
+@pytest.mark.parametrize("descriptor", [0x24, 0x1D, 0x28, 0x7777])
+def test_an_applications_described_annotation_is_kept_as_it_came(descriptor: int) -> None:
+    """A described value in the message's own annotations is the application's (§3.2.3), whatever its descriptor:
+    read (``annotations_of``) and merged into (``merge_annotations``, a modified outcome's annotations, a dead
+    letter's reason) as proton wrote it, not as the frames' type of that descriptor (0x24 accepted, 0x1d error,
+    0x28 source), which read it as another thing or refused it."""
+    proton = pytest.importorskip("proton", reason="python-qpid-proton is the independent encoder")
+    value = proton.Described(proton.ulong(descriptor), [1, 2])
+    payload = proton.Message(body="b", annotations={proton.symbol("x-opt-v"): value}).encode()
+    (read,) = annotations_of(payload).values()
+    assert (read.descriptor, read.value) == (descriptor, [1, 2])
+    merged = merge_annotations(payload, {"x-opt-added": "yes"})
+    back = proton.Message()
+    back.decode(merged)
+    assert back.annotations == {"x-opt-v": value, "x-opt-added": "yes"}
+
+
 @pytest.mark.parametrize("junk", [b"", b"\x00", b"\x00\x53", b"junk bytes", b"\x00\x53\x70\xc0\xff\x05", b"\xff" * 40])
 def test_junk_has_no_expiry_and_is_not_rewritten(junk: bytes) -> None:
     assert expiry(junk, NOW) == (None, False)

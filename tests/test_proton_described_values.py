@@ -3,10 +3,10 @@
 A described value in the body, the annotations or the application properties is the application's own: proton reads
 it back as ``Described(descriptor, value)`` whatever the descriptor, in the form it came (a symbolic descriptor stays
 a symbol), and encodes it again to the same bytes. Descriptors AMQP defines for its own types (an outcome, a source,
-an error, a message section) are no exception: the codec under amqp_async reads those as its classes
-(``Accepted()``, ``Source(...)``, ``AmqpValue(...)``), which no proton program knows, and refuses a value such a class
-cannot hold (``Described(ulong(0x1d), [1, 2])``), which made the whole message undecodable (``MessagingHandler``
-rejected it with ``amqp:decode-error``).
+an error, a message section) are no exception: they must not read as the codec's classes (``Accepted()``,
+``Source(...)``, ``AmqpValue(...)``), which no proton program knows, nor be refused where such a class cannot hold the
+value (``Described(ulong(0x1d), [1, 2])``: the whole message undecodable, ``MessagingHandler`` rejecting it with
+``amqp:decode-error``).
 
 Checked two ways: ``Message.decode()`` of the bytes real proton encoded, compared with proton's own decode; and a
 container program (one written for proton, run on each) that sends such messages through the embedded broker and

@@ -36,7 +36,7 @@ from amqp_async.spark import (
 )
 from amqp_async.spark._options import OPTIONS, READ, STREAM_READ, WRITE, parse_options
 from amqp_async.spark._schema import MessageBuilder, RowBuilder, read_schema
-from amqp_async.types import ulong
+from amqp_async.types import Described, ulong
 
 UTC = datetime.timezone.utc
 
@@ -485,3 +485,19 @@ def test_without_an_address_every_row_needs_a_to() -> None:
                 _arrow(schema, [{"body": "a", "to": "q"}, {"body": "b", "to": None}])
             )
         )
+
+
+@pytest.mark.parametrize("descriptor", [0x24, 0x1D, 0x7777])
+def test_a_value_body_written_keeps_the_applications_described_value(descriptor: int) -> None:
+    """A ``value`` body column holds the application's AMQP encoding: a described value in it is sent as it was
+    written, whatever its descriptor (0x24 is accepted's, 0x1d error's in frames: read as those, the body became
+    an outcome, or the row was refused); bytes after the value are refused."""
+    from amqp_async.spark._schema import SchemaError, _write_body
+
+    data = proton.Data()
+    data.put_object(proton.Described(proton.ulong(descriptor), [1, 2]))
+    encoded = bytes(data.encode())
+    body, inferred = _write_body(encoded, "value")
+    assert (body.__class__, body.descriptor, body.value, inferred) == (Described, descriptor, [1, 2], False)
+    with pytest.raises(SchemaError, match="1 bytes remain after the value"):
+        _write_body(encoded + b"\x40", "value")

@@ -20,6 +20,7 @@ from amqp_async.codec.transactions import (
     Declared,
     Discharge,
     TransactionalState,
+    control_body,
     valid_txn_id,
 )
 from amqp_async.message import Message
@@ -67,9 +68,10 @@ def test_declare_and_declared_and_discharge_round_trip() -> None:
 
 
 def _body(payload: bytes) -> Any:
+    """The declare or discharge a coordinator reads in a message's amqp-value body (§4.5.2, §4.5.3)."""
     message = Message()
     message.decode(payload)
-    return message.body
+    return control_body(message.body)
 
 
 def test_a_transactional_transfer_carries_its_state_and_the_receiver_sees_it() -> None:

@@ -20,7 +20,7 @@ from amqp_async.broker import Broker
 from amqp_async.broker._nodes import Entry
 from amqp_async.codec.delivery_states import Accepted
 from amqp_async.codec.performatives import Attach, Disposition, Transfer
-from amqp_async.codec.transactions import Coordinator, Declare, Discharge, TransactionalState
+from amqp_async.codec.transactions import Coordinator, Declare, Discharge, TransactionalState, control_body
 
 try:
     from test_engine_pair import decode_frames
@@ -140,7 +140,7 @@ def transactional_frames(data: bytes) -> dict[str, list[Any]]:
                 "state": performative.state,
                 "format": performative.message_format,
                 "id": message.id,
-                "body": message.body,
+                "body": control_body(message.body),  # the declare or discharge the coordinator reads
             }
             found["control" if performative.handle == controller.handle else "transfer"].append(fields)
         elif isinstance(performative, Disposition) and isinstance(performative.state, TransactionalState):

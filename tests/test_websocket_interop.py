@@ -110,7 +110,7 @@ async def test_websocket_interop(peer_key: str, scenario: str) -> None:
     print(f"{peer_key} / {scenario}: {detail}")
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [scenario for scenario in SCENARIOS if scenario not in matrix.OUR_PROGRAMS_ONLY])
 async def test_rhea_client_over_websocket(scenario: str) -> None:
     """rhea (``websocket_connect`` with ``ws``) as a client of our broker's WebSocket listener."""
     started = time.monotonic()

@@ -36,6 +36,7 @@ from ..codec.transactions import (
     Declared,
     Discharge,
     TransactionalState,
+    control_body,
 )
 from ..errors import DecodeError
 from ..io.driver import EngineDriver
@@ -469,9 +470,9 @@ class ServerConnection:
         try:
             message = Message()
             message.decode(payload)
+            body = control_body(message.body)  # §4.5.2, §4.5.3: the Declare or Discharge its amqp-value holds
         except DecodeError as exc:
             return Rejected(error=_error(conditions.DECODE_ERROR, f"the message does not decode: {exc.description}"))
-        body = message.body
         if isinstance(body, Declare):
             if body.global_id is not None:
                 return Rejected(error=_error(conditions.NOT_IMPLEMENTED, "distributed transactions are not supported"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..codec import decode_value, encode
+from ..codec import decode_application_value, decode_value, encode
 from ..codec.section_codes import DELIVERY_ANNOTATIONS as _DELIVERY_ANNOTATIONS
 from ..codec.section_codes import FOOTER as _FOOTER
 from ..codec.section_codes import HEADER as _HEADER
@@ -308,7 +308,7 @@ def annotations_of(data: bytes) -> dict[Any, Any]:
     layout = _Layout(data)
     if layout.annotations is None:
         return {}
-    value, _ = decode_value(data, layout.annotations[1], 1)
+    value, _ = decode_application_value(data, layout.annotations[1], 1)  # the application's: Described kept
     if not isinstance(value, dict):
         raise DecodeError("the message-annotations section must be a map", offset=layout.annotations[1])
     return value
@@ -327,7 +327,7 @@ def merge_annotations(data: bytes, annotations: dict[Any, Any]) -> bytes:
     merged: dict[Any, Any] = {}
     if layout.annotations is not None:
         start, value, end = layout.annotations
-        existing, _ = decode_value(data, value, 1)
+        existing, _ = decode_application_value(data, value, 1)  # re-encoded as they came (Described kept)
         if not isinstance(existing, dict):
             raise DecodeError("the message-annotations section must be a map", offset=value)
         merged.update(existing)

@@ -3,6 +3,11 @@
 ``encode(value) -> bytes`` and ``decode(data) -> value`` handle one AMQP value; ``encode_into`` and ``decode_at``
 are the incremental forms the engine uses (append to a buffer; decode at an offset and learn where the value
 ends). Nothing here does I/O or reads a clock.
+
+``decode`` reads a described value whose descriptor AMQP defines as the codec's class for it (a performative, an
+outcome, a terminus: what frames hold). An application's value (what a message's body, annotations, application
+properties or footer hold) is read with ``decode_application_value``: every described value in it stays a
+``Described``, whatever its descriptor, as proton reads it.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from ..errors import DecodeError, EncodeError
 
 # Importing the composite modules registers their classes with the encoder and the decoder.
 from . import delivery_states, performatives, sasl_frames, sections, terminus, transactions
-from ._decoder import MAX_DEPTH, Buffer, decode_value, register_described
+from ._decoder import MAX_DEPTH, Buffer, decode_application_value, decode_value, register_described
 from ._encoder import TYPE_ENCODERS, encode_array, encode_value, register_encoder
 
 if TYPE_CHECKING:
@@ -26,6 +31,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "decode",
+    "decode_application_value",
     "decode_at",
     "decode_value",
     "delivery_states",

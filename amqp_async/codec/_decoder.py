@@ -1,15 +1,21 @@
 """AMQP 1.0 type decoding (spec §1.6): a dispatch table indexed by format code.
 
 ``decode_value(data, offset, depth)`` reads one value and returns it with the offset just past it. Every entry of
-``_DECODERS`` checks that the bytes it needs are there before reading them, so malformed or hostile input raises
-:class:`DecodeError` (with the offset and the reason) and nothing else:
+``_DECODERS`` (the scalars' are in ``_scalars.py``) checks that the bytes it needs are there before reading them, so
+malformed or hostile input raises :class:`DecodeError` (with the offset and the reason) and nothing else:
 
 - a size or count larger than what remains fails at once, before anything is allocated for it;
-- every element of a list, map or array takes at least one byte, so a count beyond the size fails too;
+- every element of a list, map or array takes at least one byte, so a count beyond the size fails too; the
+  elements that take none (an array of nulls) are bounded by the array's bytes (64 a byte);
 - nesting deeper than :data:`MAX_DEPTH` fails before Python's own recursion limit is near.
 
 Values come back as the types ``amqp_async.types`` defines (``uint``, ``symbol``, ...), built with
 ``int.__new__``/``str.__new__`` to skip the range checks that the bytes already guarantee.
+
+Two tables share the scalar decoders: ``_DECODERS`` (frames: a described value whose descriptor a composite type
+registered decodes to that type, an ``Attach``, an ``Accepted()``) and ``_APPLICATION_DECODERS`` (the application's
+values in a message, :func:`decode_application_value`: every described value stays ``Described``). Each table's
+lists, maps, arrays and described values read their items through that same table.
 """
 
 from __future__ import annotations
@@ -25,10 +31,8 @@ from ..types import (
     Described,
     TypeCode,
     byte,
-    char,
     decimal32,
     decimal64,
-    decimal128,
     float32,
     int32,
     short,
@@ -39,252 +43,56 @@ from ..types import (
     ulong,
     ushort,
 )
-from ._uuid import uuid_class
+from ._scalars import (
+    _SCALAR_DECODERS,
+    _SMALLINTS,
+    _SYMBOL_CACHE,
+    Decoder,
+    _bad_utf8,
+    _new_float,
+    _new_int,
+    _new_str,
+    _overrun,
+    _symbol,
+    _truncated,
+    _unpack_BB,
+    _unpack_i,
+    _unpack_II,
+    _unpack_Q,
+)
 
-__all__ = ["MAX_DEPTH", "MAX_ZERO_WIDTH_ELEMENTS", "Buffer", "decode_value", "register_described"]
+__all__ = [
+    "EMPTY_LISTS_PER_BYTE",
+    "MAX_DEPTH",
+    "MAX_KEYS_OF_ONE_HASH",
+    "MAX_ZERO_WIDTH_ELEMENTS",
+    "ZERO_WIDTH_ELEMENTS_PER_BYTE",
+    "Buffer",
+    "decode_application_value",
+    "decode_value",
+    "register_described",
+]
 
 Buffer = bytes | bytearray | memoryview
-Decoder = Callable[[Any, int, int], tuple[Any, int]]
 
 #: Deepest nesting of lists, maps, arrays and described values that decoding accepts.
 MAX_DEPTH = 64
 
 #: Most elements an array of zero-width elements (nulls, true, false, uint0, ulong0, list0) may claim: their
-#: count is not bounded by the bytes they take, so it is bounded here.
+#: count is not bounded by the bytes they take, so it is bounded here, and by the array's bytes (below).
 MAX_ZERO_WIDTH_ELEMENTS = 1 << 16
 
-_unpack_B = struct.Struct(">B").unpack_from
-_unpack_b = struct.Struct(">b").unpack_from
-_unpack_H = struct.Struct(">H").unpack_from
-_unpack_h = struct.Struct(">h").unpack_from
-_unpack_I = struct.Struct(">I").unpack_from
-_unpack_i = struct.Struct(">i").unpack_from
-_unpack_Q = struct.Struct(">Q").unpack_from
-_unpack_q = struct.Struct(">q").unpack_from
-_unpack_f = struct.Struct(">f").unpack_from
-_unpack_d = struct.Struct(">d").unpack_from
-_unpack_BB = struct.Struct(">BB").unpack_from
-_unpack_II = struct.Struct(">II").unpack_from
+#: Most zero-width elements (null, true, false, uint0, ulong0) an array may hold per byte of its encoding
+#: (constructor, size, count and descriptor included): each is a pointer to one shared object, 8 bytes, so an array
+#: takes at most 512 bytes of memory per byte received. 64 lets an array8 hold its most, 255 nulls in 4 bytes (our
+#: encoder and proton's write an array of nulls so; they write no other zero-width element in an array).
+ZERO_WIDTH_ELEMENTS_PER_BYTE = 64
 
-_new_int = int.__new__
-_new_str = str.__new__
-_new_float = float.__new__
-_new_bytes = bytes.__new__
+#: The same for list0 elements, each a new empty list (64 bytes with its pointer): 512 bytes per byte too.
+EMPTY_LISTS_PER_BYTE = 8
 
-
-def _truncated(offset: int, needed: int, data: Any) -> DecodeError:
-    return DecodeError(f"needs {needed} more bytes but only {max(len(data) - offset, 0)} remain", offset=offset)
-
-
-def _overrun(offset: int, what: str, container: str) -> DecodeError:
-    return DecodeError(f"{what} runs past the end of its {container}", offset=offset)
-
-
-# --- fixed-width values ------------------------------------------------------------------------------------
-
-
-def _dec_null(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    return None, offset
-
-
-def _dec_true(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    return True, offset
-
-
-def _dec_false(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    return False, offset
-
-
-def _dec_boolean(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    if offset >= len(data):
-        raise _truncated(offset, 1, data)
-    value = data[offset]
-    if value > 1:
-        raise DecodeError(f"boolean byte must be 0 or 1, got {value}", offset=offset)
-    return value == 1, offset + 1
-
-
-def _fixed(unpack: Callable[[Any, int], tuple[Any, ...]], width: int, cls: type | None) -> Decoder:
-    if cls is None:
-
-        def decode_plain(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-            end = offset + width
-            if end > len(data):
-                raise _truncated(offset, width, data)
-            return unpack(data, offset)[0], end
-
-        return decode_plain
-
-    new = _new_float if issubclass(cls, float) else _new_int
-
-    def decode_typed(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-        end = offset + width
-        if end > len(data):
-            raise _truncated(offset, width, data)
-        return new(cls, unpack(data, offset)[0]), end
-
-    return decode_typed
-
-
-def _zero(cls: type) -> Decoder:
-    zero: Any = _new_int(cls, 0)
-
-    def decode_zero(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-        return zero, offset
-
-    return decode_zero
-
-
-def _one_byte(cls: type, signed: bool) -> tuple[Decoder, tuple[Any, ...]]:
-    """The decoder of a one-byte integer encoding (smalluint, smallulong, smallint, ubyte, byte) and its table.
-
-    The 256 values are made once: a decode is a table lookup, not a new instance (the classes are immutable
-    and slotted, so one instance serves every message; a delivery id or a message id is one of these).
-    """
-    table: tuple[Any, ...] = tuple(
-        _new_int(cls, value - 256 if signed and value > 0x7F else value) for value in range(256)
-    )
-
-    def decode_one_byte(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-        try:
-            return table[data[offset]], offset + 1
-        except IndexError:
-            raise _truncated(offset, 1, data) from None
-
-    return decode_one_byte, table
-
-
-def _dec_decimal128(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    end = offset + 16
-    if end > len(data):
-        raise _truncated(offset, 16, data)
-    return _new_bytes(decimal128, data[offset:end]), end
-
-
-def _dec_char(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    end = offset + 4
-    if end > len(data):
-        raise _truncated(offset, 4, data)
-    point = _unpack_I(data, offset)[0]
-    if point > 0x10FFFF or 0xD800 <= point <= 0xDFFF:
-        raise DecodeError(f"char {point:#x} is not a Unicode scalar value", offset=offset)
-    return _new_str(char, chr(point)), end
-
-
-#: uuid.UUID once the first uuid was decoded (see _uuid.py: importing uuid with the codec loads subprocess on 3.10).
-_UUID: Any = None
-
-
-def _dec_uuid(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    global _UUID
-    end = offset + 16
-    if end > len(data):
-        raise _truncated(offset, 16, data)
-    cls = _UUID
-    if cls is None:
-        cls = _UUID = uuid_class()
-    # The same value as UUID(bytes=...), which converts its 16 bytes with int.from_bytes too; 10% faster without
-    # the copy to bytes and the length check (the bounds are checked above).
-    return cls(int=int.from_bytes(data[offset:end], "big")), end
-
-
-# --- variable-width values ---------------------------------------------------------------------------------
-
-
-def _dec_vbin8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    try:
-        start = offset + 1
-        end = start + data[offset]
-    except IndexError:
-        raise _truncated(offset, 1, data) from None
-    if end > len(data):
-        raise _truncated(start, end - start, data)
-    return data[start:end], end
-
-
-def _dec_vbin32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    start = offset + 4
-    if start > len(data):
-        raise _truncated(offset, 4, data)
-    end = start + _unpack_I(data, offset)[0]
-    if end > len(data):
-        raise _truncated(start, end - start, data)
-    return data[start:end], end
-
-
-def _bad_utf8(exc: UnicodeDecodeError, start: int) -> DecodeError:
-    return DecodeError(f"invalid UTF-8 in string: {exc.reason}", offset=start + exc.start)
-
-
-def _dec_str8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    try:
-        start = offset + 1
-        end = start + data[offset]
-        if end <= len(data):
-            return data[start:end].decode(), end
-    except IndexError:
-        raise _truncated(offset, 1, data) from None
-    except UnicodeDecodeError as exc:
-        raise _bad_utf8(exc, offset + 1) from None
-    raise _truncated(start, end - start, data)
-
-
-def _dec_str32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    start = offset + 4
-    if start > len(data):
-        raise _truncated(offset, 4, data)
-    end = start + _unpack_I(data, offset)[0]
-    if end > len(data):
-        raise _truncated(start, end - start, data)
-    try:
-        return data[start:end].decode(), end
-    except UnicodeDecodeError as exc:
-        raise _bad_utf8(exc, start) from None
-
-
-# Symbols repeat endlessly on the wire (descriptors, capabilities, content types, annotation keys): a bounded
-# cache returns the same object for the same bytes and skips the ASCII decode.
-_SYMBOL_CACHE: dict[bytes, symbol] = {}
-_SYMBOL_CACHE_LIMIT = 4096
-
-
-def _symbol(data: Any, start: int, end: int) -> symbol:
-    raw = data[start:end]
-    cached = _SYMBOL_CACHE.get(raw)
-    if cached is not None:
-        return cached
-    try:
-        value = _new_str(symbol, str(raw, "ascii"))
-    except UnicodeDecodeError as exc:
-        raise DecodeError("symbol is not ASCII", offset=start + exc.start) from None
-    if len(_SYMBOL_CACHE) < _SYMBOL_CACHE_LIMIT and len(raw) <= 256:
-        _SYMBOL_CACHE[raw] = value
-    return value
-
-
-def _dec_sym8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    try:
-        start = offset + 1
-        end = start + data[offset]
-    except IndexError:
-        raise _truncated(offset, 1, data) from None
-    if end > len(data):
-        raise _truncated(start, end - start, data)
-    cached = _SYMBOL_CACHE.get(data[start:end])
-    if cached is not None:
-        return cached, end
-    return _symbol(data, start, end), end
-
-
-def _dec_sym32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    start = offset + 4
-    if start > len(data):
-        raise _truncated(offset, 4, data)
-    end = start + _unpack_I(data, offset)[0]
-    if end > len(data):
-        raise _truncated(start, end - start, data)
-    return _symbol(data, start, end), end
-
+#: Most uuid or described keys of one map that may share a hash (see ``_count_key_hash``).
+MAX_KEYS_OF_ONE_HASH = 16
 
 # --- compound values ---------------------------------------------------------------------------------------
 
@@ -330,71 +138,82 @@ def _compound_error(data: Any, offset: int, wide: bool, depth: int) -> DecodeErr
     return DecodeError("invalid compound header", offset=offset)  # pragma: no cover - bounds accepted it
 
 
-def _dec_list8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    # The common case inline: §1.6.22 list8 = size (1 byte, counting the count byte) + count (1 byte) + items.
-    try:
-        end = offset + 1 + data[offset]
-        count = data[offset + 1]
-    except IndexError:
-        raise _truncated(offset, 2, data) from None
-    position = offset + 2
-    if end > len(data) or count > end - position or depth >= MAX_DEPTH:
-        raise _compound_error(data, offset, False, depth)
-    # _list_items inlined: lists are the most common compound (every performative and section is one).
-    depth += 1
-    decoders = _DECODERS
-    items: list[Any] = []
-    start = position
-    try:
-        while count:
-            code = data[position]
-            # The commonest items skip the call to their decoder: null (performatives are full of them) and
-            # str8. A str8 running past the list's end is caught by the size check below.
-            if code == 0x40:
-                items.append(None)
-                position += 1
-            elif code == 0xA1:
-                start = position + 2
-                position = start + data[position + 1]
-                if position > end:
-                    raise _overrun(start - 2, "string", "list")
-                items.append(data[start:position].decode())
-            elif code == 0xA3:  # sym8: content types, capabilities
-                start = position + 2
-                position = start + data[position + 1]
-                if position > end:
-                    raise _overrun(start - 2, "symbol", "list")
-                items.append(_SYMBOL_CACHE.get(data[start:position]) or _symbol(data, start, position))
-            elif code == 0x41 or code == 0x42:  # true / false: header and performative flags
-                items.append(code == 0x41)
-                position += 1
-            elif code == 0x80:  # ulong: message ids (proton's C clients number their messages so)
-                if position + 9 > len(data):
-                    raise _truncated(position + 1, 8, data)
-                items.append(_new_int(ulong, _unpack_Q(data, position + 1)[0]))
-                position += 9
-            else:
-                value, position = decoders[code](data, position + 1, depth)
-                items.append(value)
-            count -= 1
-    except IndexError:
-        raise _truncated(position, 1, data) from None
-    except UnicodeDecodeError as exc:
-        raise _bad_utf8(exc, start) from None
-    if position != end:
-        raise DecodeError(f"list size says it ends at {end}, its items end at {position}", offset=offset)
-    return items, end
+def _list8_decoder(table: list[Decoder]) -> Decoder:
+    """The list8 decoder reading its items through ``table``."""
+
+    def decode_list8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
+        # The common case inline: §1.6.22 list8 = size (1 byte, counting the count byte) + count (1 byte) + items.
+        try:
+            end = offset + 1 + data[offset]
+            count = data[offset + 1]
+        except IndexError:
+            raise _truncated(offset, 2, data) from None
+        position = offset + 2
+        if end > len(data) or count > end - position or depth >= MAX_DEPTH:
+            raise _compound_error(data, offset, False, depth)
+        # _list_items inlined: lists are the most common compound (every performative and section is one).
+        depth += 1
+        decoders = table
+        items: list[Any] = []
+        start = position
+        try:
+            while count:
+                code = data[position]
+                # The commonest items skip the call to their decoder: null (performatives are full of them) and
+                # str8. A str8 running past the list's end is caught by the size check below.
+                if code == 0x40:
+                    items.append(None)
+                    position += 1
+                elif code == 0xA1:
+                    start = position + 2
+                    position = start + data[position + 1]
+                    if position > end:
+                        raise _overrun(start - 2, "string", "list")
+                    items.append(data[start:position].decode())
+                elif code == 0xA3:  # sym8: content types, capabilities
+                    start = position + 2
+                    position = start + data[position + 1]
+                    if position > end:
+                        raise _overrun(start - 2, "symbol", "list")
+                    items.append(_SYMBOL_CACHE.get(data[start:position]) or _symbol(data, start, position))
+                elif code == 0x41 or code == 0x42:  # true / false: header and performative flags
+                    items.append(code == 0x41)
+                    position += 1
+                elif code == 0x80:  # ulong: message ids (proton's C clients number their messages so)
+                    if position + 9 > len(data):
+                        raise _truncated(position + 1, 8, data)
+                    items.append(_new_int(ulong, _unpack_Q(data, position + 1)[0]))
+                    position += 9
+                else:
+                    value, position = decoders[code](data, position + 1, depth)
+                    items.append(value)
+                count -= 1
+        except IndexError:
+            raise _truncated(position, 1, data) from None
+        except UnicodeDecodeError as exc:
+            raise _bad_utf8(exc, start) from None
+        if position != end:
+            raise DecodeError(f"list size says it ends at {end}, its items end at {position}", offset=offset)
+        return items, end
+
+    return decode_list8
 
 
-def _dec_list32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    if depth >= MAX_DEPTH:
-        raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=offset)
-    count, position, end = _compound_bounds(data, offset, True)
-    return _list_items(data, position, end, count, depth + 1, offset)
+def _list32_decoder(table: list[Decoder]) -> Decoder:
+    """The list32 decoder reading its items through ``table``."""
+
+    def decode_list32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
+        if depth >= MAX_DEPTH:
+            raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=offset)
+        count, position, end = _compound_bounds(data, offset, True)
+        return _list_items(table, data, position, end, count, depth + 1, offset)
+
+    return decode_list32
 
 
-def _list_items(data: Any, position: int, end: int, count: int, depth: int, offset: int) -> tuple[Any, int]:
-    decoders = _DECODERS
+def _list_items(
+    decoders: list[Decoder], data: Any, position: int, end: int, count: int, depth: int, offset: int
+) -> tuple[Any, int]:
     items: list[Any] = []
     append = items.append
     # An item that runs past the list's end is caught by the size check below; one that runs past the data's
@@ -415,36 +234,48 @@ def _dec_list0(data: Any, offset: int, depth: int) -> tuple[Any, int]:
     return [], offset
 
 
-def _dec_map8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    try:
-        end = offset + 1 + data[offset]
-        count = data[offset + 1]
-    except IndexError:
-        raise _truncated(offset, 2, data) from None
-    position = offset + 2
-    if end > len(data) or count > end - position or depth >= MAX_DEPTH:
-        raise _compound_error(data, offset, False, depth)
-    return _map_items(data, position, end, count, depth + 1, offset)
+def _map8_decoder(table: list[Decoder]) -> Decoder:
+    """The map8 decoder reading its keys and values through ``table``."""
+
+    def decode_map8(data: Any, offset: int, depth: int) -> tuple[Any, int]:
+        try:
+            end = offset + 1 + data[offset]
+            count = data[offset + 1]
+        except IndexError:
+            raise _truncated(offset, 2, data) from None
+        position = offset + 2
+        if end > len(data) or count > end - position or depth >= MAX_DEPTH:
+            raise _compound_error(data, offset, False, depth)
+        return _map_items(table, data, position, end, count, depth + 1, offset)
+
+    return decode_map8
 
 
-def _dec_map32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    # The common case inline (proton writes every message's map body as a map32): size and count, 4 bytes each.
-    position = offset + 8
-    if position <= len(data):
-        size, count = _unpack_II(data, offset)
-        end = offset + 4 + size
-        if size >= 4 and end <= len(data) and count <= end - position and depth < MAX_DEPTH:
-            return _map_items(data, position, end, count, depth + 1, offset)
-    raise _compound_error(data, offset, True, depth)
+def _map32_decoder(table: list[Decoder]) -> Decoder:
+    """The map32 decoder reading its keys and values through ``table``."""
+
+    def decode_map32(data: Any, offset: int, depth: int) -> tuple[Any, int]:
+        # The common case inline (proton writes every message's map body as a map32): size and count, 4 bytes each.
+        position = offset + 8
+        if position <= len(data):
+            size, count = _unpack_II(data, offset)
+            end = offset + 4 + size
+            if size >= 4 and end <= len(data) and count <= end - position and depth < MAX_DEPTH:
+                return _map_items(table, data, position, end, count, depth + 1, offset)
+        raise _compound_error(data, offset, True, depth)
+
+    return decode_map32
 
 
-def _map_items(data: Any, position: int, end: int, count: int, depth: int, offset: int) -> tuple[Any, int]:
+def _map_items(
+    decoders: list[Decoder], data: Any, position: int, end: int, count: int, depth: int, offset: int
+) -> tuple[Any, int]:
     if count & 1:
         raise DecodeError(f"map holds an odd number of items ({count})", offset=offset)
     result: dict[Any, Any] = {}
-    decoders = _DECODERS
     key_offset = start = position
     count >>= 1
+    key_hashes: dict[int, int] | None = None  # of uuid and described keys (see _count_key_hash)
     try:
         while count:
             key_offset = position
@@ -464,6 +295,8 @@ def _map_items(data: Any, position: int, end: int, count: int, depth: int, offse
                 key = _SYMBOL_CACHE.get(data[start:position]) or _symbol(data, start, position)
             else:
                 key, position = decoders[code](data, position + 1, depth)
+                if code == 0x98 or code == 0x00:
+                    key_hashes = _count_key_hash(key_hashes, key, key_offset)
             code = data[position]
             if code == 0xA1:
                 start = position + 2
@@ -499,38 +332,66 @@ def _map_items(data: Any, position: int, end: int, count: int, depth: int, offse
     return result, end
 
 
-# Described values whose descriptor names a registered composite type decode to that type (§1.3).
+def _count_key_hash(hashes: dict[int, int] | None, key: Any, offset: int) -> dict[int, int]:
+    """Count the map keys of each hash among a map's uuid and described keys; refuse more than
+    :data:`MAX_KEYS_OF_ONE_HASH` of one.
+
+    Python's dict takes time in the square of the number of keys that share a hash. Strings hash with a secret
+    key, and a 64-bit number shares its hash with at most 8 others (an int hashes as itself modulo 2**61 - 1), but
+    a uuid hashes as its 128-bit number, and a described value as the tuple of its parts: a peer can send as many
+    keys of one hash as it likes (8,000 such uuid keys, a 144 KB message, took 3 s to decode; a megabyte would
+    take minutes). Keys whose hashes are alike by chance are never that many.
+
+    Raises:
+        TypeError: an unhashable key (the caller makes it a DecodeError).
+    """
+    if hashes is None:
+        hashes = {}
+    key_hash = hash(key)
+    seen = hashes.get(key_hash, 0) + 1
+    if seen > MAX_KEYS_OF_ONE_HASH:
+        raise DecodeError(f"map has more than {MAX_KEYS_OF_ONE_HASH} keys of one hash (hash flooding)", offset=offset)
+    hashes[key_hash] = seen
+    return hashes
+
+
+# Described values whose descriptor names a registered composite type decode to that type (§1.3), in the values
+# :data:`_DECODERS` reads (frames); the application's values (:data:`_APPLICATION_DECODERS`) never do.
 _DESCRIBED_FACTORIES: dict[Any, Callable[[Any], Any]] = {}
 
 
-def _dec_described(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-    if depth >= MAX_DEPTH:
-        raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=offset)
-    if offset >= len(data):
-        raise _truncated(offset, 1, data)
-    depth += 1
-    descriptor, position = _DECODERS[data[offset]](data, offset + 1, depth)
-    if position >= len(data):
-        raise DecodeError("described value has a descriptor but no value", offset=position)
-    value, end = _DECODERS[data[position]](data, position + 1, depth)
-    descriptor_type = descriptor.__class__
-    if descriptor_type is ulong or descriptor_type is symbol:
-        factory = _DESCRIBED_FACTORIES.get(descriptor)
-        if factory is not None:
-            try:
-                return factory(value), end
-            except DecodeError as exc:
-                raise DecodeError(exc.reason, offset=offset - 1) from None
-            except (TypeError, ValueError) as exc:
-                raise DecodeError(f"invalid {descriptor!r}: {exc}", offset=offset - 1) from None
-    try:
+def _described_decoder(table: list[Decoder], factories: dict[Any, Callable[[Any], Any]] | None) -> Decoder:
+    """The decoder of a described value (§1.3) reading its descriptor and value through ``table``: a value whose
+    descriptor is in ``factories`` becomes ``factory(value)``, any other ``Described(descriptor, value)``."""
+
+    def decode_described(data: Any, offset: int, depth: int) -> tuple[Any, int]:
+        if depth >= MAX_DEPTH:
+            raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=offset)
+        if offset >= len(data):
+            raise _truncated(offset, 1, data)
+        depth += 1
+        descriptor, position = table[data[offset]](data, offset + 1, depth)
+        if position >= len(data):
+            raise DecodeError("described value has a descriptor but no value", offset=position)
+        value, end = table[data[position]](data, position + 1, depth)
+        descriptor_type = descriptor.__class__
+        if factories is not None and (descriptor_type is ulong or descriptor_type is symbol):
+            factory = factories.get(descriptor)
+            if factory is not None:
+                try:
+                    return factory(value), end
+                except DecodeError as exc:
+                    raise DecodeError(exc.reason, offset=offset - 1) from None
+                except (TypeError, ValueError) as exc:
+                    raise DecodeError(f"invalid {descriptor!r}: {exc}", offset=offset - 1) from None
         return Described(descriptor, value), end
-    except TypeError as exc:  # pragma: no cover - Described accepts anything
-        raise DecodeError(str(exc), offset=offset) from None
+
+    return decode_described
 
 
 def register_described(code: int, name: str, factory: Callable[[Any], Any]) -> None:
-    """Decode values described by ``ulong(code)`` or ``symbol(name)`` as ``factory(value)``.
+    """Decode values described by ``ulong(code)`` or ``symbol(name)`` as ``factory(value)`` (in frames: not in the
+    application's values, see :func:`decode_application_value`).
 
     The factory may raise :class:`DecodeError` (or TypeError/ValueError) for a value it cannot accept; the
     decoder re-raises it as a :class:`DecodeError` at the described value's offset.
@@ -616,7 +477,9 @@ _ZERO_WIDTH: dict[int, Any] = {
 }
 
 
-def _decode_elements(data: Any, code: int, position: int, end: int, count: int, depth: int) -> tuple[list[Any], int]:
+def _decode_elements(
+    decoders: list[Decoder], data: Any, code: int, position: int, end: int, count: int, depth: int
+) -> tuple[list[Any], int]:
     if code in _ZERO_WIDTH:
         return [_ZERO_WIDTH[code]] * count, position
     if code == 0x45:
@@ -632,7 +495,7 @@ def _decode_elements(data: Any, code: int, position: int, end: int, count: int, 
             return list(values), stop
         new = _new_float if cls is float32 else _new_int
         return [new(cls, value) for value in values], stop
-    element_decoder = _DECODERS[code]
+    element_decoder = decoders[code]
     elements = []
     for _ in range(count):
         if position >= end and code not in _ZERO_WIDTH:
@@ -642,7 +505,27 @@ def _decode_elements(data: Any, code: int, position: int, end: int, count: int, 
     return elements, position
 
 
-def _array(wide: bool) -> Decoder:
+def _check_zero_width_count(count: int, code: int, size: int, offset: int) -> None:
+    """Refuse an array of ``count`` zero-width elements (constructor ``code``) whose encoding takes ``size`` bytes,
+    if they are more than its bytes allow (:data:`ZERO_WIDTH_ELEMENTS_PER_BYTE`, :data:`EMPTY_LISTS_PER_BYTE`) or
+    than :data:`MAX_ZERO_WIDTH_ELEMENTS`.
+
+    A cap per array alone does not bound a message: an array of such arrays, 9 bytes apiece, made 58,000 times
+    its size in memory (a 9 KB message, 0.5 GB). Bounded by its bytes, each costs its share of the message.
+    """
+    per_byte = EMPTY_LISTS_PER_BYTE if code == 0x45 else ZERO_WIDTH_ELEMENTS_PER_BYTE
+    limit = min(size * per_byte, MAX_ZERO_WIDTH_ELEMENTS)
+    if count > limit:
+        raise DecodeError(
+            f"array of {count} zero-width elements in {size} bytes exceeds the limit of {limit} "
+            f"({per_byte} a byte, {MAX_ZERO_WIDTH_ELEMENTS} at most)",
+            offset=offset,
+        )
+
+
+def _array_decoder(wide: bool, table: list[Decoder]) -> Decoder:
+    """The array8 (or, ``wide``, array32) decoder reading its descriptor and elements through ``table``."""
+
     def decode_array(data: Any, offset: int, depth: int) -> tuple[Any, int]:
         if depth >= MAX_DEPTH:
             raise DecodeError(f"nesting deeper than {MAX_DEPTH}", offset=offset)
@@ -656,7 +539,7 @@ def _array(wide: bool) -> Decoder:
         if code == 0x00:
             if position + 1 >= end:
                 raise DecodeError("array descriptor is missing", offset=position)
-            descriptor, position = _DECODERS[data[position + 1]](data, position + 2, depth)
+            descriptor, position = table[data[position + 1]](data, position + 2, depth)
             if position >= end:
                 raise DecodeError("array has no element constructor after its descriptor", offset=position)
             code = data[position]
@@ -664,16 +547,12 @@ def _array(wide: bool) -> Decoder:
         if type_code is None:
             raise DecodeError(f"invalid array element constructor {code:#04x}", offset=position)
         # Elements take at least one byte each, except for zero-width constructors (null, true, false, uint0,
-        # ulong0, list0), whose count alone would size the result: those are capped.
+        # ulong0, list0), whose count alone would size the result: those are bounded by the array's own bytes.
         if code in _ZERO_WIDTH or code == 0x45:
-            if count > MAX_ZERO_WIDTH_ELEMENTS:
-                raise DecodeError(
-                    f"array of {count} zero-width elements exceeds the limit of {MAX_ZERO_WIDTH_ELEMENTS}",
-                    offset=offset,
-                )
+            _check_zero_width_count(count, code, end - offset + 1, offset)
         elif count > end - position - 1:
             raise DecodeError(f"count {count} exceeds the {end - position - 1} bytes of the array", offset=offset)
-        elements, position = _decode_elements(data, code, position + 1, end, count, depth)
+        elements, position = _decode_elements(table, data, code, position + 1, end, count, depth)
         if position != end:
             raise DecodeError(f"array size says it ends at {end}, its elements end at {position}", offset=offset)
         return Array(descriptor, type_code, *elements), end
@@ -684,54 +563,31 @@ def _array(wide: bool) -> Decoder:
 # --- dispatch ----------------------------------------------------------------------------------------------
 
 
-def _invalid(code: int) -> Decoder:
-    def decode_invalid(data: Any, offset: int, depth: int) -> tuple[Any, int]:
-        raise DecodeError(f"invalid format code {code:#04x}", offset=offset - 1)
+def _decoder_table(factories: dict[Any, Callable[[Any], Any]] | None) -> list[Decoder]:
+    """A dispatch table by format code whose compound and described values read their items through itself, and
+    whose described values become ``factories``' types (None: every one a :class:`Described`)."""
+    table = list(_SCALAR_DECODERS)
+    table[0x00] = _described_decoder(table, factories)
+    table[0x45] = _dec_list0
+    table[0xC0] = _list8_decoder(table)
+    table[0xD0] = _list32_decoder(table)
+    table[0xC1] = _map8_decoder(table)
+    table[0xD1] = _map32_decoder(table)
+    table[0xE0] = _array_decoder(False, table)
+    table[0xF0] = _array_decoder(True, table)
+    return table
 
-    return decode_invalid
 
+#: The decoders of frames (performatives, delivery states, terminus...): a described value whose descriptor is
+#: registered (:func:`register_described`) decodes to that type.
+_DECODERS = _decoder_table(_DESCRIBED_FACTORIES)
 
-_DECODERS: list[Decoder] = [_invalid(code) for code in range(256)]
-_DECODERS[0x00] = _dec_described
-_DECODERS[0x40] = _dec_null
-_DECODERS[0x41] = _dec_true
-_DECODERS[0x42] = _dec_false
-_DECODERS[0x56] = _dec_boolean
-_DECODERS[0x50] = _one_byte(ubyte, signed=False)[0]
-_DECODERS[0x60] = _fixed(_unpack_H, 2, ushort)
-_DECODERS[0x70] = _fixed(_unpack_I, 4, uint)
-_DECODERS[0x52] = _one_byte(uint, signed=False)[0]
-_DECODERS[0x43] = _zero(uint)
-_DECODERS[0x80] = _fixed(_unpack_Q, 8, ulong)
-_DECODERS[0x53] = _one_byte(ulong, signed=False)[0]
-_DECODERS[0x44] = _zero(ulong)
-_DECODERS[0x51] = _one_byte(byte, signed=True)[0]
-_DECODERS[0x61] = _fixed(_unpack_h, 2, short)
-_DECODERS[0x71] = _fixed(_unpack_i, 4, int32)
-_DECODERS[0x54], _SMALLINTS = _one_byte(int32, signed=True)
-_DECODERS[0x81] = _fixed(_unpack_q, 8, None)
-_DECODERS[0x55] = _fixed(_unpack_b, 1, None)
-_DECODERS[0x72] = _fixed(_unpack_f, 4, float32)
-_DECODERS[0x82] = _fixed(_unpack_d, 8, None)
-_DECODERS[0x74] = _fixed(_unpack_I, 4, decimal32)
-_DECODERS[0x84] = _fixed(_unpack_Q, 8, decimal64)
-_DECODERS[0x94] = _dec_decimal128
-_DECODERS[0x73] = _dec_char
-_DECODERS[0x83] = _fixed(_unpack_q, 8, timestamp)
-_DECODERS[0x98] = _dec_uuid
-_DECODERS[0xA0] = _dec_vbin8
-_DECODERS[0xB0] = _dec_vbin32
-_DECODERS[0xA1] = _dec_str8
-_DECODERS[0xB1] = _dec_str32
-_DECODERS[0xA3] = _dec_sym8
-_DECODERS[0xB3] = _dec_sym32
-_DECODERS[0x45] = _dec_list0
-_DECODERS[0xC0] = _dec_list8
-_DECODERS[0xD0] = _dec_list32
-_DECODERS[0xC1] = _dec_map8
-_DECODERS[0xD1] = _dec_map32
-_DECODERS[0xE0] = _array(False)
-_DECODERS[0xF0] = _array(True)
+#: The decoders of the application's values: a message's annotations, application properties, body and footer
+#: (§3.2.2-§3.2.9). What the application put there is its own: a described value in them stays a
+#: ``Described(descriptor, value)`` whatever its descriptor, as python-qpid-proton reads it, even one AMQP defines
+#: for its own types (``0x24``, accepted; ``amqp:source:list``), which would otherwise come back as that type (or,
+#: holding what that type does not, make the whole message undecodable).
+_APPLICATION_DECODERS = _decoder_table(None)
 
 
 def decode_value(data: Buffer, offset: int = 0, depth: int = 0) -> tuple[Any, int]:
@@ -748,3 +604,20 @@ def decode_value(data: Buffer, offset: int = 0, depth: int = 0) -> tuple[Any, in
     if offset >= len(data) or offset < 0:
         raise DecodeError("no value: the data ends here", offset=offset)
     return _DECODERS[data[offset]](data, offset + 1, depth)
+
+
+def decode_application_value(data: Buffer, offset: int = 0, depth: int = 0) -> tuple[Any, int]:
+    """Decode the application's value at ``offset`` of ``data`` (a message's body, annotations, application
+    properties or footer); return it and the offset just past it.
+
+    As :func:`decode_value`, except that every described value comes back as a :class:`Described`, whatever its
+    descriptor (see :data:`_APPLICATION_DECODERS`).
+
+    Raises:
+        DecodeError: the bytes are not a valid AMQP encoding.
+    """
+    if data.__class__ is not bytes:
+        data = bytes(data)  # as in decode_value
+    if offset >= len(data) or offset < 0:
+        raise DecodeError("no value: the data ends here", offset=offset)
+    return _APPLICATION_DECODERS[data[offset]](data, offset + 1, depth)

@@ -3,14 +3,17 @@
 A controller attaches a link whose target is a :class:`Coordinator`, sends :class:`Declare` and
 :class:`Discharge` as ``amqp-value`` message bodies, and receives :class:`Declared` (an outcome) in return;
 transfers and dispositions inside a transaction carry a :class:`TransactionalState`. Transaction ids
-(§4.5.4 transaction-id) are binary, up to 32 octets.
+(§4.5.4 transaction-id) are binary, up to 32 octets. A coordinator reads the body of a message it receives with
+:func:`control_body` (a message's values decode as ``Described``, as proton reads them).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..types import symbol
+from ..types import Described, symbol
+from ._decoder import decode_value
+from ._encoder import encode_value
 from .composite import Composite, F
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "Declared",
     "Discharge",
     "TransactionalState",
+    "control_body",
     "valid_txn_id",
 ]
 
@@ -76,3 +80,21 @@ def valid_txn_id(txn_id: Any) -> bool:
     """Whether ``txn_id`` may be a transaction id."""
     # §4.5.4 transaction-id: "A transaction-id can be up to 32 octets of binary data."
     return isinstance(txn_id, (bytes, bytearray)) and len(txn_id) <= 32
+
+
+def control_body(body: Any) -> Declare | Discharge | None:
+    """What a message sent to a coordinator asks (§4.5.2 declare, §4.5.3 discharge): the :class:`Declare` or
+    :class:`Discharge` its amqp-value body holds, or None for any other body.
+
+    ``Message`` reads a described value in a body as the application's, ``Described(descriptor, value)`` whatever
+    its descriptor (as proton reads it): the coordinator, whose types these are, reads it as them here.
+
+    Raises:
+        DecodeError: a declare or discharge whose fields are not of their types.
+    """
+    if body.__class__ is not Described:
+        return None
+    encoded = bytearray()
+    encode_value(encoded, body)
+    value = decode_value(bytes(encoded))[0]  # the codec's reading of a frame's described values: its types
+    return value if value.__class__ is Declare or value.__class__ is Discharge else None

@@ -37,8 +37,11 @@ if TYPE_CHECKING:
     (``int`` and its subclasses ``ubyte`` ... ``ulong``, ``byte`` ... ``int32``, ``timestamp``, ``decimal32``,
     ``decimal64``), ``float`` (and ``float32``), ``str`` (and ``symbol``, ``char``), ``bytes`` (and ``decimal128``),
     ``uuid.UUID``, a list or a map of such values, an :class:`~amqp_async.types.Array`, a
-    :class:`~amqp_async.types.Described` value, or, for a described value whose descriptor the codec knows, that
-    type (a :class:`~amqp_async.codec.composite.Composite` such as an ``Error``, or a message section).
+    :class:`~amqp_async.types.Described` value, or, in a frame (``codec.decode``), for a described value whose
+    descriptor the codec knows, that type (a :class:`~amqp_async.codec.composite.Composite` such as an ``Error``,
+    or a message section). A message's own values (body, annotations, application properties, footer) hold no
+    composite: a described value there is a ``Described`` whatever its descriptor; a body of several sections is
+    a list of :class:`~amqp_async.codec.sections.Data` (or ``AmqpSequence``) sections.
 
     A message's ``body`` and its application properties are typed with it: narrow a value with ``isinstance`` before
     using it (``if isinstance(body, str): ...``), or read a JSON body with :meth:`~amqp_async.Message.json`."""

@@ -13,6 +13,10 @@ section (proton 0.40's default). Explicit sections are available too: a body of 
 sections.Data` or :class:`~amqp_async.codec.sections.AmqpSequence` objects, alone or in a list, is written
 section by section, and a received message with several body sections decodes to such a list.
 
+A described value in the body, the annotations, the application properties or the footer is the application's:
+it decodes to ``Described(descriptor, value)`` whatever its descriptor, as proton reads it, also under one AMQP
+defines for its own types (``Described(ulong(0x24), [])`` is not an ``Accepted()``).
+
 Differences from proton 0.40, on purpose: a binary body decodes to ``bytes`` (proton gives a ``memoryview``);
 unset ``user_id`` and ``content_type`` read as ``None`` (proton gives ``b''`` and ``symbol('None')``); sections
 whose fields are all defaults are left out of the encoding (proton writes empty header and properties lists).
@@ -29,7 +33,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict, TypeVar
 
 from ..codec import sections as _sections
-from ..codec._decoder import _DECODERS, _dec_list8, decode_value
+from ..codec._decoder import _APPLICATION_DECODERS, decode_value
 from ..codec._encoder import _ENCODERS, _enc_list, _enc_map, _lookup_encoder, encode_value
 from ..codec.section_codes import AMQP_SEQUENCE as _AMQP_SEQUENCE
 from ..codec.section_codes import AMQP_VALUE as _AMQP_VALUE
@@ -43,7 +47,7 @@ from ..codec.section_codes import PROPERTIES as _PROPERTIES
 from ..codec.values import AMQPValue
 from ..errors import AMQPError, DecodeError, EncodeError
 from ..protocol.payload import Gathered
-from ..types import Described, char, symbol, timestamp, ubyte, uint, ulong
+from ..types import char, symbol, timestamp, ubyte, uint, ulong
 from ._layouts import layouts_for as _layouts_for
 from ._layouts import learn as _learn_layout
 
@@ -100,6 +104,9 @@ class MessageBodyError(AMQPError, ValueError):
 
     default_condition = "amqp:decode-error"
 
+
+#: The list8 decoder of the application's values (a properties section is one, as most clients write it).
+_decode_list8 = _APPLICATION_DECODERS[0xC0]
 
 # A bytes body at least this large is sent by reference (see Message._encode_payload), not copied into the
 # encoding: below it, one copy costs less than the extra buffer does on its way to the socket.
@@ -288,8 +295,8 @@ class Message:
     # section's 13 fields in spec order; the shared default is an immutable tuple, replaced by a list on the first
     # write.
     if TYPE_CHECKING:
-        # For type checkers, ``body`` and ``properties`` read as what a message can hold (what decoding gives)
-        # and take anything a caller may put there (the encoder refuses what AMQP cannot carry, with an
+        # For type checkers, ``body``, ``properties`` and ``footer`` read as what a message can hold (what decoding
+        # gives) and take anything a caller may put there (the encoder refuses what AMQP cannot carry, with an
         # EncodeError). At run time they stay plain attributes: nothing per message for the types.
         @property
         def body(self) -> AMQPValue:
@@ -307,12 +314,19 @@ class Message:
         @properties.setter
         def properties(self, value: dict[str, Any] | None) -> None: ...
 
+        @property
+        def footer(self) -> dict[AMQPValue, AMQPValue] | None:
+            """The footer (§3.2.9): an annotations map (symbol or ulong keys; str keys are sent as symbols), or
+            None."""
+
+        @footer.setter
+        def footer(self, value: dict[Any, Any] | None) -> None: ...
+
     else:
         body = None
         properties = None
+        footer = None
     _durable: bool = False
-    #: the footer section (§3.2.9): a dict of annotations, or None.
-    footer: dict[Any, Any] | None = None
     _priority: int = _DEFAULT_PRIORITY
     _ttl: uint | None = None
     _first_acquirer: bool = False
@@ -755,8 +769,13 @@ class Message:
         _learn_layout(self, data)
 
     def _decode_sections(self, data: bytes) -> None:
-        """Decode ``data`` section by section, every byte read and checked (the general decoder)."""
-        decoders = _DECODERS
+        """Decode ``data`` section by section, every byte read and checked (the general decoder).
+
+        The sections' values are read with the codec's application decoders: a described value in the body, the
+        annotations, the application properties or the footer is the application's, and stays a ``Described``
+        whatever its descriptor (as proton reads it; see ``codec._decoder._APPLICATION_DECODERS``).
+        """
+        decoders = _APPLICATION_DECODERS
         end = len(data)
         position = 0
         previous = 0
@@ -772,13 +791,13 @@ class Message:
                 previous = _HEADER
             if data[position : position + 4] == b"\x00\x53\x73\xc0":
                 start = position
-                value, position = _dec_list8(data, position + 4, 1)
+                value, position = _decode_list8(data, position + 4, 1)
                 self._decode_properties(value, start)
                 previous = _PROPERTIES
             if data[position : position + 3] == b"\x00\x53\x77" and position + 3 < end:
                 start = position
                 value, position = decoders[data[position + 3]](data, position + 4, 1)
-                self.body = _amqp_value_body(value)
+                self.body = value
                 self._inferred = False
                 previous = _AMQP_VALUE
             while position < end:
@@ -814,7 +833,7 @@ class Message:
                 if code == _AMQP_VALUE:
                     if body_sections is not None:
                         raise DecodeError("a message body is either amqp-value, data or amqp-sequence", offset=start)
-                    self.body = _amqp_value_body(value)
+                    self.body = value
                     self._inferred = False
                 elif code == _PROPERTIES:
                     self._decode_properties(value, start)
@@ -956,14 +975,6 @@ _PROPERTY_PADDING = tuple((None,) * (13 - count) for count in range(14))
 # Header sections (their list, from its constructor) that were decoded, and the fields they set (bounded).
 _HEADERS: dict[bytes, dict[str, Any]] = {}
 _HEADERS_LIMIT = 256
-
-
-def _amqp_value_body(value: Any) -> Any:
-    """The body an amqp-value section's value makes: itself, but for a described data or amqp-sequence value,
-    which stays a described value, so that encoding it again writes the same amqp-value section."""
-    if value.__class__ is _Data or value.__class__ is _AmqpSequence:
-        return Described(ulong(_DATA if value.__class__ is _Data else _AMQP_SEQUENCE), value.value)
-    return value
 
 
 def _remember_shape(shapes: set[tuple[Any, ...]], shape: tuple[Any, ...]) -> None:

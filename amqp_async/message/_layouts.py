@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..codec._decoder import _DECODERS
+from ..codec._decoder import _APPLICATION_DECODERS
 from ..codec._uuid import uuid_class
 from ..codec.section_codes import AMQP_VALUE as _AMQP_VALUE
 from ..codec.section_codes import APPLICATION_PROPERTIES as _APPLICATION_PROPERTIES
@@ -188,7 +188,7 @@ class _Generator:
             return f"{self.constant(uuid_class())}(bytes={local})", end
         if end - start == 1:
             return f"{self.constant(_one_byte_values(code))}[{local}]", end
-        sample = _DECODERS[code](bytes(end - start), 0, 1)[0]
+        sample = _APPLICATION_DECODERS[code](bytes(end - start), 0, 1)[0]
         if sample.__class__ in (int, float):
             return local, end
         new = int.__new__ if isinstance(sample, int) else float.__new__
@@ -207,7 +207,7 @@ class _Generator:
         if literal is not None:
             return literal, position + 1
         if key or code in _CONSTANT_CODES:
-            value, end = _DECODERS[code](data, position + 1, 1)
+            value, end = _APPLICATION_DECODERS[code](data, position + 1, 1)
             if value.__class__ in (list, dict) or code in (0x00, 0xE0, 0xF0):
                 raise _NotLearnable("a key that is a compound or described value")
             return self.constant(value), end
@@ -273,7 +273,7 @@ class _Generator:
                 raise _NotLearnable("a section after the body (a footer, or a second data section)")
             if code == _HEADER:
                 # Constant as a whole: its fields set what they set on the reference (immutable values).
-                position = _DECODERS[data[position]](data, position + 1, 1)[1]
+                position = _APPLICATION_DECODERS[data[position]](data, position + 1, 1)[1]
                 for name in _HEADER_ATTRIBUTES:
                     if name in reference:
                         statements.append(f"d[{name!r}] = {self.constant(reference[name])}")
@@ -358,7 +358,7 @@ def _generate(data: bytes, reference: dict[str, Any]) -> tuple[Layout, int]:
 @functools.cache
 def _one_byte_values(code: int) -> tuple[Any, ...]:
     """The general decoder's own 256 values of a one-byte encoding (it returns shared instances of most)."""
-    return tuple(_DECODERS[code](bytes((byte,)), 0, 1)[0] for byte in range(256))
+    return tuple(_APPLICATION_DECODERS[code](bytes((byte,)), 0, 1)[0] for byte in range(256))
 
 
 def _same_attributes(left: dict[str, Any], right: dict[str, Any]) -> bool:

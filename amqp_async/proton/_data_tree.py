@@ -11,7 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..codec import encode_into
-from ..codec._decoder import _DECODERS, _ELEMENT_TYPES, MAX_DEPTH, MAX_ZERO_WIDTH_ELEMENTS, _compound_bounds
+from ..codec._decoder import (
+    _DECODERS,
+    _ELEMENT_TYPES,
+    _ZERO_WIDTH,
+    MAX_DEPTH,
+    _check_zero_width_count,
+    _compound_bounds,
+)
 from ..codec._encoder import _ARRAY_PACKERS
 from ..errors import DecodeError, EncodeError
 from ..types import (
@@ -196,7 +203,11 @@ def _read_array(data: bytes, offset: int, wide: bool, depth: int) -> tuple[_Node
     if element_type is None:
         raise DecodeError(f"invalid array element constructor {code:#04x}", offset=position)
     position += 1
-    if count > max(end - position, MAX_ZERO_WIDTH_ELEMENTS):
+    if code in _ZERO_WIDTH or code == 0x45:
+        # Elements of no width (null, true, false, uint0, ulong0, list0): bounded by the array's own bytes, as the
+        # codec bounds them (an array of such arrays made 190 bytes a tree of 226 MB).
+        _check_zero_width_count(count, code, end - offset + 1, offset)
+    elif count > end - position:
         raise DecodeError(f"array count {count} exceeds what its {end - position} bytes can hold", offset=offset)
     node = _Node(TypeCode.ARRAY, element_type, descriptor is not None)
     if descriptor is not None:

@@ -562,7 +562,10 @@ def _write_body(body: Any, body_type: str | None) -> tuple[Any, bool | None]:
         if not isinstance(body, bytes):
             raise SchemaError(f"column 'body' must be binary (an AMQP encoding) when body_type is {body_type!r}")
         try:
-            value = codec.decode(body)
+            # The application's value, as a message body holds it: a described value stays Described.
+            value, end = codec.decode_application_value(body)
+            if end != len(body):
+                raise DecodeError(f"{len(body) - end} bytes remain after the value", offset=end)
         except DecodeError as exc:
             raise SchemaError(
                 f"column 'body' is not a valid AMQP encoding for body_type {body_type!r}: {exc}"
