@@ -56,6 +56,7 @@ def api(impl: str) -> SimpleNamespace:
         ConnectionClosed=proton.utils.ConnectionClosed,
         MessagingHandler=proton.handlers.MessagingHandler,
         Container=proton.reactor.Container,
+        reactor=proton.reactor,
     )
 
 
@@ -204,6 +205,36 @@ def test_send_outcomes_raise_send_exception(pbroker: ProtonBroker, impl: str) ->
         assert info.value.state == a.Delivery.MODIFIED
         # the connection is still fine
         assert conn.create_sender(unique("ok")).send(a.Message(body=5)).remote_state == a.Delivery.ACCEPTED
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_send_returns_its_delivery_settled_on_both_ends(pbroker: ProtonBroker, impl: str) -> None:
+    """proton's ``send()`` settles the delivery before it returns, whatever the outcome: the sender's ``unsettled``
+    is back to 0 at once (ours used to settle it a moment later, on the container's thread) and the delivery reads
+    settled both ways. At most once the link settles what it sends: nothing is waited for."""
+    a = api(impl)
+    rejected = unique("unsettled-rej")
+    pbroker.outcome_for[rejected] = ("rejected", "amqp:precondition-failed", "nope")
+    conn = a.BlockingConnection(pbroker.url, timeout=5)
+    try:
+        sender = conn.create_sender(unique("unsettled"))
+        seen = []
+        for n in range(5):
+            delivery = sender.send(a.Message(body=n))
+            seen.append((sender.unsettled, delivery.settled, delivery.remote_state))
+        assert seen == [(0, True, a.Delivery.ACCEPTED)] * 5
+        refused = conn.create_sender(rejected)
+        with pytest.raises(a.SendException):
+            refused.send(a.Message(body="no"))
+        assert refused.unsettled == 0
+        at_most_once = conn.create_sender(unique("unsettled-amo"), options=a.reactor.AtMostOnce())
+        seen = []
+        for n in range(3):
+            delivery = at_most_once.send(a.Message(body=n))
+            seen.append((at_most_once.unsettled, delivery.settled, delivery.remote_state))
+        assert seen == [(0, False, 0)] * 3
     finally:
         conn.close()
 
