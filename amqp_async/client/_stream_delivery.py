@@ -25,8 +25,8 @@ _SECTION_NAMES = {0x76: "amqp-sequence", 0x77: "amqp-value"}
 
 class StreamDelivery(_Settlement):
     """One message read as it arrives (from a :class:`~amqp_async.StreamReceiver`): its sections before the body
-    with :meth:`message`, its body with :meth:`body_chunks` while its frames still come, settled like a
-    :class:`~amqp_async.Delivery` (``accept()``, ``reject()``, ``release()``, ``modify()``, ``async with``).
+    with :meth:`message`, its body with :meth:`body_chunks` (or :meth:`read`) while its frames still come, settled
+    like a :class:`~amqp_async.Delivery` (``accept()``, ``reject()``, ``release()``, ``modify()``, ``async with``).
 
     Only what the reader has not taken yet is held: the receiver's session window bounds it (the peer cannot send
     more frames than the window while they are unread).
@@ -51,6 +51,7 @@ class StreamDelivery(_Settlement):
         "_failure",
         "_head",
         "_iterating",
+        "_iterator_made",
         "_reader",
     )
 
@@ -61,14 +62,16 @@ class StreamDelivery(_Settlement):
         self._delivery = delivery
         self._outcome = _UNSETTLED
         self._reader = SectionReader()
-        self._chunks: deque[bytes] = deque()  # body pieces read and not handed out
+        # body pieces read and not handed out (a view: the rest of a piece that read() handed out a part of)
+        self._chunks: deque[bytes | memoryview] = deque()
         self._head: Message | None = None
         self._ended = False  # the reader saw the end of the message
         self._dropped = False  # the rest was given up (settled or discarded before the end)
         # What ended the message early (aborted, cut off, undecodable): every later read raises it again, where a
         # read that found the message ended would otherwise wait for frames that cannot come.
         self._failure: Exception | None = None
-        self._iterating = False
+        self._iterating = False  # the body is being read (read_message() would miss what was handed out)
+        self._iterator_made = False  # body_chunks() gave its iterator
 
     # --- state -----------------------------------------------------------------------------------------------
 
@@ -129,28 +132,96 @@ class StreamDelivery(_Settlement):
         :class:`~amqp_async.MessageBodyError` for a body that is no stream of bytes (amqp-sequence, or an
         amqp-value of another type than binary or string: use :meth:`read_message`, even after that error), a
         :class:`~amqp_async.DecodeError` for bytes that are not a message, and the link's, session's or
-        connection's error when it ends before the message does.
+        connection's error when it ends before the message does: with reconnect on, a connection lost mid-body
+        raises :class:`~amqp_async.LinkDetached` at once (the rest cannot come; the message, unsettled, comes again
+        once reconnected).
         """
-        if self._iterating and self._failure is None:  # after a failure, a new iterator raises it again
+        if self._iterator_made and self._failure is None:  # after a failure, a new iterator raises it again
             raise RuntimeError("the body of a delivery is iterated once")
-        self._iterating = True
+        self._iterator_made = self._iterating = True
         return _BodyChunks(self)
+
+    async def read(self, max_bytes: int = 65536) -> bytes:
+        """Up to ``max_bytes`` bytes of the body, as soon as some are there; ``b""`` once it was read to its end.
+
+        For a body parsed as it arrives (records with a length first, a header of a fixed size), where the chunks of
+        :meth:`body_chunks` come in sizes that say nothing of its structure: ``header = await delivery.read(16)``.
+        As asyncio's ``StreamReader.read`` and anyio's ``receive(max_bytes)``, it may return less than
+        ``max_bytes`` before the end (what has arrived). It mixes with :meth:`body_chunks` (called before or
+        after it: each byte is handed out once); :meth:`read_message` is refused once it was called.
+
+        Raises:
+            ValueError: ``max_bytes`` is below 1.
+            MessageBodyError, DecodeError, DeliveryAborted, LinkError, SessionError, ConnectionError: as the
+                iterator of :meth:`body_chunks`.
+        """
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be at least 1, got {max_bytes!r}")
+        self._iterating = True
+        piece = await self._next_piece()
+        if piece is None:
+            return b""
+        if len(piece) > max_bytes:
+            view = memoryview(piece)
+            self._chunks.appendleft(view[max_bytes:])  # the rest, uncopied: small reads of a large frame stay linear
+            piece = view[:max_bytes]
+        return piece if piece.__class__ is bytes else bytes(piece)
+
+    async def read_exactly(self, size: int) -> bytes:
+        """Exactly ``size`` bytes of the body (asyncio's ``StreamReader.readexactly``): waits until they arrived.
+
+        Raises:
+            ValueError: ``size`` is below 0.
+            MessageBodyError: the body ends before ``size`` more bytes (what was read of it is lost).
+            DecodeError, DeliveryAborted, LinkError, SessionError, ConnectionError: as :meth:`read`.
+        """
+        if size < 0:
+            raise ValueError(f"size must be at least 0, got {size!r}")
+        parts: list[bytes] = []
+        left = size
+        while left:
+            part = await self.read(left)
+            if not part:
+                raise MessageBodyError(
+                    f"the body of delivery {self.tag!r} ended {size - left} bytes into a read of {size}"
+                )
+            parts.append(part)
+            left -= len(part)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _next_piece(self) -> bytes | memoryview | None:
+        """The next piece of the body (waiting for it to arrive), or None at its end."""
+        chunks = self._chunks
+        reader = self._reader
+        while not chunks:
+            if reader.stopped:
+                kind = _SECTION_NAMES.get(reader.body_code or 0, "amqp-value")
+                raise MessageBodyError(
+                    f"the body is an {kind} section of another type than binary or string: no stream of bytes; "
+                    "read it whole with read_message()"
+                )
+            if self._ended and not self._dropped and self._failure is None:
+                return None
+            await self._pull()
+        return chunks.popleft()
 
     async def read_message(self) -> Message:
         """The whole message, body included, read into memory (for a small message, or a body that is no stream of
         bytes). Call it instead of :meth:`body_chunks`, before reading any of the body.
 
         Raises:
-            RuntimeError: the body is being read with :meth:`body_chunks`.
+            RuntimeError: the body is being read with :meth:`body_chunks` or :meth:`read`.
             DecodeError, DeliveryAborted, LinkError, SessionError, ConnectionError: as :meth:`body_chunks`.
         """
         # After a failure it raises that again; after body_chunks() refused a body that is no stream of bytes
         # (none of it was handed out) it reads it whole, as that error advises.
         if self._iterating and self._failure is None and not self._reader.stopped:
-            raise RuntimeError("the body is being read with body_chunks(): read_message() reads it whole instead")
-        self._iterating = True
+            raise RuntimeError(
+                "the body is being read with body_chunks() or read(): read_message() reads it whole instead"
+            )
+        self._iterator_made = self._iterating = True
         head = await self.message()
-        parts: list[bytes] = []
+        parts: list[bytes | memoryview] = []
         reader = self._reader
         if self._failure is not None:
             raise self._failure.with_traceback(None)
@@ -256,9 +327,20 @@ class StreamDelivery(_Settlement):
     async def _wait(self) -> None:
         receiver = self.receiver
         delivery = self._delivery
-        if delivery.link is not receiver._engine_link:
+        connection = receiver.connection
+        if delivery.link is not receiver._engine_link or connection._reconnecting:
+            # The frames still to come went with the lost connection, and none comes on the next one (deliveries
+            # are not resumed, §2.6.13: the peer sends the message again from its start). Said at once, not once
+            # reconnecting ends (up to its ``max_time``), as a stream sender's message is aborted at the loss.
             receiver._check()
-            raise LinkDetached("the link this delivery came on is gone (reconnected): its message is incomplete")
+            failure = LinkDetached(
+                f"the connection to {connection.address} was lost before the last frame of delivery "
+                f"{delivery.tag!r}: its message is incomplete (unsettled: the peer keeps it, to deliver it again)"
+            )
+            failure.__cause__ = connection._loss
+            self._failure = failure  # every later read raises it again
+            self._ended = True
+            raise failure
         if receiver.is_closed:
             receiver._check()
         await receiver.connection._wait_state()
@@ -299,17 +381,7 @@ class _BodyChunks:
         return self
 
     async def __anext__(self) -> bytes:
-        delivery = self._delivery
-        chunks = delivery._chunks
-        reader = delivery._reader
-        while not chunks:
-            if reader.stopped:
-                kind = _SECTION_NAMES.get(reader.body_code or 0, "amqp-value")
-                raise MessageBodyError(
-                    f"the body is an {kind} section of another type than binary or string: no stream of bytes; "
-                    "read it whole with read_message()"
-                )
-            if delivery._ended and not delivery._dropped and delivery._failure is None:
-                raise StopAsyncIteration
-            await delivery._pull()
-        return chunks.popleft()
+        piece = await self._delivery._next_piece()
+        if piece is None:
+            raise StopAsyncIteration
+        return piece if piece.__class__ is bytes else bytes(piece)  # the rest of one that read() took a part of

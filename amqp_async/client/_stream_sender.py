@@ -242,7 +242,8 @@ class StreamSender(_Link, Generic[_R]):
             TypeError, ValueError: ``body`` is not a body source, ``message`` has a body.
             MessageRejected, MessageReleased, MessageModified: the receiver did not accept it (an outcome given
                 before the end stops the stream, and is raised as well).
-            DeliveryAborted: the connection was lost before the message was sent whole (it was not delivered).
+            DeliveryAborted: the connection was lost before the message was sent whole (it was not delivered); with
+                ``reconnect=False``, the connection's :class:`~amqp_async.ConnectionLost` instead.
             DeliveryInDoubt: the connection or link ended after it was sent whole, before its outcome.
             LinkError, ConnectionError: the link or connection failed (e.g. ``amqp:link:message-size-exceeded``:
                 the message is larger than the peer takes).
