@@ -117,13 +117,23 @@ async def test_the_first_connect_goes_on_past_peers_of_another_protocol() -> Non
 
 
 @pytest.mark.anyio
-async def test_a_peer_of_another_protocol_is_named_in_the_error() -> None:
-    with foreign_peer(AMQP_0_9_1) as rabbit_0_9_1, anyio.fail_after(TIMEOUT), pytest.raises(ConnectError) as caught:
-        await amqp_async.connect(rabbit_0_9_1, sasl_enabled=False)
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (AMQP_0_9_1, "b'AMQP\\x00\\x00\\t\\x01' (AMQP 0-9-1)"),
+        # No AMQP header at all: its first bytes are named (they were said as "none (the peer sent nothing)").
+        (HTTP_ERROR, "b'HTTP/1.1' (HTTP)"),
+        (b"\x16\x03\x01\x00\x05hello", "b'\\x16\\x03\\x01\\x00\\x05hel' (a TLS handshake: the port wants amqps)"),
+        (b"SSH", "b'SSH'"),  # fewer than 8 bytes that cannot begin a header: not waited for
+    ],
+    ids=["amqp-0-9-1", "http", "tls", "short"],
+)
+async def test_a_peer_of_another_protocol_is_named_in_the_error(answer: bytes, named: str) -> None:
+    with foreign_peer(answer) as foreign, anyio.fail_after(TIMEOUT), pytest.raises(ConnectError) as caught:
+        await amqp_async.connect(foreign, sasl_enabled=False)
     assert caught.value.condition == "amqp:not-allowed"
     assert caught.value.description == (
-        f"cannot connect to {rabbit_0_9_1}: unsupported protocol header b'AMQP\\x00\\x00\\t\\x01' (AMQP 0-9-1); "
-        "b'AMQP\\x00\\x01\\x00\\x00' expected"
+        f"cannot connect to {foreign}: unsupported protocol header {named}; b'AMQP\\x00\\x01\\x00\\x00' expected"
     )
 
 

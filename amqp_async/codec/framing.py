@@ -39,6 +39,7 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "FramingError",
+    "NotAProtocolHeader",
     "ProtocolHeader",
     "UnsupportedProtocolError",
     "encode_frame",
@@ -121,6 +122,18 @@ class UnsupportedProtocolError(FramingError):
         )
 
 
+class NotAProtocolHeader(FramingError):
+    """The peer's first bytes are no AMQP protocol header at all (an HTTP response, a TLS record...).
+
+    Attributes:
+        received: those bytes (up to 8), to say what the peer speaks.
+    """
+
+    def __init__(self, received: bytes) -> None:
+        self.received = received
+        super().__init__(f"not an AMQP protocol header: {received!r}")
+
+
 _SUPPORTED_PROTOCOLS = frozenset({PROTOCOL_AMQP, PROTOCOL_TLS, PROTOCOL_SASL})
 
 
@@ -131,12 +144,12 @@ def parse_protocol_header(data: Buffer) -> ProtocolHeader:
         The protocol id and version: AMQP (0), TLS (2) or SASL (3), version 1.0.0.
 
     Raises:
-        FramingError: the bytes are not an AMQP protocol header at all (e.g. an HTTP request or a TLS record).
+        NotAProtocolHeader: the bytes are not an AMQP protocol header at all (e.g. an HTTP request or a TLS record).
         UnsupportedProtocolError: an AMQP header with another protocol id or version (carries the header).
     """
     raw = bytes(data)
     if len(raw) != 8 or raw[:4] != b"AMQP":
-        raise FramingError(f"not an AMQP protocol header: {raw[:8]!r}")
+        raise NotAProtocolHeader(raw[:8])
     header = ProtocolHeader(raw[4], raw[5], raw[6], raw[7])
     if header.protocol_id not in _SUPPORTED_PROTOCOLS or header.version != (1, 0, 0):
         raise UnsupportedProtocolError(header)
@@ -332,15 +345,16 @@ class FrameDecoder:
         (and those could still begin one).
 
         Raises:
-            FramingError / UnsupportedProtocolError: as :func:`parse_protocol_header`; a FramingError also as soon as
-                the first bytes cannot begin ``AMQP`` (a peer that sends three bytes of garbage is not waited for).
+            NotAProtocolHeader / UnsupportedProtocolError: as :func:`parse_protocol_header`; NotAProtocolHeader also
+                as soon as the first bytes cannot begin ``AMQP`` (a peer that sends three bytes of garbage is not
+                waited for).
         """
         avail = self._avail
         if avail < 8:
             if avail:
                 start = self._peek(min(avail, 4))
                 if start != b"AMQP"[: len(start)]:
-                    raise FramingError(f"not an AMQP protocol header: {start!r}")
+                    raise NotAProtocolHeader(self._peek(avail))
             return None
         data, pos = self._data, self._pos
         if len(data) - pos < 8:

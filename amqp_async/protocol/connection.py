@@ -42,7 +42,7 @@ from ..codec.framing import (
     PROTOCOL_TLS,
     SASL_HEADER,
     FrameDecoder,
-    FramingError,
+    NotAProtocolHeader,
     UnsupportedProtocolError,
     encode_frame,
 )
@@ -682,17 +682,18 @@ class Connection(Endpoint):
         decoder = self._decoder
         while self._phase != _DONE:
             if self._phase in (_AWAIT_SASL_HEADER, _AWAIT_AMQP_HEADER):
+                received = None
                 try:
                     parsed = decoder.next_protocol_header()
                 except UnsupportedProtocolError as exc:
                     header = exc.header.to_bytes()
-                except FramingError:
-                    header = b""  # not an AMQP protocol header at all
+                except NotAProtocolHeader as exc:
+                    header, received = b"", exc.received  # not an AMQP protocol header at all: said as it came
                 else:
                     if parsed is None:
                         return
                     header = parsed.to_bytes()
-                self._on_protocol_header(header)
+                self._on_protocol_header(header, received)
                 continue
             if self._phase == _AMQP and self.remote_open is not None and self.remote_state is not CLOSED:
                 # The ordinary transfers first, in one loop (transfer_intake); then the next frame, whatever it is.
@@ -703,8 +704,11 @@ class Connection(Endpoint):
             self.frames_received += 1
             self._on_raw_frame(*raw)
 
-    def _on_protocol_header(self, header: bytes) -> None:
-        """§2.2 / §5.3.1: accept the header we expect; otherwise answer with the one we support and stop."""
+    def _on_protocol_header(self, header: bytes, received: bytes | None = None) -> None:
+        """§2.2 / §5.3.1: accept the header we expect; otherwise answer with the one we support and stop.
+
+        ``header`` is the AMQP protocol header the peer sent, or ``b""`` when its first bytes (``received``, named in
+        the error: an HTTP response, a TLS record...) were none."""
         expected = SASL_HEADER if self._phase == _AWAIT_SASL_HEADER else AMQP_HEADER
         if self.role == SERVER and self._phase == _AWAIT_SASL_HEADER and not self.require_sasl:
             # SASL is offered but optional: a client may go straight to AMQP, and one that sends neither header is
@@ -721,7 +725,8 @@ class Connection(Endpoint):
                 ConnectionClosed(
                     error=error(
                         conditions.NOT_ALLOWED,
-                        f"unsupported protocol header {describe_header(bytes(header))}; {expected!r} expected",
+                        f"unsupported protocol header {describe_header(received or bytes(header))}; "
+                        f"{expected!r} expected",
                     ),
                     remote=False,
                     protocol_header=bytes(header),
