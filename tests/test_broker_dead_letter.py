@@ -205,7 +205,9 @@ async def test_a_message_refused_by_a_full_queue_is_rejected_to_its_producer_and
         "queue-full",
         "small",
         condition="amqp:resource-limit-exceeded",
-        description="queue 'small' is full (1)",
+        # it names the option to change
+        description="queue 'small' is full (1 message): run the broker with a larger --max-queue-depth, or consume "
+        "from it",
         since=since,
     )
     assert without(dead.payload, "message-annotations") == without(ORIGINAL.encode(), "message-annotations")

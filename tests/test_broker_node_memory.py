@@ -66,7 +66,10 @@ def test_python_qpid_proton_attaching_to_new_addresses_is_refused_once_the_room_
             assert made == (LIMIT - ENDPOINT_SIZE) // NODE_SIZE  # the connection's session takes its room too
             assert raised.value.condition == CONDITION
             remote = raised.value.link.remote_condition
-            assert f"no room for a new queue 'queue-{made}' within the broker's memory limit" in remote.description
+            assert remote.description == (
+                f"no room for a new queue 'queue-{made}' within the broker's memory limit ({LIMIT} bytes): "
+                "run the broker with a larger --max-memory"
+            )  # it names the option to change
             # the queues made still take attaches (the room is the nodes': their producers get no credit)
             connection.create_receiver("queue-0").close()
         finally:
@@ -153,7 +156,7 @@ def test_python_qpid_proton_attaching_links_is_refused_past_half_the_limit_and_r
             description = raised.value.link.remote_condition.description
             assert description == (
                 "no room for another link: sessions and links take at most half the broker's memory limit "
-                f"({LIMIT} bytes)"
+                f"({LIMIT} bytes): run the broker with a larger --max-memory"
             )
             receivers.pop().close()  # a detach gives its room back
             receivers.append(connection.create_receiver("crowd", name="in-its-place"))

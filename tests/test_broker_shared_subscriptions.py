@@ -118,6 +118,19 @@ def consumers(broker: Broker, key: str) -> int:
     return len(broker.topics[TOPIC].subscriptions[key].consumers)
 
 
+def test_the_connection_offers_shared_subs_as_qpid_jms_checks_before_a_shared_consumer() -> None:
+    """Qpid JMS reads SHARED-SUBS in the open frame's offered-capabilities (§2.7.1) before it makes a shared
+    consumer (``AmqpConnection.isSharedSubsSupported``): the broker supports them, so it offers it there, beside
+    ANONYMOUS-RELAY and amqp:local-transactions. Before, the connection did not offer it."""
+    with BrokerThread() as running:
+        connection = connect(running.url, "ID:jms")
+        try:
+            offered = {str(capability) for capability in connection.conn.remote_offered_capabilities}
+        finally:
+            connection.close()
+    assert offered == {"ANONYMOUS-RELAY", "amqp:local-transactions", "SHARED-SUBS"}
+
+
 def test_a_global_shared_durable_subscription_is_one_across_containers_and_unsubscribes_by_its_name() -> None:
     with BrokerThread() as running:
         url, broker = running.url, running.broker

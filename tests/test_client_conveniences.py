@@ -349,6 +349,7 @@ async def test_send_many_returns_the_outcomes_in_order() -> None:
 
 
 async def test_send_many_reports_rejected_messages_and_keeps_the_others() -> None:
+    FULL = "queue 'q' is full (3 messages): run the broker with a larger --max-queue-depth, or consume from it"
     # The broker holds 3 messages and refuses more (when_full="reject"): messages 3 and 4 are rejected with
     # amqp:resource-limit-exceeded, 0 to 2 accepted.
     with anyio.fail_after(TIMEOUT):
@@ -363,12 +364,13 @@ async def test_send_many_reports_rejected_messages_and_keeps_the_others() -> Non
                 error = failed.results[index]
                 assert isinstance(error, MessageRejected)
                 assert error.condition == "amqp:resource-limit-exceeded"
-                assert error.description == "queue 'q' is full (3)"
+                # it names the option to change (the broker's --max-queue-depth)
+                assert error.description == FULL
             assert failed.outcomes == {0: Accepted(), 1: Accepted(), 2: Accepted()}
             assert failed.condition == "amqp:resource-limit-exceeded"
             assert str(failed) == (
                 "amqp:resource-limit-exceeded: 2 of 5 messages failed; the first, #3: "
-                "amqp:resource-limit-exceeded: queue 'q' is full (3) (sent to 'q')"
+                f"amqp:resource-limit-exceeded: {FULL} (sent to 'q')"
             )  # the refusal names its sender's address (DeliveryError.address)
             assert isinstance(failed, amqp_async.AMQPError)
             assert queued_bodies(broker, "q") == [0, 1, 2]

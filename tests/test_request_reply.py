@@ -85,9 +85,10 @@ async def capabilities(url: str) -> PeerCapabilities:
 async def test_the_embedded_broker(tmp_path: Path) -> None:
     with broker_process(tmp_path, "--quiet") as broker:
         assert await capabilities(broker.url) == PeerCapabilities(
-            offered=frozenset({"ANONYMOUS-RELAY", "amqp:local-transactions"}),
+            offered=frozenset({"ANONYMOUS-RELAY", "amqp:local-transactions", "SHARED-SUBS"}),
             anonymous_relay=True,
             local_transactions=True,
+            shared_subscriptions=True,
         )
         lines = await anyio.to_thread.run_sync(run_example, broker.url, "requests")
     assert lines[0] == "replies through the anonymous relay"

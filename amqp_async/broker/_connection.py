@@ -47,13 +47,14 @@ from ..protocol.sasl import SaslServer
 from ..types import symbol
 from ._consumers import (
     OUTPUT_LIMIT,
+    SHARED_SUBS,
     TERMINAL,
     Outbound,
     attach_outbound,
     settle_by_default,
     unsubscribe,
 )
-from ._flow import WINDOW
+from ._flow import MORE_MEMORY, WINDOW
 from ._nodes import FailedAttempt
 from ._producers import (
     AWAITING_SETTLEMENT_LIMIT,
@@ -120,7 +121,7 @@ def _lost(event: ev.ConnectionClosed) -> Error | None:
 def _no_room_for(what: str, max_memory: int | None) -> str:
     return (
         f"no room for another {what}: sessions and links take at most half the broker's memory limit "
-        f"({max_memory} bytes)"
+        f"({max_memory} bytes): {MORE_MEMORY}"
     )
 
 
@@ -151,7 +152,9 @@ class ServerConnection:
             container_id=broker.container_id,
             sasl=SaslServer(mechanisms, broker._store),
             require_sasl=not broker.allow_anonymous,
-            offered_capabilities=["ANONYMOUS-RELAY", LOCAL_TRANSACTIONS],
+            # §2.7.1 "the extension capabilities the sender supports": SHARED-SUBS too, which Qpid JMS checks on the
+            # connection before it makes a shared consumer (shared subscriptions: ._consumers)
+            offered_capabilities=["ANONYMOUS-RELAY", LOCAL_TRANSACTIONS, SHARED_SUBS],
             # §2.4.5: the idle-time-out announced "SHOULD be half the peer's actual timeout threshold"
             idle_timeout=idle,
             advertised_idle_timeout=None if idle is None else idle / 2,

@@ -77,6 +77,16 @@ def _worth(limit: int) -> int:
     return min(WINDOW // 2, max(1, limit // 2))
 
 
+#: What a refusal for the memory limit tells the user to change (the broker's command-line option).
+MORE_MEMORY = "run the broker with a larger --max-memory"
+
+
+def no_room_within_memory(what: str, max_memory: int | None) -> str:
+    """The description of a refusal of ``what`` (e.g. "a new queue 'x'") for the memory limit: it names the option
+    that lifts it, so that the user reading it knows what to change."""
+    return f"no room for {what} within the broker's memory limit ({max_memory} bytes): {MORE_MEMORY}"
+
+
 class NoRoomForNode(Exception):
     """The memory limit leaves no room for a new node: what asked for it is refused with
     ``amqp:resource-limit-exceeded`` and these words."""

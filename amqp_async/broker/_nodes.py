@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import DecodeError
 from ..message import Message
-from ._flow import NoRoomForNode
+from ._flow import NoRoomForNode, no_room_within_memory
 from ._sections import NO_TTL, cannot_expire, delivery_failed, expiry, merge_annotations, with_ttl, with_ttl_at
 from ._store import is_durable
 
@@ -964,10 +964,7 @@ class Topic:
             name = f"{self.name}#{key}"
             if flow is not None:
                 if refusable and not flow.room_for_node():
-                    raise NoRoomForNode(
-                        f"no room for a new subscription to {self.name!r} within the broker's memory limit "
-                        f"({flow.max_memory} bytes)"
-                    )
+                    raise NoRoomForNode(no_room_within_memory(f"a new subscription to {self.name!r}", flow.max_memory))
                 flow.hold_node()
             queue = self.subscriptions[key] = Queue(
                 name,

@@ -3,7 +3,8 @@
 Addresses name queues, made on first attach (or first message, for an anonymous sender). Addresses that start
 with ``topic://`` (or sources with the ``topic`` capability) are topics: every subscriber gets a copy. A dynamic
 source gets a temporary queue, deleted when its link detaches. ANONYMOUS-RELAY is offered: a sender with a null
-target routes each message by its ``to`` address.
+target routes each message by its ``to`` address; so are ``amqp:local-transactions`` and SHARED-SUBS (shared
+topic subscriptions, :mod:`._consumers`).
 
 All connections run on one event loop; a message routed by one connection is transferred by another connection's
 engine directly (synchronously, on the loop thread), which then wakes that connection's writer. Each connection is
@@ -44,7 +45,7 @@ from ._accept import steady
 from ._bodies import BodyFile, BodySpool
 from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ServerConnection
 from ._deadletter import DeadLetters
-from ._flow import Flow, NoRoomForNode
+from ._flow import Flow, NoRoomForNode, no_room_within_memory
 from ._nodes import Consumer, Entry, Queue, Topic
 from ._store import Store, StoredQueue
 from ._transactions import DEFAULT_MAX_TRANSACTIONS
@@ -73,6 +74,8 @@ DEFAULT_EXPIRY_INTERVAL = 1.0
 DEFAULT_LARGE_MESSAGE_SIZE = 1 << 20
 #: The share of the memory limit the messages held must fall to before the broker says there is room again.
 ROOM_AGAIN = 0.75
+#: What the refusal of a message for a full queue tells the user to change (the broker's command-line option).
+MORE_DEPTH = "run the broker with a larger --max-queue-depth, or consume from it"
 
 
 def _error(condition: str, description: str) -> Error:
@@ -430,7 +433,7 @@ class Broker:
         """Count a node about to be made in the memory limit, or refuse it (see :mod:`._flow`)."""
         flow = self.flow
         if refusable and not flow.room_for_node():
-            raise NoRoomForNode(f"no room for a new {what} within the broker's memory limit ({flow.max_memory} bytes)")
+            raise NoRoomForNode(no_room_within_memory(f"a new {what}", flow.max_memory))
         flow.hold_node()
 
     def _is_topic(self, address: str, capabilities: Any = None) -> bool:
@@ -447,7 +450,9 @@ class Broker:
         except NoRoomForNode as exc:
             return _error(conditions.RESOURCE_LIMIT_EXCEEDED, str(exc))
         if queue.full:
-            description = f"queue {address!r} is full ({queue.max_depth})"
+            # named so that the user knows which option to change (--max-queue-depth, of the command line)
+            depth = queue.max_depth
+            description = f"queue {address!r} is full ({depth} message{'' if depth == 1 else 's'}): {MORE_DEPTH}"
             condition = conditions.RESOURCE_LIMIT_EXCEEDED
             # the producer hears of it (rejected); with a dead-letter queue the message is kept there too
             self.dead_letters(None, entry, "queue-full", description, condition=condition, source=address)

@@ -33,6 +33,7 @@ from ..codec.delivery_states import Accepted
 from ..codec.performatives import Error
 from ..codec.transactions import TransactionalState
 from ..types import symbol
+from ._flow import no_room_within_memory
 
 if TYPE_CHECKING:
     from ._flow import Flow
@@ -164,7 +165,7 @@ class Coordinator:
                 raise TransactionRefused(
                     _error(
                         conditions.RESOURCE_LIMIT_EXCEEDED,
-                        f"no room for a new transaction within the broker's memory limit ({flow.max_memory} bytes)",
+                        no_room_within_memory("a new transaction", flow.max_memory),
                     )
                 )
         if flow is not None:

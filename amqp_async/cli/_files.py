@@ -8,9 +8,11 @@ in a data section per read. The message carries the file's name in the applicati
 Each message received with ``--output-dir`` is written to a file of its own as its frames arrive (never held
 whole: see :class:`~amqp_async.StreamReceiver`), first as ``NAME.part``, renamed to ``NAME`` once complete and only
 then settled. ``NAME`` is the message's ``filename`` application property when it is a plain file name (no
-directory part, at most 240 bytes), else its message id (characters other than letters, digits, ``.``, ``-`` and
-``_`` replaced by ``_``), else ``message-N`` (its number in the run); an existing file is never overwritten:
-``-1``, ``-2``... is added before the extension. A body that is no stream of bytes (an amqp-value map, amqp-sequence
+directory part, no control or format character, no leading ``-``, at most 240 bytes), else its message id
+(characters other than letters, digits, ``.``, ``-`` and ``_`` replaced by ``_``; no leading ``.`` or ``-``, no
+trailing ``.``), else ``message-N`` (its number in the run): nothing is ever written outside the directory. An
+existing file (or symbolic link, even a dangling one) is never overwritten: ``-1``, ``-2``... is added before the
+extension. A body that is no stream of bytes (an amqp-value map, amqp-sequence
 sections) is written as JSON. A message that fails midway leaves no file: one its sender aborted is skipped (it is
 settled, §2.6.14) and the run goes on; on any other failure (its link lost) it is released and the run ends.
 """
@@ -22,6 +24,7 @@ import os
 import re
 import stat
 import sys
+import unicodedata
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +35,7 @@ from ..client import DeliveryMode, StreamDelivery, connect
 from ..errors import DeliveryAborted
 from ..message import Message, MessageBodyError
 from ._bodies import MessageTemplate
+from ._browse import check_browsing
 from ._exit import CommandFailed, ExitCode
 from ._run import blocking_read
 from ._transfer_progress import TransferProgress
@@ -154,17 +158,32 @@ def _fits(name: str) -> bool:
         return False
 
 
+#: Unicode categories no name taken from a message may hold: controls (a newline split the listing on stdout, so
+#: that a sender could add a line naming any path to what a script then reads), format characters (U+202E, the
+#: right-to-left override, showed ``gnp.exe`` as ``exe.png``), surrogates, line and paragraph separators.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _plain_name(given: str) -> str | None:
+    """``given`` when it is a plain file name to write in the output directory: no directory part (``/``, ``\\``),
+    not ``.`` or ``..``, nothing unprintable, no leading ``-`` (read as an option by the tools a script hands the
+    listed paths to: ``./-rf``), and short enough; else None."""
+    if os.path.basename(given.replace("\\", "/")) != given or given in ("", ".", "..") or given.startswith("-"):
+        return None
+    if any(unicodedata.category(character) in _UNPRINTABLE for character in given):
+        return None  # NUL included (Cc)
+    return given if _fits(given) else None
+
+
 def output_name(message: Message, number: int, directory: Path) -> Path:
     """Where a received message goes in ``directory`` (see the module's description): a name no file has yet."""
     name = None
     properties = message.properties or {}
     given = properties.get(FILENAME_PROPERTY)
     if isinstance(given, str):
-        base = os.path.basename(given.replace("\\", "/"))
-        if base == given and base not in ("", ".", "..") and "\0" not in base and _fits(base):
-            name = base
+        name = _plain_name(given)
     if name is None and message.id is not None:
-        name = _UNSAFE.sub("_", str(message.id)).strip(".") or None
+        name = _UNSAFE.sub("_", str(message.id)).lstrip("-.").rstrip(".") or None
         if name is not None and not _fits(name):
             name = None
     if name is None:
@@ -172,7 +191,8 @@ def output_name(message: Message, number: int, directory: Path) -> Path:
     candidate = directory / name
     stem, dot, extension = name.partition(".") if not name.startswith(".") else (name, "", "")
     counter = 0
-    while candidate.exists() or candidate.with_name(candidate.name + ".part").exists():
+    # lexists: a symbolic link there, even one to nothing, is a file not to replace
+    while os.path.lexists(candidate) or os.path.lexists(candidate.with_name(candidate.name + ".part")):
         counter += 1
         candidate = directory / f"{stem}-{counter}{dot}{extension}"
     return candidate
@@ -200,6 +220,8 @@ async def receive_files(
     out = sys.stdout
     async with connect(url, **options) as connection:
         receiver = await connection.open_stream_receiver(address, **link_options, credit=0)
+        if link_options.get("distribution_mode") == "copy":
+            check_browsing(connection, receiver, address)
         with TransferProgress("received", None, count, quiet=quiet) as progress:
             while count is None or progress.files < count:
                 wanted = credit if count is None else min(credit, count - progress.files)

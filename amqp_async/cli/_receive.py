@@ -16,6 +16,7 @@ from ..client import Delivery, Receiver, connect
 from ..codec.conditions import LINK_MESSAGE_SIZE_EXCEEDED
 from ..errors import LinkError
 from ..message import Message
+from ._browse import check_browsing
 from ._connect import connect_arguments, connection_options, split_connection_options
 from ._exit import CommandFailed, ExitCode
 from ._files import receive_files
@@ -107,6 +108,8 @@ async def _receive(url: str | None, options: dict[str, Any], plan: ReceivePlan) 
     immediate = bool(getattr(out, "write_through", False) or getattr(out, "line_buffering", False))
     async with connect(url, **options) as connection:
         receiver = await connection.open_receiver(plan.address, **link_options)
+        if plan.browse:
+            check_browsing(connection, receiver, plan.address)
         with RunProgress("received", plan.count, quiet=plan.quiet) as progress:
             while plan.count is None or progress.messages < plan.count:
                 _top_up(receiver, plan, progress.messages)
