@@ -14,6 +14,7 @@ from ..protocol.streaming import StreamingDelivery
 from ._delivery import _UNSETTLED, _Settlement
 
 if TYPE_CHECKING:
+    from ..codec.values import AMQPValue
     from ..protocol.delivery import Delivery as EngineDelivery
     from ._stream_receiver import StreamReceiver
     from ._transaction import Transaction
@@ -93,7 +94,7 @@ class StreamDelivery(_Settlement):
         return delivery.received if isinstance(delivery, StreamingDelivery) else len(delivery.payload)
 
     @property
-    def footer(self) -> dict[Any, Any] | None:
+    def footer(self) -> dict[AMQPValue, AMQPValue] | None:
         """The message's footer, once the body was read to its end (None before, or without one)."""
         footer = self._reader.footer
         if footer is None:
