@@ -427,6 +427,36 @@ def test_link_detached_later_by_proton_peer(impl: str) -> None:
     assert not peer.is_alive()
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_link_used_after_the_programs_own_close(pbroker: ProtonBroker, impl: str) -> None:
+    """A sender or receiver the program closed itself, used again: proton waits out the timeout and raises
+    ``Timeout``; ours raises at once a ``LinkDetached`` that says the program closed it (it said "closed by peer",
+    which was false) and is also ``amqp_async.ClosedByApplication``."""
+    import amqp_async
+
+    a = api(impl)
+    conn = a.BlockingConnection(pbroker.url, timeout=10)  # proton's is not a context manager
+    try:
+        sender = conn.create_sender(unique("closed-sender"))
+        receiver = conn.create_receiver(unique("closed-receiver"))
+        sender.close()
+        receiver.close()
+        calls = [lambda: sender.send(a.Message(body="late"), timeout=0.5), lambda: receiver.receive(timeout=0.5)]
+        for call in calls:
+            if impl == "proton":
+                with pytest.raises(a.Timeout):
+                    call()
+                continue
+            with pytest.raises(a.LinkDetached) as raised:
+                call()
+            error = raised.value
+            assert "closed by the program" in str(error) and "peer" not in str(error)
+            assert isinstance(error, amqp_async.ClosedByApplication)
+            assert error.condition == amqp_async.errors.CLOSED_BY_APPLICATION
+    finally:
+        conn.close()
+
+
 def test_link_refused_by_our_broker(broker: BrokerThread) -> None:
     a = api("amqp_async.proton")
     with a.BlockingConnection(broker.url, timeout=5) as conn:

@@ -57,6 +57,7 @@ from ._data_tree import (
     _ROOT,
     UnmappedType,
     _attach,
+    _count_key_hash,
     _DataKeyError,
     _DataOverflowError,
     _DataTypeError,
@@ -574,9 +575,11 @@ class Data:
         if not self.enter():
             return None
         result: dict[Any, Any] = {}
+        hashes: dict[int, int] | None = None
         try:
             while self.next() is not None:
                 key = self.get_object()
+                hashes = _count_key_hash(hashes, key)
                 result[key] = self.get_object() if self.next() is not None else None
         finally:
             self.exit()

@@ -16,6 +16,7 @@ from ..codec._decoder import (
     _ELEMENT_TYPES,
     _ZERO_WIDTH,
     MAX_DEPTH,
+    MAX_KEYS_OF_ONE_HASH,
     _check_zero_width_count,
     _compound_bounds,
 )
@@ -67,6 +68,36 @@ class _DataKeyError(DataException, KeyError):
 
 def _decode_error(exc: DecodeError) -> DataException:
     return DataException(f"invalid AMQP data: {exc.description}", condition="amqp:decode-error")
+
+
+def _count_key_hash(hashes: dict[int, int] | None, key: Any) -> dict[int, int] | None:
+    """Count the keys of one map by hash, as :meth:`Data.get_dict` and :meth:`Data.get_object` build it; refuse
+    more than :data:`~amqp_async.codec._decoder.MAX_KEYS_OF_ONE_HASH` of one hash.
+
+    The codec's bound (``_count_key_hash``), for the maps built from a ``Data`` tree, which the peer fills too (a
+    terminus's ``filter`` and ``properties``, bytes given to :meth:`Data.decode`): a dict takes time in the square
+    of the number of keys that share a hash, and a peer can send any number of uuid keys of one hash (a uuid
+    hashes as its number modulo 2**61 - 1), described keys holding them, or doubles (``c * 2.0**61`` hashes as
+    ``c``). 4,000 uuid keys took over a second. Strings, symbols and binaries are left out: they hash with a
+    secret key. Keys alike in hash by chance are never that many.
+
+    Raises:
+        DataException: too many keys of one hash (condition ``amqp:decode-error``).
+        TypeError: an unhashable key.
+    """
+    if isinstance(key, (str, bytes)):
+        return hashes
+    if hashes is None:
+        hashes = {}
+    key_hash = hash(key)
+    seen = hashes.get(key_hash, 0) + 1
+    if seen > MAX_KEYS_OF_ONE_HASH:
+        raise DataException(
+            f"invalid AMQP data: a map has more than {MAX_KEYS_OF_ONE_HASH} keys of one hash (hash flooding)",
+            condition="amqp:decode-error",
+        )
+    hashes[key_hash] = seen
+    return hashes
 
 
 class UnmappedType:
@@ -366,11 +397,7 @@ def _to_object(node: _Node) -> Any:
     if kind == TypeCode.LIST:
         return [_to_object(child) for child in node.children]
     if kind == TypeCode.MAP:
-        items = node.children
-        try:
-            return {_to_object(items[i]): _to_object(items[i + 1]) for i in range(0, len(items) - 1, 2)}
-        except TypeError as exc:
-            raise _malformed(f"a map key is not hashable: {exc}") from None
+        return _map_to_dict(node.children)
     if kind == TypeCode.DESCRIBED:
         parts = [_to_object(child) for child in node.children[:2]] + [None, None]
         return Described(parts[0], parts[1])
@@ -381,6 +408,19 @@ def _to_object(node: _Node) -> Any:
             descriptor, children = _to_object(children[0]), children[1:]
         return Array(descriptor, node.value, *(_to_object(child) for child in children))
     return node.value
+
+
+def _map_to_dict(items: list[_Node]) -> dict[Any, Any]:
+    result: dict[Any, Any] = {}
+    hashes: dict[int, int] | None = None
+    try:
+        for i in range(0, len(items) - 1, 2):
+            key = _to_object(items[i])
+            hashes = _count_key_hash(hashes, key)
+            result[key] = _to_object(items[i + 1])
+    except TypeError as exc:
+        raise _malformed(f"a map key is not hashable: {exc}") from None
+    return result
 
 
 # --- formatting (proton-c's pn_data_format) --------------------------------------------------------------------

@@ -96,24 +96,36 @@ class Terminus:
             if composite.capabilities is not None:
                 terminus.capabilities.put_object(_symbol_array(composite.capabilities))
             return terminus
-        terminus.address = None if composite.address is None else str(composite.address)
-        terminus.durability = int(composite.durable)
-        terminus.expiry_policy = _EXPIRY_CODES.get(str(composite.expiry_policy), cls.EXPIRE_WITH_SESSION)
-        terminus.timeout = int(composite.timeout)
-        terminus.dynamic = bool(composite.dynamic)
+        if composite.address is not None or composite.dynamic:
+            terminus._read_node_fields(composite)
+        elif isinstance(composite, Source):
+            # A source that names no node and asks for none: proton-c reads it as an unspecified terminus, as if
+            # there were no source (§2.6.3: a link with no source never produces messages).
+            terminus.type = cls.UNSPECIFIED
+        # Without a node, proton-c drops the scalar fields too (a durability of 2 reads 0), here as in proton;
+        # what it keeps as Data (properties, capabilities, filter, outcomes) is kept in every case.
         if composite.dynamic_node_properties is not None:
             terminus.properties.put_object(composite.dynamic_node_properties)
         if composite.capabilities is not None:
             terminus.capabilities.put_object(_symbol_array(composite.capabilities))
         if isinstance(composite, Source):
-            mode = None if composite.distribution_mode is None else str(composite.distribution_mode)
-            terminus.distribution_mode = {"copy": cls.DIST_MODE_COPY, "move": cls.DIST_MODE_MOVE}.get(mode or "", 0)
             if composite.filter is not None:
                 terminus.filter.put_object(composite.filter)
             if composite.outcomes is not None:
                 terminus.outcomes.put_object(_symbol_array(composite.outcomes))
             terminus.default_outcome = composite.default_outcome
         return terminus
+
+    def _read_node_fields(self, composite: Source | Target) -> None:
+        """Read the fields of a peer's terminus that name its node and say how it lasts."""
+        self.address = None if composite.address is None else str(composite.address)
+        self.durability = int(composite.durable)
+        self.expiry_policy = _EXPIRY_CODES.get(str(composite.expiry_policy), self.EXPIRE_WITH_SESSION)
+        self.timeout = int(composite.timeout)
+        self.dynamic = bool(composite.dynamic)
+        if isinstance(composite, Source):
+            mode = None if composite.distribution_mode is None else str(composite.distribution_mode)
+            self.distribution_mode = {"copy": self.DIST_MODE_COPY, "move": self.DIST_MODE_MOVE}.get(mode or "", 0)
 
     def _composite(self) -> Source | Target | Coordinator | None:
         """The source or target to send in attach (None for an unspecified terminus)."""

@@ -24,8 +24,10 @@ Consequences worth knowing:
 Differences from proton, all in the direction of failing sooner: a link the peer closes (with or without an error)
 raises :class:`LinkDetached` from the next (or current) operation on that link only, rather than from whatever
 happens to be waiting; a connection closed by the peer raises :class:`ConnectionClosed` from every later blocking
-call rather than once; :meth:`BlockingConnection.close` never raises (an unanswered close is given up after the
-connection's timeout and the socket dropped).
+call rather than once; a link the program closed itself (:meth:`BlockingLink.close`) raises, when used again, a
+:class:`LinkDetached` that says so and is also :class:`amqp_async.ClosedByApplication` (proton waits out the timeout
+and raises :class:`Timeout`); :meth:`BlockingConnection.close` never raises (an unanswered close is given up after
+the connection's timeout and the socket dropped).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
-from ..errors import AMQPError
+from ..errors import CLOSED_BY_APPLICATION, AMQPError, ClosedByApplication
 from ..errors import LinkDetached as _AMQPLinkDetached
 from ._condition import Condition
 from ._delivery import Delivery
@@ -98,7 +100,8 @@ class SendException(ProtonException):
 
 
 class LinkDetached(LinkException, _AMQPLinkDetached):
-    """The peer closed a link unexpectedly (it refused it, or detached it later).
+    """The peer closed a link unexpectedly (it refused it, or detached it later); or, also a
+    :class:`amqp_async.ClosedByApplication`, the program used a link it had closed itself.
 
     Attributes:
         link: the link.
@@ -118,6 +121,23 @@ class LinkDetached(LinkException, _AMQPLinkDetached):
         super().__init__(text, condition=remote.name if remote else None)
         self.link = link
         self.condition = remote.name if remote else None  # type: ignore[assignment]  # proton's: None if none
+
+
+class _LinkClosedByProgram(LinkDetached, ClosedByApplication):
+    """The program used a :class:`BlockingSender` or :class:`BlockingReceiver` after closing it itself: a mistake in
+    the program, not the peer's doing. A :class:`LinkDetached` (what ``except`` clauses around blocking calls
+    catch) that is also :class:`amqp_async.ClosedByApplication`, with its condition
+    (``amqp-async:closed-by-application``). proton raises :class:`Timeout` there, once the connection's timeout
+    has passed."""
+
+    def __init__(self, link: Link) -> None:
+        if link.is_sender:
+            text = f"sender {link.name} to {link.target.address} was closed by the program"
+        else:
+            text = f"receiver {link.name} from {link.source.address} was closed by the program"
+        ProtonException.__init__(self, text, condition=CLOSED_BY_APPLICATION)
+        self.link = link
+        self.condition = CLOSED_BY_APPLICATION
 
 
 class ConnectionClosed(ConnectionException):
@@ -358,6 +378,9 @@ class _ConnectionState:
         self.closing = False
         self.closed_by_peer = False
         self.disconnected: Any = None  # the transport's condition (or "unknown") once it ended unexpectedly
+        # Links the program closed (BlockingLink.close) before the peer closed them: using them again is the
+        # program's mistake, not a detach by the peer (see _LinkClosedByProgram).
+        self.closed_by_program: weakref.WeakSet[Link] = weakref.WeakSet()
 
 
 class _ConnectionHandler(Handler):
@@ -442,8 +465,15 @@ class BlockingLink:
         """Close the link and wait for the peer to close its end (not when the connection is gone)."""
         connection = self.connection
         link = self.link
+        closed_by_program = connection._state.closed_by_program
+
+        def close() -> None:  # on the container's thread, so that the peer's close cannot come in between
+            if not link.state & Endpoint.REMOTE_CLOSED:
+                closed_by_program.add(link)
+            link.close()
+
         if connection._usable():
-            connection._call(link.close)
+            connection._call(close)
             connection.wait(
                 lambda: not (link.state & Endpoint.REMOTE_ACTIVE) or not connection._usable(),
                 msg=f"Closing link {link.name}",
@@ -980,6 +1010,8 @@ class BlockingConnection(Handler):
                 f"Connection {self.url or self._target} disconnected: {state.disconnected}",
                 condition=getattr(state.disconnected, "name", None),
             )
+        if link is not None and link in state.closed_by_program:
+            raise _LinkClosedByProgram(link)
         if link is not None and link.state & Endpoint.REMOTE_CLOSED:
             if link.state & Endpoint.LOCAL_ACTIVE:
                 self._post(link.close)
