@@ -18,7 +18,7 @@ import pytest
 import amqp_async
 from amqp_async import Message
 from amqp_async.broker import Broker, BrokerThread
-from amqp_async.broker._flow import WINDOW, Flow, Producer
+from amqp_async.broker._flow import UNSEEN_SIZE, WINDOW, Flow, Producer
 
 proton = pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton import Message as ProtonMessage  # noqa: E402 - after the importorskip that explains its absence
@@ -51,18 +51,16 @@ def producer(flow: Flow) -> Link:
 
 def test_a_producer_starved_by_unused_credit_gets_a_share_of_the_free_room_at_the_second_sweep() -> None:
     flow = Flow(max_memory=100 * LARGE)
-    idle = producer(flow)
-    flow.hold(16)  # a small message: the idle producer holds a full window counted at that size
-    flow.drop(16)
-    assert idle.value == WINDOW
-    flow.hold(LARGE)  # one large message, consumed: nothing held, every message now counted at 3 MiB
-    flow.drop(LARGE)
+    flow.hold(UNSEEN_SIZE)  # a message of 64 KiB, consumed: nothing held
+    flow.drop(UNSEEN_SIZE)
+    idle = [producer(flow) for _ in range(2)]
+    assert [link.value for link in idle] == [WINDOW, WINDOW]  # 250 MiB of 300 promised, counted at 64 KiB each
     starved = producer(flow)
-    assert starved.value == 0  # the room (100 messages) is promised to the idle producer's 2,000 credits
+    assert starved.value == 0  # the room left (800 messages) is less than a window worth granting
     assert flow.unstall() == 0  # starved since the last sweep only: not yet
     assert flow.unstall() == 1
-    # half the room really free (100 messages of 3 MiB), all of it to the one producer starved
-    assert starved.value == 50
+    # half the room really free (4,800 messages of 64 KiB), at most half a window
+    assert starved.value == WINDOW // 2
     assert not flow.starved
 
 

@@ -93,7 +93,8 @@ def test_a_producer_s_first_window_is_lowered_once_its_first_message_shows_the_s
     producer = Producer(link.credit, link.grant, None)
     flow.add(producer)
     assert link.value == LIMIT // UNSEEN_SIZE  # counted at the guess: room for 128 messages of 64 KiB
-    link.value -= 1  # its first message comes, and is held
+    link.value -= 1  # its first message comes (the connection takes it: took), and is held
+    flow.took(producer, SIZE)
     flow.hold(SIZE)
     flow.top_up(producer)
     # before: 127 credits held, worth 32 MiB under an 8 MiB limit: the rest were rejected once the memory was full
@@ -102,6 +103,7 @@ def test_a_producer_s_first_window_is_lowered_once_its_first_message_shows_the_s
     # Lowered once: the windows granted after are counted with its size, and a producer that changes size is
     # checked message by message (tests/test_broker_limits.py), not lowered again.
     link.value -= 1
+    flow.took(producer, 4 * SIZE)
     flow.hold(4 * SIZE)
     flow.top_up(producer)
     assert link.value == (LIMIT - SIZE) // SIZE - 1
@@ -116,6 +118,7 @@ def test_a_new_producer_on_a_broker_that_saw_small_messages_is_lowered_at_its_fi
     flow.add(producer)
     assert link.value == WINDOW  # counted at 16 bytes: its own size is not known yet
     link.value -= 1
+    flow.took(producer, SIZE)
     flow.hold(SIZE)
     flow.top_up(producer)
     assert link.value == (LIMIT - SIZE) // SIZE
@@ -132,7 +135,8 @@ def test_a_producer_that_has_sent_but_whose_message_is_not_complete_keeps_its_cr
     link.value -= 1  # the first frame: its delivery is taken, nothing held yet
     flow.top_up(producer)
     assert link.value == first - 1
-    flow.hold(SIZE)  # the last frame: the message is held
+    flow.took(producer, SIZE)  # the last frame: the message is taken and held
+    flow.hold(SIZE)
     flow.top_up(producer)
     assert link.value == (LIMIT - SIZE) // SIZE
 
@@ -147,6 +151,7 @@ def test_a_message_arriving_in_parts_counts_whole_in_the_room() -> None:
     producer = Producer(link.credit, link.grant, None)
     flow.add(producer)
     link.value -= 1
+    flow.took(producer, size)
     flow.hold(size)
     flow.top_up(producer)
     assert link.value == 2  # lowered: 2.5 MiB left

@@ -7,15 +7,18 @@ up when it falls below half. With limits, a window is never larger than the room
   waiting in it, less the credit its other producers hold); a producer to a topic, the least room of the topic's
   subscriptions. Every transfer uses a credit and adds a message, so the depth never passes the limit. (Messages
   that come back, released or from a consumer gone, return to their queue even above it: the credit then waits.)
-- ``max_memory``: all producers together get at most the room left in bytes, counted in messages of the larger of
-  the average size held and the last size seen (the limit, less the bytes of the messages held and of those arriving
-  in parts, each of these counted whole, less the credit every producer holds); before the first message, a size
-  of :data:`UNSEEN_SIZE` is assumed (a full window under a roomy limit, one credit under a tight one). A producer's
-  own size is not known before its first message: once that shows it, credit it holds beyond the room is taken
-  back (a flow lowering its link-credit, §2.6.7; :meth:`Flow._lower`), so that a producer of large messages waits
-  rather than sends the rest of a window granted for smaller ones. With messages of one size the bytes held never
-  pass the limit; with mixed sizes the estimate can be short, so each message is also checked in bytes as it
-  arrives, and one that does not fit is rejected with ``amqp:resource-limit-exceeded``
+- ``max_memory``: all producers together get at most the room left in bytes (the limit, less the bytes of the
+  messages held and of those arriving in parts, each of these counted whole, less the bytes of the credit every
+  producer holds), each producer's credit counted in messages of its own size (:meth:`Flow.unit`: the largest of
+  its messages taken before its last top-up). Counted in one size for all (the larger of the average held and the
+  last seen), one large message made every credit cost its size: small producers got no credit with a third of the
+  memory free. A producer's own size is not known before its first message: until then it is counted at the size
+  seen (the larger of the average held and the last), :data:`UNSEEN_SIZE` at most and before any message (a full
+  window under a roomy limit, one credit under a tight one). Once its first message shows its size, credit it
+  holds beyond the room is taken back (a flow lowering its link-credit, §2.6.7; :meth:`Flow._lower`), so that a
+  producer of large messages waits rather than sends the rest of a window granted for smaller ones. With messages
+  of one size the bytes held never pass the limit; with mixed sizes the estimate can be short, so each message is
+  also checked in bytes as it arrives, and one that does not fit is rejected with ``amqp:resource-limit-exceeded``
   (:func:`._assembly.memory_refusal`): a message larger than the limit, those a producer sent before it saw its
   credit lowered, and those of producers that change size or together outrun the estimate. A message counts its
   bytes and a fixed bookkeeping estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded
@@ -102,17 +105,20 @@ class Producer:
         target: the queue or topic its messages go to (None: per message, the anonymous relay).
     """
 
-    __slots__ = ("counted", "credit", "grant", "sent", "sized", "target")
+    __slots__ = ("counted", "counted_bytes", "credit", "grant", "latest", "size", "target")
 
     def __init__(self, credit: Callable[[], int], grant: Callable[[int], None], target: Queue | Topic | None) -> None:
         self.credit = credit
         self.grant = grant
         self.target = target
-        #: its credit as the running totals count it (:meth:`Flow.recount`).
+        #: its credit as the running totals count it (:meth:`Flow.recount`), and the bytes it is counted at.
         self.counted = 0
-        #: it used credit (a message of it came), and its messages showed their size (see :meth:`Flow.top_up`).
-        self.sent = False
-        self.sized = False
+        self.counted_bytes = 0
+        #: the size of its messages: the largest of those it sent before its last top-up (0: none sent yet). Its
+        #: credit is counted in messages of this size (:meth:`Flow.unit`), not of other producers' sizes.
+        self.size = 0
+        #: the largest of its messages taken since its last top-up (:meth:`Flow.took`; 0: none).
+        self.latest = 0
 
 
 class Flow:
@@ -139,9 +145,6 @@ class Flow:
         #: bytes of the sessions and links peers began and attached, each counted at :data:`ENDPOINT_SIZE`.
         self.endpoint_bytes = 0
         self.last_size = 0
-        # The largest message held since the last top-up: a top-up follows the messages of its producer that the
-        # connection took (see top_up).
-        self._shown = 0
         self.producers: set[Producer] = set()
         self.starved: set[Producer] = set()
         # Bytes dropped since the starved producers were last looked at, and how many must be for one of them to
@@ -155,6 +158,8 @@ class Flow:
         # attach, 1.5 ms the last one). See recount().
         self._promised = 0
         self._promised_to: dict[int, int] = {}
+        # The bytes that credit is counted at, each producer's in messages of its own size (see unit()).
+        self._promised_bytes = 0
 
     # --- accounting (from the queues) ---------------------------------------------------------------------
 
@@ -163,8 +168,6 @@ class Flow:
         self.held_bytes += size
         self.held_count += 1
         self.last_size = size
-        if size > self._shown:
-            self._shown = size
 
     def drop(self, size: int) -> None:
         """A held message of ``size`` bytes is gone (settled, or its queue deleted)."""
@@ -254,6 +257,8 @@ class Flow:
             freed = freed or producer.counted > 0
             self._count(producer, -producer.counted)
             producer.counted = 0
+            self._promised_bytes -= producer.counted_bytes
+            producer.counted_bytes = 0
             target = producer.target
             if target is not None:
                 target.producers.discard(producer)
@@ -271,9 +276,13 @@ class Flow:
         and that only until the producer's next top-up or the periodic pass (:meth:`unstall`, which recounts
         them all)."""
         credit = producer.credit()
-        if credit != producer.counted and producer in self.producers:
-            self._count(producer, credit - producer.counted)
-            producer.counted = credit
+        if producer in self.producers:
+            if credit != producer.counted:
+                self._count(producer, credit - producer.counted)
+                producer.counted = credit
+            counted_bytes = credit * self.unit(producer)
+            self._promised_bytes += counted_bytes - producer.counted_bytes
+            producer.counted_bytes = counted_bytes
         return credit
 
     def _count(self, producer: Producer, change: int) -> None:
@@ -294,18 +303,16 @@ class Flow:
         Returns the bytes the memory limit lacked for a window worth granting (0 when granted, or when another
         limit held it back).
         """
-        before = producer.counted
         credit = self.recount(producer)
-        shown, self._shown = self._shown, 0
-        if not producer.sized:
-            # Its credit was granted before its messages showed their size: once they have, it is lowered if the
-            # memory limit leaves it less (_lower). Its connection tops it up once it took its messages, so what was
-            # held since the last top-up is its own.
-            producer.sent = producer.sent or credit < before
-            if producer.sent and shown:
-                producer.sized = True
-                if credit > 0 and self.max_memory is not None:
-                    credit = self._lower(producer, credit, shown)
+        latest, producer.latest = producer.latest, 0
+        if latest:
+            # Its messages showed their size: its credit is counted in messages of that size from now on (unit()),
+            # and, at its first, lowered if it holds more than the memory limit leaves it at that size (_lower).
+            first = not producer.size
+            producer.size = latest
+            credit = self.recount(producer)
+            if first and credit > 0 and self.max_memory is not None:
+                credit = self._lower(producer, credit)
         if credit >= WINDOW // 2:
             return 0
         if self.max_memory is None and (not self.block_full_queues or producer.target is None):
@@ -316,28 +323,49 @@ class Flow:
             self._grant(producer, room)
             self.starved.discard(producer)
             return 0
-        if credit <= 0 and not self.last_size and self._depth_room(producer, credit) > 0:
-            # No message seen yet, so the room is counted at UNSEEN_SIZE a message, and the producers that came
-            # first may hold it all without sending (the default limit holds two windows of it). Starved on that
-            # guess alone, a producer would wait for ever for a settlement that nothing is there to make: one credit
-            # lets its first message through, and with the size it shows, the room is counted anew (its next top-up).
+        if credit <= 0 and not producer.size and self._depth_room(producer, credit) > 0 and self._guessed(producer):
+            # No message of it seen yet, so its room is counted at a guess (UNSEEN_SIZE a message at most), and the
+            # producers that came first may hold it all without sending (the default limit holds two windows of it).
+            # Starved on that guess alone, a producer would wait for ever for a settlement that nothing is there to
+            # make: one credit lets its first message through, and with the size it shows, the room is counted anew
+            # (its next top-up).
             self._grant(producer, 1)
             self.starved.discard(producer)
             return 0
         self.starved.add(producer)
         return lacking
 
-    def _lower(self, producer: Producer, credit: int, shown: int) -> int:
-        """Lower the credit of ``producer`` (holding ``credit``), whose first messages just showed a size of
-        ``shown`` bytes, to the room the memory limit leaves it when it holds more; return its credit then.
+    def took(self, producer: Producer, size: int) -> None:
+        """The connection took a message of ``size`` bytes (as the memory limit counts it) that ``producer`` sent:
+        its next top-up counts its credit in messages of its size (:meth:`unit`)."""
+        if size > producer.latest:
+            producer.latest = size
+
+    def _guessed(self, producer: Producer) -> bool:
+        """Whether ``producer``, its size not known yet, may be starved on a guess of its size alone: no message
+        seen yet, or messages seen larger than :data:`UNSEEN_SIZE` (its size is guessed at that, see :meth:`unit`)
+        and the memory limit has room for one message of it.
+
+        Under a 24 MiB limit, with 17 MiB held after a 10 MB message, 6.8 MiB were room for 108 messages of
+        64 KiB: below a grant worth making (192, :func:`_worth`), a producer of 100-byte messages that had not
+        sent yet would wait for room it did not need, and the sweep (unstall) would not give it any either."""
+        if not self.last_size:
+            return True
+        if self.max_memory is None or self._message_size() <= UNSEEN_SIZE:
+            return False  # its room is counted at the sizes seen (as for every producer): not a guess
+        return self._free_bytes() >= self.unit(producer)
+
+    def _lower(self, producer: Producer, credit: int) -> int:
+        """Lower the credit of ``producer`` (holding ``credit``), whose first messages just showed their size
+        (:attr:`Producer.size`), to the room the memory limit leaves it when it holds more; return its credit then.
 
         Its first window was counted in messages of the size seen so far, its own unknown (:data:`UNSEEN_SIZE`
         before any message): a producer of 1 MiB messages given 2,000 credits at 64 KiB a message held 2 GB of them
         under the default limit of 256 MiB, and once the memory was full, every message it sent was rejected, the
         rest of that window (``amqp:resource-limit-exceeded``, each one crossing the wire in full first). Lowered
         once its first message shows the size, its sends wait for credit instead. Done once per producer: the
-        credit granted after is counted with its size, and one that changes size is checked message by message
-        (:func:`._assembly.memory_refusal`).
+        credit granted after is counted with its size (its latest), and one that changes size is checked message
+        by message (:func:`._assembly.memory_refusal`).
 
         §2.6.7: "If the link-credit is reduced by the receiver when transfers are in-flight, the receiver MAY either
         handle the excess messages normally or detach the link with a transfer-limit-exceeded error code." The
@@ -345,9 +373,10 @@ class Flow:
         it comes: what was in flight when the producer saw the flow may be rejected, not the rest of the window.
         """
         assert self.max_memory is not None
-        size = max(self._message_size(), shown)
+        size = self.unit(producer)
         # The credit the others hold is room promised (as _room counts it): not this producer's.
-        room = (self.max_memory - self._taken(size)) // size - (self._promised - credit)
+        room = self._free_bytes() - (self._promised_bytes - producer.counted_bytes)
+        room //= size
         if credit <= room:
             return credit
         self._grant(producer, max(room, 0))
@@ -373,21 +402,24 @@ class Flow:
         self._starved_at_last_pass = set(self.starved)
         if not stalled:
             return 0
-        free = None
-        if self.max_memory is not None:
-            size = self._message_size()
-            really_free = max(0, (self.max_memory - self._taken(size)) // size)
-            # Less than a grant worth making (see _room) is the limit reached, not room promised and unused: that
-            # waits for settlements, as before (no trickle of shares towards the last byte).
-            free = (really_free + 1) // 2 if really_free >= _worth(self.max_memory // size) else 0
+        # The bytes really free; each producer may have half (rounded up) of what they hold in messages of its own
+        # size, and a share takes twice its bytes from them: together, half of the room at most.
+        free = None if self.max_memory is None else self._free_bytes()
         free_by_target: dict[int, int] = {}
         unstalled = 0
         for producer in stalled:
             if producer.credit() > 0:
                 continue
             share = WINDOW // 2
+            unit = self.unit(producer)
             if free is not None:
-                share = min(share, max(1, free // len(stalled)), free)
+                assert self.max_memory is not None
+                if not self._worth_a_grant(unit):
+                    # Less than a grant worth making (see _room) is the limit reached, not room promised and
+                    # unused: that waits for settlements, as before (no trickle of shares towards the last byte).
+                    continue
+                allowed = (free // unit + 1) // 2
+                share = min(share, max(1, allowed // len(stalled)), allowed)
             target = producer.target
             key = id(target)
             if self.block_full_queues and target is not None:
@@ -400,7 +432,7 @@ class Flow:
             self.starved.discard(producer)
             self._starved_at_last_pass.discard(producer)
             if free is not None:
-                free -= share
+                free -= 2 * share * unit
             if key in free_by_target:
                 free_by_target[key] -= share
             unstalled += 1
@@ -411,9 +443,18 @@ class Flow:
         messages (the messages held counted, not the credit promised) is less than a grant worth making."""
         if self.max_memory is None or not self.starved:
             return False
-        size = self._message_size()
-        free = max(0, (self.max_memory - self._taken(size)) // size)
-        return free < _worth(self.max_memory // size)
+        return not any(self._worth_a_grant(self.unit(producer)) for producer in self.starved)
+
+    def _free_bytes(self) -> int:
+        """The bytes the memory limit leaves messages now: the messages held counted, not the credit promised."""
+        assert self.max_memory is not None
+        return max(0, self.max_memory - self._taken(self._message_size()))
+
+    def _worth_a_grant(self, unit: int) -> bool:
+        """Whether the bytes really free (:meth:`_free_bytes`) hold a grant worth making of messages of ``unit``
+        bytes: less is the memory limit reached (for messages of that size)."""
+        assert self.max_memory is not None
+        return self._free_bytes() // unit >= _worth(self.max_memory // unit)
 
     @staticmethod
     def _free_depth(target: Queue | Topic) -> int:
@@ -433,6 +474,19 @@ class Flow:
         if not self.last_size:
             return UNSEEN_SIZE
         return max(self.last_size, self.held_bytes // self.held_count if self.held_count else 0, 1)
+
+    def unit(self, producer: Producer) -> int:
+        """The size ``producer``'s credit is counted at in the memory limit: the size of its own messages once they
+        showed it, else the size a message is counted at (:meth:`_message_size`), at most :data:`UNSEEN_SIZE`.
+
+        Counted in messages of one size for all (the larger of the average held and the last seen), one message of
+        100 MB held made every producer's credit cost 100 MB: with 142 MiB held of 207, a producer of 100-byte
+        messages got no credit at all, for as long as nothing was consumed (its sends hung), and the broker logged
+        its memory full. A producer not sized yet is counted at UNSEEN_SIZE at most: what it sends first shows its
+        size, and its credit is lowered then if it holds more than the room (:meth:`_lower`)."""
+        if producer.size:
+            return producer.size
+        return min(self._message_size(), UNSEEN_SIZE)
 
     def _depth_room(self, producer: Producer, credit: int) -> int:
         """The most credit the queue-depth limit lets ``producer`` (holding ``credit``) hold now (WINDOW: none
@@ -461,9 +515,9 @@ class Flow:
             # Counted in messages of the larger of the average size held and the last one seen; before the first
             # message, of UNSEEN_SIZE: a full window where the room is ample, one credit (to learn the size) where
             # the limit is tight.
-            size = self._message_size()
-            memory_room = (self.max_memory - self._taken(size)) // size - (self._promised - credit)
+            unit = self.unit(producer)
+            memory_room = (self._free_bytes() - (self._promised_bytes - producer.counted_bytes)) // unit
             room = min(room, memory_room)
-            worth = min(worth, _worth(self.max_memory // size))
-            lacking = max(0, worth - (memory_room - credit)) * size
+            worth = min(worth, _worth(self.max_memory // unit))
+            lacking = max(0, worth - (memory_room - credit)) * unit
         return max(room, 0), worth, lacking

@@ -28,7 +28,7 @@ from ._assembly import Assembly, memory_refusal
 from ._bodies import BodyFile
 from ._consumers import not_an_address
 from ._flow import NoRoomForNode, Producer
-from ._nodes import Entry, Queue, Topic
+from ._nodes import ENTRY_OVERHEAD, Entry, Queue, Topic
 from ._store import is_durable
 
 if TYPE_CHECKING:
@@ -217,8 +217,10 @@ def _take_message(
         )
     elif body is None and (unfit := memory_refusal(broker.flow, len(payload), f"message of {len(payload)} bytes")):
         refusal = unfit  # in memory, it would pass the limit (one in parts was checked as it came: _assembly)
+        broker.flow.took(inbound.producer, len(payload) + ENTRY_OVERHEAD)  # its credit counted at its size
     else:
         entry = Entry(payload, body=body)
+        broker.flow.took(inbound.producer, entry.size)  # its credit is counted in messages of its size
         address = inbound.address
         if address is None:
             try:
