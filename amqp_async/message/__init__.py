@@ -19,7 +19,10 @@ defines for its own types (``Described(ulong(0x24), [])`` is not an ``Accepted()
 
 Differences from proton 0.40, on purpose: a binary body decodes to ``bytes`` (proton gives a ``memoryview``);
 unset ``user_id`` and ``content_type`` read as ``None`` (proton gives ``b''`` and ``symbol('None')``); sections
-whose fields are all defaults are left out of the encoding (proton writes empty header and properties lists).
+whose fields are all defaults are left out of the encoding (proton writes empty header and properties lists), except
+in a message that has nothing else: it is written as proton writes it (an empty header and properties), not as an
+empty payload. A ``None`` body is no body section, as in proton (AMQP 1.0 §3.2 asks for one; PROTON-2574), and a
+received message without one decodes to a ``None`` body.
 
 Encoding and decoding take fast paths: each list section is written straight from the message's fields
 (already held in their AMQP types), and decoded straight back into them, without intermediate objects.
@@ -125,6 +128,11 @@ _SECTION_NAMES = {
 }
 
 _DEFAULT_PRIORITY = 4
+
+#: A message with no body and every field at its default, as proton encodes it (an empty header and an empty
+#: properties section): the bytes of a message that has no section of its own to write.
+_NO_SECTIONS = b"\x00\x53\x70\x45\x00\x53\x73\x45"
+
 _new_int = int.__new__
 _new_str = str.__new__
 
@@ -630,7 +638,8 @@ class Message:
     # --- encoding ----------------------------------------------------------------------------------------
 
     def encode(self) -> bytes:
-        """Return the message's wire encoding (its sections, one after another; empty sections left out).
+        """Return the message's wire encoding (its sections, one after another; empty sections left out; a message
+        with nothing to write gives proton's bytes for it, an empty header and properties, never an empty payload).
 
         ``amqp_async.proton.Message.encode`` writes proton's bytes instead (an empty header and properties too).
 
@@ -720,6 +729,10 @@ class Message:
             if encoder is None:
                 encoder = _lookup_encoder(body)
             encoder(buf, body)
+        elif not buf and self.footer is None:
+            # Nothing to write: not an empty payload, which is no message at all (§3.2: a message is its sections;
+            # python-qpid-proton's receivers fail on one), but proton's encoding of such a message.
+            return _NO_SECTIONS
         if self.footer is not None:
             buf += b"\x00\x53\x78"
             _enc_map(buf, _annotation_keys(self.footer, "footer"))
