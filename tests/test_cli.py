@@ -267,7 +267,7 @@ def test_a_line_that_is_not_utf8_is_named_and_the_lines_before_it_go(broker: Bro
     )
     assert result.returncode == 2
     summary, error = result.stderr.decode().splitlines()  # what went (the lines before it), then the failure
-    assert summary.startswith("sent 1 messages (5 B) in ")
+    assert summary.startswith("sent 1 message (5 B) in ")
     assert error == "amqp-async: error: input: line 2: not UTF-8 text (send binary data with --file)"
     assert ok("receive", "-u", broker.url, queue, "--timeout", "1").stdout.splitlines() == ["first"]
 

@@ -9,8 +9,8 @@ python-qpid-proton's reactor broker (the attributes kept, the body one binary of
 
 from __future__ import annotations
 
-import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +21,10 @@ pytest.importorskip("proton", reason="python-qpid-proton is the reference peer; 
 
 try:
     from proton_broker import ProtonBroker
-    from test_cli import TIMEOUT, BrokerCLI, cli_command, cli_env, ok
+    from test_cli import TIMEOUT, BrokerCLI, cli_env, ok
 except ImportError:  # pragma: no cover - tests/ imported as a package
     from tests.proton_broker import ProtonBroker
-    from tests.test_cli import TIMEOUT, BrokerCLI, cli_command, cli_env, ok
+    from tests.test_cli import TIMEOUT, BrokerCLI, cli_env, ok
 
 pytest.importorskip("click", reason="the cli extra (click, rich) is in the test dependency group")
 
@@ -41,37 +41,48 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCLI]:
         process.stop()
 
 
-def _run_measured(*arguments: str) -> tuple[int, str, int]:
-    """Run ``amqp-async ARGUMENTS``: its exit code, its stderr and its peak RSS in bytes (Linux: ru_maxrss in KiB)."""
-    process = subprocess.Popen(
-        [*cli_command(), *arguments],
+#: Runs ``amqp-async ARGUMENTS`` in this process and, at its exit, writes its peak RSS (``VmHWM``, KiB) to the file
+#: named by ``PEAK_FILE``. Not ``ru_maxrss`` from ``wait4``: Linux keeps that across ``execve``, so it counts the
+#: image forked from the test's worker before the exec (a worker that had run large-message tests read 223 MiB for a
+#: CLI of 30); ``VmHWM`` is the peak of this process's own memory, which ``execve`` began afresh.
+_MEASURED = """\
+import atexit, os, runpy, sys
+
+def _peak():
+    with open("/proc/self/status") as status:
+        kib = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(os.environ["PEAK_FILE"], "w") as out:
+        out.write(kib)
+
+atexit.register(_peak)
+sys.argv = ["amqp-async", *sys.argv[1:]]
+runpy.run_module("amqp_async", run_name="__main__", alter_sys=True)
+"""
+
+
+def _run_measured(tmp_path: Path, *arguments: str) -> tuple[int, str, int]:
+    """Run ``amqp-async ARGUMENTS``: its exit code, its stderr and its peak RSS in bytes."""
+    peak_file = tmp_path / "peak"
+    env = cli_env(PEAK_FILE=str(peak_file))  # the installed package, else this checkout's (as cli_command)
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURED, *arguments],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env=cli_env(),
+        env=env,
+        timeout=TIMEOUT * 4,
     )
-    assert process.stderr is not None
-    try:
-        stderr = process.stderr.read().decode()  # to its end: the process has ended, or closed stderr
-        _, status, usage = os.wait4(process.pid, 0)
-    finally:
-        process.stderr.close()
-        if process.returncode is None and process.poll() is None:  # pragma: no cover - only if wait4 failed
-            process.kill()
-            process.wait(TIMEOUT)
-    process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-    return process.returncode, stderr, usage.ru_maxrss * 1024
+    return done.returncode, done.stderr.decode(), int(peak_file.read_text()) * 1024
 
 
 def test_a_large_size_is_streamed_in_bounded_memory(broker: BrokerCLI, tmp_path: Path) -> None:
     queue = f"size-{uuid.uuid4().hex[:10]}"
-    code, stderr, peak = _run_measured("send", "-u", broker.url, queue, "--size", str(SIZE))
+    code, stderr, peak = _run_measured(tmp_path, "send", "-u", broker.url, queue, "--size", str(SIZE))
     assert code == 0, stderr
-    assert stderr.startswith("sent 1 messages (100.7 MB) in "), stderr
-    # Before: ~2.2 x SIZE (the body made whole, then encoded whole). Now some 32 MB on an idle machine; the bound
-    # leaves room for a loaded one, where the transfers the broker's session window allows wait longer in the
-    # sender's output before the kernel takes them (seen once above SIZE under a parallel run).
-    assert peak < 1.5 * SIZE, f"peak RSS {peak / MiB:.0f} MiB for a body of {SIZE / MiB:.0f} MiB"
+    # the summary (a progress line may come before it on a slow run)
+    assert stderr.splitlines()[-1].startswith("sent 1 message (100.7 MB) in "), stderr
+    # Before: ~2.2 x SIZE (the body made whole, then encoded whole); now some 30 MiB whatever the size.
+    assert peak < SIZE // 2, f"peak RSS {peak / MiB:.0f} MiB for a body of {SIZE / MiB:.0f} MiB"
     out = tmp_path / "out"
     ok("receive", "-u", broker.url, queue, "-d", str(out), "--count", "1", "--timeout", "20", "-q")
     [received] = out.iterdir()

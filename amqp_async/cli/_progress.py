@@ -180,7 +180,8 @@ class RunProgress(_Progress):
 
     def summary(self) -> str:
         """The final line: ``sent 1,000 messages (12.3 kB) in 0.25 s, 4,000 msg/s``."""
+        noun = "message" if self.messages == 1 else "messages"
         return (
-            f"{self.verb} {self.messages:,} messages ({human_bytes(self.size)}) in {self.elapsed:.2f} s, "
+            f"{self.verb} {self.messages:,} {noun} ({human_bytes(self.size)}) in {self.elapsed:.2f} s, "
             f"{self.rate():,.0f} msg/s"
         )
