@@ -19,13 +19,14 @@ from typing import Any
 
 from ..codec.delivery_states import Accepted, Modified, Rejected, Released
 from ..errors import DecodeError
+from ..message import Message as _CoreMessage
 from ..protocol.endpoint import ACTIVE
 from ._condition import Condition
 from ._delivery import Delivery
 from ._endpoints import Connection, Endpoint, Link, Receiver, Session
 from ._events import DELIVERY_ROLES, FUSED_DELIVERY_CALLS, NOOP_CALLBACKS, Event, Handler, _route, dispatch, shadows
 from ._exceptions import MessageException, ProtonException, _MessageDecodeError
-from ._message import Message, _decode_as_proton
+from ._message import Message
 
 __all__ = [
     "Acking",
@@ -55,7 +56,7 @@ _LOCAL_UNINIT, _LOCAL_ACTIVE, _LOCAL_CLOSED = Endpoint.LOCAL_UNINIT, Endpoint.LO
 _REMOTE_ACTIVE, _REMOTE_CLOSED = Endpoint.REMOTE_ACTIVE, Endpoint.REMOTE_CLOSED
 _ACTIVE = ACTIVE
 _new_message = Message.__new__
-_decode_message = _decode_as_proton  # Message.decode's work, raising the codec's DecodeError
+_decode_message = _CoreMessage.decode  # Message.decode's work, raising the codec's DecodeError as it is
 _ACCEPTED, _REJECTED, _RELEASED, _MODIFIED = Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED
 
 

@@ -32,13 +32,6 @@ def _plain(value: Any) -> Any:
 _COMPACT_SECTIONS = (0x70, 0x73)
 
 
-#: ``Message.decode``'s work with the codec's :class:`DecodeError` raised as it is, which ``MessagingHandler``'s
-#: receive path calls for every message (``_handlers.py``). A described value in the application's sections comes
-#: back as ``Described(descriptor, value)`` whatever its descriptor, as proton's ``Data`` reads it: the codec reads
-#: those sections so (``codec._decoder._APPLICATION_DECODERS``).
-_decode_as_proton = _Message.decode
-
-
 class Message(_Message):
     """A mutable AMQP message, as ``proton.Message`` (see :class:`amqp_async.message.Message` for its fields)."""
 
@@ -52,8 +45,10 @@ class Message(_Message):
                 exception for a message, where proton itself decodes what it can). ``MessagingHandler`` rejects a
                 received message that does not decode (see ``reject_undecodable``).
         """
+        # A described value in the application's sections comes back as ``Described(descriptor, value)`` whatever
+        # its descriptor, as proton's ``Data`` reads it: the codec reads those sections so.
         try:
-            _decode_as_proton(self, data)
+            _Message.decode(self, data)
         except DecodeError as exc:
             raise _MessageDecodeError(exc.description) from exc
 
