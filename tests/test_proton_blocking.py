@@ -457,6 +457,118 @@ def test_link_used_after_the_programs_own_close(pbroker: ProtonBroker, impl: str
         conn.close()
 
 
+def _close_on_the_container_thread(a: SimpleNamespace, conn: Any, link: Any, how: str) -> None:
+    """``link.close()`` as a program does it while a blocking connection's container runs: proton's runs on the
+    caller's thread (a direct call); ours on a thread of its own, reached by ``call_threadsafe`` or an event
+    injected with an ``EventInjector`` whose handler closes the link."""
+    if how == "direct":
+        link.close()
+        return
+    closed = threading.Event()
+    if how == "call_threadsafe":
+        conn.container.call_threadsafe(lambda: (link.close(), closed.set()))
+    else:
+
+        class Closer:
+            def on_close_link(self, event: Any) -> None:
+                link.close()
+                closed.set()
+
+        injector = a.reactor.EventInjector()
+        conn.container.call_threadsafe(lambda: conn.container.handler.add(Closer()))
+        conn.container.selectable(injector)
+        injector.trigger(a.reactor.ApplicationEvent("close_link"))
+    assert closed.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("impl", "how"),
+    [("proton", "direct"), ("amqp_async.proton", "call_threadsafe"), ("amqp_async.proton", "injected")],
+)
+def test_link_closed_by_the_program_on_the_container_thread(pbroker: ProtonBroker, impl: str, how: str) -> None:
+    """A link the program closed with ``link.close()`` on the container's thread, then used through its blocking
+    sender or receiver: proton (whose ``link.close()`` is a direct call) waits out the timeout and raises
+    ``Timeout``; ours says at once that the program closed it, as after ``BlockingSender.close()`` (it said
+    "closed by peer", which was false)."""
+    import amqp_async
+
+    a = api(impl)
+    conn = a.BlockingConnection(pbroker.url, timeout=10)
+    try:
+        sender = conn.create_sender(unique("closed-sender"))
+        receiver = conn.create_receiver(unique("closed-receiver"))
+        for link in (sender.link, receiver.link):
+            _close_on_the_container_thread(a, conn, link, how)
+        # the peer's detach, answering ours, has come: it is what ours took for a close by the peer
+        conn.wait(lambda: all(link.state & a.proton.Endpoint.REMOTE_CLOSED for link in (sender.link, receiver.link)))
+        calls = [lambda: sender.send(a.Message(body="late"), timeout=0.5), lambda: receiver.receive(timeout=0.5)]
+        for call in calls:
+            if impl == "proton":
+                with pytest.raises(a.Timeout):
+                    call()
+                continue
+            with pytest.raises(a.LinkDetached) as raised:
+                call()
+            assert "closed by the program" in str(raised.value) and "peer" not in str(raised.value)
+            assert isinstance(raised.value, amqp_async.ClosedByApplication)
+    finally:
+        conn.close()
+
+
+def test_link_the_engine_closed_for_the_peer_is_not_the_programs_close() -> None:
+    """A link our engine closes because the peer broke a link rule (a message above the receiver's
+    max-message-size, §2.8.17 ``amqp:link:message-size-exceeded``) is closed on our side first, yet not by the
+    program: the receiver reports a detach, not ``ClosedByApplication``. (proton 0.40 does not enforce the limit
+    on what it receives: it hands over the message.)"""
+    import amqp_async
+
+    a = api("amqp_async.proton")
+    peer_api = api("proton")
+    url = f"amqp://127.0.0.1:{free_port()}"
+    listening = threading.Event()
+
+    class Peer(peer_api.MessagingHandler):  # type: ignore[misc,name-defined]
+        """Sends one 100 kB message to each receiver, whatever its max-message-size; keeps the connection open when
+        the client detaches with an error (proton's default closes it)."""
+
+        def on_start(self, event: Any) -> None:
+            self.acceptor = event.container.listen(url)
+            listening.set()
+
+        def on_connection_opening(self, event: Any) -> None:
+            self.acceptor.close()
+
+        def on_link_opening(self, event: Any) -> None:
+            event.link.source.copy(event.link.remote_source)
+            event.link.target.copy(event.link.remote_target)
+
+        def on_sendable(self, event: Any) -> None:
+            if not getattr(event.link, "sent_one", False):
+                event.link.sent_one = True
+                event.sender.send(peer_api.Message(body="x" * 100_000))
+
+        def on_link_error(self, event: Any) -> None:
+            pass
+
+    class Small(a.reactor.ReceiverOption):  # type: ignore[misc,name-defined]
+        def apply(self, link: Any) -> None:
+            link.max_message_size = 1000
+
+    container = peer_api.Container(Peer())
+    thread = threading.Thread(target=container.run, name="oversize-peer", daemon=True)
+    thread.start()
+    assert listening.wait(5)
+    conn = a.BlockingConnection(url, timeout=10)
+    try:
+        receiver = conn.create_receiver("big", options=Small())
+        with pytest.raises(a.LinkDetached) as raised:
+            receiver.receive(timeout=5)
+        assert not isinstance(raised.value, amqp_async.ClosedByApplication)
+    finally:
+        conn.close()
+    thread.join(5)
+
+
 def test_link_refused_by_our_broker(broker: BrokerThread) -> None:
     a = api("amqp_async.proton")
     with a.BlockingConnection(broker.url, timeout=5) as conn:

@@ -107,7 +107,76 @@ def receive_with_prefetch(name: str, options: dict[str, Any]) -> Any:
     return {"credits": record, "flows": flows.count}
 
 
-SCENARIOS = {"receive_with_prefetch": receive_with_prefetch}
+def drain_in_on_message(name: str, options: dict[str, Any]) -> Any:
+    """``options["messages"]`` messages queued on the broker, then a receiver with ``options["prefetch"]`` (with
+    none, ``flow(messages)`` as it is made) that asks for a drain in the ``on_message`` of the last: with
+    ``options["how"]`` ``"drain"`` ``receiver.drain(0)``, with ``"flow_drain"`` ``receiver.flow(5)`` then
+    ``link.drain(0)``. Recorded: the credit in each ``on_message`` and after the drain, each ``on_link_flow`` of the
+    receiver (its credit, its drain mode) until the connection closes a while after the drain's answer, and (ours)
+    the flow frames written."""
+    from amqp_async.broker import BrokerThread
+
+    flows = _FlowsWritten()
+    frames = logging.getLogger("amqp_async.frames")
+    frames.addHandler(flows)
+    frames.propagate = False
+    base = importlib.import_module(name)
+    handlers = importlib.import_module(name + ".handlers")
+    reactor = importlib.import_module(name + ".reactor")
+    count, prefetch = options["messages"], options["prefetch"]
+    record: list[Any] = []
+
+    class Client(handlers.MessagingHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(prefetch=prefetch)
+            self.sent = self.accepted = self.received = 0
+            self.closing = False
+
+        def on_start(self, event: Any) -> None:
+            self.connection = event.container.connect(url, reconnect=False)
+            event.container.create_sender(self.connection, "q")
+
+        def on_sendable(self, event: Any) -> None:
+            while event.sender.credit and self.sent < count:
+                event.sender.send(base.Message(body=self.sent))
+                self.sent += 1
+
+        def on_accepted(self, event: Any) -> None:
+            self.accepted += 1
+            if self.accepted == count:
+                receiver = event.container.create_receiver(self.connection, "q")
+                if not prefetch:
+                    receiver.flow(count)
+
+        def on_message(self, event: Any) -> None:
+            record.append(event.receiver.credit)
+            self.received += 1
+            if self.received == count:
+                if options["how"] == "drain":
+                    event.receiver.drain(0)
+                else:
+                    event.receiver.flow(5)
+                    event.link.drain(0)
+                record.append(["drain", event.receiver.credit])
+
+        def on_link_flow(self, event: Any) -> None:
+            if event.link.is_receiver:
+                record.append(["flow", event.link.credit, bool(event.link.drain_mode)])
+                if not self.closing:
+                    # A while for a second answer to show (the broker answers each flow that asks for a drain)
+                    self.closing = True
+                    event.container.schedule(0.5, self)
+
+        def on_timer_task(self, event: Any) -> None:
+            self.connection.close()
+
+    with BrokerThread() as broker:
+        url = broker.url
+        reactor.Container(Client()).run()
+    return {"record": record, "flows": flows.count}
+
+
+SCENARIOS = {"receive_with_prefetch": receive_with_prefetch, "drain_in_on_message": drain_in_on_message}
 
 
 def _run(scenario: str, impl: str, options: dict[str, Any]) -> Any:
@@ -166,6 +235,27 @@ def test_credit_in_on_message_one_at_a_time_is_protons() -> None:
     ours = _run("receive_with_prefetch", "amqp_async.proton", options)
     assert ours["credits"] == reference["credits"]
     assert ours["flows"] == 1 + messages // 3
+
+
+@pytest.mark.parametrize(
+    ("prefetch", "how"),
+    [(10, "drain"), (10, "flow_drain"), (0, "flow_drain")],
+    ids=["prefetch", "prefetch+flow", "flow"],
+)
+def test_drain_in_on_message_is_one_flow_as_protons(prefetch: int, how: str) -> None:
+    """A drain asked for in ``on_message``, after a flow given in the same read (the prefetch's top-up, or the
+    program's ``flow(5)``): proton writes the two in one flow frame, and the program sees one ``on_link_flow`` (the
+    drain's answer). Ours wrote the flow at once and the drain in a frame of its own; the broker, reading both
+    together, answered each (its link asks for a drain by then) and the program saw two ``on_link_flow``."""
+    options = {"messages": 3, "prefetch": prefetch, "how": how}
+    reference = _run("drain_in_on_message", "proton", options)
+    assert [entry for entry in reference["record"] if isinstance(entry, list) and entry[0] == "flow"] == [
+        ["flow", 0, True]
+    ]  # the premise
+    ours = _run("drain_in_on_message", "amqp_async.proton", options)
+    assert ours["record"] == reference["record"]
+    # The attach's credit (or the program's first flow), then one flow: the top-up and the drain together.
+    assert ours["flows"] == 2
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from typing import Any
 from ..codec.performatives import Error
 from ..types import symbol
 
-__all__ = ["Condition", "authentication_failure"]
+__all__ = ["Condition", "authentication_failure", "header_failure"]
 
 
 class Condition:
@@ -68,3 +68,78 @@ def authentication_failure(sasl: Any, sasl_code: int | None, error: Error | None
         return Condition("amqp:unauthorized-access", f"Authentication failed [mech={mechanism.name}]")
     description = None if error is None else error.description
     return Condition("amqp:unauthorized-access", description or "Authentication failed")
+
+
+#: proton's names of what a peer's first bytes are (``pni_protocol_name``), by what ``_sniff_protocol`` finds.
+_INSUFFICIENT = "Insufficient data to determine protocol"
+_UNKNOWN = "Unknown protocol"
+_TLS = "SSL/TLS connection"
+_PRE_STANDARD_AMQP = "Pre standard AMQP connection"
+#: the AMQP 1.0 headers (§2.2, §5.2.1, §5.3.1) by their protocol id
+_AMQP_LAYERS = {0: "AMQP 1.0 layer", 2: "AMQP TLS layer", 3: "AMQP SASL layer"}
+#: at most this many characters of the quoted bytes, as proton's buffer (the last one is its NUL)
+_QUOTED_MAX = 1023
+
+
+def _sniff_protocol(data: bytes) -> str:
+    """What proton's ``pni_sniff_header`` makes of a peer's first bytes, in its words."""
+    if len(data) < 3:
+        return _INSUFFICIENT
+    if data[0] == 22 and data[1] == 3 and data[2] <= 3:
+        return _TLS  # an SSLv3/TLS handshake record
+    amqp = data[:3] == b"AMQ"
+    if not amqp and data[2] != 1:
+        return _UNKNOWN
+    if len(data) < 4:
+        return _INSUFFICIENT
+    amqp = amqp and data[3:4] == b"P"
+    if not amqp and not (data[2] == 1 and data[3] in (2, 3)):
+        return _UNKNOWN
+    if len(data) < 5:
+        return _INSUFFICIENT
+    if data[2] == 1 and ((data[3] == 3 and data[4] <= 3) or (data[3] == 2 and data[4] == 0)):
+        return _TLS  # an SSLv2 client hello
+    if not amqp or data[4] not in (0, 1, 2, 3):
+        return _UNKNOWN
+    if len(data) < 6:
+        return _INSUFFICIENT
+    if data[5] != 1:
+        return _UNKNOWN
+    if len(data) < 8:
+        return _INSUFFICIENT
+    if data[6] == 0 and data[7] == 0 and data[4] in _AMQP_LAYERS:
+        return _AMQP_LAYERS[data[4]]
+    return _PRE_STANDARD_AMQP
+
+
+def _quote(data: bytes) -> str:
+    """``data`` as proton's ``pn_quote_data`` writes it: printable ASCII as it is, a backslash and every other
+    byte as ``\\xNN``, cut where proton's buffer ends."""
+    text = "".join(chr(octet) if 0x20 <= octet < 0x7F and octet != 0x5C else f"\\x{octet:02x}" for octet in data)
+    return text[:_QUOTED_MAX]
+
+
+def header_failure(received: bytes, *, expected: str | None, ended: bool = False) -> Condition:
+    """The transport's condition when the peer's first bytes (``received``: all those read with them, as proton
+    quotes what it has) are not the protocol header awaited, in proton's words (a program may look for them).
+
+    Args:
+        received: the peer's first bytes.
+        expected: ``"AMQP"`` or ``"SASL"``: the header a client awaited (proton's SASL or AMQP layer); None for a
+            server, which (proton's autodetect) takes either.
+        ended: the input ended there (the description says the connection was aborted).
+    """
+    found = _sniff_protocol(received)
+    aborted = " (connection aborted)" if ended else ""
+    if expected is not None:
+        description = f"Expected {expected} protocol header got: {found} ['{_quote(received)}']{aborted}"
+    else:
+        if found == _INSUFFICIENT:
+            what = "End of input stream before protocol detection"
+        elif found == _PRE_STANDARD_AMQP:
+            what = "Incompatible AMQP connection detected"
+        else:
+            what = "Unknown protocol detected"
+        description = f"{what}: '{_quote(received)}'{aborted}"
+    # §2.8.15 connection-error framing-error: the peer sent bytes that do not form the protocol
+    return Condition("amqp:connection:framing-error", description)

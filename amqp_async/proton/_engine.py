@@ -32,16 +32,13 @@ from ..codec.framing import (
     AMQP_HEADER,
     FRAME_AMQP,
     MAX_FRAME_SIZE,
-    PROTOCOL_AMQP,
-    PROTOCOL_SASL,
-    PROTOCOL_TLS,
     encode_frame,
 )
 from ..codec.performatives import Close, Open
 from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
 from . import _engine_input, _engine_output
-from ._condition import Condition, authentication_failure
+from ._condition import Condition, authentication_failure, header_failure
 from ._events import Event
 
 if TYPE_CHECKING:
@@ -49,16 +46,40 @@ if TYPE_CHECKING:
     from ._tls import TlsLayer
     from ._transport import Transport
 
-__all__ = ["CAPACITY", "IMPL_CHANNEL_MAX", "EngineIO"]
+__all__ = ["CAPACITY", "IMPL_CHANNEL_MAX", "EngineIO", "first_bytes"]
 
 #: what ``capacity()`` offers: proton's default input buffer (a frame of the default size fits in a few pushes).
 CAPACITY = 16384
 #: the highest channel proton's engine uses (its ``PN_IMPL_CHANNEL_MAX``): a larger channel_max is lowered to it.
 IMPL_CHANNEL_MAX = 32767
 _EOS = -1
-_HEADER_NAMES = {PROTOCOL_AMQP: "AMQP1.0", PROTOCOL_SASL: "SASL", PROTOCOL_TLS: "AMQP TLS"}
 #: proton's condition for a client refused by policy (not one of §2.8.15's).
 _POLICY_ERROR = "amqp:connection:policy-error"
+
+
+def first_bytes(engine: protocol.Connection | None, header: bytes) -> bytes:
+    """The peer's first bytes, for an error about them (proton names all it read with them): ``header``, the
+    protocol header the engine took (``b""`` for bytes that began none), and what came with it.
+
+    The engine read nothing before: the decoder's piece holds the bytes it took (its first eight, if any) before
+    its position, what came with them after; a piece it took whole is gone, and the header is all there is.
+    """
+    if engine is None:
+        return header
+    data, position = engine._decoder.piece()
+    return bytes(data) if position else header + bytes(data)
+
+
+def _no_header(engine: protocol.Connection | None, expected: str | None) -> Condition:
+    """The transport's condition when the input ended before a whole protocol header, in proton's words: the bytes
+    that came of one named, else "no protocol header found". ``expected`` as for :func:`header_failure`."""
+    if engine is not None and engine._decoder.buffered:
+        return header_failure(first_bytes(engine, b""), expected=expected, ended=True)
+    if expected is None:
+        text = "No protocol header found (connection aborted)"
+    else:
+        text = f"Expected {expected} protocol header: no protocol header found (connection aborted)"
+    return Condition(conditions.CONNECTION_FRAMING_ERROR, text)
 
 
 class EngineIO:
@@ -231,34 +252,27 @@ class EngineIO:
         elif event.protocol_header is not None:
             header = event.protocol_header
             server = self.transport.mode == self.transport.SERVER
-            if not header:
-                found = "Unknown protocol"
-            elif header[:4] == b"AMQP" and header[4] in _HEADER_NAMES and header[5:] == b"\x01\x00\x00":
-                found = _HEADER_NAMES[header[4]]
-            else:
-                found = "Pre standard AMQP connection"
-            expected = "SASL" if was_sasl and not server else "AMQP"
-            description = f"Expected {expected} protocol header got: {found} [{header!r}]"
             if server and header == AMQP_HEADER:
                 # proton's autodetect: a client that skips SASL where authentication is required.
                 condition = Condition(_POLICY_ERROR, "Client skipped authentication - forbidden")
                 self.fail(condition, frames=True)
                 return
+            expected = None if server else "SASL" if was_sasl else "AMQP"
+            condition = header_failure(first_bytes(engine, header), expected=expected)
             # A client expecting SASL's header fails in its SASL layer, which writes no frames; a server (proton's
             # autodetect) and a client expecting AMQP's answer with AMQP's header, open and close.
-            self.fail(Condition(conditions.CONNECTION_FRAMING_ERROR, description), frames=server or not was_sasl)
+            self.fail(condition, frames=server or not was_sasl)
         elif event.transport_ended:
             server = self.transport.mode == self.transport.SERVER
             if server and self._awaiting_header:
                 # proton's autodetect: nothing came (no frames), or the header was cut short (header, open, close).
                 frames = self.bytes_in > 0
-                text = "End of input stream before protocol detection" if frames else "No protocol header found"
-                self.fail(Condition(conditions.CONNECTION_FRAMING_ERROR, text + " (connection aborted)"), frames)
+                self.fail(_no_header(engine, None), frames)
             else:
-                text = "connection aborted"
+                condition = Condition(conditions.CONNECTION_FRAMING_ERROR, "connection aborted")
                 if self._awaiting_header:
-                    text = "Expected AMQP protocol header: no protocol header found (connection aborted)"
-                self.fail(Condition(conditions.CONNECTION_FRAMING_ERROR, text), frames=not was_sasl)
+                    condition = _no_header(engine, "SASL" if was_sasl else "AMQP")
+                self.fail(condition, frames=not was_sasl)
         elif error is not None:
             # The engine closed the connection itself (a violation, a timeout): its close carries the condition.
             self.close_written = engine is not None and engine.local_state is CLOSED

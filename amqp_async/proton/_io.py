@@ -34,9 +34,10 @@ from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
 from ..protocol.errors import LocalProtocolError
 from ..protocol.sasl import SaslClient, SaslServer
-from ._condition import Condition, authentication_failure
+from ._condition import Condition, authentication_failure, header_failure
 from ._delivery import Delivery
 from ._endpoints import Connection, Receiver, Sender, link_attached_by_peer, session_begun_by_peer
+from ._engine import first_bytes
 from ._events import Event
 from ._reconnect import ConnectSequence
 from ._tls import failure_condition
@@ -234,7 +235,8 @@ class Channel:
                     else sasl_settings._allow_insecure
                 ),
                 encrypted=address.tls,
-                hostname=hostname,
+                # No hostname in sasl-init (optional, §5.3.3.2), as proton's: its SASL without Cyrus (the wheels')
+                # never sends one; the open carries it.
             )
         heartbeat = transport.idle_timeout
         return protocol.Connection(
@@ -371,6 +373,18 @@ class Channel:
             push(Event.TRANSPORT_HEAD_CLOSED, transport)
         push(Event.TRANSPORT_CLOSED, transport)
 
+    def _header_failure(self, engine: protocol.Connection, header: bytes) -> Condition:
+        """The peer's first bytes are not the protocol header awaited (``header``: the one it sent, ``b""`` for bytes
+        that began none): proton's framing error, which names what came (an AMQP header without SASL where SASL is
+        awaited, or the reverse, when ``sasl_enabled`` is not the server's choice)."""
+        if self.options is None:
+            expected = None  # a server: proton's autodetect, which takes either header
+        elif engine.sasl is not None and engine.sasl_outcome is None:
+            expected = "SASL"
+        else:
+            expected = "AMQP"
+        return header_failure(first_bytes(engine, header), expected=expected)
+
     def _fail_for_peer_error(self, error: Any) -> None:
         """The engine ended a session because the peer broke a session rule (a frame on an unattached handle,
         ...). Proton has no such local end: it closes the whole connection with a transport error. Do the same, so
@@ -488,6 +502,8 @@ class Channel:
                 self._report_failure(authentication_failure(sasl, event.sasl_code, event.error), error_first=True)
             elif event.transport_ended:
                 pass  # reported with the driver's reason once the transport is closed
+            elif event.protocol_header is not None and engine is not None:
+                self._report_failure(self._header_failure(engine, event.protocol_header), error_first=True)
             elif event.error is not None:
                 # The engine closed the connection: the peer broke the protocol, or went silent.
                 # Proton reports these (protocol error, idle timeout) error first, then tail/head closed.

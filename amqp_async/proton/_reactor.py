@@ -547,7 +547,9 @@ class Reactor:
         self._to_start: list[Callable[[], Any]] = []
         self._group: anyio.abc.TaskGroup | None = None
         self._wake_event: anyio.Event | None = None
-        self._processing = False
+        #: While a round of callbacks is under way (None between rounds): the connections whose output a callback
+        #: asked to have written as soon as the event's callbacks return (see :meth:`_write_after_event`).
+        self._processing: list[Connection] | None = None
         # The type of the last event dispatched (set once per round of dispatch): proton raises REACTOR_QUIESCED
         # again only after another event (this rather than a flag of its own: see above on the count of attributes).
         self._last_type: Any = None
@@ -973,6 +975,7 @@ class Reactor:
         if type(global_handler) is Handler and not global_handler.handlers:
             global_handler = None
         traced = self._traced
+        write_after_event = self._processing
         delivery_event = Event.DELIVERY
         event: Any = None
         while collector:
@@ -1031,6 +1034,8 @@ class Reactor:
                 log.debug("a handler raised %r; stopping the container", exc)
                 self._fail(exc)
                 return
+            if write_after_event:
+                self._write_after_event(write_after_event)
             if is_delivery:
                 context._updated = False
             elif event._type is transport_closed:
@@ -1038,6 +1043,34 @@ class Reactor:
                 self._push(Event.CONNECTION_UNBOUND, getattr(event, "connection", None))
         if event is not None:
             self._last_type = event._type  # (once per round: see _quiesce)
+
+    def _write_soon(self, connection: Connection) -> None:
+        """Have ``connection``'s output written to its socket once the callbacks of the event under way return
+        (at once outside a round of callbacks), not at the end of the round: credit given in a callback reaches a
+        sender that may be out of it while the handlers still work through the rest of a read.
+
+        Not at the call itself: the callback may change the same link again, and proton writes what a callback did
+        in one frame. A flow that tops up a prefetch followed by a drain (or ``flow(n)`` then ``drain(0)``) is one
+        flow frame there; two frames here had a peer that answers each drain flow (§2.6.7) answer twice, and the
+        program saw two ``on_link_flow`` events where proton's sees one.
+        """
+        pending = self._processing
+        if pending is None:
+            channel = connection._channel
+            if channel is not None:
+                channel.write_now()
+        elif connection not in pending:
+            pending.append(connection)
+
+    @staticmethod
+    def _write_after_event(pending: list[Connection]) -> None:
+        """The event's callbacks returned: write the output of the connections :meth:`_write_soon` was asked for."""
+        connections = pending.copy()
+        pending.clear()
+        for connection in connections:
+            channel = connection._channel
+            if channel is not None:
+                channel.write_now()
 
     def _send_updated_states(self) -> None:
         """Hand the states set without settling (during this round of callbacks) to the engine."""
@@ -1066,9 +1099,9 @@ class Reactor:
 
     def _process(self) -> None:
         """Dispatch every queued event (and those the callbacks queue), then flush what they did."""
-        if self._processing:
+        if self._processing is not None:
             return
-        self._processing = True
+        self._processing = []
         try:
             collector = self._collector
             if collector and self._stepper is not None:
@@ -1097,7 +1130,7 @@ class Reactor:
                     if channel is not None:
                         channel.kick()
         finally:
-            self._processing = False
+            self._processing = None
 
     # --- proton's PN_TRANSPORT and PN_REACTOR_QUIESCED ---------------------------------------------------------
 

@@ -218,6 +218,9 @@ class Receiver(Link):
                 or self.session._engine_active()
             )
         ):
+            # The sender runs short: it has less credit left than this flow gives (more than half a prefetch
+            # window used up).
+            short = impl.link_credit < n
             if drain or impl.drain:
                 # The flow carries the application's drain flag (the engine clears its own once a drain is done).
                 impl.grant_credit(impl.link_credit + n, drain=drain)
@@ -225,10 +228,12 @@ class Receiver(Link):
                 impl.add_credit(n)
             if container is not None:
                 container._dirty[connection] = None
-                if connection._channel is not None:
-                    # To the socket now: the sender may be out of credit while the handlers still work through
-                    # the deliveries of one read, after which the container would write it.
-                    connection._channel.write_now()
+                if short and connection._channel is not None:
+                    # To the socket once this callback returns, not at the end of the round: the sender may be out
+                    # of credit while the handlers still work through the deliveries of one read. Otherwise with
+                    # the round's other output, as proton writes it: a drain asked for later in the round (the
+                    # last message of a read) goes in the same flow frame (see Container._write_soon).
+                    container._write_soon(connection)
         else:
             self._credit_wanted += n
         collector = connection._collector

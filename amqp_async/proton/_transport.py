@@ -529,7 +529,8 @@ class SASL:
             allowed_mechs=mechs,
             allow_insecure_mechs=self.allow_insecure_mechs,
             encrypted=self._transport._ssl is not None,
-            hostname=None if connection is None else connection.hostname,
+            # No hostname in sasl-init (optional, §5.3.3.2), as proton's: its SASL without Cyrus (the wheels')
+            # never sends one; the open carries it.
         )
 
 

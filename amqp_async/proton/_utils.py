@@ -378,9 +378,20 @@ class _ConnectionState:
         self.closing = False
         self.closed_by_peer = False
         self.disconnected: Any = None  # the transport's condition (or "unknown") once it ended unexpectedly
-        # Links the program closed (BlockingLink.close) before the peer closed them: using them again is the
-        # program's mistake, not a detach by the peer (see _LinkClosedByProgram).
+        # Links the program closed before the peer closed them (BlockingLink.close, or link.close() run on the
+        # container's thread: call_threadsafe, an injected event): using them again is the program's mistake, not
+        # a detach by the peer (see _LinkClosedByProgram).
         self.closed_by_program: weakref.WeakSet[Link] = weakref.WeakSet()
+
+    def link_closed_here(self, link: Link | None) -> None:
+        """Container thread, on a link's LINK_LOCAL_CLOSE: a link closed before the peer closed it was closed by
+        the program (the blocking code closes a link itself only once the peer has), unless the engine closed it
+        because the peer broke a link rule (§2.8.17: a message above the link's max-message-size...)."""
+        if link is None or link.state & Endpoint.REMOTE_CLOSED:
+            return
+        impl = link._impl
+        if impl is None or not impl.engine_ended:
+            self.closed_by_program.add(link)
 
 
 class _ConnectionHandler(Handler):
@@ -396,6 +407,9 @@ class _ConnectionHandler(Handler):
         link = event.link
         if link is not None and link.state & Endpoint.LOCAL_ACTIVE:
             link.close()
+
+    def on_link_local_close(self, event: Event) -> None:
+        self.state.link_closed_here(event.link)
 
     def on_connection_remote_close(self, event: Event) -> None:
         connection = event.connection
@@ -571,6 +585,12 @@ class Fetcher(MessagingHandler):
         self.unsettled: collections.deque[Delivery] = collections.deque()
         self.link: Receiver | None = None
         self._top_up_pending = False
+        # The link's events come here, not to the connection's handler: what it must learn of them (see there).
+        self._state = None if connection is None else connection._state
+
+    def on_link_local_close(self, event: Event) -> None:
+        if self._state is not None:
+            self._state.link_closed_here(event.link)
 
     def on_message(self, event: Event) -> None:
         delivery = event.delivery
