@@ -18,6 +18,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -407,6 +408,38 @@ def test_a_broker_restarted_under_a_read_loses_nothing(spark: Any, faults: Path,
         assert drain(broker.url, "restarted") == []
 
 
+def test_a_broker_down_as_a_query_starts_delays_its_tasks_and_fails_nothing(spark: Any, tmp_path: Path) -> None:
+    """The embedded broker (a process, its messages on disk) is down as the query's first tasks connect and starts
+    again 8 s later: the tasks try it again (within connectTimeoutMs) and read every message once. Before, each
+    task failed at once with 'connection refused', and so did Spark's retry of it: the query failed."""
+    count = 1_000
+    with BrokerProcess("--data-dir", str(tmp_path / "data")) as broker:
+        fill(broker.url, "late", [amqp_async.Message(body="l", id=f"l-{n}", durable=True) for n in range(count)])
+        broker.kill()
+
+        def start_once_read() -> None:
+            """Start the broker 8 s after the read's first stage did (its tasks then try it, and fail in a moment
+            without trying again, as did the code before)."""
+            deadline = time.monotonic() + 120
+            while not spark.sparkContext.statusTracker().getActiveStageIds() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(8.0)
+            broker.start()
+
+        later = threading.Thread(target=start_once_read)
+        later.start()
+        try:
+            query, seen = _stream_to_list(spark, broker.url, "late", tmp_path, maxMessagesPerBatch=500, numPartitions=2)
+            query.awaitTermination(300)
+        finally:
+            later.join(60)
+        assert query.exception() is None and not query.isActive
+        assert collections.Counter(message_id for _, message_id in seen) == collections.Counter(
+            f"l-{n}" for n in range(count)
+        )
+        assert drain(broker.url, "late") == []
+
+
 def test_a_rejecting_peer_fails_the_write_with_its_condition(spark: Any) -> None:
     with ProtonBroker() as proton_broker:
         proton_broker.outcome_for["refusing"] = ("rejected", "amqp:precondition-failed", "no orders today")
@@ -448,18 +481,30 @@ def test_a_queue_that_holds_the_write_back_fails_it_after_send_timeout(spark: An
 
 
 def test_a_broker_that_is_down_fails_the_query_with_the_connection_error(spark: Any, tmp_path: Path) -> None:
+    """Each task tries the broker until connectTimeoutMs has passed (a broker restarting comes back meanwhile),
+    then fails with the connection error, saying how long it tried."""
     with BrokerThread() as gone:
         url = gone.url
     started = time.monotonic()
     rows = spark.range(5, numPartitions=1).selectExpr("cast(id as string) as body")
     with pytest.raises(
-        Exception, match=r"amqp-async:io: cannot connect to amqp://127\.0\.0\.1:\d+: connection refused"
+        Exception,
+        match=r"amqp-async:io: cannot connect to amqp://127\.0\.0\.1:\d+: connection refused \(ECONNREFUSED\) "
+        r"\(tried \d+ times over \d+\.\d s: connectTimeoutMs is 3 s\)",
     ):
-        rows.write.format("amqp").option("url", url).option("address", "q").mode("append").save()
+        (
+            rows.write.format("amqp")
+            .option("url", url)
+            .option("address", "q")
+            .option("connectTimeoutMs", 3000)
+            .mode("append")
+            .save()
+        )
     query = (
         spark.readStream.format("amqp")
         .option("url", url)
         .option("address", "q")
+        .option("connectTimeoutMs", 3000)
         .load()
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "checkpoint"))

@@ -8,6 +8,9 @@ Spark is not needed to race two attempts of one partition: threads run them, and
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
+import re
 import socket
 import threading
 import time
@@ -19,6 +22,7 @@ import anyio
 import proton
 import pyarrow as pa
 import pytest
+from broker_process import BrokerProcess, free_port
 from proton import Delivery as ProtonDelivery
 from proton import Message as ProtonMessage
 from proton import Terminus, symbol
@@ -28,11 +32,12 @@ from proton_broker import ProtonBroker
 from proton_peer import proton_server
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from pyspark.sql.types import StringType, StructField, StructType
+from slow_relays import slow_relay
 from spark_support import drain, fill
 
 import amqp_async
 from amqp_async.broker import BrokerThread
-from amqp_async.errors import LinkTimeout, TransactionError
+from amqp_async.errors import AuthenticationError, ConnectionRefused, LinkTimeout, TransactionError
 from amqp_async.spark import MESSAGE_SCHEMA, AmqpBatchReader, AmqpDriverStreamReader, _links
 from amqp_async.spark._failpoints import ENVIRONMENT
 from amqp_async.spark._links import check_transactions, close_quietly, open_receiver, receive_batch, settle_all
@@ -173,6 +178,32 @@ def test_a_task_reads_rabbitmq_without_drains(rabbitmq_broker: Any) -> None:
     assert rabbitmq_broker.wait_queue_depth("task-budget", 0) == 0
 
 
+@pytest.mark.interop
+def test_a_task_that_takes_its_credit_back_from_rabbitmq_gives_back_the_rest(
+    rabbitmq_broker: Any, tmp_path: Path
+) -> None:
+    """RabbitMQ 3 answers no drain: an idle task's first wait ends with a flow asking it (echo), and a task stopped by
+    its byte bound takes its credit back, waits for RabbitMQ's answer and releases what came meanwhile. Both end
+    promptly; every message not read is back in the queue, read once by the next task."""
+    url = rabbitmq_broker.url
+    options = parse_options({"url": url, "address": "/queue/task-credit", "windowBytes": "1500"})
+    started = time.monotonic()
+    assert list(read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path, 100, wait=1.0))) == []
+    fill(url, "/queue/task-credit", [amqp_async.Message(body="y" * 1000, id=f"m{n}") for n in range(20)])
+    rows = read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path, 100, batch=1))
+    first = [message_id for batch in rows for message_id in batch.column("message_id").to_pylist()]
+    assert 1 <= len(first) <= 2  # the byte bound: at most what 1,500 bytes hold, and always the first message
+    assert time.monotonic() - started < 30
+    assert rabbitmq_broker.wait_queue_depth("task-credit", 20 - len(first)) == 20 - len(first)
+    options = parse_options({"url": url, "address": "/queue/task-credit"})
+    rest = [
+        message_id
+        for batch in read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path, 100, batch=2))
+        for message_id in batch.column("message_id").to_pylist()
+    ]
+    assert sorted(first + rest, key=lambda i: int(i[1:])) == [f"m{n}" for n in range(20)]
+
+
 # --- one partition, several attempts --------------------------------------------------------------------------------
 
 
@@ -281,6 +312,204 @@ def test_a_task_that_fails_releases_what_it_received_before_it_closes(tmp_path: 
         assert {(outcome.outcome, outcome.settled) for outcome in outcomes} == {("released", True)}
         assert sorted(message.id for message in peer.queued("q")) == sorted(f"m{n}" for n in range(20))
         assert {message.delivery_count for message in peer.queued("q")} == {0}
+
+
+class _CountedDelay(list[float]):
+    """A :func:`slow_relays.slow_relay`'s delay (read once for each chunk of the peer's bytes), counting its reads."""
+
+    def __init__(self) -> None:
+        super().__init__([0.0])
+        self.reads = 0
+
+    def __getitem__(self, index: Any) -> Any:
+        self.reads += 1
+        return super().__getitem__(index)
+
+
+@contextlib.contextmanager
+def _relay_in_a_thread(port: int, delay: list[float]) -> Iterator[str]:
+    """A :func:`slow_relays.slow_relay` to ``port`` run in a thread of its own (the task runs its own loop)."""
+    urls: list[str] = []
+    stop = threading.Event()
+
+    async def serve() -> None:
+        async with slow_relay(port, delay=delay) as url:
+            urls.append(url)
+            while not stop.is_set():
+                await anyio.sleep(0.02)
+
+    thread = threading.Thread(target=anyio.run, args=(serve,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not urls and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert urls, "the relay did not start"
+    try:
+        yield urls[0]
+    finally:
+        stop.set()
+        thread.join(30)
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["task-ends", "task-fails"])
+def test_a_message_on_its_way_as_the_first_wait_ends_is_taken_or_released_not_left_to_the_close(
+    tmp_path: Path, faults: Path, fails: bool
+) -> None:
+    """A message the broker sent just before a task's first wait ended (a continuous query on an idle queue) is on
+    its way: the task asks the broker whether it has more (a drain) rather than take its credit back blind, so the
+    message comes first and is taken into the batch (accepted), or released by a task that fails. Before, the task
+    ended its batch empty, the message came after it had settled, and it stayed unsettled until the connection
+    closed: its outcome was the broker's (a broker may count a delivery left unsettled at a link's end as a
+    failed one).
+
+    The broker's bytes reach the task through a relay that holds them back: the task (first wait 5 s) grants a
+    credit, a message is published 1.5 s later and sent at once, and reaches the task 5 s after that, once its wait
+    has ended."""
+    if fails:
+        (faults / "received").write_text("raise")
+    delay = _CountedDelay()
+    with ProtonBroker() as peer, _relay_in_a_thread(peer.port, delay) as url:
+        options = parse_options({"url": url, "address": "q"})
+        partition = _partition(tmp_path, 100, wait=5.0)
+        results: list[Any] = []
+
+        def task() -> None:
+            try:
+                results.append(sum(batch.num_rows for batch in read_partition(options, MESSAGE_SCHEMA, partition)))
+            except RuntimeError as exc:
+                results.append(exc)
+
+        thread = threading.Thread(target=task, daemon=True)
+        thread.start()
+        peer.wait_for(lambda: [flow for flow in peer.flows if flow.credit > 0] or None, timeout=60, what="credit")
+        delay[0] = 5.0
+        time.sleep(1.5)
+        reads = delay.reads
+        peer.put("q", ProtonMessage(body="late", id="late"))
+        # Once the relay has the message, the broker's later bytes need not wait: they reach the task right after
+        # it (the relay keeps the order).
+        peer.wait_for(lambda: delay.reads > reads or None, timeout=60, what="the relay holding the message")
+        delay[0] = 0.0
+        thread.join(60)
+        assert not thread.is_alive()
+        peer.wait_closes(1, timeout=30)
+        outcomes = [(outcome.outcome, outcome.settled, outcome.message.id) for outcome in peer.outcomes]
+        if fails:
+            assert isinstance(results[0], RuntimeError) and "failpoint received" in str(results[0])
+            assert outcomes == [("released", True, "late")]
+            assert [(message.id, message.delivery_count) for message in peer.queued("q")] == [("late", 0)]
+        else:
+            assert results == [1]
+            assert outcomes == [("accepted", True, "late")]
+            assert peer.queued("q") == []
+
+
+def test_messages_on_their_way_when_a_full_task_takes_its_credit_back_are_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task that stops at its byte bound (``windowBytes``) with credit still out takes it back; what the broker
+    sent before it saw that comes after the task settled its batch, and is released (§3.4.4: delivered again, its
+    delivery-count unchanged) before the connection closes. Before, it stayed unsettled until the close, its
+    outcome the broker's.
+
+    The broker's bytes reach the task a few at a time (a relay that trickles them), so most of what it sent on the
+    credit comes after the task has settled. The broker's answer comes after them (it answers the drain the task had
+    asked for; python-qpid-proton answers no echo): the task may wait for it longer than it does by default, on a
+    loaded machine (not beyond the 10 s a task gives its close)."""
+    monkeypatch.setattr(_links, "_IN_FLIGHT_PATIENCE", 8.0)
+    messages = [ProtonMessage(body="x", id="m0")] + [ProtonMessage(body="y" * 1000, id=f"m{n}") for n in range(1, 40)]
+    with ProtonBroker() as peer:
+        for message in messages:
+            peer.put("q", message)
+
+        async def run() -> int:
+            async with slow_relay(peer.port, piece=16) as url:
+                options = parse_options({"url": url, "address": "q", "windowBytes": "1500"})
+                partition = _partition(tmp_path, 100)
+                return await anyio.to_thread.run_sync(
+                    lambda: sum(batch.num_rows for batch in read_partition(options, MESSAGE_SCHEMA, partition))
+                )
+
+        rows = anyio.run(run)
+        peer.wait_closes(1, timeout=30)
+        # The first message showed the size, and the credit then granted was for messages of its size: the broker
+        # sent every other message, of which two reached the bound.
+        assert rows == 3
+        outcomes = [(outcome.outcome, outcome.message.id) for outcome in peer.outcomes]
+        assert outcomes == [("accepted", f"m{n}") for n in range(3)] + [("released", f"m{n}") for n in range(3, 40)]
+        queued = [(message.id, message.delivery_count) for message in peer.queued("q")]
+        assert sorted(queued) == sorted((f"m{n}", 0) for n in range(3, 40))
+
+
+# --- a broker that is down when a task starts --------------------------------------------------------------------
+
+
+def test_a_task_that_starts_while_the_broker_is_down_reads_once_it_is_back(tmp_path: Path) -> None:
+    """The broker (a process, its messages on disk) is down when the task connects and starts again 3 s later: the
+    task tries again (with growing pauses, within connectTimeoutMs) and reads. Before, it failed at once with
+    'connection refused', and a short restart of the broker failed Spark's task (twice: its retry too)."""
+    with BrokerProcess("--data-dir", str(tmp_path / "data")) as broker:
+        fill(broker.url, "q", [amqp_async.Message(body="x", id=f"m{n}", durable=True) for n in range(10)])
+        broker.kill()
+        later = threading.Timer(3.0, broker.start)
+        later.start()
+        try:
+            started = time.monotonic()
+            ids = _ids(broker.url, "q", _partition(tmp_path / "log", 100))
+            waited = time.monotonic() - started
+        finally:
+            later.join(60)
+        assert ids == [f"m{n}" for n in range(10)]
+        assert waited >= 2.5  # it waited for the broker
+        assert drain(broker.url, "q") == []  # and accepted what it read
+
+
+def test_a_task_whose_broker_stays_down_fails_after_connect_timeout_naming_it(tmp_path: Path) -> None:
+    """Nothing listens: the task tries until connectTimeoutMs has passed, then fails with the last attempt's error
+    (its address, its condition, its errno) and how long it tried. A peer that answers and refuses (SASL) is not
+    tried again: the task fails at once."""
+    port = free_port()
+    options = parse_options({"url": f"amqp://127.0.0.1:{port}", "address": "q", "connectTimeoutMs": "2000"})
+    started = time.monotonic()
+    with pytest.raises(ConnectionRefused) as refused:
+        list(read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path, 100)))
+    assert 1.5 <= time.monotonic() - started < 30
+    assert refused.value.condition == "amqp-async:io" and refused.value.errno == errno.ECONNREFUSED
+    assert re.fullmatch(
+        rf"amqp-async:io: cannot connect to amqp://127\.0\.0\.1:{port}: connection refused \(ECONNREFUSED\) "
+        r"\(tried \d+ times over \d\.\d s: connectTimeoutMs is 2 s\)",
+        str(refused.value),
+    ), str(refused.value)
+    with BrokerThread(users={"user": "right"}) as broker:
+        url = broker.url.replace("amqp://", "amqp://user:wrong@")
+        options = parse_options({"url": url, "address": "q", "connectTimeoutMs": "60000"})
+        started = time.monotonic()
+        with pytest.raises(AuthenticationError, match="amqp:unauthorized-access"):
+            list(read_partition(options, MESSAGE_SCHEMA, _partition(tmp_path, 100, batch=1)))
+        assert time.monotonic() - started < 30
+
+
+def test_the_url_options_password_is_not_in_the_data_sources_errors() -> None:
+    """The data source's own error texts name the peer by the ``url`` option (they go into Spark's errors, logs and
+    UI): its password is hidden there, as in the client's errors. Before, a connection that took longer than
+    connectTimeoutMs and a peer without transactions were named with the password in clear."""
+    with socket.socket() as silent:  # accepts (the kernel's backlog) and never answers: connecting takes too long
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(5)
+        port = silent.getsockname()[1]
+        options = parse_options(
+            {"url": f"amqp://user:s3cret@127.0.0.1:{port}", "address": "q", "connectTimeoutMs": "1000"}
+        )
+        with pytest.raises(amqp_async.errors.ConnectTimeout) as slow:
+            anyio.run(open_receiver, options)
+    assert f"connecting to amqp://user:***@127.0.0.1:{port} took longer" in str(slow.value)
+    with ProtonBroker() as peer:  # no transaction coordinator
+        url = peer.url.replace("amqp://", "amqp://user:s3cret@")
+        options = parse_options({"url": url, "address": "q", "transactional": "true"})
+        with pytest.raises(TransactionError) as refused:
+            anyio.run(check_transactions, options)
+    assert f"the peer at {peer.url.replace('amqp://', 'amqp://user:***@')} cannot run" in str(refused.value)
+    assert "s3cret" not in str(slow.value) + str(refused.value)
 
 
 def test_a_task_on_another_host_than_the_default_log_is_refused(tmp_path: Path) -> None:

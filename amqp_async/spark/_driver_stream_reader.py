@@ -283,7 +283,7 @@ class AmqpDriverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._loop = LoopThread("amqp-async-spark-stream")
         session = _StreamSession(self._options)
         try:
-            self._loop.call(session.open, timeout=self._options.connect_timeout + 5)
+            self._loop.call(session.open, timeout=self._options.connect_timeout * 2 + 5)  # connect, then attach
         except BaseException:
             self._loop.close()
             self._loop = None

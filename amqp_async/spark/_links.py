@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
-from ..client import Connection, Receiver, Sender, connect
+from ..client import Backoff, Connection, Receiver, Sender, connect
+from ..client._url import _redact as redact_url
 from ..codec.delivery_states import Accepted, Released
-from ..errors import ConnectionError, TransactionError
+from ..errors import (
+    AuthenticationError,
+    ConnectError,
+    ConnectionError,
+    ConnectionLost,
+    ConnectTimeout,
+    TLSError,
+    TransactionError,
+)
 from ..protocol.delivery import Delivery as EngineDelivery
 from ._options import AmqpOptions
 
@@ -20,27 +30,100 @@ __all__ = [
     "open_receiver",
     "open_sender",
     "receive_batch",
+    "release_late",
     "settle_all",
     "wait_sent",
 ]
 
+
+log = logging.getLogger("amqp_async.spark")
 
 _ACCEPTED = Accepted()
 _RELEASED = Released()
 
 
 def _describe(options: AmqpOptions) -> str:
-    return options.get("url") or "the peer of connect.json (or amqp://localhost)"
+    """The peer, for an error's text: the ``url`` option with its passwords hidden (the text goes into Spark's
+    errors, logs and UI), or where ``connect()`` looks without it."""
+    url = options.get("url")
+    if not url:
+        return "the peer of connect.json (or amqp://localhost)"
+    return ",".join(redact_url(part) for part in url.split(","))
 
 
-async def _connect(options: AmqpOptions) -> Connection:
+#: Errors that retrying cannot mend: the peer answered, and said no (credentials, TLS: a configuration to fix).
+_NOT_RETRIED = (AuthenticationError, TLSError)
+
+
+def _retry_delays() -> Backoff:
+    """The pauses between attempts to reach a peer that is down or restarting (the client's reconnect delays: 0,
+    0.1, 0.2, 0.4 ... seconds, at most 2, each shortened by up to a tenth at random so that the tasks of a stage do
+    not all come back at once)."""
+    return Backoff(initial=0.1, factor=2.0, maximum=2.0)
+
+
+async def _open(options: AmqpOptions, attach: Callable[[Connection], Awaitable[Any]]) -> tuple[Connection, Any]:
+    """Connect, and ``attach(connection)`` a link, within ``connectTimeoutMs``: a peer that is down (the
+    connection refused, or lost before the link was attached: a broker restarting) is tried again after a pause
+    (:func:`_retry_delays`) until that time has passed, so that a short restart of the broker does not fail a Spark
+    task. Nothing has been received or sent then: trying again changes nothing but the time.
+
+    Raises:
+        ConnectError, ConnectionLost: the last attempt's error (naming the peer's address and the AMQP or IO
+            condition), its text saying how many attempts were made over how long. AuthenticationError and
+            TLSError at once: the peer answered, and trying again would not change its answer.
+        LinkError: the peer refused the link (at once).
+    """
+    started = anyio.current_time()
+    deadline = started + options.connect_timeout
+    delays = _retry_delays()
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            connection = await _connect(options, deadline)
+            return connection, await _attach(connection, options, attach(connection))
+        except (ConnectError, ConnectionLost) as exc:
+            if isinstance(exc, _NOT_RETRIED):
+                raise
+            now = anyio.current_time()
+            if now >= deadline:
+                _say_how_long(exc, options, attempts, now - started)
+                raise
+            if attempts == 1:
+                log.warning(
+                    "cannot reach the peer yet, trying again for up to %g s (connectTimeoutMs): %s",
+                    options.connect_timeout,
+                    exc,
+                )
+            await anyio.sleep(min(next(delays), deadline - now))  # the last attempt at the deadline
+
+
+def _say_how_long(exc: ConnectError | ConnectionLost, options: AmqpOptions, attempts: int, elapsed: float) -> None:
+    """Add to the last attempt's error how long the peer was tried (its type, condition, address and errno kept:
+    ``except ConnectionRefusedError`` and the condition still tell what happened)."""
+    if attempts > 1:
+        exc.description += (
+            f" (tried {attempts} times over {elapsed:.1f} s: connectTimeoutMs is {options.connect_timeout:g} s)"
+        )
+        exc.args = (exc.description,)
+
+
+#: The least time an attempt to connect is given, in seconds (or connectTimeoutMs when less): the last attempt,
+#: made at the deadline, fails as the peer makes it fail (refused...), not for want of time.
+_LEAST_ATTEMPT = 1.0
+
+
+async def _connect(options: AmqpOptions, deadline: float) -> Connection:
+    """One attempt to connect, until ``deadline`` (the loop's clock), or for :data:`_LEAST_ATTEMPT`."""
+    least = min(_LEAST_ATTEMPT, options.connect_timeout)
     try:
-        with anyio.fail_after(options.connect_timeout):
+        with anyio.fail_after(max(deadline - anyio.current_time(), least)):
             return await connect(**options.connect_kwargs())
     except TimeoutError as exc:
         if isinstance(exc, ConnectionError):
             raise  # a ConnectTimeout of connect() itself: it says what timed out
-        raise ConnectionError(
+        raise ConnectTimeout(
             f"connecting to {_describe(options)} took longer than connectTimeoutMs ({options.connect_timeout:g} s)"
         ) from None
 
@@ -61,11 +144,13 @@ async def open_receiver(options: AmqpOptions, *, browse: bool = False) -> tuple[
     The receiver takes the ``selector`` and ``subscriptionName`` options; ``browse`` asks for distribution-mode
     copy (§3.5.7: messages are seen, not taken).
 
+    A peer that is down is tried again within ``connectTimeoutMs`` (:func:`_open`).
+
     Raises:
-        ConnectionError: the peer cannot be reached, refuses the connection, or takes too long.
+        ConnectionError: the peer cannot be reached within ``connectTimeoutMs``, refuses the connection (SASL,
+            TLS), or takes too long.
         LinkError: the peer refused the link (its condition, e.g. ``amqp:not-found``, is in the error).
     """
-    connection = await _connect(options)
     receiver_options: dict[str, Any] = {"credit": 0}
     selector = options.get("selector")
     if selector:
@@ -76,7 +161,9 @@ async def open_receiver(options: AmqpOptions, *, browse: bool = False) -> tuple[
         receiver_options.update(name=subscription, durable=True, expiry_policy="never")
     if browse:
         receiver_options["distribution_mode"] = "copy"
-    receiver = await _attach(connection, options, connection.open_receiver(options.address, **receiver_options))
+    connection, receiver = await _open(
+        options, lambda connection: connection.open_receiver(options.address, **receiver_options)
+    )
     # With manual credit the client cannot know how much a broker that overshoots a top-up (RabbitMQ before 4.0)
     # may send beyond it: at most what the reader ever grants.
     receiver._engine_link.overshoot_tolerance = max(int(options.get("credit", 1000)), 1)
@@ -90,9 +177,10 @@ async def open_sender(options: AmqpOptions) -> tuple[Connection, Sender]:
     Raises:
         ConnectionError, LinkError: as :func:`open_receiver`.
     """
-    connection = await _connect(options)
     delivery = options.get("deliveryMode", "at-least-once")
-    sender = await _attach(connection, options, connection.open_sender(options.address, delivery=delivery))
+    connection, sender = await _open(
+        options, lambda connection: connection.open_sender(options.address, delivery=delivery)
+    )
     return connection, sender
 
 
@@ -179,7 +267,8 @@ async def receive_batch(
     thousands at a time, and the awaitable API's per-delivery object and settlement would double the cost of
     receiving. Deliveries the sender aborted (§2.6.14) are dropped: they carry no message.
 
-    With ``first_wait`` > 0 it waits that long for a first delivery (none: an idle source, drained). Then it keeps
+    With ``first_wait`` > 0 it waits that long for a first delivery (none, and the sender says it has none: an idle
+    source, drained). Then it keeps
     up to ``window`` credit out, topped up as deliveries come, so that the sender streams without waiting for a round
     trip, and never more than ``budget`` less what was taken and what waits, so nothing beyond the budget is sent.
     When no transfer comes for a moment it asks the sender whether it has more (:func:`_nothing_more`).
@@ -188,7 +277,7 @@ async def receive_batch(
     batch), and keep the credit out to about what the bytes left allow (one credit until the first message shows
     the size), so that a backlog of large messages is not all held in one task's memory. The first delivery is
     always taken, however large: the batch moves on. Deliveries that come beyond the bound stay in the link's
-    queue, not taken: :func:`settle_all` releases them.
+    queue, not taken: :func:`settle_all` releases them, and :func:`release_late` those still on their way then.
     """
     link = receiver._engine_link
     connection = receiver.connection
@@ -235,7 +324,10 @@ async def receive_batch(
             while not incoming:
                 receiver._check()
                 await connection._wait_state()
-        if not incoming:
+        # Nothing came: ask the sender rather than take the credit back blind. A message it sent as the wait ended
+        # is on its way, and comes before the answer (then it is taken, as any first message); taken back blind,
+        # the credit left it to come after the batch was settled, with no outcome until the connection closed.
+        if not incoming and await _nothing_more(receiver, quiet, drains, top_up):
             _stop_credit(receiver)
             return taken, True
     drained = False
@@ -317,10 +409,17 @@ async def _nothing_more(receiver: Receiver, quiet: float, drains: bool, top_up: 
 
 
 def _stop_credit(receiver: Receiver) -> None:
-    """Take back the credit still out (a sender that has not used it could send more than was asked)."""
+    """Take back the credit still out (a sender that has not used it could send more than was asked), and ask the
+    sender to answer at once (a flow with echo, §2.7.4): transfers it sent before it saw the credit taken back are
+    still on their way (§2.6.7: "the receiver MAY either handle the excess messages normally or detach the
+    link"), and its answer comes after them, so once the answer is here nothing more can come
+    (:func:`release_late`). With no credit left (all of it used, or given back by a drain), nothing is on its way
+    but the rest of a delivery under way, and no answer is asked for."""
     link = receiver._engine_link
     if link.link_credit and not receiver.is_closed:
         link.grant_credit(0)
+        link.available = -1  # no answer yet: a flow always sets it, to 0 when it says nothing
+        link._write_flow(echo=True)
         receiver.connection._kick()
 
 
@@ -335,7 +434,7 @@ async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accep
     dispositions that cover runs of them. The deliveries that came after the batch was taken (in flight when its
     credit was taken back, or beyond its byte bound) are released too: left unsettled, they would come back only
     as the link closes, and a broker may count that as a failed delivery (RabbitMQ's quorum queues do, towards
-    their delivery limit).
+    their delivery limit). Those still on their way are for :func:`release_late`.
 
     Raises:
         LinkDetached, ConnectionError...: the link or its connection has ended (the peer settles them: it delivers
@@ -354,6 +453,49 @@ async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accep
     receiver.connection._kick()
 
 
+#: Seconds to wait for the sender's answer once the credit was taken back: a round trip for a sender that answers;
+#: what a task's end waits for one that does not (python-qpid-proton's engine), while Spark takes its rows.
+_IN_FLIGHT_PATIENCE = 2.0
+
+
+async def release_late(receiver: Receiver, patience: float | None = None) -> int:
+    """Release (§3.4.4) the deliveries that come after :func:`settle_all`: those the sender sent before it saw
+    the credit taken back (:func:`_stop_credit`), and the rest of one under way. Returns how many.
+
+    Left unsettled to the connection's close, their outcome was the broker's (the embedded broker and
+    python-qpid-proton put them back; a broker may count a delivery left unsettled at a link's end as a failed one,
+    towards its delivery limit): every delivery a task receives gets an outcome of its own, released for those
+    that are not in its batch. Waits for the sender's answer to the flow :func:`_stop_credit` sent (it follows
+    every transfer sent before it; so does the answer to a drain still under way), at most ``patience`` seconds
+    (:data:`_IN_FLIGHT_PATIENCE` unless given): the embedded broker and RabbitMQ answer at once, python-qpid-proton's
+    engine does not answer an echo (the task then waits the whole time, while Spark takes its rows), and what a
+    sender sends after that is left to the close, as before. A link or connection that has ended settles nothing
+    (its peer decides)."""
+    link = receiver._engine_link
+    connection = receiver.connection
+    if patience is None:
+        patience = _IN_FLIGHT_PATIENCE
+
+    def nothing_on_its_way() -> bool:
+        return link.available >= 0 and link.partial is None
+
+    with anyio.move_on_after(patience):
+        while not nothing_on_its_way() and not receiver.is_closed:
+            await connection._wait_state()
+    released = 0
+    if receiver.is_closed:
+        return released
+    incoming = link.incoming
+    while incoming:
+        delivery = incoming.popleft()
+        if not delivery.aborted:  # (an aborted delivery is settled: it carries no message)
+            link.settle(delivery, _RELEASED)
+            released += 1
+    if released:
+        connection._kick()
+    return released
+
+
 async def check_transactions(options: AmqpOptions) -> None:
     """Make sure the peer has a transaction coordinator (§4.2): declare a transaction and roll it back.
 
@@ -361,7 +503,7 @@ async def check_transactions(options: AmqpOptions) -> None:
         TransactionError: it has none (RabbitMQ 3.x), or refused the declare; the message says what to do.
         ConnectionError: the peer cannot be reached.
     """
-    connection = await _connect(options)
+    connection, _ = await _open(options, _nothing_to_attach)
     try:
         with anyio.fail_after(options.connect_timeout):
             transaction = await connection.transaction()
@@ -380,6 +522,10 @@ async def check_transactions(options: AmqpOptions) -> None:
         ) from None
     finally:
         await close_quietly(connection)
+
+
+async def _nothing_to_attach(connection: Connection) -> None:
+    """No link: a connection of its own is all :func:`check_transactions` opens with :func:`_open`."""
 
 
 async def close_quietly(connection: Connection | None) -> None:

@@ -148,7 +148,12 @@ OPTIONS: tuple[_Spec, ...] = (
     _Spec("sslCertFile", _text, _ALL, "client certificate (PEM file)"),
     _Spec("sslKeyFile", _text, _ALL, "client certificate's private key (PEM file)"),
     _Spec("sslVerify", _boolean, _ALL, "check the peer's certificate and host name (default true)"),
-    _Spec("connectTimeoutMs", _milliseconds, _ALL, "how long connecting and attaching may take (default 30000)"),
+    _Spec(
+        "connectTimeoutMs",
+        _milliseconds,
+        _ALL,
+        "how long connecting and attaching may take, a peer that is down tried again meanwhile (default 30000)",
+    ),
     _Spec("credit", _credit, _READS, "link credit: messages prefetched and not yet handed to Spark"),
     _Spec("windowBytes", _positive_int, _READS, "most message bytes a reader takes or holds at once (128 MiB)"),
     _Spec("receiveOn", _choice("executors", "driver"), (STREAM_READ,), "streaming read: executors (default) or driver"),
@@ -227,7 +232,8 @@ class AmqpOptions:
         return str(self.values.get("receiveOn", "executors"))
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`amqp_async.connect` (reconnecting off: Spark retries and restarts).
+        """Keyword arguments for :func:`amqp_async.connect` (reconnecting off: Spark retries and restarts; a first
+        connect is tried again within ``connectTimeoutMs`` by the data source itself, :func:`~._links.open_receiver`).
 
         Raises:
             OptionError: a TLS file option names a file that cannot be read here.

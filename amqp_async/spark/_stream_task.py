@@ -12,8 +12,9 @@ the batch) runs in a Python worker on an executor:
 4. has one entry chosen among all attempts of ``(b, p)`` (:meth:`~._log.Slot.choose`);
 5. accepts its deliveries if its own entry was chosen (and the batch is not committed already: a zombie attempt),
    else releases them (the broker delivers them again, to a later batch) and takes the chosen entry's messages;
-6. returns the rows (built while the messages arrived, :class:`_Rows`) while its connection closes, and waits for
-   the close once Spark has taken them.
+6. returns the rows (built while the messages arrived, :class:`_Rows`) while it releases what comes after it
+   settled (sent before the sender saw the credit taken back) and closes its connection, and waits for the close
+   once Spark has taken them.
 
 A task that dies anywhere before 5 leaves its deliveries unsettled: the broker delivers them again when the
 connection drops. docs/spark.md has the table of what each failure costs.
@@ -38,7 +39,7 @@ from ..client import Connection, Receiver
 from ..errors import AMQPError
 from ..protocol.delivery import Delivery
 from ._failpoints import failpoint
-from ._links import check_alive, close_quietly, open_receiver, receive_batch, settle_all
+from ._links import check_alive, close_quietly, open_receiver, receive_batch, release_late, settle_all
 from ._log import Slot, WriteAheadLog, new_attempt
 from ._loop import LoopThread
 from ._options import WINDOW_BYTES, AmqpOptions, OptionError
@@ -156,15 +157,16 @@ def _no_cycle_collection() -> Iterator[None]:
 
 class _Closing:
     """The task's connection closing on its loop's thread while Spark takes the rows (the close handshake is a round
-    trip, with nothing left to decide: the deliveries are settled), and :meth:`wait` for it at the end."""
+    trip, with nothing left to decide: the deliveries are settled, and those still on their way are released as
+    they come, :func:`_release_late_and_close`), and :meth:`wait` for it at the end."""
 
-    def __init__(self, loop: LoopThread, connection: Connection) -> None:
+    def __init__(self, loop: LoopThread, connection: Connection, receiver: Receiver) -> None:
         self._loop = loop
-        self._closing = loop.submit(close_quietly, connection)
+        self._closing = loop.submit(_release_late_and_close, connection, receiver)
 
     def wait(self) -> None:
         try:
-            self._closing.result(timeout=10)  # close_quietly itself gives up after 5 s
+            self._closing.result(timeout=10)  # release_late gives up after 2 s, close_quietly after 5 s
         except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
             pass
         finally:
@@ -240,7 +242,7 @@ def _receive_and_choose(
             )
         failpoint("settled", partition.index, partition.batch)
         batches = rows.batches if ours else _batches(schema, slot.read_entry(chosen))
-        closing = _Closing(loop, connection)
+        closing = _Closing(loop, connection, receiver)
         return batches, closing
     finally:
         if closing is None:  # failed on the way: give back what it received, and close, before the error goes up
@@ -260,6 +262,15 @@ async def _give_back_and_close(
     if receiver is not None and not receiver.is_closed:
         with contextlib.suppress(AMQPError):
             await settle_all(receiver, received, False)
+    await _release_late_and_close(connection, receiver)
+
+
+async def _release_late_and_close(connection: Connection | None, receiver: Receiver | None) -> None:
+    """Release what comes after the task settled its deliveries (in flight when its credit was taken back:
+    :func:`~._links.release_late`), then close. Left to the close, their outcome would be the peer's, as above."""
+    if receiver is not None:
+        with contextlib.suppress(AMQPError):
+            await release_late(receiver)
     await close_quietly(connection)
 
 
