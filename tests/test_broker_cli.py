@@ -384,7 +384,7 @@ def test_version() -> None:
 def test_every_option_has_help() -> None:
     parser = build_parser()
     options = [action for action in parser._actions if action.option_strings]
-    assert len(options) == 26  # help and version included
+    assert len(options) == 27  # help and version included
     missing = [action.option_strings[0] for action in options if not action.help]
     assert missing == []
     result = run_cli("--help")

@@ -14,6 +14,9 @@ Here a smaller scale: a 24 MiB limit, 8 MB of 100 kB messages and one of 10 MB h
 
 from __future__ import annotations
 
+import threading
+import time
+
 import anyio
 import pytest
 
@@ -64,7 +67,8 @@ def test_python_qpid_proton_sends_small_messages_after_a_large_one_while_there_i
 
 @pytest.mark.anyio
 async def test_our_sender_of_small_messages_gets_windows_and_one_of_large_messages_waits_for_room() -> None:
-    async with serving(max_memory=LIMIT) as broker, amqp_async.connect(broker.url) as conn:
+    # one queue may fill the whole limit here (its share: test_broker_queue_share.py)
+    async with serving(max_memory=LIMIT, queue_share=1) as broker, amqp_async.connect(broker.url) as conn:
         filler = await conn.open_sender("filler")
         large = await conn.open_sender("large")
         with anyio.fail_after(TIMEOUT):
@@ -133,3 +137,50 @@ async def test_a_flood_of_small_messages_after_a_large_one_stays_within_the_limi
         assert all(sent), f"a producer got no credit: {sent}"
         assert most <= LIMIT
         assert flow.held_bytes > LIMIT - LARGE  # it did fill the room the large message left (up to the limit)
+
+
+def test_python_qpid_proton_switching_from_small_to_large_messages_waits_for_credit_rather_than_is_rejected() -> None:
+    """A producer's credit follows the sizes it sends: lowered when its messages grow (§2.6.7, a flow lowering its
+    link-credit). Before, the window granted for its 100-byte messages (1,981 credits under 8 MiB) was kept when it
+    switched to 256 KiB messages: once the memory was full, 29 of 60 were rejected (``SendException(REJECTED)``)
+    beside a consumer taking them."""
+    limit, size, count = 8 << 20, 256 << 10, 60
+    with BrokerThread(port=0, max_memory=limit) as broker:
+        connection = proton_utils.BlockingConnection(broker.url, timeout=TIMEOUT)
+        failures: list[BaseException] = []
+        sent: list[int] = []
+        try:
+            sender = connection.create_sender("switching")
+            for _ in range(20):
+                sender.send(ProtonMessage(body=b"s" * SMALL))
+
+            def produce() -> None:
+                try:
+                    for number in range(count):
+                        sender.send(ProtonMessage(body=bytes([number]) * size))
+                        sent.append(number)
+                except BaseException as exc:  # reported by the test's thread
+                    failures.append(exc)
+
+            producer = threading.Thread(target=produce, daemon=True)
+            producer.start()
+            deadline = time.monotonic() + TIMEOUT
+            while broker.broker.flow.held_bytes < limit - 2 * size and not failures:
+                assert time.monotonic() < deadline, "the producer did not fill the memory"
+                time.sleep(0.01)
+            consumer = proton_utils.BlockingConnection(broker.url, timeout=TIMEOUT)
+            try:
+                receiver = consumer.create_receiver("switching", credit=5)
+                bodies = []
+                for _ in range(20 + count):
+                    message = receiver.receive(timeout=TIMEOUT)
+                    receiver.accept()
+                    bodies.append(bytes(message.body))
+            finally:
+                consumer.close()
+            producer.join(TIMEOUT)
+        finally:
+            connection.close()
+        assert not failures, failures  # before: SendException(REJECTED) for 29 of them
+        assert sent == list(range(count))
+        assert [body[0] for body in bodies[20:]] == list(range(count))

@@ -3,6 +3,7 @@
     python -m amqp_async.broker [--host H] [--port P] [--user NAME:PASSWORD ...] [--users-file FILE]
                                 [--allow-anonymous] [--tls-cert CERT [--tls-key KEY]]
                                 [--max-connections N] [--max-queue-depth N] [--max-memory SIZE]
+                                [--queue-share FRACTION]
                                 [--when-full block|reject] [--max-message-size SIZE] [--max-transactions N]
                                 [--handshake-timeout SECONDS] [--idle-timeout SECONDS]
                                 [--dead-letter-queue ADDRESS] [--delivery-limit N] [--expiry-interval SECONDS]
@@ -44,6 +45,7 @@ from ..io.exception_groups import leaves as exception_leaves
 from ..io.tls_files import load_cert_chain
 from ..protocol.connection import LEAST_IDLE_TIMEOUT
 from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT
+from ._flow import QUEUE_SHARE
 from ._server import (
     DEFAULT_EXPIRY_INTERVAL,
     DEFAULT_MAX_MEMORY,
@@ -141,6 +143,17 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535; 0: a free port)")
     return port
+
+
+def _share(text: str) -> float:
+    """``--queue-share``: a fraction above 0 and at most 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a fraction: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, not {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -259,6 +272,15 @@ def build_parser(prog: str = DEFAULT_PROG) -> argparse.ArgumentParser:
         help=f"the most memory the broker takes: its messages, sessions and links get what its own memory (~35MB) "
         f"leaves; producers then wait for credit (default: {DEFAULT_MAX_MEMORY >> 20}MiB, at least 1MiB; 0 or "
         "'unlimited': no limit)",
+    )
+    limits.add_argument(
+        "--queue-share",
+        type=_share,
+        default=QUEUE_SHARE,
+        metavar="FRACTION",
+        help="the part of --max-memory one queue (or topic subscription) may hold, of what the other queues leave: "
+        "a queue whose consumer is stuck or slow stops its own producers there, not those of the others "
+        f"(default: {QUEUE_SHARE}; 1: the whole)",
     )
     limits.add_argument(
         "--max-queue-depth", type=_positive_int, metavar="N", help="the most messages waiting in one queue"
@@ -478,6 +500,7 @@ def make_broker(arguments: argparse.Namespace) -> Broker:
         ws_path=arguments.ws_path,
         max_memory=message_budget(arguments.max_memory, process_memory()),
         when_full=arguments.when_full,
+        queue_share=arguments.queue_share,
         data_dir=arguments.data_dir,
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
@@ -170,6 +171,29 @@ def _subscription_key(connection: ServerConnection, link: protocol.Link, capabil
     remote_open = connection.engine.remote_open
     container = remote_open.container_id if remote_open is not None else connection.peer
     return f"{container}/{name}"
+
+
+#: The link name of one more link of a shared subscription, as Qpid JMS names them (``NAME|2``, ``NAME|global``,
+#: ``NAME|global2``, ...: ``AmqpSubscriptionTracker``), at the end of a subscription key.
+_SHARED_LINK_NAME = re.compile(r"(?P<name>[^/|]*)\|(?P<scope>global)?(?P<number>\d*)")
+
+
+def earlier_subscription_key(key: str) -> str | None:
+    """The key the broker gives now to the links that named the durable subscription an earlier version kept under
+    ``key`` (None: the same). That version keyed each link apart, its container id and its whole link name; a
+    shared subscription's are now one, keyed by the name before the first "|" (:func:`_subscription_key`), and a
+    global one's by :data:`GLOBAL_SCOPE` instead of the container id. For :meth:`._store.Store.upgrade`."""
+    if key.startswith(f"{GLOBAL_SCOPE}/"):
+        return None
+    container, _, link_name = key.rpartition("/")
+    shared = _SHARED_LINK_NAME.fullmatch(link_name)
+    if not container or shared is None:
+        return None
+    if shared["scope"]:
+        return f"{GLOBAL_SCOPE}/{shared['name']}"
+    if shared["number"] and int(shared["number"]) >= 2:  # Qpid JMS's second link and after: NAME|2, NAME|3, ...
+        return f"{container}/{shared['name']}"
+    return None
 
 
 def _recovery_keys(connection: ServerConnection, link: protocol.Link) -> list[tuple[str, list[Any]]]:

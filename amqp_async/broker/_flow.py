@@ -14,15 +14,23 @@ up when it falls below half. With limits, a window is never larger than the room
   last seen), one large message made every credit cost its size: small producers got no credit with a third of the
   memory free. A producer's own size is not known before its first message: until then it is counted at the size
   seen (the larger of the average held and the last), :data:`UNSEEN_SIZE` at most and before any message (a full
-  window under a roomy limit, one credit under a tight one). Once its first message shows its size, credit it
-  holds beyond the room is taken back (a flow lowering its link-credit, §2.6.7; :meth:`Flow._lower`), so that a
-  producer of large messages waits rather than sends the rest of a window granted for smaller ones. With messages
-  of one size the bytes held never pass the limit; with mixed sizes the estimate can be short, so each message is
-  also checked in bytes as it arrives, and one that does not fit is rejected with ``amqp:resource-limit-exceeded``
-  (:func:`._assembly.memory_refusal`): a message larger than the limit, those a producer sent before it saw its
-  credit lowered, and those of producers that change size or together outrun the estimate. A message counts its
-  bytes and a fixed bookkeeping estimate (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded
-  as well as a few large ones.
+  window under a roomy limit, one credit under a tight one). Once its first message shows its size, and whenever
+  its messages grow larger than that, credit it holds beyond the room is taken back (a flow lowering its
+  link-credit, §2.6.7; :meth:`Flow._lower`), so that a producer of large messages waits rather than sends the rest
+  of a window granted for smaller ones. With messages of one size the bytes held never pass the limit; with mixed
+  sizes the estimate can be short, so each message is also checked in bytes as it arrives, and one that does not
+  fit is rejected with ``amqp:resource-limit-exceeded`` (:func:`._assembly.memory_refusal`): a message larger than
+  the limit, those a producer sent before it saw its credit lowered, and those of producers that change size or
+  together outrun the estimate. A message counts its bytes and a fixed bookkeeping estimate
+  (:data:`~._nodes.ENTRY_OVERHEAD`), so that many small messages are bounded as well as a few large ones; a topic's
+  copies of one message share its bytes, counted once (:meth:`._nodes.Entry.copy`), and its producer's credit is
+  counted at what the message took in all.
+
+A queue holds at most its share of the memory limit (:meth:`Flow.share_left`: ``queue_share``, half by default, of
+what the limit leaves beside the other queues, its messages waiting and delivered not settled counted): a producer's
+room is also the least room left in the shares of the queues it fills. A queue whose consumer is stuck (it took its
+prefetch and never settles) or slow, or that has none, then holds its own producers back, not those of every queue:
+before, it took the whole limit, and no producer of the broker got credit for as long as it stayed so.
 
 A producer refused a full window is *starved*: once consumers take messages or settle them (:meth:`Flow.freed`)
 it gets credit again, as soon as the room is worth a window (half of one, or half of the limit when that is
@@ -55,12 +63,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._nodes import Queue, Topic
 
-__all__ = ["ENDPOINT_SIZE", "NODE_SIZE", "WINDOW", "Flow", "NoRoomForNode", "Producer"]
+__all__ = ["ENDPOINT_SIZE", "NODE_SIZE", "QUEUE_SHARE", "WINDOW", "Flow", "NoRoomForNode", "Producer"]
 
 #: The credit a producer holds at most (and gets again once it used half). With 500, a producer sending as fast as
 #: it could used it up before the broker's next flow came: 100,000 messages of 16 bytes waited for credit 237 times,
 #: 0.7 s of 1.3 (none with 2,000, and a third faster); the limits make it smaller where they apply.
 WINDOW = 2000
+#: The part of the memory limit one queue may hold by default, of what the other queues leave (:meth:`Flow.share_left`).
+QUEUE_SHARE = 0.5
 #: The size a message is assumed to take before the broker has seen one (for the memory limit's first credit).
 UNSEEN_SIZE = 64 << 10
 #: The bytes a node (an empty queue, a topic, a subscription) is counted at in the memory limit: an empty queue
@@ -128,11 +138,18 @@ class Flow:
         max_memory: the most bytes of message payloads held at once (None: no limit).
         block_full_queues: withhold credit from producers of a queue at its ``max_depth`` (else the queue's
             messages beyond it are rejected, and only the memory limit holds producers back).
+        queue_share: the part of the memory limit one queue may hold, of what the other queues leave
+            (:meth:`share_left`; 1: the whole).
     """
 
-    def __init__(self, max_memory: int | None = None, *, block_full_queues: bool = True) -> None:
+    def __init__(
+        self, max_memory: int | None = None, *, block_full_queues: bool = True, queue_share: float = QUEUE_SHARE
+    ) -> None:
+        if not 0 < queue_share <= 1:
+            raise ValueError(f"queue_share must be above 0 and at most 1, not {queue_share!r}")
         self.max_memory = max_memory
         self.block_full_queues = block_full_queues
+        self.queue_share = queue_share
         #: bytes and count of the messages held (queued, delivered and not settled).
         self.held_bytes = 0
         self.held_count = 0
@@ -307,11 +324,12 @@ class Flow:
         latest, producer.latest = producer.latest, 0
         if latest:
             # Its messages showed their size: its credit is counted in messages of that size from now on (unit()),
-            # and, at its first, lowered if it holds more than the memory limit leaves it at that size (_lower).
-            first = not producer.size
+            # and, when they are larger than it was counted at (its first, or a switch to larger messages), lowered
+            # if it holds more than the memory limit leaves it at that size (_lower).
+            grew = latest > self.unit(producer)
             producer.size = latest
             credit = self.recount(producer)
-            if first and credit > 0 and self.max_memory is not None:
+            if grew and credit > 0 and self.max_memory is not None:
                 credit = self._lower(producer, credit)
         if credit >= WINDOW // 2:
             return 0
@@ -356,16 +374,19 @@ class Flow:
         return self._free_bytes() >= self.unit(producer)
 
     def _lower(self, producer: Producer, credit: int) -> int:
-        """Lower the credit of ``producer`` (holding ``credit``), whose first messages just showed their size
-        (:attr:`Producer.size`), to the room the memory limit leaves it when it holds more; return its credit then.
+        """Lower the credit of ``producer`` (holding ``credit``), whose messages just showed a larger size than its
+        credit was counted at (:attr:`Producer.size`), to the room the memory limit leaves it when it holds more;
+        return its credit then.
 
         Its first window was counted in messages of the size seen so far, its own unknown (:data:`UNSEEN_SIZE`
         before any message): a producer of 1 MiB messages given 2,000 credits at 64 KiB a message held 2 GB of them
         under the default limit of 256 MiB, and once the memory was full, every message it sent was rejected, the
         rest of that window (``amqp:resource-limit-exceeded``, each one crossing the wire in full first). Lowered
-        once its first message shows the size, its sends wait for credit instead. Done once per producer: the
-        credit granted after is counted with its size (its latest), and one that changes size is checked message
-        by message (:func:`._assembly.memory_refusal`).
+        once its first message shows the size, its sends wait for credit instead. Lowered again when its messages
+        grow larger: a producer that sent 100-byte messages, then 256 KiB ones, kept the window granted for the
+        small ones (1,981 credits under an 8 MiB limit), and once the memory was full, 29 of its 60 large messages
+        were rejected, beside a consumer taking them. A message larger than those seen before a top-up is still
+        checked in bytes as it comes (:func:`._assembly.memory_refusal`).
 
         §2.6.7: "If the link-credit is reduced by the receiver when transfers are in-flight, the receiver MAY either
         handle the excess messages normally or detach the link with a transfer-limit-exceeded error code." The
@@ -422,6 +443,9 @@ class Flow:
                 share = min(share, max(1, allowed // len(stalled)), allowed)
             target = producer.target
             key = id(target)
+            if free is not None and target is not None:
+                for queue in target.queues():  # half of what its queues' shares leave (share_left), likewise
+                    share = min(share, (max(0, self.share_left(queue)[1]) // unit + 1) // 2)
             if self.block_full_queues and target is not None:
                 if key not in free_by_target:
                     free_by_target[key] = self._free_depth(target)
@@ -440,10 +464,40 @@ class Flow:
 
     def memory_full(self) -> bool:
         """Whether the memory limit holds producers back now: some wait for credit, and the room it leaves for
-        messages (the messages held counted, not the credit promised) is less than a grant worth making."""
+        messages (the messages held counted, not the credit promised) is less than a grant worth making, or the
+        share of a queue they fill is (:meth:`share_left`)."""
         if self.max_memory is None or not self.starved:
             return False
-        return not any(self._worth_a_grant(self.unit(producer)) for producer in self.starved)
+        return not any(self._worth_a_grant(self.unit(producer)) for producer in self.starved) or any(
+            self._share_reached(producer) for producer in self.starved
+        )
+
+    def _share_reached(self, producer: Producer) -> bool:
+        """Whether one of the queues ``producer`` fills has less of its share left (:meth:`share_left`) than a
+        grant worth making of its messages: it waits for that queue's consumers."""
+        if producer.target is None:
+            return False
+        unit = self.unit(producer)
+        for queue in producer.target.queues():
+            share, left = self.share_left(queue)
+            if left // unit < _worth(share // unit):
+                return True
+        return False
+
+    def share_left(self, queue: Queue) -> tuple[int, int]:
+        """The share of the memory limit ``queue`` may hold, and the bytes of it left now (both 0 without a limit).
+
+        A queue (a topic's subscription too) holds at most :attr:`queue_share` (half by default) of what the limit
+        leaves beside the other queues, its messages queued and delivered not settled counted
+        (:attr:`~._nodes.Queue.held_bytes`): a queue whose consumer is stuck (it took its prefetch and never
+        settles) or slow, or that has none, stops its own producers at its share, and every other queue keeps room
+        for its producers (half of the rest, and so on). Before, such a queue took the whole limit, and the
+        producers of every other queue waited for credit for as long as it was stuck. See
+        ``docs/broker-differences.md`` (the memory limit) for ActiveMQ Artemis's and RabbitMQ's rules."""
+        if self.max_memory is None:
+            return 0, 0
+        share = int(max(0, self.max_memory - (self._held() - queue.held_bytes)) * self.queue_share)
+        return share, share - queue.held_bytes
 
     def _free_bytes(self) -> int:
         """The bytes the memory limit leaves messages now: the messages held counted, not the credit promised."""
@@ -519,5 +573,15 @@ class Flow:
             memory_room = (self._free_bytes() - (self._promised_bytes - producer.counted_bytes)) // unit
             room = min(room, memory_room)
             worth = min(worth, _worth(self.max_memory // unit))
+            if target is not None:
+                # Its queues' shares of the limit (share_left): less the credit their other producers hold
+                others = (self._promised_to[id(target)] - credit) * unit
+                for queue in target.queues():
+                    share, left = self.share_left(queue)
+                    share_room = (left - others) // unit
+                    if share_room < memory_room:
+                        memory_room = share_room
+                        room = min(room, share_room)
+                        worth = min(worth, _worth(share // unit))
             lacking = max(0, worth - (memory_room - credit)) * unit
         return max(room, 0), worth, lacking

@@ -44,8 +44,9 @@ from ..types import symbol
 from ._accept import steady
 from ._bodies import BodyFile, BodySpool
 from ._connection import DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ServerConnection
+from ._consumers import earlier_subscription_key
 from ._deadletter import DeadLetters
-from ._flow import Flow, NoRoomForNode, no_room_within_memory
+from ._flow import QUEUE_SHARE, Flow, NoRoomForNode, no_room_within_memory
 from ._nodes import Consumer, Entry, Queue, Topic
 from ._store import Store, StoredQueue
 from ._transactions import DEFAULT_MAX_TRANSACTIONS
@@ -157,6 +158,9 @@ class Broker:
             ended, with ``amqp:resource-limit-exceeded``).
             By default :data:`DEFAULT_MAX_MEMORY`; None: no limit.
         when_full: ``"block"`` (withhold credit, the default) or ``"reject"``: what a full queue does to producers.
+        queue_share: the part of ``max_memory`` one queue (or topic subscription) may hold, of what the other queues
+            leave (default :data:`~._flow.QUEUE_SHARE`, half; 1: the whole): a queue whose consumer is stuck or slow,
+            or that has none, stops its own producers there, and the producers of the other queues keep room.
         data_dir: keep queues, durable subscriptions and durable messages in this directory (SQLite), across
             restarts; a durable message is accepted once it is stored. Messages larger than ``large_message_size``
             are kept in files there (``bodies/``) as they arrive, only their leading sections in memory, and are
@@ -225,6 +229,7 @@ class Broker:
         "max_transactions",
         "opened_connections",
         "port",
+        "queue_share",
         "queues",
         "spool",
         "ssl_context",
@@ -255,6 +260,7 @@ class Broker:
         ws_path: str | None = None,
         max_memory: int | None = DEFAULT_MAX_MEMORY,
         when_full: str = "block",
+        queue_share: float = QUEUE_SHARE,
         data_dir: str | Path | None = None,
         delivery_limit: int | None = None,
         expiry_interval: float = DEFAULT_EXPIRY_INTERVAL,
@@ -309,11 +315,12 @@ class Broker:
         self.ws_port = ws_port
         self.ws_path = ws_path
         self.max_memory = max_memory
+        self.queue_share = queue_share
         self.data_dir = data_dir
         self.large_message_size = large_message_size
         #: where large messages are written as they arrive (with a data directory; see :mod:`._bodies`).
         self.spool: BodySpool | None = None
-        self.flow = Flow(max_memory, block_full_queues=when_full == "block")
+        self.flow = Flow(max_memory, block_full_queues=when_full == "block", queue_share=queue_share)
         #: the durable store (opened by :meth:`serve` when there is a ``data_dir``).
         self.storage: Store | None = None
         self.queues: dict[str, Queue] = {}
@@ -382,6 +389,7 @@ class Broker:
         """Open the store and load what it kept: queues, durable subscriptions, their messages."""
         assert self.data_dir is not None
         store = self.storage = Store(self.data_dir)
+        store.upgrade(earlier_subscription_key)  # an earlier version's subscription keys (once)
         self.spool = BodySpool(store.bodies)
         loaded = nodes = 0
         known: set[str] = set()
@@ -548,11 +556,15 @@ class Broker:
         fullest = sorted((queue for queue in queues if len(queue)), key=len, reverse=True)[:3]
         log.warning(
             "memory limit reached: %d messages (%s) held within the %s the limit leaves messages "
-            "(--max-memory, Broker(max_memory=...)); producers waiting for credit until consumers take messages: %d; "
+            "(--max-memory, Broker(max_memory=...))%s; producers waiting for credit until consumers take messages: %d; "
             "most held by: %s",
             flow.held_count,
             _mib(flow.held_bytes),
             _mib(flow.max_memory or 0),
+            # a queue at its share holds its producers back before the whole limit is reached: say so
+            f", one queue holding {flow.queue_share:.0%} at most of what the others leave (--queue-share)"
+            if flow.queue_share < 1
+            else "",
             len(flow.starved),
             ", ".join(f"{queue.name} ({len(queue)})" for queue in fullest) or "none",
         )

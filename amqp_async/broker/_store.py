@@ -37,6 +37,9 @@ arrival (§3.2.1: a ttl counts from the arrival at the intermediary), so that a 
 it. A store written before ``expires`` existed gets the column when it is opened, each message's expiry computed
 from its bytes then.
 
+The store's version is SQLite's ``user_version`` (:data:`SCHEMA_VERSION`): a store an earlier version wrote has its
+durable subscriptions' keys upgraded once when it is opened (:meth:`Store.upgrade`).
+
 One broker at a time: the store holds an exclusive lock on ``broker.lock`` in the directory for as long as it is
 open (``flock``; the file names the holder's pid). Two brokers on one directory would both number their messages
 from the same ``max(id)`` and write over each other's rows, so a second one is refused (:class:`DataDirInUse`).
@@ -87,6 +90,12 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE TABLE IF NOT EXISTS selectors (queue TEXT PRIMARY KEY, selector TEXT NOT NULL);
 """
+
+#: The store's version (SQLite's ``user_version``): 1 since durable subscriptions shared by several links are kept under
+#: the key the AMQP JMS mapping names them by (``CONTAINER/NAME``, ``|global/NAME``: :mod:`._consumers`); 0, a store
+#: written before, keeps one subscription per link name (``CONTAINER/NAME|2``, ``CONTAINER/NAME|global``), upgraded
+#: once when opened (:meth:`Store.upgrade`).
+SCHEMA_VERSION = 1
 
 # §3.2.1: the header section (descriptor 0x70) comes first; its first field is durable (a boolean).
 _HEADER = b"\x00\x53\x70"
@@ -309,6 +318,11 @@ class Store:
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute(f"PRAGMA synchronous={synchronous}")
+                #: the version the store was written by (SCHEMA_VERSION; 0: an earlier one's, see upgrade()).
+                self.version: int = db.execute("PRAGMA user_version").fetchone()[0]
+                if db.execute("SELECT name FROM sqlite_master WHERE name = 'queues'").fetchone() is None:
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # a store just made: current
+                    self.version = SCHEMA_VERSION
                 db.executescript(_SCHEMA)
                 _add_expiry(db)
                 _add_body(db)
@@ -338,6 +352,71 @@ class Store:
         self.commits = 0  # batches written (the number of SQLite transactions)
 
     # --- loading -----------------------------------------------------------------------------------------
+
+    def upgrade(self, rekey: Callable[[str], str | None]) -> None:
+        """Bring a store an earlier version wrote (:attr:`version` below :data:`SCHEMA_VERSION`) up to date, once,
+        before :meth:`load`: each durable subscription whose key ``rekey`` maps to another (the key the broker now
+        gives the links that named it) moves to that key, with its messages and selector; when a subscription
+        already has that key on its topic (one kept before, or moved there first), it is a copy the earlier version
+        kept apart for one more link of the same shared subscription, and it is removed with its messages (their
+        files go as no row names them: :meth:`._bodies.BodySpool.remove_unknown`). Each is logged.
+
+        Before, such a subscription was loaded under its old key, which no link names any more: it took a copy of
+        every message published to its topic, for ever, and a shared subscription found none of its messages.
+        """
+        db = self._db
+        assert db is not None, "the store is closed"
+        if self.version >= SCHEMA_VERSION:
+            return
+        rows = db.execute("SELECT name, topic, subscription FROM queues WHERE subscription IS NOT NULL ORDER BY rowid")
+        subscriptions = [(name, topic, key) for name, topic, key in rows]
+        taken = {(topic, key) for _, topic, key in subscriptions}
+        db.execute("BEGIN")
+        try:
+            for name, topic, key in subscriptions:
+                new_key = rekey(key)
+                if new_key is None or new_key == key:
+                    continue
+                taken.discard((topic, key))
+                if (topic, new_key) in taken:
+                    count = self._drop_queue_rows(db, name)
+                    log.warning(
+                        "store %s: subscription %r of %s, kept apart by an earlier version for one link of the shared "
+                        "subscription %r, removed with its %d messages (copies of that subscription's)",
+                        self.path,
+                        key,
+                        topic,
+                        new_key,
+                        count,
+                    )
+                    continue
+                new_name = f"{topic}#{new_key}"  # as Topic.subscription names its queue
+                db.execute("UPDATE queues SET name = ?, subscription = ? WHERE name = ?", (new_name, new_key, name))
+                db.execute("UPDATE messages SET queue = ? WHERE queue = ?", (new_name, name))
+                db.execute("UPDATE selectors SET queue = ? WHERE queue = ?", (new_name, name))
+                taken.add((topic, new_key))
+                log.warning(
+                    "store %s: subscription %r of %s, kept by an earlier version under its link's name, is now %r "
+                    "(the key its shared links name)",
+                    self.path,
+                    key,
+                    topic,
+                    new_key,
+                )
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        self.version = SCHEMA_VERSION
+
+    @staticmethod
+    def _drop_queue_rows(db: sqlite3.Connection, name: str) -> int:
+        """Remove the rows of the queue ``name`` (its messages, selector and itself); return how many messages."""
+        count: int = db.execute("DELETE FROM messages WHERE queue = ?", (name,)).rowcount
+        db.execute("DELETE FROM selectors WHERE queue = ?", (name,))
+        db.execute("DELETE FROM queues WHERE name = ?", (name,))
+        return count
 
     def load(self) -> list[StoredQueue]:
         """The queues stored, each with its messages in arrival order."""
