@@ -36,6 +36,7 @@ from amqp_async.codec.performatives import (
 from amqp_async.codec.sasl_frames import SaslChallenge, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse
 from amqp_async.codec.terminus import Source, Target
 from amqp_async.protocol.connection import Connection
+from amqp_async.protocol.endpoint import CLOSED
 from amqp_async.protocol.errors import LocalProtocolError
 from amqp_async.protocol.events import (
     Authenticated,
@@ -313,6 +314,65 @@ def test_bad_header_to_client(sasl: SaslClient | None, answer: bytes) -> None:
     conn.data_to_send()
     events, out = feed(conn, answer)
     assert_header_refused(conn, events, out, None)
+
+
+def _proton_answer(role: str, sasl: bool, answer: bytes) -> tuple[bytes, Error]:
+    """What proton's engine writes once ``answer`` came as the peer's first bytes (a client: after its header and
+    open), and the error it reports."""
+    import proton
+
+    transport = proton.Transport(proton.Transport.SERVER if role == "server" else proton.Transport.CLIENT)
+    if sasl:
+        transport.sasl()
+    connection = proton.Connection()
+    transport.bind(connection)
+
+    def output() -> bytes:
+        pending = transport.pending()
+        if pending <= 0:
+            return b""
+        data = transport.peek(pending)
+        transport.pop(pending)
+        return bytes(data)
+
+    if role == "client":
+        connection.open()
+        output()
+    transport.push(answer)
+    condition = transport.condition
+    return output(), Error(symbol(condition.name), condition.description)
+
+
+@pytest.mark.parametrize(
+    ("role", "sasl", "answer"),
+    [
+        pytest.param("server", False, b"HTTP/1.1 400 Bad Request\r\n\r\n", id="server-http"),
+        pytest.param("server", False, b"AMQP\x01\x01\x00\x0a", id="server-old-amqp"),
+        pytest.param("client", False, SASL_HEADER, id="client-gets-sasl"),
+        pytest.param("client", False, b"HTTP/1.1 400 Bad Request\r\n\r\n", id="client-gets-http"),
+        pytest.param("client", True, AMQP_HEADER, id="sasl-client-gets-amqp"),
+    ],
+)
+def test_close_after_refused_header_writes_protons_frames(role: str, sasl: bool, answer: bytes) -> None:
+    """Given proton's error, close_after_refused_header() writes what proton's engine writes after the same first
+    bytes: a server's AMQP header, an open with an empty container-id and the close; a client's close after its
+    open; a client awaiting SASL's header nothing. Called again, nothing more."""
+    theirs, error = _proton_answer(role, sasl, answer)
+    assert error.condition == conditions.CONNECTION_FRAMING_ERROR  # the test's premise
+    sasl_layer = (SaslServer() if role == "server" else SaslClient()) if sasl else None
+    conn = Connection(role=role, container_id=role, sasl=sasl_layer)
+    if role == "client":
+        conn.open()
+        conn.data_to_send()
+    events, out = feed(conn, answer)
+    assert isinstance(events[-1], ConnectionClosed) and events[-1].protocol_header is not None
+    conn.close_after_refused_header(error)
+    written = out + conn.data_to_send()
+    conn.close_after_refused_header(error)
+    assert written == theirs
+    assert conn.data_to_send() == b""
+    if any(isinstance(f.body, Close) for f in frames_only(written)):
+        assert conn.local_state is CLOSED and conn.local_error == error
 
 
 # ----------------------------------------------------------------------------------------------------------------

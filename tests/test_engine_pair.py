@@ -1152,6 +1152,50 @@ def test_drain_with_no_credit_used() -> None:
     assert receiver.delivery_count == sender.delivery_count == 3
 
 
+def _sender_flows(c: Peer, sender: SenderLink) -> list[Flow]:
+    return [f for f in c.performatives(Flow) if f.handle == sender.handle]
+
+
+def test_a_drain_answered_already_is_not_answered_again() -> None:
+    """§2.6.7: a drain is answered with the flow state once it advances the delivery-count; called again (as for
+    each flow of one read that finds the drain still set), drained() has nothing to give back and writes nothing,
+    as proton's pn_link_drained."""
+    c, s, sender, receiver = link_setup(credit=0)
+    receiver.grant_credit(3, drain=True)
+    pump(c, s)
+    sender.drained()
+    sender.drained()
+    pump(c, s)
+    sender.drained()
+    pump(c, s)
+    flows = _sender_flows(c, sender)
+    assert [(f.delivery_count, f.link_credit, f.drain) for f in flows] == [(3, 0, True)]
+    assert [e.drained for e in s.of_type(ev.FlowReceived) if e.link is receiver] == [True]
+    assert receiver.delivery_count == sender.delivery_count == 3
+
+
+def test_a_drain_whose_credit_the_transfers_used_is_not_answered_but_an_echo_is() -> None:
+    """The transfers used the whole credit of the drain: the receiver saw its drain end as they came, so
+    drained() writes no flow (proton's pn_link_drained neither); a flow with echo set is still answered
+    (§2.7.4: the sender sends its flow state)."""
+    c, s, sender, receiver = link_setup(credit=0)
+    receiver.grant_credit(2, drain=True)
+    pump(c, s)
+    sender.send(b"one")
+    sender.send(b"two")
+    receiver._write_flow(echo=True)  # crosses the transfers: the sender finds the drain set and no credit left
+    pump(c, s)
+    assert sender.drain and sender.credit == 0
+    before = len(_sender_flows(c, sender))
+    assert before == 1 and not _sender_flows(c, sender)[0].echo  # the echo's answer
+    sender.drained()
+    pump(c, s)
+    assert len(_sender_flows(c, sender)) == before
+    assert [d.payload for d in s.received] == [b"one", b"two"]
+    assert receiver.credit == 0 and not receiver.drain
+    assert receiver.delivery_count == sender.delivery_count == 2
+
+
 @pytest.mark.parametrize("gone_by", ["detach", "end"])
 def test_drained_on_a_link_that_is_gone_writes_nothing(gone_by: str) -> None:
     """A drain request stays pending on the sender (``sender.drain``) after the link is detached or its session

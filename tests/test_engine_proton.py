@@ -656,6 +656,39 @@ def test_proton_receiver_drains_our_sender(direction: str) -> None:
     assert preceiver.drained() == 3
 
 
+@pytest.mark.parametrize("sent", [0, 2], ids=["credit-left", "credit-used"])
+def test_drained_twice_writes_the_flows_protons_sender_writes(direction: str, sent: int) -> None:
+    """A drain of 2 credits, ``sent`` of them used by transfers, then drained() called twice (as for two flows of
+    one read): proton's sender (pn_link_drained) writes one flow while credit is left to give back, none once the
+    transfers used it, and never a second; ours the same."""
+    pair = connected(direction, prot={"auto_drain": False})
+    receiver, psender = pair.our_receiver("r", credit=0)
+    receiver.grant_credit(2, drain=True)
+    pair.pump()
+    for index in range(sent):
+        pair.prot.send(psender, b"m%d" % index, b"t%d" % index)
+    pair.pump()
+    before = len([e for e in pair.ours.of_type(ev.FlowReceived) if e.link is receiver])
+    psender.drained()
+    psender.drained()
+    pair.pump()
+    protons = len([e for e in pair.ours.of_type(ev.FlowReceived) if e.link is receiver]) - before
+
+    sender, preceiver = pair.our_sender("s", credit=0)
+    pair.prot.drain(preceiver, 2)
+    pair.pump()
+    for index in range(sent):
+        sender.send(b"m%d" % index, tag=b"t%d" % index)
+    pair.pump()
+    mark = len(pair.ours.wire)
+    sender.drained()
+    sender.drained()
+    pair.pump()
+    ours = len([f for f in frames_only(bytes(pair.ours.wire[mark:])) if isinstance(f.body, Flow)])
+    assert ours == protons == (0 if sent else 1)
+    assert receiver.delivery_count == sender.delivery_count == 2 and not preceiver.draining()
+
+
 @pytest.mark.parametrize("gathered", [False, True], ids=["bytes", "gathered"])
 def test_large_message_our_sender(direction: str, gathered: bool) -> None:
     """1 MiB through proton's max-frame-size 4096 and an incoming window of 4 frames: the transfer has to wait for

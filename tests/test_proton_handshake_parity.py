@@ -150,7 +150,98 @@ def header_mismatch(name: str, options: dict[str, Any]) -> Any:
     return record
 
 
-SCENARIOS = {"sasl_init": sasl_init, "header_mismatch": header_mismatch}
+def _read_until_closed(peer: socket.socket, wait: float) -> bytes:
+    """What comes on ``peer`` until the other end closes the connection (or ``wait`` seconds pass)."""
+    peer.settimeout(0.2)
+    deadline = time.monotonic() + wait
+    received = b""
+    while time.monotonic() < deadline:
+        try:
+            chunk = peer.recv(4096)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def _written(data: bytes, role: str) -> list[Any]:
+    """The headers and performatives in ``data``: a close with its error, a client's open without its fields (its
+    container-id is made up per run), a server's in full."""
+    from frames import Header, parse_stream
+
+    from amqp_async.codec.performatives import Close, Open
+
+    items: list[Any] = []
+    for item in parse_stream(data):
+        if isinstance(item, Header):
+            items.append(["header", item.raw.hex()])
+        elif isinstance(item.body, Close):
+            error = item.body.error
+            items.append(["close", None if error is None else str(error.condition), error and error.description])
+        elif isinstance(item.body, Open):
+            items.append(["open", repr(item.body) if role == "server" else "..."])
+        else:
+            items.append([type(item.body).__name__])
+    return items
+
+
+def header_refused_frames(name: str, options: dict[str, Any]) -> Any:
+    """What the container writes once the peer's first bytes (``options["answer"]``, hex) are not the header it
+    awaits: as a client (``options["sasl"]``) of a raw server that answers them, or as a server whose raw client
+    sends them (``options["role"]``). Recorded: the headers and frames, and for a server its bytes."""
+    from broker_process import free_port
+
+    handlers = importlib.import_module(name + ".handlers")
+    reactor = importlib.import_module(name + ".reactor")
+    answer = bytes.fromhex(options["answer"])
+    role = options["role"]
+    listener = socket.create_server(("127.0.0.1", 0)) if role == "client" else None
+    port = free_port() if listener is None else listener.getsockname()[1]
+
+    class Handler(handlers.MessagingHandler):  # type: ignore[misc]
+        def on_start(self, event: Any) -> None:
+            if role == "server":
+                self.acceptor = event.container.listen(f"127.0.0.1:{port}")
+            else:
+                event.container.connect(f"amqp://127.0.0.1:{port}", reconnect=False, sasl_enabled=options["sasl"])
+
+        def on_transport_error(self, event: Any) -> None:
+            if role == "server":
+                self.acceptor.close()
+
+    container = reactor.Container(Handler())
+    thread = threading.Thread(target=container.run, daemon=True)
+    thread.start()
+    if listener is not None:
+        with listener:
+            listener.settimeout(SUBPROCESS_TIMEOUT)
+            peer, _ = listener.accept()
+    else:
+        deadline = time.monotonic() + SUBPROCESS_TIMEOUT
+        while True:
+            try:
+                peer = socket.create_connection(("127.0.0.1", port))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    with peer:
+        if listener is not None:
+            received = peer.recv(8)  # the client's header (its open may follow at once)
+        else:
+            received = b""
+        peer.sendall(answer)
+        received += _read_until_closed(peer, 10.0)
+    thread.join(SUBPROCESS_TIMEOUT)
+    return {"frames": _written(received, role), "bytes": received.hex() if role == "server" else None}
+
+
+SCENARIOS = {"sasl_init": sasl_init, "header_mismatch": header_mismatch, "header_refused_frames": header_refused_frames}
 
 
 def _run(scenario: str, impl: str, options: dict[str, Any]) -> Any:
@@ -229,6 +320,28 @@ def test_a_header_not_awaited_is_protons_framing_error(options: dict[str, Any]) 
     reference = _run("header_mismatch", "proton", options)
     assert reference and reference[0][:2] == ["transport_error", "amqp:connection:framing-error"]  # the premise
     assert _run("header_mismatch", "amqp_async.proton", options) == reference
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"role": "client", "sasl": False, "answer": SASL_HEADER.hex()},
+        {"role": "client", "sasl": False, "answer": b"HTTP/1.1 400 Bad Request\r\n\r\n".hex()},
+        {"role": "client", "sasl": False, "answer": b"AMQP\x01\x01\x00\x0a".hex()},
+        {"role": "client", "sasl": True, "answer": AMQP_HEADER.hex()},
+        {"role": "server", "answer": b"GET / HTTP/1.1\r\n\r\n".hex()},
+        {"role": "server", "answer": b"AMQP\x01\x01\x00\x0a".hex()},
+    ],
+    ids=["client-sasl-header", "client-http", "client-old-amqp", "sasl-client-amqp", "server-http", "server-old-amqp"],
+)
+def test_a_header_not_awaited_is_answered_with_protons_frames(options: dict[str, Any]) -> None:
+    """After a header it does not await in the AMQP layer, a container writes what proton's writes: its open (a
+    server's with an empty container-id) and a close with the framing error, so the peer learns why (ours wrote
+    only the header); awaiting SASL's, nothing after its SASL header. A server's bytes are proton's exactly."""
+    reference = _run("header_refused_frames", "proton", options)
+    if options["role"] == "server" or not options["sasl"]:
+        assert reference["frames"][-1][:2] == ["close", "amqp:connection:framing-error"]  # the test's premise
+    assert _run("header_refused_frames", "amqp_async.proton", options) == reference
 
 
 # The engine API: a transport the program drives, given the peer's first bytes (and, with None after them, the end

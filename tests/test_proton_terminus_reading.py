@@ -158,22 +158,7 @@ def _lifetime_policy_read(writer: str, reader: str, descriptor: str) -> Any:
     return {str(key): (repr(value.descriptor), value.value) for key, value in _data(remote).items()}
 
 
-@pytest.mark.parametrize(
-    "descriptor",
-    [
-        "code",
-        pytest.param(
-            "symbol",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="found, not fixed (outside amqp_async/proton): the frame decoder turns a registered "
-                "composite's described value (amqp_async.codec.terminus.DeleteOnClose), named by its symbolic "
-                "descriptor or its code, into the one class, which keeps no trace of the form; Data then writes "
-                "the code. proton keeps the descriptor as it came.",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("descriptor", ["code", "symbol"])
 def test_dynamic_node_properties_keep_their_descriptor_as_protons(descriptor: str) -> None:
     """A lifetime-policy read from a peer's dynamic source keeps the descriptor it travelled with, as proton's."""
     reference = _lifetime_policy_read(PROTON, PROTON, descriptor)

@@ -389,15 +389,22 @@ def _described_decoder(table: list[Decoder], factories: dict[Any, Callable[[Any]
     return decode_described
 
 
-def register_described(code: int, name: str, factory: Callable[[Any], Any]) -> None:
+def register_described(
+    code: int,
+    name: str,
+    factory: Callable[[Any], Any],
+    name_factory: Callable[[Any], Any] | None = None,
+) -> None:
     """Decode values described by ``ulong(code)`` or ``symbol(name)`` as ``factory(value)`` (in frames: not in the
     application's values, see :func:`decode_application_value`).
 
-    The factory may raise :class:`DecodeError` (or TypeError/ValueError) for a value it cannot accept; the
-    decoder re-raises it as a :class:`DecodeError` at the described value's offset.
+    ``name_factory``, when given, decodes the values described by ``symbol(name)`` instead, for a type that keeps
+    the form of the descriptor it was read with. The factory may raise :class:`DecodeError` (or
+    TypeError/ValueError) for a value it cannot accept; the decoder re-raises it as a :class:`DecodeError` at the
+    described value's offset.
     """
     _DESCRIBED_FACTORIES[_new_int(ulong, code)] = factory
-    _DESCRIBED_FACTORIES[_new_str(symbol, name)] = factory
+    _DESCRIBED_FACTORIES[_new_str(symbol, name)] = factory if name_factory is None else name_factory
 
 
 # --- arrays ------------------------------------------------------------------------------------------------

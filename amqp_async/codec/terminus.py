@@ -7,9 +7,12 @@ std-dist-mode (§3.5.7).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
-from ..types import symbol
+from ..errors import DecodeError
+from ..types import Described, symbol, ulong
+from ._decoder import register_described
 from .composite import Composite, F
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "DeleteOnNoLinks",
     "DeleteOnNoLinksOrMessages",
     "DeleteOnNoMessages",
+    "LifetimePolicy",
     "Source",
     "Target",
 ]
@@ -83,17 +87,88 @@ class Target(Composite, code=0x29, name="amqp:target:list"):
     capabilities: tuple[symbol, ...] | None = F("symbol", multiple=True)
 
 
-class DeleteOnClose(Composite, code=0x2B, name="amqp:delete-on-close:list"):
+class LifetimePolicy(Described):
+    """§3.5.9 lifetime-policy of a dynamic node: a described empty list whose descriptor names the policy.
+
+    A policy travels in a terminus's dynamic-node-properties (§3.5.9), a map a program reads as it came; so, as
+    python-qpid-proton does, a policy read from a frame keeps the descriptor it was sent with (its code or its
+    symbolic name), and is sent again with that one. Made here, it has the code. It is a :class:`Described`, equal
+    to any ``Described`` with the same descriptor and value, and to the same policy in the other form.
+
+    Args:
+        descriptor: ``ulong`` code or ``symbol`` name of this policy (default: the code).
+        value: the described list (default: empty; a list with fields a later version of AMQP adds is kept).
+
+    Raises:
+        ValueError: ``descriptor`` names another type.
+    """
+
+    __slots__ = ()
+
+    descriptor_code: ClassVar[int] = -1
+    descriptor_name: ClassVar[str] = ""
+    amqp_type: ClassVar[str] = ""
+
+    def __init__(self, descriptor: ulong | symbol | None = None, value: list[Any] | None = None) -> None:
+        if descriptor is None or descriptor == self.descriptor_code:
+            descriptor = ulong(self.descriptor_code)
+        elif descriptor == self.descriptor_name:
+            descriptor = symbol(self.descriptor_name)
+        else:
+            raise ValueError(f"{descriptor!r} is not a descriptor of {self.amqp_type}")
+        super().__init__(descriptor, [] if value is None else value)
+
+    def __init_subclass__(cls, *, code: int, name: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.descriptor_code = code
+        cls.descriptor_name = name
+        cls.amqp_type = name.split(":")[1]
+        register_described(code, name, cls._reader(ulong(code)), cls._reader(symbol(name)))
+
+    @classmethod
+    def _reader(cls, descriptor: ulong | symbol) -> Callable[[Any], LifetimePolicy]:
+        """The decoder of this policy's value when it comes described by ``descriptor``."""
+
+        def read(value: Any) -> LifetimePolicy:
+            if value.__class__ is not list:
+                raise DecodeError(f"{cls.amqp_type}: described value is not a list but {type(value).__name__}")
+            return cls(descriptor, value)
+
+        return read
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            # §1.4: a composite type's descriptor has a name and a code; both forms name the same policy.
+            return bool(self.value == other.value)
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        form = "" if self.descriptor.__class__ is ulong else repr(self.descriptor)
+        extra = f"{', ' if form else ''}{self.value!r}" if self.value else ""
+        return f"{type(self).__name__}({form}{extra})"
+
+
+class DeleteOnClose(LifetimePolicy, code=0x2B, name="amqp:delete-on-close:list"):
     """§3.5.10 delete-on-close: the node is deleted when the link that caused its creation ceases to exist."""
 
+    __slots__ = ()
 
-class DeleteOnNoLinks(Composite, code=0x2C, name="amqp:delete-on-no-links:list"):
+
+class DeleteOnNoLinks(LifetimePolicy, code=0x2C, name="amqp:delete-on-no-links:list"):
     """§3.5.11 delete-on-no-links: the node is deleted when it has had no links for the timeout period."""
 
+    __slots__ = ()
 
-class DeleteOnNoMessages(Composite, code=0x2D, name="amqp:delete-on-no-messages:list"):
+
+class DeleteOnNoMessages(LifetimePolicy, code=0x2D, name="amqp:delete-on-no-messages:list"):
     """§3.5.12 delete-on-no-messages: the node is deleted when it has held no messages."""
 
+    __slots__ = ()
 
-class DeleteOnNoLinksOrMessages(Composite, code=0x2E, name="amqp:delete-on-no-links-or-messages:list"):
+
+class DeleteOnNoLinksOrMessages(LifetimePolicy, code=0x2E, name="amqp:delete-on-no-links-or-messages:list"):
     """§3.5.13 delete-on-no-links-or-messages: deleted when it has neither links nor messages."""
+
+    __slots__ = ()

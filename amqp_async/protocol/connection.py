@@ -166,6 +166,7 @@ class Connection(Endpoint):
         "_events",
         "_frames_after_open",
         "_freed_channels",
+        "_header_refused_in_amqp",
         "_header_sent",
         "_idle_from_start",
         "_idle_since",
@@ -267,6 +268,7 @@ class Connection(Endpoint):
         self._decoder = FrameDecoder(max_frame_size)
         self._phase = _AWAIT_SASL_HEADER if sasl is not None else _AWAIT_AMQP_HEADER
         self._header_sent = False
+        self._header_refused_in_amqp = False
         self._open_pending = False
         self._frames_after_open: list[tuple[int, Any, bytes]] = []
         self._sessions_by_channel: dict[int, Session] = {}
@@ -522,6 +524,25 @@ class Connection(Endpoint):
         if self._phase != _DONE:
             self._fail(condition, description)
 
+    def close_after_refused_header(self, error: Error) -> None:
+        """Write a close carrying ``error`` after a protocol header refused in the AMQP layer (the engine stopped
+        with a :class:`ConnectionClosed` that has ``protocol_header``): the engine itself only answers with its own
+        header (§2.2), while python-qpid-proton also writes a close with the framing error, behind our open when it
+        was held back, or one with an empty container-id when we had none to send (§2.4.1: a close follows an
+        open), so a peer that reads on learns why. Where the SASL layer's header was awaited, ours is SASL's, which
+        no AMQP frame may follow: nothing is written then (nor when our close is written already)."""
+        if not self._header_refused_in_amqp or self.local_state is CLOSED or self._phase != _DONE:
+            return
+        if self._open_pending:
+            self._frames_after_open = []  # what was to follow our open (a begin, an attach) is not sent now
+            self._write_open()
+        elif self.local_state is UNINIT:
+            self._write_frame(0, Open(container_id=""))
+        self._close_endpoints()
+        self.local_state = CLOSED
+        self.local_error = error
+        self._write_frame(0, Close(error=error))
+
     def _require_open_for_sessions(self) -> None:
         if self.local_state is not ACTIVE:
             raise ConnectionClosedError("the connection is not open on our side")
@@ -721,6 +742,7 @@ class Connection(Endpoint):
             if not self._header_sent:
                 self._write_header(expected)
             self._phase = _DONE
+            self._header_refused_in_amqp = expected == AMQP_HEADER
             self._emit(
                 ConnectionClosed(
                     error=error(

@@ -491,9 +491,14 @@ class SenderLink(Link):
     def drained(self) -> None:
         """Answer a drain request (§2.6.7): give back the credit we will not use, by advancing delivery-count.
 
-        A no-op when no drain is pending; the flow frame is left out when the link is no longer attached.
+        A no-op when no drain is pending, or when no credit is left (the drain answered already, or its credit used
+        by transfers): the delivery-count would not move, so there is no new flow state to send, and a receiver
+        counts its drain done when its credit reaches 0 as those transfers arrive. Proton's pn_link_drained writes
+        nothing then either; a sender that answers each flow of one read (the broker) would repeat its answer. A
+        flow with echo set is answered all the same (§2.7.4). The flow frame is left out when the link is no
+        longer attached.
         """
-        if not self.drain:
+        if not self.drain or self.link_credit <= 0:
             return
         self.delivery_count = (self.delivery_count + self.link_credit) & MASK
         self.link_credit = 0

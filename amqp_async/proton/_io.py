@@ -503,7 +503,9 @@ class Channel:
             elif event.transport_ended:
                 pass  # reported with the driver's reason once the transport is closed
             elif event.protocol_header is not None and engine is not None:
-                self._report_failure(self._header_failure(engine, event.protocol_header), error_first=True)
+                condition = self._header_failure(engine, event.protocol_header)
+                engine.close_after_refused_header(condition.to_error())  # proton's open and close with the error
+                self._report_failure(condition, error_first=True)
             elif event.error is not None:
                 # The engine closed the connection: the peer broke the protocol, or went silent.
                 # Proton reports these (protocol error, idle timeout) error first, then tail/head closed.
