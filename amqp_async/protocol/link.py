@@ -300,6 +300,7 @@ class SenderLink(Link):
 
     __slots__ = (
         "_controller",
+        "_drain_answered",
         "_next_tag",
         "_streamed_size",
         "_streaming",
@@ -314,6 +315,8 @@ class SenderLink(Link):
         super().__init__(session, name)
         self.available = 0
         self.drain = False
+        #: the receiver's last drain request was answered (:meth:`drained`): a flow with drain set asks again.
+        self._drain_answered = False
         self._next_tag = 0
         self._transfer_prefix = b""
         self._controller = False  # a link to a transaction coordinator (§4.1)
@@ -491,15 +494,17 @@ class SenderLink(Link):
     def drained(self) -> None:
         """Answer a drain request (§2.6.7): give back the credit we will not use, by advancing delivery-count.
 
-        A no-op when no drain is pending, or when no credit is left (the drain answered already, or its credit used
-        by transfers): the delivery-count would not move, so there is no new flow state to send, and a receiver
-        counts its drain done when its credit reaches 0 as those transfers arrive. Proton's pn_link_drained writes
-        nothing then either; a sender that answers each flow of one read (the broker) would repeat its answer. A
-        flow with echo set is answered all the same (§2.7.4). The flow frame is left out when the link is no
-        longer attached.
+        Each request (a flow with drain set) is answered once: called again before the next one (as for each flow of
+        one read that finds the drain still set: the broker), with no credit left to give back, it writes nothing;
+        the same answer twice had a proton program see two ``on_link_flow`` events for its one drain. A request
+        whose credit the transfers used up is answered all the same (credit 0), where proton's pn_link_drained
+        writes nothing: rhea's receiver (and the clients built on it) count a drain done only when a flow with drain
+        set comes back, not when their credit reaches 0. A no-op when no drain is pending; the flow frame is left
+        out when the link is no longer attached.
         """
-        if not self.drain or self.link_credit <= 0:
+        if not self.drain or (self._drain_answered and self.link_credit <= 0):
             return
+        self._drain_answered = True
         self.delivery_count = (self.delivery_count + self.link_credit) & MASK
         self.link_credit = 0
         if self._usable():
@@ -529,6 +534,8 @@ class SenderLink(Link):
         in_flight = serial_diff(self.delivery_count, receiver_count)
         self.link_credit = min(max((flow.link_credit or 0) - in_flight, 0), MASK)
         self.drain = bool(flow.drain)
+        if self.drain:
+            self._drain_answered = False
         return False
 
     def remote_attach_initial_count(self) -> int:
