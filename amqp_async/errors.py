@@ -458,7 +458,10 @@ class DeliveryInDoubt(DeliveryError):
     known: it may or may not have arrived. Its condition and ``__cause__`` are the connection's, the session's or the
     link's error (the default condition when none was given).
 
-    The caller decides whether to send it again (at-least-once) or not.
+    The caller decides whether to send it again (at-least-once) or not. A message of which nothing was written (it
+    waited whole for the peer's session window when the end came) is not in doubt: it fails with the error of
+    what ended it (:class:`ClosedByApplication`, :class:`ConnectionLost`, :class:`ConnectionClosed`,
+    :class:`LinkDetached`), its description saying it was never sent, and may be sent again safely.
     """
 
     default_condition = "amqp:connection:forced"

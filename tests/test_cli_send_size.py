@@ -81,10 +81,10 @@ def test_a_large_size_is_streamed_in_bounded_memory(broker: BrokerCLI, tmp_path:
     assert code == 0, stderr
     # the summary (a progress line may come before it on a slow run)
     assert stderr.splitlines()[-1].startswith("sent 1 message (100.7 MB) in "), stderr
-    # Before: ~2.2 x SIZE (the body made whole, then encoded whole). Now some 30 MiB whatever the size on an idle
-    # machine; under a loaded CI run (four interpreters' suites side by side) 78 MiB was seen on 3.12, the frames the
-    # peer's session window allows waiting longer for the kernel: the bound is the body's size, far below a copy.
-    assert peak < SIZE, f"peak RSS {peak / MiB:.0f} MiB for a body of {SIZE / MiB:.0f} MiB"
+    # Before: ~2.2 x SIZE (the body made whole, then encoded whole). Now some 30 MiB whatever the size. On 3.12 and
+    # 3.13, 78 MiB was seen under a loaded CI run: their selector transport's writelines() never paused the protocol
+    # (amqp_async/io/direct_stream.py, _pause_if_full), so the transport held what the peer had not read yet.
+    assert peak < 2 * SIZE // 3, f"peak RSS {peak / MiB:.0f} MiB for a body of {SIZE / MiB:.0f} MiB"
     out = tmp_path / "out"
     ok("receive", "-u", broker.url, queue, "-d", str(out), "--count", "1", "--timeout", "20", "-q")
     [received] = out.iterdir()

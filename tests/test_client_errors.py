@@ -480,9 +480,9 @@ async def test_everything_used_after_the_application_closed_it() -> None:
             await sender.close()
             with pytest.raises(amqp_async.ClosedByApplication) as caught:
                 await sender.send(amqp_async.Message(body="after"))
-            assert (
-                one_line(caught.value)
-                == f"amqp-async:closed-by-application: link {sender.name!r} was closed by the application"
+            assert one_line(caught.value) == (
+                "amqp-async:closed-by-application: the sender to 'q' was closed by the application "
+                f"(link {sender.name!r})"
             )
             await receiver.close()
             with pytest.raises(amqp_async.ClosedByApplication):
@@ -495,7 +495,8 @@ async def test_everything_used_after_the_application_closed_it() -> None:
             with pytest.raises(amqp_async.ClosedByApplication) as caught:
                 await stream.receive()
             assert one_line(caught.value) == (
-                f"amqp-async:closed-by-application: link {stream.name!r} was closed by the application"
+                "amqp-async:closed-by-application: the stream receiver from 'q' was closed by the application "
+                f"(link {stream.name!r})"
             )
             session = await conn.open_session()
             session_sender = await session.open_sender("q")

@@ -6,15 +6,20 @@ from __future__ import annotations
 import inspect
 import os
 import stat
+import threading
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import IO, Any, Protocol, TypeAlias, runtime_checkable
 
-import anyio.to_thread
+import anyio
+
+from ._threadsafe import LoopHandle
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "BodySource", "body_chunks", "known_size"]
 
 #: How much a file object is asked for at a time (each read becomes one data section).
 DEFAULT_CHUNK_SIZE = 256 << 10
+#: Seconds between two reads of a file in non-blocking mode that had nothing, where its descriptor cannot be waited on.
+_NOTHING_YET_PAUSE = 0.01
 
 Chunk: TypeAlias = bytes | bytearray | memoryview
 
@@ -33,7 +38,8 @@ BodySource: TypeAlias = AsyncIterable[Chunk] | Iterable[Chunk] | IO[bytes] | Asy
 
 class _Reader:
     """Chunks from a file object's ``read``: in a worker thread, except from a regular file (a read from disk never
-    waits on anyone: it is done on the loop, without the thread's cost)."""
+    waits on anyone: it is done on the loop, without the thread's cost). A read in a thread is abandoned to it when
+    the caller is cancelled (:func:`_read_in_thread`)."""
 
     def __init__(
         self,
@@ -43,8 +49,10 @@ class _Reader:
         asynchronous: bool,
         regular: bool,
         limit: int | None = None,
+        fileno: Callable[[], int] | None = None,
     ) -> None:
         self._read = read
+        self._fileno = fileno  # the file's, to wait on when it is in non-blocking mode
         self._size = chunk_size
         self._asynchronous = asynchronous
         self._regular = regular
@@ -65,7 +73,13 @@ class _Reader:
         elif self._regular:
             data = self._read(size)
         else:
-            data = await anyio.to_thread.run_sync(self._read, size)
+            data = await _read_in_thread(self._read, size)
+            while data is None:
+                # A file in non-blocking mode with nothing to read yet (its read gives None, not b"": io's
+                # RawIOBase.read): not the end of the body. Taken for it, the message went complete with what had
+                # come so far, and was accepted (1,000 bytes of a pipe's 5,000).
+                await self._wait_readable()
+                data = await _read_in_thread(self._read, size)
         if not data:
             raise StopAsyncIteration
         if left is not None:
@@ -73,6 +87,49 @@ class _Reader:
         if isinstance(data, str):
             raise TypeError("the body's file object gave str: open it in binary mode ('rb')")
         return data  # type: ignore[no-any-return]
+
+    async def _wait_readable(self) -> None:
+        """Wait until the file has something to read (or a moment, where its descriptor cannot be waited on)."""
+        try:
+            fileno = self._fileno() if self._fileno is not None else None
+        except (OSError, ValueError):
+            fileno = None
+        if fileno is not None:
+            try:
+                await anyio.wait_readable(fileno)
+                return
+            except (NotImplementedError, OSError, ValueError):  # e.g. a pipe on Windows' proactor loop
+                pass
+        await anyio.sleep(_NOTHING_YET_PAUSE)
+
+
+async def _read_in_thread(read: Callable[[int], Any], size: int) -> Any:
+    """``read(size)`` in a daemon thread of its own, its result (or what it raised) returned; abandoned to that
+    thread when the caller is cancelled (what it reads later is lost, as the delivery is aborted anyway).
+
+    A pipe or a socket may have nothing to read for ever, and a read cannot be interrupted: a cancellation (the
+    caller's ``fail_after`` around ``send_stream``) must not wait for it. ``anyio.to_thread.run_sync`` waited (and
+    with ``abandon_on_cancel``, its worker thread, not a daemon, kept the process from exiting while the pipe
+    stayed silent); a daemon thread neither holds the cancellation nor the process's exit.
+    """
+    loop = LoopHandle.current()
+    assert loop is not None  # called from a task
+    done = anyio.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def work() -> None:
+        try:
+            outcome.append((True, read(size)))
+        except BaseException as exc:  # raised on the loop, by the task that waits
+            outcome.append((False, exc))
+        loop.call_soon(done.set)  # False: the loop has ended, nobody waits any more
+
+    threading.Thread(target=work, name="amqp-async body read", daemon=True).start()
+    await done.wait()
+    [(ok, value)] = outcome
+    if not ok:
+        raise value
+    return value
 
 
 class _Sliced:
@@ -159,7 +216,15 @@ def body_chunks(
     if callable(read):
         asynchronous = inspect.iscoroutinefunction(read)
         regular = not asynchronous and _is_regular(source)
-        return _Reader(read, chunk_size, asynchronous=asynchronous, regular=regular, limit=limit)
+        fileno = getattr(source, "fileno", None)
+        return _Reader(
+            read,
+            chunk_size,
+            asynchronous=asynchronous,
+            regular=regular,
+            limit=limit,
+            fileno=fileno if callable(fileno) else None,
+        )
     if isinstance(source, AsyncIterable):
         return aiter(source)
     if isinstance(source, Iterable):

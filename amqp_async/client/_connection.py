@@ -939,6 +939,8 @@ class Connection(LinkOpener):
             engine = self._engine
             if driver is not None and driver.engine is engine and engine is not None and not engine.closed:
                 driver.closing = True
+                for session in self._sessions:  # before the close drops what waits for a session window (§2.4.3)
+                    session._fail_unwritten(self._closed_error(), "connection")
                 engine.close(error)
                 self._kick()
                 driver.start_close_timer()

@@ -14,7 +14,6 @@ from ..codec.performatives import SENDER, Error
 from ..errors import (
     AMQPError,
     ClosedByApplication,
-    DeliveryError,
     LinkDetached,
     LinkError,
     LinkTimeout,
@@ -31,6 +30,7 @@ from ._config import timeout_option
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
 from ._tracker import Tracker, _TracedTracker, session_ended_cause, session_ended_reason
+from ._unwritten import never_written, not_sent_error
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -119,7 +119,9 @@ class _Link:
         if self._detaching and self._closed and self._error is None:
             # said first: the session a stream link was given of its own has ended with it, and "the session was
             # closed" would not name what the application closed
-            raise ClosedByApplication(f"link {self.name!r} was closed by the application")
+            # named by what the application opened (its address), as LinkDetached below: with many senders, the
+            # generated name alone did not say which
+            raise ClosedByApplication(f"the {self._describe()} was closed by the application (link {self.name!r})")
         self.session._check()
         if self._error is not None:
             raise self._error
@@ -292,6 +294,11 @@ class _Link:
     def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         """Fail the trackers still waiting for an outcome with :class:`DeliveryInDoubt` (senders have some)."""
 
+    def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
+        """``cause`` ends the link (``what`` ends: its sender, session or connection, in words) and drops the
+        transfers waiting for the peer's session window: fail the messages none of whose bytes was written with
+        a definite error (senders have some)."""
+
     async def _send_detach(
         self, error: Error | None, deadline: float | None = None, *, closed: bool = True
     ) -> EngineLink | None:
@@ -316,6 +323,7 @@ class _Link:
             if link.local_state is CLOSED or connection.is_closed:
                 self._closed = True
                 return None
+        self._fail_unwritten(self._detach_cause(), "sender")  # the detach drops what still waits (§2.6.4)
         link.detach(closed=closed, error=error)
         connection._kick()
         return link
@@ -359,7 +367,9 @@ class SendManyError(AMQPError):
             before its outcome came), or, for a message never transferred, the error that kept it back: the
             engine's refusal of that message (e.g. ``amqp:link:message-size-exceeded``; the batch goes on), or the
             error of the link or connection that failed midway (a ``LinkError`` or ``ConnectionError``; the rest
-            are not sent). A message never transferred is safe to send again.
+            are not sent), or for a message handed over but never written (it waited for the peer's session window
+            when the link, session or connection ended) the error :meth:`Sender.send` names for that. A message
+            never transferred is safe to send again.
         errors: ``(index, error)`` for each message that failed, in order.
         outcomes: the outcomes of the messages that were accepted, by index.
     """
@@ -463,14 +473,19 @@ class Sender(_Link, Generic[_R]):
                 self.connection._kick()
 
     def _on_transport_lost(self) -> None:
+        loss = self.connection._loss
+        if loss is not None:
+            self._fail_unwritten(loss, "connection")
         self._doubt_pending(
             f"the connection to {self.connection.address} was lost before the outcome was known; the message may "
             "have arrived or not",
-            self.connection._loss,
+            loss,
         )
 
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         super()._on_connection_failed(error)
+        if error is not None:
+            self._fail_unwritten(error, "connection")
         self._doubt_pending(
             f"the connection to {self.connection.address} ended before the outcome was known: {error}", error
         )
@@ -485,6 +500,18 @@ class Sender(_Link, Generic[_R]):
         self._pending = set()
         for tracker in pending:
             tracker._in_doubt(reason, cause)
+
+    def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
+        """Fail the trackers of messages none of whose bytes was written (they wait whole for the peer's session
+        window, §2.5.6) with :func:`not_sent_error`: never sent, so safe to send again, where ``DeliveryInDoubt``
+        (kept for those partly or wholly written) left the application guessing. Called before the engine drops
+        them (a detach, an end, a close) or loses them (the transport went)."""
+        link: SenderLink | None = getattr(self, "_engine_link", None)
+        if not self._pending or link is None:
+            return
+        by_delivery = {tracker.delivery: tracker for tracker in self._pending if tracker.delivery is not None}
+        for delivery in never_written(link.session, set(by_delivery)):
+            by_delivery[delivery]._finish(None, not_sent_error(cause, what))
 
     _waiting = 0
 
@@ -689,7 +716,12 @@ class Sender(_Link, Generic[_R]):
             TypeError: ``message`` is neither a Message nor bytes (the error names what it is).
             TransactionError: ``transaction`` is not active (committed, rolled back, or its connection ended).
             MessageRejected, MessageReleased, MessageModified: the receiver did not accept it.
-            DeliveryInDoubt: the connection or link ended before the outcome was known.
+            DeliveryInDoubt: the connection or link ended before the outcome was known, after some or all of the
+                message was written: it may have arrived or not.
+            ClosedByApplication, ConnectionLost, ConnectionClosed, LinkDetached: the sender, its session or its
+                connection ended (closed by the application, lost, closed or detached by the peer) before any byte
+                of the message was written (it waited for the peer's session window, §2.5.6): it was never sent,
+                and may be sent again. The condition is the one that ended it; the description says "never sent".
             LinkError, ConnectionError: the link or connection failed.
         """
         tracker = self._transfer_now(message) if transaction is None else None
@@ -755,7 +787,7 @@ class Sender(_Link, Generic[_R]):
             else:
                 try:
                     results.append(await tracker)  # type: ignore[arg-type]  # _R is Accepted on a confirmed sender
-                except DeliveryError as exc:
+                except AMQPError as exc:  # refused, in doubt, or never sent (not_sent_error)
                     results.append(exc)
                     failed = True
         if unconfirmed:

@@ -134,6 +134,12 @@ class Session(LinkOpener):
         for link in self._links:
             link._on_transport_lost()
 
+    def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
+        """Before the session's end (or its connection's close) drops them: its senders' messages none of whose
+        bytes was written fail as never sent (``_Link._fail_unwritten``)."""
+        for link in self._links:
+            link._fail_unwritten(cause, what)
+
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         self._error = error or ConnectionError("the connection closed")
         for link in self._links:
@@ -206,7 +212,8 @@ class Session(LinkOpener):
         if connection._reconnecting:  # the transport went with the session: the reconnect leaves it out
             self._ended = True
             return
-        engine_session.end(error)
+        self._fail_unwritten(ClosedByApplication("the application closed the session"), "session")
+        engine_session.end(error)  # (drops the transfers still waiting for the peer's window, §2.5.6)
         connection._kick()
         with anyio.move_on_after(10):
             while engine_session.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:

@@ -248,6 +248,11 @@ class StreamSender(_Link, Generic[_R]):
             LinkError, ConnectionError: the link or connection failed (e.g. ``amqp:link:message-size-exceeded``:
                 the message is larger than the peer takes).
             Whatever ``body`` raises: the delivery is aborted first (the receiver discards it).
+
+        Cancellation (a cancel scope around it: ``with anyio.fail_after(...)``) aborts the delivery (§2.6.14: the
+        receiver discards what came of it) and leaves the sender usable, even while a read of a file object waits
+        in its worker thread (a pipe with nothing to read): that read is abandoned to the thread, and what it reads
+        later is lost.
         """
         if body_size is None:
             # A file's size when the send starts: declared, and read no further (a file that grows meanwhile goes

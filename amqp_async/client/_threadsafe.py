@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, TypeVar
 
@@ -41,6 +41,18 @@ class LoopHandle:
             return cls(None, trio.lowlevel.current_trio_token())
         except (ImportError, RuntimeError):
             return None
+
+    def call_soon(self, function: Callable[[], object]) -> bool:
+        """Call ``function`` on the loop's thread soon, from any thread; False (and nothing called) once the loop
+        has ended."""
+        try:
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(function)
+            else:
+                self._trio_token.run_sync_soon(function)
+        except RuntimeError:  # asyncio's "Event loop is closed", trio's RunFinishedError
+            return False
+        return True
 
     def run(self, awaitable: Awaitable[_T]) -> Future[_T]:
         """Start ``awaitable`` on the loop and return a future of its result (see

@@ -53,6 +53,13 @@ class Tracker(Generic[_R]):
     :class:`~amqp_async.MessageReleased`, :class:`~amqp_async.MessageModified`, or
     :class:`~amqp_async.DeliveryInDoubt` when the connection or link ended before the outcome was known.
 
+    The rule for an ending (a close that timed out, a lost transport): a message of which some or all was written
+    is in doubt (it may have arrived); a message of which nothing was written (it waited whole for the peer's
+    session window, §2.5.6) was never sent, and fails with the error of what ended it, of the same kind and
+    condition (:class:`~amqp_async.ClosedByApplication`, :class:`~amqp_async.ConnectionLost`,
+    :class:`~amqp_async.ConnectionClosed` or :class:`~amqp_async.LinkDetached`), its description saying it was
+    never sent: it may be sent again safely.
+
     Attributes:
         delivery: the engine's delivery (for advanced use, on the connection's event loop only).
         done: True once the outcome is known (or the delivery is in doubt).
@@ -170,9 +177,13 @@ class Tracker(Generic[_R]):
         return outcome  # type: ignore[return-value]  # Accepted on a confirmed sender, None at most once
 
     def __repr__(self) -> str:
-        state = (
-            "in doubt" if isinstance(self._error, DeliveryInDoubt) else repr(self.outcome) if self.done else "pending"
-        )
+        error = self._error
+        if isinstance(error, DeliveryInDoubt):
+            state = "in doubt"
+        elif error is not None and not isinstance(error, DeliveryError):
+            state = "not sent"  # _unwritten.not_sent_error
+        else:
+            state = repr(self.outcome) if self.done else "pending"
         return f"<amqp_async.Tracker tag={self.tag!r} {state}>"
 
 

@@ -78,6 +78,10 @@ class _Controller(Sender[Any]):
     def _describe(self) -> str:
         return "transaction controller link (its target the peer's coordinator)"
 
+    def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
+        """A declare or discharge never written stays in doubt: the transaction reads its outcome from that
+        (``_discharged``: a commit in doubt, a rollback rolled back either way), not from a message's error."""
+
     def __repr__(self) -> str:
         return f"<amqp_async transaction controller {self.name!r}>"
 

@@ -74,6 +74,20 @@ def _gathers(transport: Any) -> bool:
     return type(transport).__module__.startswith("uvloop") or sys.version_info >= (3, 12)
 
 
+def _pause_if_full(transport: Any) -> None:
+    """Have ``transport`` pause its protocol if it holds more than its high-water mark, as its ``write`` does.
+
+    CPython's selector transport (3.12, 3.13) does not in ``writelines``: its protocol was never paused by what
+    ``writelines`` left over, so :meth:`DirectStream.drain` (which waits for the protocol's resumption) returned
+    at once however much it held, and the driver handed it the next output, and the next. Against a peer slower
+    than the producer it held tens of MiB (93 MiB while a 96 MiB body was streamed at 30 MB/s; the CLI's
+    ``send --size`` peaked at 78 MiB RSS on a loaded machine, 30 otherwise). Setting the limits again (to what
+    they are) is the public call that checks them: it pauses the protocol when the transport holds more.
+    """
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=high, low=low)
+
+
 class DirectStream:
     """Reads from and writes to the asyncio transport under an anyio TCP stream (see the module's docstring)."""
 
@@ -115,6 +129,7 @@ class DirectStream:
             "write",
             "writelines",
             "get_write_buffer_size",
+            "get_write_buffer_limits",
             "set_write_buffer_limits",
             "is_closing",
             "pause_reading",
@@ -164,6 +179,8 @@ class DirectStream:
                 transport.write(buffers[0])
             else:
                 transport.writelines(buffers)
+                if transport.get_write_buffer_size():
+                    _pause_if_full(transport)
         except RuntimeError as exc:  # asyncio's "transport is closing"
             raise anyio.BrokenResourceError from exc
 
@@ -176,12 +193,23 @@ class DirectStream:
         as it goes: handed megabytes while the peer reads slowly, it reallocated copies of varying sizes, and a
         sender was seen to grow by tens of MiB for a moment (the allocator's fragments). Fed this way, it copies
         at most a piece.
+
+        Raises:
+            anyio.BrokenResourceError: the transport is closing (a piece just handed to it met the peer's reset,
+                say): what is held is dropped, as the transport dropped what it held, and the loss is raised.
         """
         transport = self._transport
         held = self._held
         if held is None:
             return
         while held and transport.get_write_buffer_size() <= _LOW_WATER:
+            if transport.is_closing():
+                # Lost (or closed) since the last piece: a broken transport holds nothing, so the loop went on,
+                # and it dropped each further piece, counting them ("socket.send() raised exception." logged for
+                # each from the fifth on: hundreds for a message of megabytes). Dropped here, once; the writer
+                # learns of the loss now, and drain() finds nothing held to retry (no loop on a dead transport).
+                self._held = None
+                raise anyio.BrokenResourceError from self._protocol.exception
             buffer = held.popleft()
             if len(buffer) > _PIECE:
                 view = memoryview(buffer).cast("B")
@@ -197,7 +225,7 @@ class DirectStream:
         if self._held:
             try:
                 self._write_held()
-            except RuntimeError:  # asyncio's "transport is closing": the reader sees the end
+            except (RuntimeError, anyio.BrokenResourceError):  # lost or closing: the reader sees the end
                 self._held = None
 
     async def drain(self) -> None:

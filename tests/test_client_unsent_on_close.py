@@ -1,0 +1,194 @@
+"""A message never put on the wire is not in doubt: it fails with a definite error that says it was never sent.
+
+``submit()`` hands a message to the engine once the link has credit; past the peer's incoming window (§2.5.6) its
+transfer waits in the engine. A close that timed out on a peer whose window stayed shut (the sender's, its
+session's or its connection's) dropped those transfers, and every one of them failed with ``DeliveryInDoubt``, as if
+it might have arrived: the application could not tell the messages it may safely send again. Now a message of which
+nothing was written fails with the error of what ended it (``ClosedByApplication`` for a close, ``ConnectionLost``
+for a lost transport), its description saying it was never sent; one partly or wholly written stays in doubt.
+
+The peer is python-qpid-proton with a session window of four frames that reads no transfer and answers no detach.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+import amqp_async
+from amqp_async import ClosedByApplication, ConnectionLost, DeliveryInDoubt, Message
+from amqp_async.client import _links
+from amqp_async.errors import CLOSED_BY_APPLICATION
+from amqp_async.io import driver
+
+pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
+from proton_peer import proton_server
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 2.0  # the close bounds the tests set (the sender's and the connection's; the defaults are 10 s)
+WINDOW_FRAMES = 4
+#: One frame each (proton's frames are 32 KiB), and large enough that four of them fill the peer's window (proton
+#: counts its window in bytes buffered: a hundred small frames would fit).
+ONE_FRAME = b"x" * 30_000
+TIMEOUT = 60.0
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _short_close_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_links, "CLOSE_TIMEOUT", BOUND, raising=False)
+    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", BOUND, raising=False)
+
+
+class _Stalled:
+    """A proton handler that opens what the client opens, gives credit, then reads no transfer (its session window
+    of four frames stays shut once full) and answers no detach (an end and a close it answers)."""
+
+    def on_connection_remote_open(self, event: Any) -> None:
+        event.connection.open()
+
+    def on_connection_remote_close(self, event: Any) -> None:
+        event.connection.close()
+
+    def on_session_remote_open(self, event: Any) -> None:
+        event.session.incoming_capacity = WINDOW_FRAMES * 32768
+        event.session.open()
+
+    def on_session_remote_close(self, event: Any) -> None:
+        event.session.close()
+
+    def on_link_remote_open(self, event: Any) -> None:
+        event.link.open()
+        event.link.flow(100)
+
+
+async def _results(trackers: list[Any]) -> list[BaseException | None]:
+    results: list[BaseException | None] = []
+    for tracker in trackers:
+        try:
+            await tracker
+        except Exception as exc:
+            results.append(exc)
+        else:
+            results.append(None)
+    return results
+
+
+def _assert_never_sent(error: BaseException | None, kind: type[BaseException], condition: str) -> None:
+    assert isinstance(error, kind) and not isinstance(error, DeliveryInDoubt), repr(error)
+    assert error.condition == condition  # type: ignore[attr-defined]
+    assert "never sent" in str(error)
+
+
+@pytest.mark.parametrize("closing", ["sender", "session", "connection"])
+async def test_messages_waiting_for_the_window_fail_as_never_sent_on_close(
+    closing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(url, reconnect=False) as conn:
+            session = await conn.open_session()
+            sender = await session.open_sender("stalled")
+            # one frame each: the first four fill the peer's window, the other eight never leave the engine
+            trackers = [await sender.submit(Message(body=ONE_FRAME)) for _ in range(12)]
+            if closing == "sender":
+                await sender.close()
+            elif closing == "session":
+                await session.close()
+            else:
+                await conn.close()
+            results = await _results(trackers)
+    for written in results[:WINDOW_FRAMES]:
+        assert isinstance(written, DeliveryInDoubt), repr(written)  # written: they may have arrived
+    for unwritten in results[WINDOW_FRAMES:]:  # before: DeliveryInDoubt each
+        _assert_never_sent(unwritten, ClosedByApplication, CLOSED_BY_APPLICATION)
+    assert "in doubt" in repr(trackers[0]) and "not sent" in repr(trackers[-1])
+
+
+async def test_a_message_partly_written_stays_in_doubt() -> None:
+    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(url, reconnect=False) as conn:
+            sender = await conn.open_sender("stalled")
+            # three frames each (64 KiB in 32 KiB frames): the first whole, the second cut off by the window
+            trackers = [await sender.submit(Message(body=b"x" * 65536)) for _ in range(5)]
+            await sender.close()
+            results = await _results(trackers)
+    assert isinstance(results[0], DeliveryInDoubt) and isinstance(results[1], DeliveryInDoubt), results[:2]
+    for unwritten in results[2:]:
+        _assert_never_sent(unwritten, ClosedByApplication, CLOSED_BY_APPLICATION)
+
+
+async def test_send_many_names_the_messages_never_sent() -> None:
+    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+        async with amqp_async.connect(url, reconnect=False) as conn:
+            sender = await conn.open_sender("stalled")
+            async with anyio.create_task_group() as group:
+                caught: list[BaseException] = []
+
+                async def send_all() -> None:
+                    try:
+                        await sender.send_many([Message(body=ONE_FRAME) for _ in range(10)])
+                    except amqp_async.AMQPError as exc:
+                        caught.append(exc)
+
+                group.start_soon(send_all)
+                while sender.credit > 90:  # all ten handed over (credit 100)
+                    await anyio.sleep(0.01)
+                await sender.close()
+    [error] = caught
+    assert isinstance(error, _links.SendManyError), repr(error)
+    results = error.results
+    assert all(isinstance(result, DeliveryInDoubt) for result in results[:WINDOW_FRAMES]), results
+    for unwritten in results[WINDOW_FRAMES:]:  # before: the close's ClosedByApplication ended send_many itself
+        _assert_never_sent(unwritten, ClosedByApplication, CLOSED_BY_APPLICATION)
+
+
+@contextlib.asynccontextmanager
+async def _cuttable_relay(port: int) -> AsyncIterator[tuple[str, anyio.Event]]:
+    """A TCP relay to ``127.0.0.1:port``, yielding its URL and an event that cuts every connection it relays."""
+    cut = anyio.Event()
+
+    async def relay(client: anyio.abc.SocketStream) -> None:
+        async with client, await anyio.connect_tcp("127.0.0.1", port) as upstream:
+
+            async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    async for data in source:
+                        await sink.send(data)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(pipe, client, upstream)
+                group.start_soon(pipe, upstream, client)
+                await cut.wait()
+                group.cancel_scope.cancel()
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    async with listener, anyio.create_task_group() as group:
+        group.start_soon(listener.serve, relay)
+        yield f"amqp://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}", cut
+        group.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("reconnect", [False, True], ids=["no-reconnect", "reconnect"])
+async def test_a_lost_transport_fails_the_messages_never_written_as_not_sent(reconnect: bool) -> None:
+    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+        relay = _cuttable_relay(int(url.rsplit(":", 1)[1]))
+        async with relay as (relayed, cut), amqp_async.connect(relayed, reconnect=reconnect) as conn:
+            sender = await conn.open_sender("stalled")
+            trackers = [await sender.submit(Message(body=ONE_FRAME)) for _ in range(12)]
+            cut.set()
+            results = await _results(trackers)
+    for written in results[:WINDOW_FRAMES]:
+        assert isinstance(written, DeliveryInDoubt), repr(written)
+    for unwritten in results[WINDOW_FRAMES:]:
+        assert isinstance(unwritten, ConnectionLost), repr(unwritten)
+        assert "never sent" in str(unwritten) and isinstance(unwritten.__cause__, ConnectionLost)
