@@ -53,6 +53,7 @@ __all__ = [
     "AuthenticationError",
     "CertificateVerifyFailed",
     "ClosedByApplication",
+    "ConnectConfigError",
     "ConnectError",
     "ConnectTimeout",
     "ConnectionClosed",
@@ -158,6 +159,23 @@ class InvalidURL(AMQPError, ValueError):
     """
 
     default_condition = "amqp:invalid-field"
+
+
+class ConnectConfigError(AMQPError, ValueError):
+    """A connection configuration file (connect.json) that cannot be used: unreadable, not JSON, or with a bad
+    value.
+
+    The message names the file. It is also a :class:`ValueError`.
+
+    Attributes:
+        path: the file at fault.
+    """
+
+    default_condition = "amqp:invalid-field"
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        super().__init__(f"connection configuration file {path!r}: {problem}")
 
 
 # --- the connection's errors --------------------------------------------------------------------------------------

@@ -1416,6 +1416,44 @@ def test_abort_respects_the_peers_incoming_window() -> None:
     assert s.received and s.received[-1].aborted
 
 
+def test_a_delivery_is_marked_written_at_its_first_frame() -> None:
+    """``Delivery.written`` tells the layer above which deliveries never left (all of them waiting for the peer's
+    incoming window, §2.5.6): exact for a delivery cut off by the window, and for one streamed in parts."""
+    c, s, sender, _receiver = link_setup(server={"max_frame_size": 600, "incoming_window": 4})
+    session = sender.session
+    big = sender.send(b"a" * 10_000)  # 4 frames go out, the rest wait for the window
+    waiting = sender.send(b"b" * 100)  # queued behind it: no frame of it is out
+    assert big.written and not waiting.written
+    assert session.backlogged_deliveries == [big, waiting]
+    pump(c, s)  # the window reopens as the server reads
+    assert waiting.written and not session.has_backlog
+    streamed = sender.send(b"", more=True)  # a part with no bytes: no frame yet
+    assert not streamed.written
+    sender.send_more(streamed, b"c" * 10)
+    assert streamed.written  # its first frame went at once (the window is open)
+    assert [d.written for d in s.received] == [False] * len(s.received)  # (always False for incoming)
+
+
+@pytest.mark.parametrize("ending", ["detach", "end", "close"])
+def test_deliveries_dropped_by_the_peers_ending_stay_unwritten(ending: str) -> None:
+    """The peer's detach, end or close drops what waits for its window before the layer above sees the event: the
+    deliveries it dropped are still marked unwritten then (never sent), those cut off by the window written."""
+    c, s, sender, receiver = link_setup(server={"max_frame_size": 600, "incoming_window": 4})
+    big = sender.send(b"a" * 10_000)
+    waiting = sender.send(b"b" * 100)
+    c.take()  # the frames the window let out: lost on the way (the server never reads them)
+    if ending == "detach":
+        receiver.detach(closed=True, error=Error(condition=symbol("amqp:resource-limit-exceeded")))
+    elif ending == "end":
+        receiver.session.end(Error(condition=symbol("amqp:resource-limit-exceeded")))
+    else:
+        s.connection.close(Error(condition=symbol("amqp:resource-limit-exceeded")))
+    c.feed(s.take())
+    assert not sender.session.has_backlog  # dropped by the ending
+    assert c.of_type({"detach": ev.LinkDetached, "end": ev.SessionEnded, "close": ev.ConnectionClosed}[ending])
+    assert big.written and not waiting.written
+
+
 def test_abort_of_a_delivery_not_yet_started() -> None:
     c, s, sender, _receiver = link_setup(server={"max_frame_size": 600, "incoming_window": 4})
     session = sender.session

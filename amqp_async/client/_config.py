@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ..errors import AMQPError
+from ..errors import ConnectConfigError
 from ..io.tls_files import load_cert_chain
 from ._arguments import check_encodable
 from ._backoff import Backoff
@@ -104,22 +104,6 @@ DEFAULT_DRAIN_TIMEOUT = 60.0
 #: does not hold the connection's waiters for ever. We ask the peer for a frame every half of it (§2.4.5: "the
 #: value in idle-time-out SHOULD be half the peer's actual timeout threshold"), as proton does.
 DEFAULT_HEARTBEAT = 30.0
-
-
-class ConnectConfigError(AMQPError, ValueError):
-    """A connection configuration file that cannot be used: unreadable, not JSON, or with a bad value.
-
-    The message names the file. It is also a :class:`ValueError`.
-
-    Attributes:
-        path: the file at fault.
-    """
-
-    default_condition = "amqp:invalid-field"
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path = path
-        super().__init__(f"connection configuration file {path!r}: {problem}")
 
 
 # ----------------------------------------------------------------------------------------------------------------

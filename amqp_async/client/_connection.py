@@ -289,7 +289,10 @@ class Connection(LinkOpener):
         if previous.final or (state is previous and state is not ConnectionState.DISCONNECTED):
             return
         self._state = state
-        reconnecting = state in (ConnectionState.RECONNECTING, ConnectionState.DISCONNECTED)
+        # a reconnected change (OPEN from RECONNECTING) names the attempt that opened the new connection
+        reconnecting = state in (ConnectionState.RECONNECTING, ConnectionState.DISCONNECTED) or (
+            state is ConnectionState.OPEN and previous is ConnectionState.RECONNECTING
+        )
         attempt = self._attempts.count if reconnecting else 0
         url = str(address) if address is not None else None
         change = StateChange(state, previous, error, url, attempt, anyio.current_time())
@@ -940,7 +943,7 @@ class Connection(LinkOpener):
             if driver is not None and driver.engine is engine and engine is not None and not engine.closed:
                 driver.closing = True
                 for session in self._sessions:  # before the close drops what waits for a session window (§2.4.3)
-                    session._fail_unwritten(self._closed_error(), "connection")
+                    session._ending(self._closed_error(), "connection")
                 engine.close(error)
                 self._kick()
                 driver.start_close_timer()

@@ -210,6 +210,12 @@ class _Settlement:
             # §4.4.2: the outcome, given within the transaction, takes effect at its discharge
             state = transaction._outcome_state(state)
         link = delivery.link
+        if transaction is None and delivery.remote_settled and not delivery.settled:
+            # the sender settled first (at-most-once): nothing to say, so nothing a lost link could take
+            self._outcome = state
+            delivery.settled = True
+            delivery.state = state
+            return False
         # A connection that failed for good leaves its engine's links as they were (attached): its error, not a
         # settlement that no frame will ever carry. So does a connection lost and reconnecting: until a new
         # transport is up its engine's links still read attached (a settlement then returned, and was never sent:
@@ -267,7 +273,10 @@ class _Settlement:
         if self._outcome is not _UNSETTLED:
             return  # the block settled it
         if exc is None:
-            await self._settle(_ACCEPTED)
+            try:
+                await self._settle(_ACCEPTED)
+            except LinkDetached as gone:  # with the connection, or by the peer: the peer delivers it again
+                log.warning("delivery %r not accepted on leaving its block: %s", self.tag, gone)
             return
         # The block failed: settle as the receiver says, shielded from a cancellation (and bounded), then let the
         # exception go on. A cancellation, Ctrl-C or exit is no fault of the message: it is released.

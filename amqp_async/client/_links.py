@@ -14,6 +14,7 @@ from ..codec.performatives import SENDER, Error
 from ..errors import (
     AMQPError,
     ClosedByApplication,
+    ConnectionError,
     LinkDetached,
     LinkError,
     LinkTimeout,
@@ -30,7 +31,7 @@ from ._config import timeout_option
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
 from ._tracker import Tracker, _TracedTracker, session_ended_cause, session_ended_reason
-from ._unwritten import never_written, not_sent_error
+from ._unwritten import fail_unwritten, not_sent_error, report_dropped_presettled
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -299,6 +300,12 @@ class _Link:
         transfers waiting for the peer's session window: fail the messages none of whose bytes was written with
         a definite error (senders have some)."""
 
+    def _ending(self, cause: AMQPError, what: str) -> None:
+        """Our detach, end or close (of ``what``: the sender, its session or its connection) is about to drop the
+        transfers still waiting for the peer's session window (§2.5.6): fail the messages never written
+        (:meth:`_fail_unwritten`), and say how many at-most-once ones go (senders)."""
+        self._fail_unwritten(cause, what)
+
     async def _send_detach(
         self, error: Error | None, deadline: float | None = None, *, closed: bool = True
     ) -> EngineLink | None:
@@ -323,7 +330,7 @@ class _Link:
             if link.local_state is CLOSED or connection.is_closed:
                 self._closed = True
                 return None
-        self._fail_unwritten(self._detach_cause(), "sender")  # the detach drops what still waits (§2.6.4)
+        self._ending(self._detach_cause(), "sender")  # the detach drops what still waits (§2.6.4)
         link.detach(closed=closed, error=error)
         connection._kick()
         return link
@@ -465,6 +472,8 @@ class Sender(_Link, Generic[_R]):
         if isinstance(event, ev.LinkDetached):
             self._on_detached(event)
             cause = self._detach_cause()
+            # the peer's detach (or ours, answered) dropped what waited for the session window (§2.6.4)
+            self._fail_unwritten(cause, "sender")
             self._doubt_pending(f"the link was detached before the outcome was known: {cause.description}", cause)
         elif isinstance(event, ev.FlowReceived):
             link = self._engine_link
@@ -493,6 +502,7 @@ class Sender(_Link, Generic[_R]):
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
         cause = session_ended_cause(error, self.session._closing)  # the peer's condition, or our close
+        self._fail_unwritten(cause, "session")  # the end dropped what waited for the session window (§2.5.6)
         self._doubt_pending(session_ended_reason(cause), cause)
 
     def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
@@ -502,16 +512,18 @@ class Sender(_Link, Generic[_R]):
             tracker._in_doubt(reason, cause)
 
     def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
-        """Fail the trackers of messages none of whose bytes was written (they wait whole for the peer's session
-        window, §2.5.6) with :func:`not_sent_error`: never sent, so safe to send again, where ``DeliveryInDoubt``
-        (kept for those partly or wholly written) left the application guessing. Called before the engine drops
-        them (a detach, an end, a close) or loses them (the transport went)."""
-        link: SenderLink | None = getattr(self, "_engine_link", None)
-        if not self._pending or link is None:
-            return
-        by_delivery = {tracker.delivery: tracker for tracker in self._pending if tracker.delivery is not None}
-        for delivery in never_written(link.session, set(by_delivery)):
-            by_delivery[delivery]._finish(None, not_sent_error(cause, what))
+        """Fail the trackers of messages none of whose frames was written (they waited whole for the peer's session
+        window, §2.5.6) with :func:`~._unwritten.not_sent_error`: never sent, so safe to send again, where
+        ``DeliveryInDoubt`` (kept for those partly or wholly written) left the application guessing. Called when
+        the engine drops them (our detach, end or close; the peer's) or loses them (the transport went)."""
+        if self._pending:
+            fail_unwritten(self._pending, cause, what)
+
+    def _ending(self, cause: AMQPError, what: str) -> None:
+        super()._ending(cause, what)
+        link: SenderLink | None = getattr(self, "_engine_link", None)  # None: never attached
+        if link is not None:
+            report_dropped_presettled(link, self._describe(), what)  # they have no tracker to fail
 
     _waiting = 0
 
@@ -710,7 +722,8 @@ class Sender(_Link, Generic[_R]):
 
         Returns:
             The outcome (``Accepted()``); on an at-most-once sender (``Sender[None]``), None once the transfer is
-            written.
+            written (to the socket: one waiting for the peer's session window, §2.5.6, waits with it; if the
+            sender, its session or connection ends first, the error below that says it was never sent).
 
         Raises:
             TypeError: ``message`` is neither a Message nor bytes (the error names what it is).
@@ -718,10 +731,11 @@ class Sender(_Link, Generic[_R]):
             MessageRejected, MessageReleased, MessageModified: the receiver did not accept it.
             DeliveryInDoubt: the connection or link ended before the outcome was known, after some or all of the
                 message was written: it may have arrived or not.
-            ClosedByApplication, ConnectionLost, ConnectionClosed, LinkDetached: the sender, its session or its
-                connection ended (closed by the application, lost, closed or detached by the peer) before any byte
-                of the message was written (it waited for the peer's session window, §2.5.6): it was never sent,
-                and may be sent again. The condition is the one that ended it; the description says "never sent".
+            ClosedByApplication, ConnectionLost, ConnectionClosed, SessionError, LinkDetached: the sender, its
+                session or its connection ended (closed by the application, lost, or closed, ended or detached by
+                the peer) before any byte of the message was written (it waited for the peer's session window,
+                §2.5.6): it was never sent, and may be sent again. The condition is the one that ended it; the
+                description says "never sent".
             LinkError, ConnectionError: the link or connection failed.
         """
         tracker = self._transfer_now(message) if transaction is None else None
@@ -730,9 +744,46 @@ class Sender(_Link, Generic[_R]):
         connection = self.connection
         connection._write_eagerly()  # the caller waits on this transfer: it need not wait for the writer's turn
         if tracker._sender is None:  # settled on sending (at-most-once): done once it is written
+            delivery = tracker.delivery
+            if delivery is not None and not delivery.written:
+                await self._wait_written(delivery)
             await connection._wait_flushed()
             return None  # type: ignore[return-value]  # _R is None on an at-most-once sender
         return await tracker
+
+    async def _wait_written(self, delivery: EngineDelivery) -> None:
+        """An at-most-once message waiting for the peer's session window (§2.5.6): wait until its transfer goes out
+        (send() returns once it is written: it returned while the message still waited, and a close then dropped
+        it), or raise what dropped it, saying it was never sent (:func:`~._unwritten.not_sent_error`). Cancelled,
+        the message stays queued: it goes out as the window opens."""
+        connection = self.connection
+        link = delivery.link
+        while not delivery.written:
+            if (
+                link is not self._engine_link
+                or link.local_state is not ACTIVE
+                or link.session.local_state is not ACTIVE
+                or connection.is_closed
+                or connection._reconnecting
+            ):
+                raise self._dropped_error()
+            await connection._wait_state()
+
+    def _dropped_error(self) -> AMQPError:
+        """The error of an at-most-once message its link's, session's or connection's ending dropped unwritten."""
+        try:
+            self._check()
+            cause = self.connection._loss or self._detach_cause()
+        except AMQPError as exc:
+            cause = exc
+        what = (
+            "connection"
+            if isinstance(cause, ConnectionError)
+            else "session"
+            if isinstance(cause, SessionError)
+            else "sender"
+        )
+        return not_sent_error(cause, what)
 
     async def send_many(self, messages: Iterable[Sendable], *, transaction: Transaction | None = None) -> list[_R]:
         """Send messages pipelined (each transferred as soon as there is credit, without waiting for the outcome
@@ -791,6 +842,16 @@ class Sender(_Link, Generic[_R]):
                     results.append(exc)
                     failed = True
         if unconfirmed:
+            for index, tracker in enumerate(sent):
+                if isinstance(tracker, AMQPError) or tracker._sender is not None:
+                    continue
+                delivery = tracker.delivery
+                if delivery is not None and not delivery.written:
+                    try:
+                        await self._wait_written(delivery)  # (as send(): written, or dropped and never sent)
+                    except AMQPError as exc:
+                        results[index] = exc
+                        failed = True
             await connection._wait_flushed()  # at-most-once: done once all are written
         if failed:
             raise SendManyError(results)
@@ -892,6 +953,19 @@ class _ReceivingLink(_Link):
         link = self._engine_link
         link.add_credit(check_credit(credit, link.link_credit))
         self.connection._kick()
+
+    def _on_transport_lost(self) -> None:
+        """The connection dropped: the deliveries queued on the lost link and not handed out yet are dropped, but
+        those the sender settled (at-most-once: it will not send them again).
+
+        §2.6.13: a new link resumes none of the old one's deliveries, and the peer delivers the unsettled ones
+        again on it. Handed out, each failed its settlement (``LinkDetached``) after the application had handled
+        it, and came again: a receiver's whole prefetch (``credit``, 100 by default) was handled twice per outage.
+        """
+        link = self._engine_link
+        kept = [delivery for delivery in link.incoming if delivery.remote_settled and not delivery.aborted]
+        link.incoming.clear()
+        link.incoming.extend(kept)
 
 
 class Receiver(_ReceivingLink):

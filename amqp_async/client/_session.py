@@ -12,6 +12,7 @@ from ..protocol import events as ev
 from ..protocol.endpoint import ACTIVE, UNINIT
 from ..protocol.errors import LocalProtocolError
 from ..types import symbol
+from . import _links
 from ._answer_due import AnswerDue
 from ._arguments import check_thread
 from ._link_options import (
@@ -134,11 +135,12 @@ class Session(LinkOpener):
         for link in self._links:
             link._on_transport_lost()
 
-    def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
-        """Before the session's end (or its connection's close) drops them: its senders' messages none of whose
-        bytes was written fail as never sent (``_Link._fail_unwritten``)."""
+    def _ending(self, cause: AMQPError, what: str) -> None:
+        """Before our end of the session (or our close of its connection: ``what`` ends, in words) drops them: its
+        senders' messages none of whose bytes was written fail as never sent, and the at-most-once ones dropped
+        are counted in a warning (``_Link._ending``)."""
         for link in self._links:
-            link._fail_unwritten(cause, what)
+            link._ending(cause, what)
 
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         self._error = error or ConnectionError("the connection closed")
@@ -201,7 +203,17 @@ class Session(LinkOpener):
             raise
 
     async def close(self, error: Error | None = None) -> None:
-        """End the session (§2.5.1) and wait for the peer's end (idempotent)."""
+        """End the session (§2.5.1) and wait for the peer's end (idempotent).
+
+        Without ``error``, the messages its senders handed over that still wait for the peer's session window
+        (§2.5.6) are written first, as the peer opens it: the end would drop them (at-most-once ones without a
+        word), as :meth:`Sender.close` and :meth:`Connection.close` write theirs first. One bound covers the whole
+        close, the backlog written and then the peer's end: ``CLOSE_TIMEOUT`` seconds (10). What is still unwritten
+        then goes with the end: a message none of whose bytes was written fails as never sent
+        (:class:`~amqp_async.ClosedByApplication`, "never sent"; at-most-once ones are counted in a warning), the
+        others still without an outcome are in doubt (:class:`~amqp_async.DeliveryInDoubt`). With ``error``, the
+        session ends at once. A cancelled close ends it at once too.
+        """
         check_thread(self.connection)
         engine_session = self._engine_session
         if self._ended or engine_session is None or self.connection.is_closed:
@@ -212,10 +224,19 @@ class Session(LinkOpener):
         if connection._reconnecting:  # the transport went with the session: the reconnect leaves it out
             self._ended = True
             return
-        self._fail_unwritten(ClosedByApplication("the application closed the session"), "session")
-        engine_session.end(error)  # (drops the transfers still waiting for the peer's window, §2.5.6)
-        connection._kick()
-        with anyio.move_on_after(10):
+        # read at each close (not bound at import), as the sender's close reads it
+        deadline = anyio.current_time() + _links.CLOSE_TIMEOUT
+        if error is None:
+            try:
+                await self._write_backlog(engine_session, deadline)
+            except BaseException:  # cancelled: end it now, rather than leave it begun with nobody to end it
+                self._end(engine_session, error)
+                raise
+            if self._ended or connection.is_closed or connection._reconnecting:
+                self._ended = True  # ended by the peer, or gone with its connection, meanwhile
+                return
+        self._end(engine_session, error)
+        with anyio.CancelScope(deadline=deadline):
             while engine_session.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
                 await connection._wait_state()
         if engine_session.remote_state is ACTIVE and not connection.is_closed and not connection._reconnecting:
@@ -226,6 +247,29 @@ class Session(LinkOpener):
                 link._on_session_ended(None)
             connection._notify()
         self._ended = True
+
+    async def _write_backlog(self, engine_session: EngineSession, deadline: float) -> None:
+        """Before a clean end: wait until the transfers of the session's senders still waiting for the peer's
+        session window are written, as the peer opens it (until ``deadline``, an :func:`anyio.current_time`)."""
+        connection = self.connection
+        with anyio.CancelScope(deadline=deadline):
+            while (
+                engine_session.has_backlog
+                and engine_session.local_state is ACTIVE
+                and engine_session.remote_state is ACTIVE
+                and not connection.is_closed
+                and not connection._reconnecting
+            ):
+                await connection._wait_state()
+
+    def _end(self, engine_session: EngineSession, error: Error | None) -> None:
+        """Send our end (what still waits for the peer's window goes with it, reported first: :meth:`_ending`)."""
+        connection = self.connection
+        if engine_session.local_state is not ACTIVE or connection.is_closed or connection._reconnecting:
+            return
+        self._ending(ClosedByApplication("the application closed the session"), "session")
+        engine_session.end(error)  # (drops the transfers still waiting for the peer's window, §2.5.6)
+        connection._kick()
 
     async def __aenter__(self) -> Session:
         return self

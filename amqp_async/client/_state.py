@@ -72,7 +72,8 @@ class StateChange:
             connection dropped) or the reconnect attempt's :class:`~amqp_async.ConnectError`; for FAILED the error
             every waiter raises; None otherwise.
         url: the peer's URL (password hidden): the one lost, the one an attempt goes to, the one reconnected to.
-        attempt: the reconnect attempt's number since the connection was lost (1, 2, ...); 0 when not reconnecting.
+        attempt: the reconnect attempt's number since the connection was lost (1, 2, ...), on the "reconnected"
+            change the one that opened the new connection; 0 when not reconnecting.
         time: when, on the event loop's clock (``anyio.current_time()``).
     """
 

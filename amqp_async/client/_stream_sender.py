@@ -32,6 +32,7 @@ from ._arguments import check_thread, check_transaction, get_ident, refusal
 from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
 from ._links import _attach_refusal, _Link
 from ._tracker import Tracker, session_ended_cause, session_ended_reason
+from ._unwritten import fail_unwritten
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -158,6 +159,7 @@ class StreamSender(_Link, Generic[_R]):
         if isinstance(event, ev.LinkDetached):
             self._on_detached(event)
             cause = self._detach_cause()
+            self._fail_unwritten(cause, "sender")  # the detach dropped what waited for the session window
             self._doubt_pending(f"the link was detached before the outcome was known: {cause.description}", cause)
         elif isinstance(event, ev.FlowReceived):
             self._answer_drain()
@@ -170,19 +172,28 @@ class StreamSender(_Link, Generic[_R]):
             self.connection._kick()
 
     def _on_transport_lost(self) -> None:
-        self._doubt_pending(
-            f"the connection to {self.connection.address} was lost before the outcome was known",
-            self.connection._loss,
-        )
+        loss = self.connection._loss
+        if loss is not None:
+            self._fail_unwritten(loss, "connection")
+        self._doubt_pending(f"the connection to {self.connection.address} was lost before the outcome was known", loss)
 
     def _on_connection_failed(self, error: AMQPError | None) -> None:
         super()._on_connection_failed(error)
+        if error is not None:
+            self._fail_unwritten(error, "connection")
         self._doubt_pending(f"the connection to {self.connection.address} ended before the outcome was known", error)
 
     def _on_session_ended(self, error: AMQPError | None) -> None:
         super()._on_session_ended(error)
         cause = session_ended_cause(error, self.session._closing)  # the peer's condition, or our close
+        self._fail_unwritten(cause, "session")  # the end dropped what waited for the session window (§2.5.6)
         self._doubt_pending(session_ended_reason(cause), cause)
+
+    def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
+        """As :meth:`Sender._fail_unwritten`: a message none of whose frames was written (its delivery waited for
+        the peer's session window behind another, §2.5.6) fails as never sent, not in doubt."""
+        if self._pending:
+            fail_unwritten(self._pending, cause, what)
 
     def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending
@@ -245,6 +256,10 @@ class StreamSender(_Link, Generic[_R]):
             DeliveryAborted: the connection was lost before the message was sent whole (it was not delivered); with
                 ``reconnect=False``, the connection's :class:`~amqp_async.ConnectionLost` instead.
             DeliveryInDoubt: the connection or link ended after it was sent whole, before its outcome.
+            LinkDetached, SessionError, ConnectionClosed, ConnectionLost, ClosedByApplication: the link, session or
+                connection ended before any frame of the message was written (it waited for the peer's session
+                window behind an earlier message, §2.5.6): it was never sent, and may be sent again; the description
+                says "never sent" (see :class:`~amqp_async.Tracker`).
             LinkError, ConnectionError: the link or connection failed (e.g. ``amqp:link:message-size-exceeded``:
                 the message is larger than the peer takes).
             Whatever ``body`` raises: the delivery is aborted first (the receiver discards it).

@@ -53,12 +53,12 @@ class Tracker(Generic[_R]):
     :class:`~amqp_async.MessageReleased`, :class:`~amqp_async.MessageModified`, or
     :class:`~amqp_async.DeliveryInDoubt` when the connection or link ended before the outcome was known.
 
-    The rule for an ending (a close that timed out, a lost transport): a message of which some or all was written
-    is in doubt (it may have arrived); a message of which nothing was written (it waited whole for the peer's
-    session window, §2.5.6) was never sent, and fails with the error of what ended it, of the same kind and
-    condition (:class:`~amqp_async.ClosedByApplication`, :class:`~amqp_async.ConnectionLost`,
-    :class:`~amqp_async.ConnectionClosed` or :class:`~amqp_async.LinkDetached`), its description saying it was
-    never sent: it may be sent again safely.
+    The rule for an ending (a close that timed out, a lost transport, the peer's detach, end or close): a message
+    of which some or all was written is in doubt (it may have arrived); a message of which nothing was written (it
+    waited whole for the peer's session window, §2.5.6) was never sent, and fails with the error of what ended it,
+    of the same kind and condition (:class:`~amqp_async.ClosedByApplication`, :class:`~amqp_async.ConnectionLost`,
+    :class:`~amqp_async.ConnectionClosed`, :class:`~amqp_async.SessionError` or :class:`~amqp_async.LinkDetached`),
+    its description saying it was never sent: it may be sent again safely.
 
     Attributes:
         delivery: the engine's delivery (for advanced use, on the connection's event loop only).

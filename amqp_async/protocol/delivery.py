@@ -26,6 +26,10 @@ class Delivery:
         aborted: True when the sender aborted it (§2.6.14); its payload is then empty.
         transfer_state: for an outgoing delivery, the encoded delivery state its transfer frames carry (§2.7.5
             ``state``: a transactional-state, §4.5.6), or empty.
+        written: for an outgoing delivery, True once a transfer frame of it went into the connection's output (it
+            may have reached the peer); False while all of it waits for the peer's incoming window (§2.5.6). A
+            delivery still unwritten when its link, session or connection ends never left this end: its message
+            was not sent, and may be sent again. Always False for an incoming delivery.
     """
 
     __slots__ = (
@@ -41,6 +45,7 @@ class Delivery:
         "tag",
         "transfer_state",
         "user_data",
+        "written",
     )
 
     def __init__(
@@ -57,6 +62,7 @@ class Delivery:
         self.remote_state: Any = None
         self.aborted = False
         self.transfer_state = b""
+        self.written = False
         #: free for the layer above (the driver keeps its tracker here).
         self.user_data: Any = None
 
