@@ -831,11 +831,18 @@ def test_at_most_once_receiver_gets_settled_transfers_and_sends_no_disposition(p
 
 
 def test_credit_top_up_is_written_while_the_handlers_work_through_a_read(peer: ProtonBroker) -> None:
-    """The flow controller's top-up goes to the socket when it is granted, not once the handlers have been called
-    for every delivery of the read that brought them: meanwhile the sender, out of credit, would wait (through our
-    broker that halved the callback API's receive rate). A handler that stops at its fifth message sees the top-up
-    on the wire (read by proton's decoder in a proxy) before it returns."""
-    for n in range(30):
+    """The flow controller's top-up goes to the socket while the handlers work through the read that brought the
+    deliveries, not once they have been called for every one of them: meanwhile the sender, out of credit, would
+    wait (through our broker that halved the callback API's receive rate). It waits for a few events' callbacks
+    (Container._write_soon: a drain asked for in the last message of a default prefetch goes in the same frame, as
+    proton's), so with a prefetch of 100 a handler that stops at its 80th message sees the top-up on the wire (read
+    by proton's decoder in a proxy) before it returns.
+
+    Why the 80th is enough however the reads fall: the top-up is granted at the first delivery of the read that
+    brings the deliveries past a quarter of the prefetch (the 25th at the latest, the earlier reads having brought
+    fewer); if that read reaches the 80th, the sender has less credit left than the top-up gives, so it is written
+    early, 16 events later (the 41st at the latest); if not, it is written with that read's output."""
+    for n in range(300):
         peer.put("cb-top-up", n)
     sniffer = FrameSniffer(peer.port)
     seen: list[int] = []
@@ -845,22 +852,22 @@ def test_credit_top_up_is_written_while_the_handlers_work_through_a_read(peer: P
             1 for fields in sniffer.performatives(_FLOW) if len(fields) > 6 and fields[4] is not None and fields[6]
         )
 
-    class StopsAtTheFifth(ReceiveN):
+    class StopsAtTheEightieth(ReceiveN):
         def on_message(self, event: Any) -> None:
             super().on_message(event)
-            if len(self.bodies) == 5:
+            if len(self.bodies) == 80:
                 deadline = time.monotonic() + 3.0
                 while link_flows_with_credit() < 2 and time.monotonic() < deadline:
                     time.sleep(0.01)  # the container's thread is held here: only a flow written already can arrive
                 seen.append(link_flows_with_credit())
 
-    handler = StopsAtTheFifth(sniffer.url, "cb-top-up", 30, prefetch=10)
+    handler = StopsAtTheEightieth(sniffer.url, "cb-top-up", 300, prefetch=100)
     try:
         run_container(Container(handler))
     finally:
         sniffer.close()
-    assert handler.bodies == list(range(30))
-    assert seen and seen[0] >= 2  # the first grant (10) and a top-up, before the fifth message's handler returned
+    assert handler.bodies == list(range(300))
+    assert seen and seen[0] >= 2  # the first grant (100) and a top-up, before the 80th message's handler returned
 
 
 def test_at_least_once_sends_unsettled(peer: ProtonBroker) -> None:

@@ -238,16 +238,22 @@ def test_credit_in_on_message_one_at_a_time_is_protons() -> None:
 
 
 @pytest.mark.parametrize(
-    ("prefetch", "how"),
-    [(10, "drain"), (10, "flow_drain"), (0, "flow_drain")],
-    ids=["prefetch", "prefetch+flow", "flow"],
+    ("messages", "prefetch", "how"),
+    [(3, 10, "drain"), (3, 10, "flow_drain"), (3, 0, "flow_drain"), (10, 10, "drain"), (10, 10, "flow_drain")],
+    ids=["prefetch", "prefetch+flow", "flow", "prefetch-used-up", "prefetch-used-up+flow"],
 )
-def test_drain_in_on_message_is_one_flow_as_protons(prefetch: int, how: str) -> None:
+def test_drain_in_on_message_is_one_flow_as_protons(messages: int, prefetch: int, how: str) -> None:
     """A drain asked for in ``on_message``, after a flow given in the same read (the prefetch's top-up, or the
     program's ``flow(5)``): proton writes the two in one flow frame, and the program sees one ``on_link_flow`` (the
     drain's answer). Ours wrote the flow at once and the drain in a frame of its own; the broker, reading both
-    together, answered each (its link asks for a drain by then) and the program saw two ``on_link_flow``."""
-    options = {"messages": 3, "prefetch": prefetch, "how": how}
+    together, answered each (its link asks for a drain by then) and the program saw two ``on_link_flow``.
+
+    With the whole prefetch in one read (10 of 10), the sender is out of credit at the first message: ours writes
+    that top-up early (before the round of callbacks ends: Container._write_soon), and wrote it once the first
+    message's callbacks returned, the drain at the tenth going in a second flow frame (the credit 10, then the
+    drain with 9; proton's one frame has the drain with 9). An early write now waits for a few events' callbacks
+    unless the round ends first."""
+    options = {"messages": messages, "prefetch": prefetch, "how": how}
     reference = _run("drain_in_on_message", "proton", options)
     assert [entry for entry in reference["record"] if isinstance(entry, list) and entry[0] == "flow"] == [
         ["flow", 0, True]

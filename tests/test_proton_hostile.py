@@ -33,9 +33,9 @@ from amqp_async.protocol.connection import Connection as Engine
 from amqp_async.protocol.events import ConnectionClosed, ConnectionOpened
 
 try:
-    from frames import AMQP_HEADER, frame
+    from frames import AMQP_HEADER, frame, take_complete_frames
 except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.frames import AMQP_HEADER, frame
+    from tests.frames import AMQP_HEADER, frame, take_complete_frames
 
 from amqp_async.codec.performatives import Open
 from amqp_async.types import Described, symbol, ulong
@@ -375,6 +375,128 @@ def test_a_frame_on_an_unattached_handle_ends_the_connection_with_a_transport_er
 
     with peer_using_an_unattached_handle(mode) as (port, client_closed):
         assert end_events(flavour, lambda container: start(container, port))[:2] == ["transport_error", "disconnected"]
+        assert client_closed.wait(5), "the socket was left open"
+
+
+@contextmanager
+def peer_detaching_an_unattached_handle_later(link_open: threading.Event) -> Iterator[tuple[int, threading.Event]]:
+    """A peer (no SASL) that answers the client's open, begin and attach as they come (as the peer of its sender or
+    of its receiver), then, once ``link_open`` is set (the program saw its link open), sends in a write of its own a
+    detach for a handle nothing is attached on; it keeps the socket open until the client closes it (set on the
+    yielded event)."""
+    from amqp_async.codec.performatives import Attach, Begin, Detach
+    from amqp_async.codec.terminus import Source, Target
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    client_closed = threading.Event()
+
+    def answer(body: Any) -> bytes:
+        if isinstance(body, Open):
+            return AMQP_HEADER + frame(Open(container_id="peer"))
+        if isinstance(body, Begin):
+            return frame(Begin(remote_channel=0, next_outgoing_id=0, incoming_window=1000, outgoing_window=1000))
+        if isinstance(body, Attach):
+            sends = body.role  # the client receives: this peer sends
+            return frame(
+                Attach(
+                    name=body.name,
+                    handle=0,
+                    role=not sends,
+                    source=Source(address="q"),
+                    target=Target(address="q"),
+                    initial_delivery_count=0 if sends else None,
+                )
+            )
+        return b""
+
+    def serve() -> None:
+        client, _ = listener.accept()
+        with client:
+            client.settimeout(TIMEOUT)
+            received = bytearray()
+            attached = False
+            try:
+                while not attached:
+                    data = client.recv(65536)
+                    if not data:
+                        return
+                    received += data
+                    for body in take_complete_frames(received):
+                        client.sendall(answer(body))
+                        attached = attached or isinstance(body, Attach)
+                if not link_open.wait(TIMEOUT):
+                    return
+                client.sendall(frame(Detach(handle=5, closed=True)))
+                while client.recv(65536):
+                    pass
+                client_closed.set()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], client_closed
+    finally:
+        listener.close()
+        thread.join(TIMEOUT)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_detach_on_an_unattached_handle_read_later_names_the_condition_to_a_blocking_connection(
+    flavour: str,
+) -> None:
+    """The peer's detach for a handle nothing is attached on, in a read after the link opened: the blocking call
+    raises ConnectionException naming the condition (proton: amqp:invalid-field; ours
+    amqp:session:unattached-handle, §2.7). Ours said "disconnected: unknown": the engine's close, carrying the
+    condition, was made while the read's events were translated and was lost when the transport then ended."""
+    base, _, _, utils = modules(flavour)
+    link_open = threading.Event()
+    with peer_detaching_an_unattached_handle_later(link_open) as (port, client_closed):
+        connection = utils.BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT, sasl_enabled=False)
+        try:
+            receiver = connection.create_receiver("q")
+            link_open.set()
+            with pytest.raises(base.ConnectionException) as raised:
+                receiver.receive(timeout=TIMEOUT)
+        finally:
+            try:
+                connection.close()
+            except Exception:  # closing a connection that failed may raise the failure again
+                pass
+        expected = "amqp:invalid-field" if flavour == "proton" else str(conditions.SESSION_UNATTACHED_HANDLE)
+        assert expected in str(raised.value)
+        assert client_closed.wait(5), "the socket was left open"
+
+
+def test_a_detach_on_an_unattached_handle_read_later_is_a_transport_error_in_a_container() -> None:
+    """The same on a Container (ours only: python-qpid-proton's run() does not return then, though it closes the
+    connection): on_transport_error with the condition, before on_disconnected, where the program saw the transport
+    closed without an error."""
+    _, reactor, handlers, _ = modules("ours")
+    link_open = threading.Event()
+    seen: list[Any] = []
+
+    class Program(handlers.MessagingHandler):  # type: ignore[misc, name-defined]
+        def on_start(self, event: Any) -> None:
+            connection = event.container.connect(f"127.0.0.1:{port}", reconnect=False, sasl_enabled=False)
+            event.container.create_sender(connection, "q")
+
+        def on_link_opened(self, event: Any) -> None:
+            link_open.set()
+
+        def on_transport_error(self, event: Any) -> None:
+            seen.append(("transport_error", event.transport.condition.name))
+
+        def on_disconnected(self, event: Any) -> None:
+            seen.append("disconnected")
+
+    with peer_detaching_an_unattached_handle_later(link_open) as (port, client_closed):
+        runner = threading.Thread(target=reactor.Container(Program()).run, daemon=True)
+        runner.start()
+        runner.join(TIMEOUT)
+        assert not runner.is_alive(), "the program did not end"
+        assert seen[:2] == [("transport_error", str(conditions.SESSION_UNATTACHED_HANDLE)), "disconnected"]
         assert client_closed.wait(5), "the socket was left open"
 
 

@@ -437,6 +437,74 @@ async def test_a_transport_lost_before_the_settlement_ends_the_receive_span(expo
     assert (span.name, span.attributes["amqp.delivery.state"]) == ("receive kept", "unsettled")
 
 
+#: A W3C trace context a message may carry in its ``traceparent`` (trace id, parent span id, flags).
+_TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+_CARRIED = f"00-{_TRACE_ID}-b7ad6b7169203331-01"
+
+#: Application properties with a trace context that is not W3C Trace Context text (valid AMQP all the same: any
+#: peer or program may send them); OpenTelemetry's propagator raises TypeError on each.
+_NOT_TEXT = [
+    {"traceparent": 5},
+    {"traceparent": b"00-binary"},
+    {"Diagnostic-Id": 7},
+    {"traceparent": _CARRIED, "tracestate": 3},
+]
+
+
+async def test_a_trace_context_that_is_not_text_stops_neither_the_container_nor_the_send(exporter: Exporter) -> None:
+    """A received message whose ``traceparent``, ``tracestate`` or ``Diagnostic-Id`` is not a string (binary, a
+    number) is traced without that property: OpenTelemetry's ``TypeError`` escaped the container's read and ended
+    ``run()``, the container's other connections with it. A program that sends such a message has it sent untraced
+    and unchanged (``send()`` raised the ``TypeError``). The same program without tracing, and proton's, deliver
+    them all."""
+    provider, memory = exporter
+    async with Broker(port=0) as broker:
+        plain = OneShot(
+            broker.url, target="odd-context", send=[Message(body=i, properties=p) for i, p in enumerate(_NOT_TEXT)]
+        )
+        await _run(Container(plain))
+        traced_sender = OneShot(
+            broker.url, target="odd-context", send=[Message(body="sent traced", properties={"traceparent": 9})]
+        )
+        receiver = OneShot(broker.url, source="odd-context", expect=len(_NOT_TEXT) + 1)
+        # another connection of the same container, traced too, with a message of its own
+        other = OneShot(broker.url, source="normal", expect=1, target="normal", send=[Message(body="normal")])
+        await _run(Container(traced_sender, receiver, other, tracing=provider))
+    assert sorted(map(str, (message.body for message in receiver.received))) == ["0", "1", "2", "3", "sent traced"]
+    assert [message.properties for message in receiver.received if message.body == "sent traced"] == [
+        {"traceparent": 9}
+    ]  # sent unchanged
+    assert other.received[0].body == "normal"
+    spans = memory.get_finished_spans()
+    assert sorted(span.name for span in spans) == ["receive normal"] + ["receive odd-context"] * 5 + ["send normal"]
+    # the readable traceparent beside an unreadable tracestate still parents its receive span
+    parented = [span for span in spans if span.name == "receive odd-context" and span.parent is not None]
+    assert [format(span.context.trace_id, "032x") for span in parented] == [_TRACE_ID]
+
+
+async def test_a_blocking_receiver_reads_a_message_whose_trace_context_is_not_text(exporter: Exporter) -> None:
+    """The blocking API's traced receive of such a message: the message, and its receive span without a parent."""
+    provider, memory = exporter
+    async with Broker(port=0) as broker:
+        await _run(
+            Container(
+                OneShot(broker.url, target="odd-blocking", send=[Message(body="x", properties={"traceparent": 5})])
+            )
+        )
+
+        def blocking() -> Any:
+            with BlockingConnection(broker.url, tracing=provider) as conn:
+                receiver = conn.create_receiver("odd-blocking")
+                message = receiver.receive(timeout=TIMEOUT)
+                receiver.accept()
+                return message
+
+        message = await _blocking(blocking)
+    assert message.body == "x" and message.properties == {"traceparent": 5}
+    [span] = memory.get_finished_spans()
+    assert span.name == "receive odd-blocking" and span.parent is None
+
+
 def _free_port() -> int:
     """A port free a moment ago (proton's acceptor does not tell the port it bound for port 0)."""
     with socket.socket() as probe:

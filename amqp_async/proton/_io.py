@@ -402,6 +402,7 @@ class Channel:
         """Translate a batch of engine events and have the container dispatch them."""
         container = self.container
         push = container._push
+        session_ended = False
         for event in events:
             kind = type(event)
             if kind is ev.DeliveriesReceived:
@@ -445,7 +446,24 @@ class Channel:
                     push(Event.LINK_FLOW, wrapper)
             else:
                 self._on_endpoint_event(event)
+                session_ended = session_ended or kind is ev.SessionEnded
+        if session_ended and self._events_after_peer_error():
+            return
         container._process()
+
+    def _events_after_peer_error(self) -> bool:
+        """A session ended in this batch: when the peer broke a session rule, :meth:`_fail_for_peer_error` closed
+        the connection while the batch was translated, and the engine's ConnectionClosed, which carries the
+        condition, came after the driver took the batch. Translate it now (True: done, the container has
+        dispatched). Left for later, it was lost when the transport then ended: the program saw the transport
+        closed without an error (``on_transport_error`` never ran, and a ``BlockingConnection`` raised
+        "disconnected: unknown" where proton's names ``amqp:invalid-field``)."""
+        engine = self.connection._impl
+        later = None if engine is None else engine.next_events()
+        if not later:
+            return False
+        self.on_events(later)
+        return True
 
     def _on_endpoint_event(self, event: ev.Event) -> None:
         container = self.container

@@ -229,10 +229,10 @@ class Receiver(Link):
             if container is not None:
                 container._dirty[connection] = None
                 if short and connection._channel is not None:
-                    # To the socket once this callback returns, not at the end of the round: the sender may be out
-                    # of credit while the handlers still work through the deliveries of one read. Otherwise with
-                    # the round's other output, as proton writes it: a drain asked for later in the round (the
-                    # last message of a read) goes in the same flow frame (see Container._write_soon).
+                    # To the socket a few events later, not at the end of the round: the sender may be out of
+                    # credit while the handlers still work through the deliveries of one read. Otherwise with the
+                    # round's other output, as proton writes it: a drain asked for later in the round (the last
+                    # message of a read) goes in the same flow frame (see Container._write_soon).
                     container._write_soon(connection)
         else:
             self._credit_wanted += n

@@ -32,7 +32,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..client._tracing import MessageSpans
+from ..client._tracing import DIAGNOSTIC_ID, TRACEPARENT, TRACESTATE, MessageSpans
 from ..client._tracker import _outcome_error
 from ..codec.delivery_states import Received
 from ..codec.transactions import TransactionalState
@@ -47,6 +47,18 @@ __all__ = ["ContainerTracing", "tracing_for"]
 
 _IN_DOUBT = "the connection ended before the outcome of the delivery was known"
 COORDINATOR = 3  # proton's Terminus.COORDINATOR (§4.5.1: the target of a transaction's control link)
+#: The application properties that carry a trace context (see MessageSpans).
+_TRACE_PROPERTIES = (TRACEPARENT, TRACESTATE, DIAGNOSTIC_ID)
+
+
+def _unreadable_trace_properties(properties: Any) -> list[Any]:
+    """The trace context properties in ``properties`` (a message's application properties) that OpenTelemetry's
+    W3C propagator cannot read: any value not a string (binary, a number, a list). The propagator raises
+    ``TypeError`` on one (it takes ``len()`` of what it reads, or matches it against a pattern); such a message
+    comes from any peer or program, and is valid AMQP (§3.2.5: application-properties values are simple types)."""
+    if not properties:
+        return []
+    return [key for key in _TRACE_PROPERTIES if key in properties and not isinstance(properties[key], str)]
 
 
 class ContainerTracing(MessageSpans):
@@ -76,6 +88,10 @@ class ContainerTracing(MessageSpans):
         """:meth:`Sender.send` of a message with a send span: the context goes into the message before it is
         encoded; ``state`` is the transfer's (a transaction's, §4.4.1)."""
         if sender.target.type == COORDINATOR:  # a transaction's declare or discharge: no application message
+            return sender._send_payload(message._encode_payload(), tag, None, state)
+        if _unreadable_trace_properties(message.properties):
+            # The program set a trace context that is not W3C Trace Context text: sent untraced and unchanged, as
+            # with tracing off (OpenTelemetry raised TypeError out of send()).
             return sender._send_payload(message._encode_payload(), tag, None, state)
         destination = sender.target.address or sender.remote_target.address or message.address
         span = self.send_span(message, destination, self._common(sender.connection, "send", destination))
@@ -124,6 +140,13 @@ class ContainerTracing(MessageSpans):
             parsed = None
         else:
             parsed = message
+            properties = message.properties
+            unreadable = _unreadable_trace_properties(properties)
+            if properties and unreadable:
+                # A peer's trace context that is not W3C Trace Context text: the message is traced without it
+                # (the properties of this copy, decoded for the span only). OpenTelemetry's TypeError escaped
+                # the container's read and ended its run, every connection with it.
+                message.properties = {key: value for key, value in properties.items() if key not in unreadable}
         delivery._span = self.receive_span(
             parsed, source, len(payload), self._common(receiver.connection, "receive", source)
         )
