@@ -207,6 +207,35 @@ async def test_diagnostic_id_is_read_and_an_existing_traceparent_kept(
     assert link.context.span_id == 0xB7AD6B7169203331
 
 
+@pytest.mark.parametrize(
+    "carried",
+    [{"traceparent": 5}, {"traceparent": b"00-0af7"}, {"tracestate": 7}, {"Diagnostic-Id": [1, 2]}],
+    ids=["int", "binary", "tracestate-int", "diagnostic-list"],
+)
+async def test_a_trace_context_that_is_not_text_is_traced_without_it(
+    exporter: tuple[Any, InMemorySpanExporter], carried: dict[str, Any]
+) -> None:
+    """Valid AMQP (§3.2.5: any simple type) that OpenTelemetry's propagator cannot read: it raised TypeError out of
+    receive() and send() with tracing on. The message is received and sent, traced as one without a context."""
+    provider, memory = exporter
+    with anyio.fail_after(TIMEOUT):
+        async with broker_url() as url:
+            async with amqp_async.connect(url) as plain:  # an untraced client: the property travels as it was set
+                await (await plain.open_sender("odd")).send(Message(body="in", properties=dict(carried)))
+            async with amqp_async.connect(url, tracing=provider) as conn:
+                receiver = await conn.open_receiver("odd")
+                delivery = await receiver.receive()
+                assert delivery.message.properties == carried
+                await delivery.accept()
+                sender = await conn.open_sender("odd")
+                await sender.send(Message(body="out", properties=dict(carried)))
+                again = await receiver.receive()
+                await again.accept()
+                assert again.message.body == "out"
+    spans = _by_name(memory.get_finished_spans()[:2])
+    assert spans["receive odd"].parent is None
+
+
 def test_bad_tracing_option() -> None:
     with pytest.raises(TypeError, match="tracing must be"):
         amqp_async.client._config.resolve_options("amqp://h", {"tracing": "yes"})

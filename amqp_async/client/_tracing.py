@@ -39,6 +39,7 @@ and the delivery (:class:`TracedTracker`, :class:`TracedDelivery`) are used only
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AMQPError
@@ -62,6 +63,21 @@ _INSTRUMENTATION = "amqp_async"
 
 def _outcome_name(state: Any) -> str:
     return "none" if state is None else type(state).__name__.lower()
+
+
+def _trace_context(properties: Mapping[Any, Any]) -> dict[str, str]:
+    """The trace context a message's application properties carry, for OpenTelemetry's W3C propagator to read:
+    ``traceparent`` (else ``Diagnostic-Id``) and ``tracestate``, those that are text.
+
+    Any other value (a number, binary: valid AMQP, §3.2.5, from any peer or program) made the propagator raise
+    ``TypeError`` out of ``send()`` and ``receive()`` with tracing on (it takes their ``len()``, or matches them
+    against a pattern); such a message is traced as one without a context."""
+    carrier = {key: properties[key] for key in (TRACEPARENT, TRACESTATE) if isinstance(properties.get(key), str)}
+    if not carrier.get(TRACEPARENT):
+        diagnostic_id = properties.get(DIAGNOSTIC_ID)
+        if isinstance(diagnostic_id, str) and diagnostic_id:
+            carrier[TRACEPARENT] = diagnostic_id
+    return carrier
 
 
 class MessageSpans:
@@ -137,7 +153,7 @@ class MessageSpans:
         properties = message.properties
         carried = None
         if properties is not None and properties.get(TRACEPARENT):
-            carried = self._propagator.extract(properties)
+            carried = self._propagator.extract(_trace_context(properties))
         links = None
         if carried is not None:
             span_context = self._trace.get_current_span(carried).get_span_context()
@@ -184,10 +200,7 @@ class MessageSpans:
             self._message_attributes(attributes, message)
             properties = message.properties
             if properties:
-                carrier = properties
-                if not properties.get(TRACEPARENT) and properties.get(DIAGNOSTIC_ID):
-                    carrier = {TRACEPARENT: properties[DIAGNOSTIC_ID]}
-                parent = self._propagator.extract(carrier)
+                parent = self._propagator.extract(_trace_context(properties))
         return self._tracer.start_span(
             f"receive {destination}" if destination else "receive",
             context=parent,
