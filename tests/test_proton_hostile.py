@@ -576,3 +576,100 @@ def test_a_handler_that_raises_ends_run_without_reactor_final(flavour: str) -> N
     with pytest.raises(KeyError):
         reactor.Container(Program()).run()
     assert seen == []
+
+
+# --- a message that never ends -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def peer_sending_a_message_that_never_ends(bytes_to_send: int) -> Iterator[tuple[int, list[Any]]]:
+    """A peer (no SASL) that answers the client's open, begin and attach as the sender of its receiver, and once
+    given credit sends one message whose transfers say ``more`` for ever (``bytes_to_send`` of it, then it waits);
+    the frames the client sends after that are collected in the yielded list (a detach is answered)."""
+    from amqp_async.codec.performatives import Attach, Begin, Detach, Flow, Transfer
+    from amqp_async.codec.terminus import Source, Target
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    after: list[Any] = []
+
+    def serve() -> None:
+        client, _ = listener.accept()
+        with client:
+            client.settimeout(TIMEOUT)
+            received = bytearray()
+            credit = False
+            try:
+                while not credit:
+                    data = client.recv(65536)
+                    if not data:
+                        return
+                    received += data
+                    for body in take_complete_frames(received):
+                        if isinstance(body, Open):
+                            client.sendall(AMQP_HEADER + frame(Open(container_id="peer", max_frame_size=65536)))
+                        elif isinstance(body, Begin):
+                            window = {"incoming_window": 2**31 - 1, "outgoing_window": 2**31 - 1}
+                            client.sendall(frame(Begin(remote_channel=0, next_outgoing_id=0, **window)))
+                        elif isinstance(body, Attach):
+                            answer = Attach(
+                                name=body.name,
+                                handle=0,
+                                role=False,
+                                source=Source(address="q"),
+                                target=Target(address="q"),
+                                initial_delivery_count=0,
+                            )
+                            client.sendall(frame(answer))
+                        elif isinstance(body, Flow) and body.link_credit:
+                            credit = True
+                first = Transfer(handle=0, delivery_id=0, delivery_tag=b"t", message_format=0, more=True)
+                client.sendall(frame(first, payload=b"\x00\x53\x75\xb0\x7f\xff\xff\xff"))  # data of 2 GiB - 1
+                piece = frame(Transfer(handle=0, more=True), payload=b"x" * 16000)
+                for _ in range(bytes_to_send // 16000):
+                    client.sendall(piece)
+                while True:
+                    data = client.recv(65536)
+                    if not data:
+                        return
+                    received += data
+                    for body in take_complete_frames(received):
+                        after.append(body)
+                        if isinstance(body, Detach):
+                            client.sendall(frame(Detach(handle=0, closed=True)))
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1], after
+    finally:
+        listener.close()
+        thread.join(TIMEOUT)
+
+
+def test_a_message_that_never_ends_detaches_the_link_at_the_held_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A receiver without a max_message_size (proton's default: none, not announced) holds at most
+    HELD_MESSAGE_BOUND bytes of one message: a peer whose transfers say ``more`` for ever made the process grow
+    without bound (2.7 GB in 5 s). Past the bound the link is detached with amqp:link:message-size-exceeded, the
+    blocking receiver told so, and the attach still announces no max-message-size (as proton's)."""
+    from amqp_async.codec.performatives import Detach
+    from amqp_async.proton import _engine_links
+
+    monkeypatch.setattr(_engine_links, "HELD_MESSAGE_BOUND", 1 << 20)
+    base, _, _, utils = modules("ours")
+    with peer_sending_a_message_that_never_ends(4 << 20) as (port, after):
+        connection = utils.BlockingConnection(f"127.0.0.1:{port}", timeout=TIMEOUT, sasl_enabled=False)
+        try:
+            receiver = connection.create_receiver("q")
+            assert receiver.link._impl.max_message_size is None  # nothing announced
+            with pytest.raises(base.LinkException) as raised:
+                receiver.receive(timeout=TIMEOUT)
+        finally:
+            try:
+                connection.close()
+            except Exception:  # closing a connection that failed may raise the failure again
+                pass
+    assert str(conditions.LINK_MESSAGE_SIZE_EXCEEDED) in str(raised.value)
+    detaches = [body for body in after if isinstance(body, Detach)]
+    assert detaches and detaches[0].error.condition == conditions.LINK_MESSAGE_SIZE_EXCEEDED

@@ -561,6 +561,7 @@ class ReceiverLink(Link):
         "available",
         "drain",
         "drained_credit",
+        "held_message_bound",
         "incoming",
         "overshoot_tolerance",
         "streaming",
@@ -580,6 +581,10 @@ class ReceiverLink(Link):
         self._current_size = 0  # bytes in _current_parts (checked against max-message-size at each frame)
         #: deliveries beyond the credit granted that are accepted anyway (0: the spec's strict rule).
         self.overshoot_tolerance = 0
+        #: the largest message held without a max-message-size of ours (None: no bound). Not announced in the
+        #: attach (python-qpid-proton's receivers announce none): a peer sending a message that never ends (its
+        #: transfers ``more`` for ever) made the holder grow without bound (2.7 GB in 5 s).
+        self.held_message_bound: int | None = None
         self._overshoot = 0
         # Credit we took back (a grant lower than the credit the sender had) and it has not used beyond its credit
         # yet: §2.6.7, "If the link-credit is reduced by the receiver when transfers are in-flight, the receiver
@@ -779,6 +784,14 @@ class ReceiverLink(Link):
         if max_size and self._current_size > max_size:
             raise RemoteProtocolError(
                 f"message on link {self.name!r} exceeds max-message-size {max_size}",
+                condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
+                scope="link",
+            )
+        bound = self.held_message_bound
+        if bound and not max_size and self._current_size > bound:
+            raise RemoteProtocolError(
+                f"message on link {self.name!r} exceeds {bound} bytes, the most a receiver without a "
+                "max-message-size holds of one message",
                 condition=conditions.LINK_MESSAGE_SIZE_EXCEEDED,
                 scope="link",
             )

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from ..protocol.link import Link as EngineLink
+from ..protocol.link import ReceiverLink as EngineReceiver
 from . import _delivery
 from ._events import Event
 from ._exceptions import LinkException
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
     from ._endpoints import Connection, Link, Receiver, Sender, Session
 
 __all__ = [
+    "HELD_MESSAGE_BOUND",
     "add_tpwork",
     "advance_receiver",
     "advance_sender",
+    "bound_held_message",
     "full_settle",
     "incoming_window",
     "modified",
@@ -359,3 +363,17 @@ def new_receiver_state(receiver: Receiver) -> None:
 def unsettled(link: Link) -> int:
     """The link's deliveries not settled here."""
     return link._unsettled_count
+
+
+#: The most bytes of one message a receiver without a ``max_message_size`` holds (not announced: proton's
+#: receivers announce none, and hand over a message of any size). A peer sending a message that never ends (its
+#: transfers ``more`` for ever) made the process grow without bound (2.7 GB in 5 s); past this, the link is
+#: detached with ``amqp:link:message-size-exceeded``, as for a ``max_message_size`` the program set.
+HELD_MESSAGE_BOUND = 1 << 30
+
+
+def bound_held_message(impl: EngineLink) -> None:
+    """Bound what ``impl`` (an engine link just made) holds of one message, when it receives (see
+    :data:`HELD_MESSAGE_BOUND`)."""
+    if isinstance(impl, EngineReceiver):
+        impl.held_message_bound = HELD_MESSAGE_BOUND

@@ -19,7 +19,7 @@ from ..protocol.link import as_symbols
 from ..types import symbol
 from ._delivery import local_state_object
 from ._engine_lifecycle import map_local, unmap_local
-from ._engine_links import full_settle, incoming_window, need_flow, post_session_window
+from ._engine_links import bound_held_message, full_settle, incoming_window, need_flow, post_session_window
 from ._events import Event
 
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ def _attach(link: Link) -> None:
         attach = session_impl.attach_sender if link.is_sender else session_impl.attach_receiver
         impl = link._impl = attach(link.name, **options)
         impl.user_data = link
+        bound_held_message(impl)
     else:
         impl.attach(**options)
     map_local(link)

@@ -361,6 +361,7 @@ class Link(Endpoint):
             attach = engine_session.attach_sender if self.is_sender else engine_session.attach_receiver
             impl = self._impl = attach(self.name, **self._attach_options())
             impl.user_data = self
+            _engine_links.bound_held_message(impl)
         elif impl.local_state is UNINIT:
             impl.attach(**self._attach_options())
         else:

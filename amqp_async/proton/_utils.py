@@ -114,13 +114,20 @@ class LinkDetached(LinkException, _AMQPLinkDetached):
         else:
             text = f"receiver {link.name} from {link.source.address} closed"
         remote = link.remote_condition
+        impl = link._impl
+        # The engine detached it because the peer broke a link rule (§2.7.3: a message above the size it holds,
+        # §2.6.7: transfers beyond the credit): its condition is ours, the peer's answer carries none.
+        broken = link.condition if not remote and impl is not None and impl.engine_ended else None
         if remote:
             text += f" due to: {remote!r}"
+        elif broken:
+            text += f" for the peer's breach: {broken!r}"
         else:
             text += " by peer"
-        super().__init__(text, condition=remote.name if remote else None)
+        cause = remote or broken
+        super().__init__(text, condition=cause.name if cause else None)
         self.link = link
-        self.condition = remote.name if remote else None  # type: ignore[assignment]  # proton's: None if none
+        self.condition = cause.name if cause else None  # type: ignore[assignment]  # proton's: None if none
 
 
 class _LinkClosedByProgram(LinkDetached, ClosedByApplication):
