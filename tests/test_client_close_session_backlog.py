@@ -21,21 +21,33 @@ import pytest
 
 import amqp_async
 from amqp_async import ClosedByApplication, DeliveryInDoubt, Message
-from amqp_async.client import _links
 from amqp_async.errors import CLOSED_BY_APPLICATION
-from amqp_async.io import driver
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton import Delivery
 from proton_peer import proton_server
 
+try:
+    from shut_window_peer import (
+        CLOSE_BOUND,
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        results_of,
+        shorten_close_bounds,
+    )
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.shut_window_peer import (
+        CLOSE_BOUND,
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        results_of,
+        shorten_close_bounds,
+    )
+
 pytestmark = pytest.mark.anyio
 
-BOUND = 2.0  # the close bound the tests set (the default is 10 s)
-WINDOW_FRAMES = 4
-#: One frame each (proton's frames are 32 KiB), and large enough that four of them fill the peer's window (proton
-#: counts its window in bytes buffered).
-ONE_FRAME = b"x" * 30_000
 TIMEOUT = 60.0
 
 
@@ -46,38 +58,22 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(autouse=True)
 def _short_close_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_links, "CLOSE_TIMEOUT", BOUND, raising=False)
-    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", BOUND, raising=False)
+    shorten_close_bounds(monkeypatch)
 
 
-class _Peer:
-    """A proton handler that opens what the client opens with a session window of four frames, and gives credit;
-    ``reading``: reads, accepts and settles every message (its window reopens as it reads) and answers an end;
-    else reads nothing (its window stays shut once full) and answers no end (``ended`` is set when one comes)."""
+class _Peer(ShutWindowPeer):
+    """:class:`ShutWindowPeer`, but ``reading``: reads, accepts and settles every message (its window reopens as it
+    reads) and answers an end; else reads nothing and answers no end (``ended`` is set when one comes)."""
 
     def __init__(self, *, reading: bool) -> None:
+        super().__init__(answer_end=reading)
         self.reading = reading
         self.received = 0
         self.ended = threading.Event()
 
-    def on_connection_remote_open(self, event: Any) -> None:
-        event.connection.open()
-
-    def on_connection_remote_close(self, event: Any) -> None:
-        event.connection.close()
-
-    def on_session_remote_open(self, event: Any) -> None:
-        event.session.incoming_capacity = WINDOW_FRAMES * 32768
-        event.session.open()
-
     def on_session_remote_close(self, event: Any) -> None:
         self.ended.set()
-        if self.reading:
-            event.session.close()
-
-    def on_link_remote_open(self, event: Any) -> None:
-        event.link.open()
-        event.link.flow(100)
+        super().on_session_remote_close(event)
 
     def on_delivery(self, event: Any) -> None:
         delivery = event.delivery
@@ -87,18 +83,6 @@ class _Peer:
         delivery.update(Delivery.ACCEPTED)
         delivery.settle()
         self.received += 1
-
-
-async def _results(trackers: list[Any]) -> list[BaseException | None]:
-    results: list[BaseException | None] = []
-    for tracker in trackers:
-        try:
-            await tracker
-        except Exception as exc:
-            results.append(exc)
-        else:
-            results.append(None)
-    return results
 
 
 async def test_at_most_once_messages_waiting_for_the_window_are_written_before_the_end() -> None:
@@ -123,7 +107,7 @@ async def test_confirmed_messages_waiting_for_the_window_are_written_before_the_
             sender = await session.open_sender("slow")
             trackers = [await sender.submit(Message(body=ONE_FRAME)) for _ in range(12)]
             await session.close()
-            results = await _results(trackers)
+            results = await results_of(trackers)
     # all written (the peer reads what came before our end: its outcomes for the last ones may not come after it)
     assert peer.received == 12
     assert not any(isinstance(result, ClosedByApplication) for result in results), results  # before: 8 never sent
@@ -139,9 +123,9 @@ async def test_one_bound_for_the_backlog_and_the_peers_end() -> None:
             started = anyio.current_time()
             await session.close()
             took = anyio.current_time() - started
-            results = await _results(trackers)
+            results = await results_of(trackers)
     # the backlog waited for the bound, and the peer's end (never coming) for what was left of it: not twice
-    assert BOUND * 0.9 <= took < BOUND * 1.75, took
+    assert CLOSE_BOUND * 0.9 <= took < 2 * CLOSE_BOUND, took  # one bound for both waits, not one each
     assert peer.ended.is_set()
     assert all(isinstance(result, DeliveryInDoubt) for result in results[:WINDOW_FRAMES]), results
     for unwritten in results[WINDOW_FRAMES:]:
@@ -162,7 +146,7 @@ async def test_a_cancelled_close_ends_the_session_at_once() -> None:
                     while not session._closing:  # the close waits for the peer's window now
                         await anyio.sleep(0.01)
                     scope.cancel()
-            results = await _results(trackers[WINDOW_FRAMES:])
+            results = await results_of(trackers[WINDOW_FRAMES:])
             while not peer.ended.is_set():  # the end went out all the same
                 await anyio.sleep(0.05)
     for unwritten in results:

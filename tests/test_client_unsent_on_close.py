@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 import anyio.abc
@@ -22,20 +21,30 @@ import pytest
 
 import amqp_async
 from amqp_async import ClosedByApplication, ConnectionLost, DeliveryInDoubt, Message
-from amqp_async.client import _links
 from amqp_async.errors import CLOSED_BY_APPLICATION
-from amqp_async.io import driver
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton_peer import proton_server
 
+try:
+    from shut_window_peer import (
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        results_of,
+        shorten_close_bounds,
+    )
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.shut_window_peer import (
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        results_of,
+        shorten_close_bounds,
+    )
+
 pytestmark = pytest.mark.anyio
 
-BOUND = 2.0  # the close bounds the tests set (the sender's and the connection's; the defaults are 10 s)
-WINDOW_FRAMES = 4
-#: One frame each (proton's frames are 32 KiB), and large enough that four of them fill the peer's window (proton
-#: counts its window in bytes buffered: a hundred small frames would fit).
-ONE_FRAME = b"x" * 30_000
 TIMEOUT = 60.0
 
 
@@ -46,42 +55,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(autouse=True)
 def _short_close_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_links, "CLOSE_TIMEOUT", BOUND, raising=False)
-    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", BOUND, raising=False)
-
-
-class _Stalled:
-    """A proton handler that opens what the client opens, gives credit, then reads no transfer (its session window
-    of four frames stays shut once full) and answers no detach (an end and a close it answers)."""
-
-    def on_connection_remote_open(self, event: Any) -> None:
-        event.connection.open()
-
-    def on_connection_remote_close(self, event: Any) -> None:
-        event.connection.close()
-
-    def on_session_remote_open(self, event: Any) -> None:
-        event.session.incoming_capacity = WINDOW_FRAMES * 32768
-        event.session.open()
-
-    def on_session_remote_close(self, event: Any) -> None:
-        event.session.close()
-
-    def on_link_remote_open(self, event: Any) -> None:
-        event.link.open()
-        event.link.flow(100)
-
-
-async def _results(trackers: list[Any]) -> list[BaseException | None]:
-    results: list[BaseException | None] = []
-    for tracker in trackers:
-        try:
-            await tracker
-        except Exception as exc:
-            results.append(exc)
-        else:
-            results.append(None)
-    return results
+    shorten_close_bounds(monkeypatch)
 
 
 def _assert_never_sent(error: BaseException | None, kind: type[BaseException], condition: str) -> None:
@@ -94,7 +68,7 @@ def _assert_never_sent(error: BaseException | None, kind: type[BaseException], c
 async def test_messages_waiting_for_the_window_fail_as_never_sent_on_close(
     closing: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+    with proton_server(ShutWindowPeer(answer_detach=False)) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             session = await conn.open_session()
             sender = await session.open_sender("stalled")
@@ -106,7 +80,7 @@ async def test_messages_waiting_for_the_window_fail_as_never_sent_on_close(
                 await session.close()
             else:
                 await conn.close()
-            results = await _results(trackers)
+            results = await results_of(trackers)
     for written in results[:WINDOW_FRAMES]:
         assert isinstance(written, DeliveryInDoubt), repr(written)  # written: they may have arrived
     for unwritten in results[WINDOW_FRAMES:]:  # before: DeliveryInDoubt each
@@ -115,20 +89,20 @@ async def test_messages_waiting_for_the_window_fail_as_never_sent_on_close(
 
 
 async def test_a_message_partly_written_stays_in_doubt() -> None:
-    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+    with proton_server(ShutWindowPeer(answer_detach=False)) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             sender = await conn.open_sender("stalled")
             # three frames each (64 KiB in 32 KiB frames): the first whole, the second cut off by the window
             trackers = [await sender.submit(Message(body=b"x" * 65536)) for _ in range(5)]
             await sender.close()
-            results = await _results(trackers)
+            results = await results_of(trackers)
     assert isinstance(results[0], DeliveryInDoubt) and isinstance(results[1], DeliveryInDoubt), results[:2]
     for unwritten in results[2:]:
         _assert_never_sent(unwritten, ClosedByApplication, CLOSED_BY_APPLICATION)
 
 
 async def test_send_many_names_the_messages_never_sent() -> None:
-    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+    with proton_server(ShutWindowPeer(answer_detach=False)) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             sender = await conn.open_sender("stalled")
             async with anyio.create_task_group() as group:
@@ -145,7 +119,7 @@ async def test_send_many_names_the_messages_never_sent() -> None:
                     await anyio.sleep(0.01)
                 await sender.close()
     [error] = caught
-    assert isinstance(error, _links.SendManyError), repr(error)
+    assert isinstance(error, amqp_async.SendManyError), repr(error)
     results = error.results
     assert all(isinstance(result, DeliveryInDoubt) for result in results[:WINDOW_FRAMES]), results
     for unwritten in results[WINDOW_FRAMES:]:  # before: the close's ClosedByApplication ended send_many itself
@@ -180,13 +154,13 @@ async def _cuttable_relay(port: int) -> AsyncIterator[tuple[str, anyio.Event]]:
 
 @pytest.mark.parametrize("reconnect", [False, True], ids=["no-reconnect", "reconnect"])
 async def test_a_lost_transport_fails_the_messages_never_written_as_not_sent(reconnect: bool) -> None:
-    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+    with proton_server(ShutWindowPeer(answer_detach=False)) as url, anyio.fail_after(TIMEOUT):
         relay = _cuttable_relay(int(url.rsplit(":", 1)[1]))
         async with relay as (relayed, cut), amqp_async.connect(relayed, reconnect=reconnect) as conn:
             sender = await conn.open_sender("stalled")
             trackers = [await sender.submit(Message(body=ONE_FRAME)) for _ in range(12)]
             cut.set()
-            results = await _results(trackers)
+            results = await results_of(trackers)
     for written in results[:WINDOW_FRAMES]:
         assert isinstance(written, DeliveryInDoubt), repr(written)
     for unwritten in results[WINDOW_FRAMES:]:

@@ -27,12 +27,23 @@ pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (t
 from proton import Condition
 from proton_peer import proton_server
 
+try:
+    from shut_window_peer import (
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        results_of,
+    )
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.shut_window_peer import (
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        results_of,
+    )
+
 pytestmark = pytest.mark.anyio
 
-WINDOW_FRAMES = 4
-#: One frame each (proton's frames are 32 KiB), and large enough that four of them fill the peer's window (proton
-#: counts its window in bytes buffered).
-ONE_FRAME = b"x" * 30_000
 CONDITION = "amqp:resource-limit-exceeded"
 TIMEOUT = 60.0
 
@@ -42,33 +53,20 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-class _EndsOnCue:
+class _EndsOnCue(ShutWindowPeer):
     """A proton handler that opens what the client opens, gives credit, reads no transfer (its session window of
     four frames stays shut once full), and once ``cue`` is set ends what ``ending`` names: the link (detach),
     its session (end) or the connection (close), with ``amqp:resource-limit-exceeded`` (the detach also without
     an error: ``detach-plain``)."""
 
     def __init__(self, ending: str) -> None:
+        super().__init__()
         self.ending = ending
         self.cue = threading.Event()
         self._link: Any = None
 
-    def on_connection_remote_open(self, event: Any) -> None:
-        event.connection.open()
-
-    def on_connection_remote_close(self, event: Any) -> None:
-        event.connection.close()
-
-    def on_session_remote_open(self, event: Any) -> None:
-        event.session.incoming_capacity = WINDOW_FRAMES * 32768
-        event.session.open()
-
-    def on_session_remote_close(self, event: Any) -> None:
-        event.session.close()
-
     def on_link_remote_open(self, event: Any) -> None:
-        event.link.open()
-        event.link.flow(100)
+        super().on_link_remote_open(event)
         self._link = event.link
         event.container.schedule(0.02, self)
 
@@ -81,18 +79,6 @@ class _EndsOnCue:
         if self.ending != "detach-plain":
             endpoint.condition = Condition(CONDITION, "the peer gives up")
         endpoint.close()
-
-
-async def _results(trackers: list[Any]) -> list[BaseException | None]:
-    results: list[BaseException | None] = []
-    for tracker in trackers:
-        try:
-            await tracker
-        except Exception as exc:
-            results.append(exc)
-        else:
-            results.append(None)
-    return results
 
 
 @pytest.mark.parametrize(
@@ -114,7 +100,7 @@ async def test_messages_waiting_for_the_window_fail_as_never_sent_when_the_peer_
             # one frame each: the first four fill the peer's window, the other eight never leave the engine
             trackers = [await sender.submit(Message(body=ONE_FRAME)) for _ in range(12)]
             handler.cue.set()
-            results = await _results(trackers)
+            results = await results_of(trackers)
     for written in results[:WINDOW_FRAMES]:
         assert isinstance(written, DeliveryInDoubt), repr(written)  # written: they may have arrived
     for unwritten in results[WINDOW_FRAMES:]:  # before: DeliveryInDoubt each

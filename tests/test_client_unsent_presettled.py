@@ -24,19 +24,28 @@ import pytest
 
 import amqp_async
 from amqp_async import ClosedByApplication, Message
-from amqp_async.client import _links
 from amqp_async.errors import CLOSED_BY_APPLICATION
-from amqp_async.io import driver
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton_peer import proton_server
 
+try:
+    from shut_window_peer import (
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        shorten_close_bounds,
+    )
+except ImportError:  # pragma: no cover - tests/ imported as a package
+    from tests.shut_window_peer import (
+        ONE_FRAME,
+        WINDOW_FRAMES,
+        ShutWindowPeer,
+        shorten_close_bounds,
+    )
+
 pytestmark = pytest.mark.anyio
 
-BOUND = 2.0  # the close bounds the tests set (the defaults are 10 s)
-WINDOW_FRAMES = 4
-#: One frame each (proton's frames are 32 KiB), and large enough that four of them fill the peer's window.
-ONE_FRAME = b"x" * 30_000
 TIMEOUT = 60.0
 
 
@@ -47,33 +56,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(autouse=True)
 def _short_close_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_links, "CLOSE_TIMEOUT", BOUND, raising=False)
-    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", BOUND, raising=False)
-
-
-class _Stalled:
-    """Opens what the client opens with a session window of four frames, gives credit, reads no transfer, and
-    answers detaches, ends and closes."""
-
-    def on_connection_remote_open(self, event: Any) -> None:
-        event.connection.open()
-
-    def on_connection_remote_close(self, event: Any) -> None:
-        event.connection.close()
-
-    def on_session_remote_open(self, event: Any) -> None:
-        event.session.incoming_capacity = WINDOW_FRAMES * 32768
-        event.session.open()
-
-    def on_session_remote_close(self, event: Any) -> None:
-        event.session.close()
-
-    def on_link_remote_open(self, event: Any) -> None:
-        event.link.open()
-        event.link.flow(100)
-
-    def on_link_remote_close(self, event: Any) -> None:
-        event.link.close()
+    shorten_close_bounds(monkeypatch)
 
 
 @pytest.mark.parametrize("closing", ["sender", "session", "connection"])
@@ -81,7 +64,7 @@ async def test_at_most_once_messages_dropped_by_a_close_are_counted_in_a_warning
     closing: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="amqp_async.connection")
-    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+    with proton_server(ShutWindowPeer()) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             session = await conn.open_session()
             sender = await session.open_sender("stalled", delivery="at-most-once")
@@ -103,7 +86,7 @@ async def test_at_most_once_messages_dropped_by_a_close_are_counted_in_a_warning
 
 
 async def test_nothing_is_reported_when_the_backlog_was_written(caplog: pytest.LogCaptureFixture) -> None:
-    class _Reading(_Stalled):
+    class _Reading(ShutWindowPeer):
         """Reads and settles what comes: its window reopens."""
 
         received = 0
@@ -134,7 +117,7 @@ def _never_sent(error: BaseException | None) -> None:
 
 async def test_an_at_most_once_send_returns_once_its_transfer_is_written() -> None:
     outcome: list[BaseException | None] = []
-    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+    with proton_server(ShutWindowPeer()) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             sender = await conn.open_sender("stalled", delivery="at-most-once")
             for _ in range(WINDOW_FRAMES):  # written at once: the peer's window takes four frames
@@ -161,7 +144,7 @@ async def test_an_at_most_once_send_returns_once_its_transfer_is_written() -> No
 
 async def test_an_at_most_once_send_many_names_the_messages_never_written() -> None:
     caught: list[BaseException] = []
-    with proton_server(_Stalled()) as url, anyio.fail_after(TIMEOUT):
+    with proton_server(ShutWindowPeer()) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             sender = await conn.open_sender("stalled", delivery="at-most-once")
 
@@ -177,7 +160,7 @@ async def test_an_at_most_once_send_many_names_the_messages_never_written() -> N
                     await anyio.sleep(0.01)
                 await sender.close()
     [error] = caught  # before: send_many returned ten None
-    assert isinstance(error, _links.SendManyError), repr(error)
+    assert isinstance(error, amqp_async.SendManyError), repr(error)
     assert error.results[:WINDOW_FRAMES] == [None] * WINDOW_FRAMES
     for unwritten in error.results[WINDOW_FRAMES:]:
         _never_sent(unwritten)
