@@ -21,15 +21,25 @@ SUBPROCESS_TIMEOUT = 30.0
 Scenario = Callable[[str, dict[str, Any]], Any]
 
 
-def run_scenario(script: str, scenario: str, impl: str, options: dict[str, Any]) -> Any:
+def run_scenario(
+    script: str,
+    scenario: str,
+    impl: str,
+    options: dict[str, Any],
+    *,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = SUBPROCESS_TIMEOUT,
+) -> Any:
     """Run ``scenario`` of the test file ``script`` on ``impl`` (a module name: ``proton`` or ``amqp_async.proton``)
-    in a subprocess, and return what it recorded."""
+    in a subprocess (its environment with ``extra_env``, for ``timeout`` seconds at most), and return what it
+    recorded."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.update(extra_env or {})
     command = [sys.executable, script, scenario, impl, json.dumps(options)]
     try:
         done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, stdin=subprocess.DEVNULL
+            command, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{scenario} on {impl} timed out; stderr: {exc.stderr!r}")

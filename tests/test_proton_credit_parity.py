@@ -12,18 +12,12 @@ broker, once on real proton and once on ours; ours counts the flow frames it wri
 from __future__ import annotations
 
 import importlib
-import json
 import logging
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from scenario_subprocess import run_scenario, scenario_main
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 SUBPROCESS_TIMEOUT = 60.0
 
 
@@ -180,19 +174,10 @@ SCENARIOS = {"receive_with_prefetch": receive_with_prefetch, "drain_in_on_messag
 
 
 def _run(scenario: str, impl: str, options: dict[str, Any]) -> Any:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["AMQP_ASYNC_TRACE_FRM"] = "1"  # ours: the frame trace, to count the flows (proton ignores it)
-    command = [sys.executable, __file__, scenario, impl, json.dumps(options)]
-    try:
-        done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{scenario} on {impl} timed out; stderr: {exc.stderr!r}")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"{scenario} on {impl}: no result (exit {done.returncode}); stderr:\n{done.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT ") :])
+    # ours: the frame trace, to count the flows (proton ignores it)
+    return run_scenario(
+        __file__, scenario, impl, options, extra_env={"AMQP_ASYNC_TRACE_FRM": "1"}, timeout=SUBPROCESS_TIMEOUT
+    )
 
 
 pytestmark = [pytest.mark.interop]
@@ -265,5 +250,4 @@ def test_drain_in_on_message_is_one_flow_as_protons(messages: int, prefetch: int
 
 
 if __name__ == "__main__":
-    scenario_name, implementation, raw_options = sys.argv[1], sys.argv[2], sys.argv[3]
-    print("RESULT " + json.dumps(SCENARIOS[scenario_name](implementation, json.loads(raw_options))))
+    scenario_main(SCENARIOS)

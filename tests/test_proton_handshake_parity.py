@@ -17,20 +17,14 @@ server's first bytes, or the embedded broker with SASL required. The engine API 
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
+from scenario_subprocess import run_scenario, scenario_main
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 SUBPROCESS_TIMEOUT = 60.0
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
@@ -245,18 +239,7 @@ SCENARIOS = {"sasl_init": sasl_init, "header_mismatch": header_mismatch, "header
 
 
 def _run(scenario: str, impl: str, options: dict[str, Any]) -> Any:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    command = [sys.executable, __file__, scenario, impl, json.dumps(options)]
-    try:
-        done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{scenario} on {impl} timed out; stderr: {exc.stderr!r}")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"{scenario} on {impl}: no result (exit {done.returncode}); stderr:\n{done.stderr[-4000:]}"
-    return json.loads(lines[-1][len("RESULT ") :])
+    return run_scenario(__file__, scenario, impl, options, timeout=SUBPROCESS_TIMEOUT)
 
 
 pytestmark = [pytest.mark.interop]
@@ -396,5 +379,4 @@ def test_engine_api_header_errors_are_protons(role: str, sasl: bool, inputs: lis
 
 
 if __name__ == "__main__":
-    scenario_name, implementation, raw_options = sys.argv[1], sys.argv[2], sys.argv[3]
-    print("RESULT " + json.dumps(SCENARIOS[scenario_name](implementation, json.loads(raw_options))))
+    scenario_main(SCENARIOS)
