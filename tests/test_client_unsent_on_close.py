@@ -25,23 +25,7 @@ from amqp_async.errors import CLOSED_BY_APPLICATION
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton_peer import proton_server
-
-try:
-    from shut_window_peer import (
-        ONE_FRAME,
-        WINDOW_FRAMES,
-        ShutWindowPeer,
-        results_of,
-        shorten_close_bounds,
-    )
-except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.shut_window_peer import (
-        ONE_FRAME,
-        WINDOW_FRAMES,
-        ShutWindowPeer,
-        results_of,
-        shorten_close_bounds,
-    )
+from shut_window_peer import ONE_FRAME, WINDOW_FRAMES, ShutWindowPeer, results_of, shorten_close_bounds
 
 pytestmark = pytest.mark.anyio
 

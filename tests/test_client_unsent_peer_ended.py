@@ -26,21 +26,7 @@ from amqp_async import ConnectionClosed, DeliveryInDoubt, LinkDetached, Message,
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton import Condition
 from proton_peer import proton_server
-
-try:
-    from shut_window_peer import (
-        ONE_FRAME,
-        WINDOW_FRAMES,
-        ShutWindowPeer,
-        results_of,
-    )
-except ImportError:  # pragma: no cover - tests/ imported as a package
-    from tests.shut_window_peer import (
-        ONE_FRAME,
-        WINDOW_FRAMES,
-        ShutWindowPeer,
-        results_of,
-    )
+from shut_window_peer import ONE_FRAME, WINDOW_FRAMES, ShutWindowPeer, results_of
 
 pytestmark = pytest.mark.anyio
 

@@ -378,36 +378,42 @@ def test_a_frame_on_an_unattached_handle_ends_the_connection_with_a_transport_er
         assert client_closed.wait(5), "the socket was left open"
 
 
+def _answer_opening(body: Any) -> bytes:
+    """A raw peer's answer (no SASL) to the client's open, begin or attach, as the peer of its sender or of its
+    receiver (the node "q"); nothing to any other frame."""
+    from amqp_async.codec.performatives import Attach, Begin
+    from amqp_async.codec.terminus import Source, Target
+
+    if isinstance(body, Open):
+        return AMQP_HEADER + frame(Open(container_id="peer", max_frame_size=65536))
+    if isinstance(body, Begin):
+        window = {"incoming_window": 2**31 - 1, "outgoing_window": 2**31 - 1}
+        return frame(Begin(remote_channel=0, next_outgoing_id=0, **window))
+    if isinstance(body, Attach):
+        sends = body.role  # the client receives: this peer sends
+        return frame(
+            Attach(
+                name=body.name,
+                handle=0,
+                role=not sends,
+                source=Source(address="q"),
+                target=Target(address="q"),
+                initial_delivery_count=0 if sends else None,
+            )
+        )
+    return b""
+
+
 @contextmanager
 def peer_detaching_an_unattached_handle_later(link_open: threading.Event) -> Iterator[tuple[int, threading.Event]]:
     """A peer (no SASL) that answers the client's open, begin and attach as they come (as the peer of its sender or
     of its receiver), then, once ``link_open`` is set (the program saw its link open), sends in a write of its own a
     detach for a handle nothing is attached on; it keeps the socket open until the client closes it (set on the
     yielded event)."""
-    from amqp_async.codec.performatives import Attach, Begin, Detach
-    from amqp_async.codec.terminus import Source, Target
+    from amqp_async.codec.performatives import Attach, Detach
 
     listener = socket.create_server(("127.0.0.1", 0))
     client_closed = threading.Event()
-
-    def answer(body: Any) -> bytes:
-        if isinstance(body, Open):
-            return AMQP_HEADER + frame(Open(container_id="peer"))
-        if isinstance(body, Begin):
-            return frame(Begin(remote_channel=0, next_outgoing_id=0, incoming_window=1000, outgoing_window=1000))
-        if isinstance(body, Attach):
-            sends = body.role  # the client receives: this peer sends
-            return frame(
-                Attach(
-                    name=body.name,
-                    handle=0,
-                    role=not sends,
-                    source=Source(address="q"),
-                    target=Target(address="q"),
-                    initial_delivery_count=0 if sends else None,
-                )
-            )
-        return b""
 
     def serve() -> None:
         client, _ = listener.accept()
@@ -422,7 +428,7 @@ def peer_detaching_an_unattached_handle_later(link_open: threading.Event) -> Ite
                         return
                     received += data
                     for body in take_complete_frames(received):
-                        client.sendall(answer(body))
+                        client.sendall(_answer_opening(body))
                         attached = attached or isinstance(body, Attach)
                 if not link_open.wait(TIMEOUT):
                     return
@@ -586,8 +592,7 @@ def peer_sending_a_message_that_never_ends(bytes_to_send: int) -> Iterator[tuple
     """A peer (no SASL) that answers the client's open, begin and attach as the sender of its receiver, and once
     given credit sends one message whose transfers say ``more`` for ever (``bytes_to_send`` of it, then it waits);
     the frames the client sends after that are collected in the yielded list (a detach is answered)."""
-    from amqp_async.codec.performatives import Attach, Begin, Detach, Flow, Transfer
-    from amqp_async.codec.terminus import Source, Target
+    from amqp_async.codec.performatives import Detach, Flow, Transfer
 
     listener = socket.create_server(("127.0.0.1", 0))
     after: list[Any] = []
@@ -605,23 +610,8 @@ def peer_sending_a_message_that_never_ends(bytes_to_send: int) -> Iterator[tuple
                         return
                     received += data
                     for body in take_complete_frames(received):
-                        if isinstance(body, Open):
-                            client.sendall(AMQP_HEADER + frame(Open(container_id="peer", max_frame_size=65536)))
-                        elif isinstance(body, Begin):
-                            window = {"incoming_window": 2**31 - 1, "outgoing_window": 2**31 - 1}
-                            client.sendall(frame(Begin(remote_channel=0, next_outgoing_id=0, **window)))
-                        elif isinstance(body, Attach):
-                            answer = Attach(
-                                name=body.name,
-                                handle=0,
-                                role=False,
-                                source=Source(address="q"),
-                                target=Target(address="q"),
-                                initial_delivery_count=0,
-                            )
-                            client.sendall(frame(answer))
-                        elif isinstance(body, Flow) and body.link_credit:
-                            credit = True
+                        client.sendall(_answer_opening(body))
+                        credit = credit or (isinstance(body, Flow) and bool(body.link_credit))
                 first = Transfer(handle=0, delivery_id=0, delivery_tag=b"t", message_format=0, more=True)
                 client.sendall(frame(first, payload=b"\x00\x53\x75\xb0\x7f\xff\xff\xff"))  # data of 2 GiB - 1
                 piece = frame(Transfer(handle=0, more=True), payload=b"x" * 16000)
