@@ -522,8 +522,14 @@ class ServerConnection:
             outbound = link.user_data
             if isinstance(outbound, Outbound):
                 outbound.queue.credited(outbound.consumer)
-            if link.drain and link.local_state is ACTIVE:
-                link.drained()  # §2.6.7: what could be sent was sent; give back the rest
+            if (
+                link.drain
+                and link.local_state is ACTIVE
+                and not (isinstance(outbound, Outbound) and outbound.awaiting_commit)
+            ):
+                # §2.6.7: what could be sent was sent; give back the rest (pre-settled transfers waiting for the
+                # store's commit are sent first: _consumers._send_committed answers the drain then)
+                link.drained()
         self.kick()
 
     def _on_outcomes(self, event: ev.DeliveriesUpdated) -> None:

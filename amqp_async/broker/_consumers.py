@@ -29,6 +29,7 @@ from .selector import SelectorError, compile_selector
 
 if TYPE_CHECKING:
     from ._connection import ServerConnection
+    from ._store import Store
 
 __all__ = [
     "OUTPUT_LIMIT",
@@ -74,6 +75,12 @@ class Outbound:
         # the transfer is settled, including when the source is destroyed" (None: the broker's own choice)
         outcome = link.remote_source.default_outcome if isinstance(link.remote_source, Source) else None
         self.default_outcome = outcome if isinstance(outcome, TERMINAL) else None
+        #: messages dealt to it pre-settled whose transfers wait for the store to commit their removal
+        #: (:func:`_send_after_commit`), in order, each with the number of the commit it waits for.
+        self.awaiting_commit: list[tuple[int, Entry]] = []
+        #: the store's batch the last of those waits for (:attr:`._store.Store.batch`), and its number.
+        self.commit_batch: object = None
+        self.commit_number = 0
 
 
 def _consumer_credit(connection: ServerConnection, link: protocol.SenderLink) -> int:
@@ -92,6 +99,12 @@ def _consumer_credit(connection: ServerConnection, link: protocol.SenderLink) ->
     if link.session.remote_incoming_window <= 0:  # §2.5.6: the next transfer would wait in the session
         connection._window_shut.add(link.session)  # the flow that opens it unparks the session's consumers
         return 0
+    outbound = link.user_data
+    if isinstance(outbound, Outbound) and outbound.awaiting_commit:
+        # dealt already, their transfers waiting for the store's commit; a large one goes alone (it streams)
+        if outbound.awaiting_commit[-1][1].body is not None:
+            return 0
+        return max(credit - len(outbound.awaiting_commit), 0)
     return credit
 
 
@@ -135,6 +148,70 @@ def _send_large(
     done = functools.partial(outbound.queue.credited, outbound.consumer)  # its link may take the next message
     connection._group.start_soon(stream_body, connection, link, delivery, file, body.body_size, done)
     return delivery
+
+
+def _send_after_commit(connection: ServerConnection, outbound: Outbound, store: Store, entry: Entry) -> None:
+    """Deal ``entry`` to a consumer that takes it pre-settled, its transfer written once the store has committed
+    its removal (the queue releases it as the send returns: the removal joins the store's current batch).
+
+    At-most-once is "never twice": a pre-settled transfer written before its removal was committed came again
+    after a ``kill -9`` of the broker within that commit's few milliseconds. The messages of one commit are
+    written together when it is done (:func:`_send_committed`), so a consumer still gets them in batches of the
+    store's group commit. Once one waits, those dealt after it (stored or not) wait behind it: the link's order is
+    kept. A large message (streamed from its file) waits alone: :class:`~._nodes.ConsumerFailed` keeps it in its
+    queue until those before it are written.
+    """
+    waiting = outbound.awaiting_commit
+    if entry.body is not None and waiting:
+        raise ConsumerFailed  # not dealt now: dealt again once those waiting are written
+    batch = store.batch
+    if batch is not outbound.commit_batch:
+        outbound.commit_batch = batch
+        outbound.commit_number += 1
+        store.after_commit(functools.partial(_send_committed, connection, outbound, outbound.commit_number))
+    waiting.append((outbound.commit_number, entry))
+
+
+def _send_committed(connection: ServerConnection, outbound: Outbound, number: int) -> None:
+    """The store committed the removals of commit ``number``: write the pre-settled transfers that waited for it.
+    Those the link can no longer take (it detached, its connection ended, its credit was lowered meanwhile, §2.6.7)
+    go back to their queue, counted and stored again (:meth:`._nodes.Queue.restore`): not written, they were never
+    delivered."""
+    waiting = outbound.awaiting_commit
+    count = 0
+    while count < len(waiting) and waiting[count][0] <= number:
+        count += 1
+    ready = [entry for _, entry in waiting[:count]]
+    del waiting[:count]
+    if not waiting:
+        outbound.commit_batch = None
+    link = outbound.link
+    usable = (
+        link.user_data is outbound
+        and link.local_state is ACTIVE
+        and not connection.failed
+        and not connection._ending  # released: what it would take now is for the queue's other consumers
+    )
+    sent = 0
+    try:
+        while sent < len(ready) and usable and link.link_credit > 0 and link.streaming is None:
+            entry = ready[sent]
+            if entry.body is None:
+                link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=True)
+            else:
+                _send_large(connection, link, entry, True, outbound)  # None: its file cannot be read (logged)
+            sent += 1
+        if link.drain and usable and not waiting:
+            link.drained()  # the drain answered once what was dealt before it is written (see _on_flow)
+    except Exception as exc:
+        connection.fail(exc)
+    if sent < len(ready):
+        outbound.queue.restore(ready[sent:])
+    connection.kick()
+    if connection.engine.output_buffered > OUTPUT_LIMIT:
+        connection._pause_output()
+    if usable:
+        outbound.queue.credited(outbound.consumer)  # a large message held back may go now
 
 
 #: The source capabilities of a shared subscription (the AMQP JMS mapping's, as Qpid JMS and ActiveMQ Artemis name
@@ -305,6 +382,8 @@ def attach_outbound(connection: ServerConnection, link: protocol.SenderLink) -> 
         return
     browse = source.distribution_mode == COPY
     settled = link.remote_snd_settle_mode == SND_SETTLED
+    # pre-settled transfers of stored messages wait for the commit of their removal (_send_after_commit)
+    store = broker.storage if settled and not browse else None
 
     engine = connection.engine
 
@@ -312,6 +391,9 @@ def attach_outbound(connection: ServerConnection, link: protocol.SenderLink) -> 
         # Called by whichever connection routed the message: a failure here is this connection's, not theirs.
         if _exceeds_receiver_limit(connection, link, entry):
             raise ConsumerFailed  # not sent: the message keeps its place for a receiver that takes it
+        if store is not None and (entry.stored or outbound.awaiting_commit):
+            _send_after_commit(connection, outbound, store, entry)
+            return None
         try:
             if entry.body is None:
                 delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)

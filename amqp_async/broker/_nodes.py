@@ -597,6 +597,20 @@ class Queue:
                 self._to_head(earlier, counted=False)
         self.dispatch()
 
+    def restore(self, entries: list[Entry]) -> None:
+        """Take back messages let go (:meth:`release`: uncounted, removed from the store) that were not delivered
+        after all (pre-settled transfers that waited for the store's commit, their link gone or its credit
+        lowered meanwhile): counted and stored again, and back at the head of the queue in order
+        (:meth:`put_back`; dropped when the node was deleted)."""
+        flow, store = self.flow, self.store
+        for entry in entries:
+            if flow is not None:
+                flow.hold(_counted_in(entry))
+                self.held_bytes += entry.size
+            if store is not None and not self.deleted and is_durable(entry.payload):
+                store.insert(entry, self.name)
+        self.put_back(entries)
+
     def _to_head(self, entry: Entry, *, counted: bool) -> None:
         """Put ``entry`` at the head under a new place: what a consumer learned of it before (a selector's verdict
         on bytes since modified, a browser that saw it) no longer stands for it. ``counted``: an entry joining the

@@ -14,7 +14,10 @@ commit (and one ``fsync``) covers many messages.
 
 Removals are not waited for: a message whose settlement was not committed yet when the broker died is delivered
 again after the restart (at-least-once). A message inserted and removed before its batch was written is never
-written at all.
+written at all. The exception is a message sent pre-settled (at-most-once: a receiver whose snd-settle-mode is
+settled): delivered again it would be delivered twice, so its transfer waits until its removal is committed
+(:func:`._consumers.attach_outbound`); the transfers of one commit go out together, as its removals were written
+together.
 
 The layout: ``queues(name, topic, subscription)``, ``selectors(queue, selector)`` and ``messages(id, queue, payload,
 expires, body, body_at)``; a queue's messages load in ``id`` order, which is their arrival order. A durable
@@ -556,6 +559,13 @@ class Store:
             if name not in references:
                 remove_file(str(self.bodies / name))  # a reader that opened it keeps it until it closes it
         batch.removals = []
+
+    @property
+    def batch(self) -> object:
+        """The commit that what is asked of the store now will be part of (an opaque token: the same object until
+        that batch goes to be written). An :meth:`after_commit` callback asked for under one token runs once
+        everything asked under it is committed."""
+        return self._batch
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything asked of the store so far is committed."""
