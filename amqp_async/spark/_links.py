@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -21,6 +23,7 @@ from ..errors import (
     TransactionError,
 )
 from ..protocol.delivery import Delivery as EngineDelivery
+from ..protocol.serial import serial_add, serial_diff
 from ._options import AmqpOptions
 
 __all__ = [
@@ -142,7 +145,13 @@ async def open_receiver(options: AmqpOptions, *, browse: bool = False) -> tuple[
     """Connect and attach a receiver from the ``address`` option with manual credit (the caller grants it).
 
     The receiver takes the ``selector`` and ``subscriptionName`` options; ``browse`` asks for distribution-mode
-    copy (§3.5.7: messages are seen, not taken).
+    copy (§3.5.7: messages are seen, not taken). A receiver that takes messages names released as its source's
+    default-outcome (§3.5.3, "the outcome to be used for transfers that have not reached a terminal state at the
+    receiver when the transfer is settled, including when the source is destroyed"): the source settles what it
+    does not consume as released itself (§3.4.4), and what it leaves unsettled as its link ends (a close that cut
+    a settlement short, what came after :func:`release_late` gave up) is then given back without counting a failed
+    delivery towards a broker's delivery limit, by a broker that honours it (without it, the outcome is the
+    broker's choice: modified with delivery-failed, for some).
 
     A peer that is down is tried again within ``connectTimeoutMs`` (:func:`_open`).
 
@@ -161,6 +170,8 @@ async def open_receiver(options: AmqpOptions, *, browse: bool = False) -> tuple[
         receiver_options.update(name=subscription, durable=True, expiry_policy="never")
     if browse:
         receiver_options["distribution_mode"] = "copy"
+    else:
+        receiver_options["default_outcome"] = _RELEASED
     connection, receiver = await _open(
         options, lambda connection: connection.open_receiver(options.address, **receiver_options)
     )
@@ -328,18 +339,20 @@ async def receive_batch(
         # is on its way, and comes before the answer (then it is taken, as any first message); taken back blind,
         # the credit left it to come after the batch was settled, with no outcome until the connection closed.
         if not incoming and await _nothing_more(receiver, quiet, drains, top_up):
-            _stop_credit(receiver)
+            _stop_credit(receiver, drains and not link.drain)
             return taken, True
     drained = False
+    answered = True  # the last drain asked for was answered, or none is under way
     while True:
         take()
         if full():
             break
         if await _nothing_more(receiver, quiet, drains, top_up):
+            answered = not link.drain  # still under way: unanswered for _PATIENCE, a peer that ignores drains
             take()
             drained = not full()
             break
-    _stop_credit(receiver)
+    _stop_credit(receiver, drains and answered)
     return taken, drained
 
 
@@ -408,15 +421,41 @@ async def _nothing_more(receiver: Receiver, quiet: float, drains: bool, top_up: 
             return True  # nothing for that long, whatever the sender says
 
 
-def _stop_credit(receiver: Receiver) -> None:
+@dataclass(frozen=True)
+class _TakenBack:
+    """How :func:`_stop_credit` took a receiver's credit back, for :func:`release_late` to know when nothing more
+    can come.
+
+    Attributes:
+        limit: the link's delivery-count once every credit the sender could still use is used (§2.6.7: the sender
+            sends no more than its link-credit): the delivery-count plus the credit when it was taken back.
+        limit_holds: the sender keeps to its credit (not RabbitMQ 3, which overshoots it: rabbitmq-server#2597).
+        drains: the sender answers drains (it did during the batch).
+    """
+
+    limit: int
+    limit_holds: bool
+    drains: bool
+
+
+#: What :func:`_stop_credit` did, by receiver, until :func:`release_late` reads it.
+_TAKEN_BACK: weakref.WeakKeyDictionary[Receiver, _TakenBack] = weakref.WeakKeyDictionary()
+
+
+def _stop_credit(receiver: Receiver, drains: bool) -> None:
     """Take back the credit still out (a sender that has not used it could send more than was asked), and ask the
     sender to answer at once (a flow with echo, §2.7.4): transfers it sent before it saw the credit taken back are
     still on their way (§2.6.7: "the receiver MAY either handle the excess messages normally or detach the
     link"), and its answer comes after them, so once the answer is here nothing more can come
-    (:func:`release_late`). With no credit left (all of it used, or given back by a drain), nothing is on its way
-    but the rest of a delivery under way, and no answer is asked for."""
+    (:func:`release_late`, which asks again with a drain a sender that does not answer: ``drains``). With no credit
+    left (all of it used, or given back by a drain), nothing is on its way but the rest of a delivery under way,
+    and no answer is asked for."""
     link = receiver._engine_link
-    if link.link_credit and not receiver.is_closed:
+    credit = link.link_credit
+    _TAKEN_BACK[receiver] = _TakenBack(
+        serial_add(link.delivery_count, credit), not _drain_breaks(receiver.connection), drains
+    )
+    if credit and not receiver.is_closed:
         link.grant_credit(0)
         link.available = -1  # no answer yet: a flow always sets it, to 0 when it says nothing
         link._write_flow(echo=True)
@@ -428,13 +467,17 @@ async def check_alive(receiver: Receiver) -> None:
     receiver._check()
 
 
-async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accept: bool) -> None:
+async def settle_all(
+    receiver: Receiver, deliveries: list[EngineDelivery], accept: bool, *, release_unread: bool = True
+) -> None:
     """Accept every delivery of :func:`receive_batch` (§3.4.2), or release it (§3.4.4: not processed; the broker
     delivers it again, and its delivery-count does not grow): settled at once (receiver settle mode first), in
     dispositions that cover runs of them. The deliveries that came after the batch was taken (in flight when its
     credit was taken back, or beyond its byte bound) are released too: left unsettled, they would come back only
     as the link closes, and a broker may count that as a failed delivery (RabbitMQ's quorum queues do, towards
-    their delivery limit). Those still on their way are for :func:`release_late`.
+    their delivery limit). Those still on their way are for :func:`release_late`; with ``release_unread`` False,
+    so are those (the caller calls it next): released once nothing more can come, a drain it may ask cannot bring
+    them again.
 
     Raises:
         LinkDetached, ConnectionError...: the link or its connection has ended (the peer settles them: it delivers
@@ -445,17 +488,18 @@ async def settle_all(receiver: Receiver, deliveries: list[EngineDelivery], accep
     state = _ACCEPTED if accept else _RELEASED
     for delivery in deliveries:
         link.settle(delivery, state)
-    unread = link.incoming
-    while unread:
-        delivery = unread.popleft()
-        if not delivery.aborted:  # (an aborted delivery is settled: it carries no message)
-            link.settle(delivery, _RELEASED)
     receiver.connection._kick()
+    if release_unread:
+        _release_incoming(receiver)
 
 
-#: Seconds to wait for the sender's answer once the credit was taken back: a round trip for a sender that answers;
-#: what a task's end waits for one that does not (python-qpid-proton's engine), while Spark takes its rows.
+#: Seconds to wait for the sender's answer once the credit was taken back, at most: a round trip for a sender that
+#: answers; what a task's end waits for one that answers neither the echo nor the drain it was asked (a
+#: python-qpid-proton application that ignores drains), while Spark takes its rows.
 _IN_FLIGHT_PATIENCE = 2.0
+#: Seconds without an answer to the echo after which the sender is asked with a drain instead (python-qpid-proton's
+#: engine answers no echo).
+_ECHO_PATIENCE = 0.2
 
 
 async def release_late(receiver: Receiver, patience: float | None = None) -> int:
@@ -465,26 +509,68 @@ async def release_late(receiver: Receiver, patience: float | None = None) -> int
     Left unsettled to the connection's close, their outcome was the broker's (the embedded broker and
     python-qpid-proton put them back; a broker may count a delivery left unsettled at a link's end as a failed one,
     towards its delivery limit): every delivery a task receives gets an outcome of its own, released for those
-    that are not in its batch. Waits for the sender's answer to the flow :func:`_stop_credit` sent (it follows
-    every transfer sent before it; so does the answer to a drain still under way), at most ``patience`` seconds
-    (:data:`_IN_FLIGHT_PATIENCE` unless given): the embedded broker and RabbitMQ answer at once, python-qpid-proton's
-    engine does not answer an echo (the task then waits the whole time, while Spark takes its rows), and what a
-    sender sends after that is left to the close, as before. A link or connection that has ended settles nothing
-    (its peer decides)."""
+    that are not in its batch. Waits until nothing more can come, and no delivery is under way:
+
+    - the sender answered the echo :func:`_stop_credit` asked for (its answer follows every transfer it sent
+      before): the embedded broker and RabbitMQ answer at once;
+    - or the link's delivery-count reached the end of the credit taken back (§2.6.7: the sender sends no more than
+      its credit): every credit was used (a sender with more messages than credit);
+    - or, asked after :data:`_ECHO_PATIENCE` seconds without an answer (python-qpid-proton's engine answers no
+      echo), the sender answered a drain of the credit it may still use (the credit's end less the
+      delivery-count: never more than it had): it used that credit, or gave it back by advancing its
+      delivery-count to the credit's end (§2.6.7).
+
+    At most ``patience`` seconds (:data:`_IN_FLIGHT_PATIENCE` unless given); what a sender sends after that is left
+    to the close, as before. A link or connection that has ended settles nothing (its peer decides)."""
     link = receiver._engine_link
-    connection = receiver.connection
     if patience is None:
         patience = _IN_FLIGHT_PATIENCE
+    taken_back = _TAKEN_BACK.pop(receiver, None)
 
     def nothing_on_its_way() -> bool:
-        return link.available >= 0 and link.partial is None
+        if link.partial is not None:
+            return False
+        if link.available >= 0:
+            return True  # the answer to the echo (or to the drain asked since: it too follows the transfers)
+        # Exactly at the credit's end: past it, the sender overshoots its credit (a python-qpid-proton application
+        # sending "while sender.credit", which goes negative once credit is taken back below what is on its way),
+        # and only its answer, or the patience, ends the wait.
+        return taken_back is not None and taken_back.limit_holds and link.delivery_count == taken_back.limit
 
     with anyio.move_on_after(patience):
-        while not nothing_on_its_way() and not receiver.is_closed:
+        if taken_back is not None and taken_back.drains and taken_back.limit_holds:
+            await _wait_until(receiver, nothing_on_its_way, _ECHO_PATIENCE)
+            if not nothing_on_its_way() and not receiver.is_closed:
+                _drain_the_rest(receiver, taken_back.limit)
+        await _wait_until(receiver, nothing_on_its_way, patience)
+    # Released once nothing more comes, not as they come: a message released goes back to the queue, and the drain
+    # would bring it again.
+    return 0 if receiver.is_closed else _release_incoming(receiver)
+
+
+def _drain_the_rest(receiver: Receiver, limit: int) -> None:
+    """Ask the sender with a drain (§2.6.7) to use the credit it may still use of the credit taken back, or give it
+    back: a grant of the credit's end (``limit``) less the link's delivery-count, on which the sender's credit is
+    that end less its own delivery-count (its transfers still on their way counted): never more than it had."""
+    link = receiver._engine_link
+    rest = serial_diff(limit, link.delivery_count)
+    if rest > 0:
+        link.grant_credit(rest, drain=True)
+        receiver.connection._kick()
+
+
+async def _wait_until(receiver: Receiver, done: Callable[[], bool], timeout: float) -> None:
+    """Wait until ``done()`` (or the link ends), for at most ``timeout`` seconds."""
+    connection = receiver.connection
+    with anyio.move_on_after(timeout):
+        while not done() and not receiver.is_closed:
             await connection._wait_state()
+
+
+def _release_incoming(receiver: Receiver) -> int:
+    """Release what waits in ``receiver``'s queue, and send the dispositions; return how many."""
+    link = receiver._engine_link
     released = 0
-    if receiver.is_closed:
-        return released
     incoming = link.incoming
     while incoming:
         delivery = incoming.popleft()
@@ -492,7 +578,7 @@ async def release_late(receiver: Receiver, patience: float | None = None) -> int
             link.settle(delivery, _RELEASED)
             released += 1
     if released:
-        connection._kick()
+        receiver.connection._kick()
     return released
 
 

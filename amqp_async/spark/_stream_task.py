@@ -157,8 +157,8 @@ def _no_cycle_collection() -> Iterator[None]:
 
 class _Closing:
     """The task's connection closing on its loop's thread while Spark takes the rows (the close handshake is a round
-    trip, with nothing left to decide: the deliveries are settled, and those still on their way are released as
-    they come, :func:`_release_late_and_close`), and :meth:`wait` for it at the end."""
+    trip, with nothing left to decide: the deliveries are settled, and those beyond the batch are released once
+    nothing more can come, :func:`_release_late_and_close`), and :meth:`wait` for it at the end."""
 
     def __init__(self, loop: LoopThread, connection: Connection, receiver: Receiver) -> None:
         self._loop = loop
@@ -186,6 +186,7 @@ def _receive_and_choose(
     received: list[Delivery] = []
     closing: _Closing | None = None
     try:
+        # (its source names released as default-outcome, §3.5.3: see open_receiver)
         opened: Any = loop.call(open_receiver, options, timeout=options.connect_timeout * 2 + 5)
         connection, receiver = opened
         receiving = loop.submit(
@@ -214,7 +215,7 @@ def _receive_and_choose(
         committed = log_.committed()
         ours = chosen == entry and committed <= partition.batch
         try:
-            loop.call(settle_all, receiver, deliveries, ours)
+            loop.call(settle_all, receiver, deliveries, ours, release_unread=False)  # release_late's, at the end
             loop.call(check_alive, receiver)
         except AMQPError as exc:
             # The dispositions may not have reached the peer: it delivers those messages again (duplicates of
@@ -261,7 +262,7 @@ async def _give_back_and_close(
     decides)."""
     if receiver is not None and not receiver.is_closed:
         with contextlib.suppress(AMQPError):
-            await settle_all(receiver, received, False)
+            await settle_all(receiver, received, False, release_unread=False)  # release_late's, below
     await _release_late_and_close(connection, receiver)
 
 
