@@ -77,8 +77,11 @@ _TLS = "SSL/TLS connection"
 _PRE_STANDARD_AMQP = "Pre standard AMQP connection"
 #: the AMQP 1.0 headers (§2.2, §5.2.1, §5.3.1) by their protocol id
 _AMQP_LAYERS = {0: "AMQP 1.0 layer", 2: "AMQP TLS layer", 3: "AMQP SASL layer"}
-#: at most this many characters of the quoted bytes, as proton's buffer (the last one is its NUL)
-_QUOTED_MAX = 1023
+#: the size of proton's buffers for the quoted bytes (``pn_quote_data``) and for the whole description
+#: (``pn_do_error``): each holds at most one character less (its NUL).
+_PROTON_BUFFER = 1024
+#: at most this many of the peer's first bytes are quoted (proton quotes each in one character or more).
+QUOTED_BYTES_MAX = _PROTON_BUFFER
 
 
 def _sniff_protocol(data: bytes) -> str:
@@ -114,9 +117,18 @@ def _sniff_protocol(data: bytes) -> str:
 
 def _quote(data: bytes) -> str:
     """``data`` as proton's ``pn_quote_data`` writes it: printable ASCII as it is, a backslash and every other
-    byte as ``\\xNN``, cut where proton's buffer ends."""
-    text = "".join(chr(octet) if 0x20 <= octet < 0x7F and octet != 0x5C else f"\\x{octet:02x}" for octet in data)
-    return text[:_QUOTED_MAX]
+    byte as ``\\xNN``. Where its buffer is full (a character that does not fit, or an escape that does not fit
+    whole), proton stops and also drops the last character written (which may cut an escape short)."""
+    parts: list[str] = []
+    size = 0
+    for octet in data:
+        printable = 0x20 <= octet < 0x7F and octet != 0x5C
+        width = 1 if printable else 4
+        if size + width > _PROTON_BUFFER - 1:
+            return "".join(parts)[:-1]
+        parts.append(chr(octet) if printable else f"\\x{octet:02x}")
+        size += width
+    return "".join(parts)
 
 
 def header_failure(received: bytes, *, expected: str | None, ended: bool = False) -> Condition:
@@ -141,5 +153,7 @@ def header_failure(received: bytes, *, expected: str | None, ended: bool = False
         else:
             what = "Unknown protocol detected"
         description = f"{what}: '{_quote(received)}'{aborted}"
+    # proton formats the description in a buffer of its own size: a long one is cut there
+    description = description[: _PROTON_BUFFER - 1]
     # §2.8.15 connection-error framing-error: the peer sent bytes that do not form the protocol
     return Condition("amqp:connection:framing-error", description)

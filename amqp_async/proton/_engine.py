@@ -38,7 +38,7 @@ from ..codec.performatives import Close, Open
 from ..protocol import events as ev
 from ..protocol.endpoint import CLOSED, UNINIT
 from . import _engine_input, _engine_output
-from ._condition import Condition, authentication_failure, header_failure
+from ._condition import QUOTED_BYTES_MAX, Condition, authentication_failure, header_failure
 from ._events import Event
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ._tls import TlsLayer
     from ._transport import Transport
 
-__all__ = ["CAPACITY", "IMPL_CHANNEL_MAX", "EngineIO", "first_bytes"]
+__all__ = ["CAPACITY", "IMPL_CHANNEL_MAX", "EngineIO", "first_bytes", "no_header"]
 
 #: what ``capacity()`` offers: proton's default input buffer (a frame of the default size fits in a few pushes).
 CAPACITY = 16384
@@ -59,18 +59,22 @@ _POLICY_ERROR = "amqp:connection:policy-error"
 
 def first_bytes(engine: protocol.Connection | None, header: bytes) -> bytes:
     """The peer's first bytes, for an error about them (proton names all it read with them): ``header``, the
-    protocol header the engine took (``b""`` for bytes that began none), and what came with it.
+    protocol header the engine took (``b""`` for bytes that began none), and every byte that came with it and after
+    it, over all the reads (a peer may send its header a few bytes at a time: ``AM`` then ``QX`` is ``AMQX``), as
+    many as proton quotes at most.
 
-    The engine read nothing before: the decoder's piece holds the bytes it took (its first eight, if any) before
-    its position, what came with them after; a piece it took whole is gone, and the header is all there is.
+    The engine read nothing before: the eight bytes it took as a header, if it took them, are those before the
+    position in the decoder's piece (they are made one piece first), else ``header``; the unread bytes follow.
     """
     if engine is None:
         return header
-    data, position = engine._decoder.piece()
-    return bytes(data) if position else header + bytes(data)
+    decoder = engine._decoder
+    data, position = decoder.piece()
+    taken = bytes(data[:position]) if position else header
+    return taken + decoder._peek(min(decoder.buffered, QUOTED_BYTES_MAX))
 
 
-def _no_header(engine: protocol.Connection | None, expected: str | None) -> Condition:
+def no_header(engine: protocol.Connection | None, expected: str | None) -> Condition:
     """The transport's condition when the input ended before a whole protocol header, in proton's words: the bytes
     that came of one named, else "no protocol header found". ``expected`` as for :func:`header_failure`."""
     if engine is not None and engine._decoder.buffered:
@@ -79,7 +83,7 @@ def _no_header(engine: protocol.Connection | None, expected: str | None) -> Cond
         text = "No protocol header found (connection aborted)"
     else:
         text = f"Expected {expected} protocol header: no protocol header found (connection aborted)"
-    return Condition(conditions.CONNECTION_FRAMING_ERROR, text)
+    return Condition(str(conditions.CONNECTION_FRAMING_ERROR), text)  # (a str, as proton's names are)
 
 
 class EngineIO:
@@ -267,11 +271,11 @@ class EngineIO:
             if server and self._awaiting_header:
                 # proton's autodetect: nothing came (no frames), or the header was cut short (header, open, close).
                 frames = self.bytes_in > 0
-                self.fail(_no_header(engine, None), frames)
+                self.fail(no_header(engine, None), frames)
             else:
                 condition = Condition(conditions.CONNECTION_FRAMING_ERROR, "connection aborted")
                 if self._awaiting_header:
-                    condition = _no_header(engine, "SASL" if was_sasl else "AMQP")
+                    condition = no_header(engine, "SASL" if was_sasl else "AMQP")
                 self.fail(condition, frames=not was_sasl)
         elif error is not None:
             # The engine closed the connection itself (a violation, a timeout): its close carries the condition.

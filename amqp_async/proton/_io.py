@@ -26,7 +26,8 @@ from ..client._config import ResolvedOptions
 from ..client._trace import FrameTracer
 from ..client._transport import open_stream
 from ..client._url import Address
-from ..codec.framing import MAX_FRAME_SIZE
+from ..codec.framing import FRAME_AMQP, MAX_FRAME_SIZE, MIN_MAX_FRAME_SIZE, encode_frame
+from ..codec.performatives import Close, Error
 from ..errors import EncodeError
 from ..io.driver import EngineDriver, describe_transport_error
 from ..io.exception_groups import leaves
@@ -37,7 +38,7 @@ from ..protocol.sasl import SaslClient, SaslServer
 from ._condition import Condition, authentication_failure, header_failure
 from ._delivery import Delivery
 from ._endpoints import Connection, Receiver, Sender, link_attached_by_peer, session_begun_by_peer
-from ._engine import first_bytes
+from ._engine import first_bytes, no_header
 from ._events import Event
 from ._reconnect import ConnectSequence
 from ._tls import failure_condition
@@ -83,6 +84,7 @@ class Channel:
         self._ended = False  # between the end of a transport and the next attempt
         self._binding = options is not None  # a client: until its first connection_bound is queued
         self._misused = False  # the engine refused a value of the program's (see _run_transport): no reconnect
+        self._awaiting_header = True  # the peer's protocol header has not come whole yet (this transport's)
         self.done = False
         connection._channel = self
 
@@ -282,6 +284,7 @@ class Channel:
         connection._transport.condition = None
         connection._transport._closed = False
         self._head_reported = self._tail_reported = self._end_reported = False
+        self._awaiting_header = True  # until the peer's protocol header is whole (see on_events)
         driver = self._driver = EngineDriver(engine, stream, self.on_events, tracer=FrameTracer.from_environment())
         try:
             try:
@@ -323,6 +326,9 @@ class Channel:
             transport = connection._transport
             failed = (not engine.closed or driver.transport_failed) and transport.condition is None
             condition = Condition("amqp:connection:framing-error", driver.transport_error or "connection aborted")
+            if failed and driver.transport_exception is None and self._awaiting_header:
+                # The stream ended before the peer's protocol header was whole: proton names what came of it.
+                condition = no_header(engine, self._expected_header(engine))
             if failed and driver.transport_exception is not None:
                 # The socket failed (reset, broken pipe), not a plain end of stream: proton's I/O closes only the
                 # tail on a failed recv, so the error comes before the head closes (tail, error, head, closed).
@@ -377,13 +383,16 @@ class Channel:
         """The peer's first bytes are not the protocol header awaited (``header``: the one it sent, ``b""`` for bytes
         that began none): proton's framing error, which names what came (an AMQP header without SASL where SASL is
         awaited, or the reverse, when ``sasl_enabled`` is not the server's choice)."""
+        return header_failure(first_bytes(engine, header), expected=self._expected_header(engine))
+
+    def _expected_header(self, engine: protocol.Connection) -> str | None:
+        """The protocol header awaited, as proton's errors name it: ``"SASL"`` or ``"AMQP"`` for a client, None for
+        a server (proton's autodetect, which takes either)."""
         if self.options is None:
-            expected = None  # a server: proton's autodetect, which takes either header
-        elif engine.sasl is not None and engine.sasl_outcome is None:
-            expected = "SASL"
-        else:
-            expected = "AMQP"
-        return header_failure(first_bytes(engine, header), expected=expected)
+            return None
+        if engine.sasl is not None and engine.sasl_outcome is None:
+            return "SASL"
+        return "AMQP"
 
     def _fail_for_peer_error(self, error: Any) -> None:
         """The engine ended a session because the peer broke a session rule (a frame on an unattached handle,
@@ -403,6 +412,11 @@ class Channel:
         container = self.container
         push = container._push
         session_ended = False
+        if self._awaiting_header:
+            engine = self.connection._impl
+            if engine is not None and not engine.closed:
+                # (an engine the end of the stream closed keeps the state the stream left it in: see _drive)
+                self._awaiting_header = engine.awaiting_header
         for event in events:
             kind = type(event)
             if kind is ev.DeliveriesReceived:
@@ -522,7 +536,7 @@ class Channel:
                 pass  # reported with the driver's reason once the transport is closed
             elif event.protocol_header is not None and engine is not None:
                 condition = self._header_failure(engine, event.protocol_header)
-                engine.close_after_refused_header(condition.to_error())  # proton's open and close with the error
+                engine.close_after_refused_header(_first_close_error(condition))  # proton's open and close
                 self._report_failure(condition, error_first=True)
             elif event.error is not None:
                 # The engine closed the connection: the peer broke the protocol, or went silent.
@@ -615,6 +629,26 @@ def _apply_transport_settings(engine: protocol.Connection, transport: Any) -> No
         # proton's: the whole enforced, half announced (§2.4.5), as a client's
         engine.idle_timeout = idle_timeout
         engine.advertised_idle_timeout = idle_timeout / 2
+
+
+def _first_close_error(condition: Condition) -> Error:
+    """``condition`` as the error of a close written before the peer's open, its description cut (when long: it
+    quotes what the peer sent) so that the frame stays within 512 bytes. §2.4.1: until the open frames are
+    exchanged, a frame is at most MIN-MAX-FRAME-SIZE (512 bytes), and the engine refuses to write a larger one; proton
+    writes it whole. The transport's condition keeps the whole description."""
+    error = condition.to_error()
+    while True:
+        out = bytearray()
+        encode_frame(out, FRAME_AMQP, 0, Close(error=error))
+        excess = len(out) - MIN_MAX_FRAME_SIZE
+        if excess <= 0:
+            return error
+        # (a shorter description may also shrink the encoding around it: one more round then)
+        encoded = (error.description or "").encode()
+        if not encoded:
+            return error  # nothing left to cut (a condition's name does not come near 512 bytes)
+        cut = encoded[: max(len(encoded) - excess, 0)].decode(errors="ignore")  # a character cut short is dropped
+        error = Error(condition=error.condition, description=cut, info=error.info)
 
 
 def _tls_failure(error: BaseException) -> ssl.SSLError | None:
