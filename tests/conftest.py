@@ -57,6 +57,7 @@ MARKERS: dict[str, tuple[str, str]] = {
     "test_spark_stream_task.py": ("spark", "imports pyspark and pyarrow, full-suite interpreter only"),
     "test_spark_batch_budget.py": ("spark", "imports pyspark and pyarrow, full-suite interpreter only"),
     "test_spark_byte_window.py": ("spark", "imports pyspark and pyarrow, full-suite interpreter only"),
+    "test_spark_task_end_credit.py": ("spark", "imports pyspark and pyarrow, full-suite interpreter only"),
     "test_network_fuzz.py": ("network_fuzz", "mutated recorded sessions against our broker: long, version-neutral"),
     "test_network_fuzz_client.py": ("network_fuzz", "mutated recorded sessions against our client"),
     "test_network_fuzz_proton.py": (
