@@ -57,7 +57,7 @@ from ._attempts import Attempts, failed_before_open, first_connect_failure, lost
 from ._capabilities import PeerCapabilities
 from ._config import ResolvedOptions
 from ._link_options import ReceiverOptions, SenderOptions, _fields, _symbols
-from ._links import Receiver, Sender
+from ._links import Receiver, Sender, hand_dropped
 from ._open_endpoints import PRUNE_FROM, forget, with_added
 from ._opener import LinkOpener
 from ._opening import Opening
@@ -690,6 +690,7 @@ class Connection(LinkOpener):
         """The engine reports the end of the connection: decide whether it is retried (see docs/client.md,
         "Reconnect": only network faults are) and which error the waiters get otherwise."""
         self._close_seen = True
+        hand_dropped(event.dropped, "connection")  # what the peer's close (or the transport's end) cut short
         if self._closing and event.transport_ended:
             return  # we closed, and the peer dropped the transport (or did not answer in time): nothing failed
         idle_expired = (
@@ -796,6 +797,8 @@ class Connection(LinkOpener):
 
     def _on_link_event(self, event: Any) -> None:
         owner = event.link.user_data
+        if isinstance(event, ev.LinkDetached) and event.dropped:
+            hand_dropped(event.dropped, "sender")  # (before the link fails what it held)
         if owner is not None:
             owner._on_event(event)
         elif isinstance(event, ev.LinkAttached) and not event.link.locally_attached:

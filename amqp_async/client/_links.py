@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, cast
 
 import anyio
@@ -52,7 +52,7 @@ else:
 
     _R = TypeVar("_R")
 
-__all__ = ["Receiver", "SendManyError", "Sender", "Tracker", "selector"]
+__all__ = ["Receiver", "SendManyError", "Sender", "Tracker", "hand_dropped", "selector"]
 
 #: Output bytes waiting in the engine past which a send waits for the writer to take them (backpressure).
 _OUTPUT_HIGH_WATER = 1 << 20
@@ -306,6 +306,12 @@ class _Link:
         (:meth:`_fail_unwritten`), and say how many at-most-once ones go (senders)."""
         self._fail_unwritten(cause, what)
 
+    def _on_dropped(self, dropped: Sequence[EngineDelivery], what: str) -> None:
+        """The engine cut ``dropped`` (deliveries of this link) short as ``what`` ended (the sender, its session or
+        its connection: by the peer, by the transport's loss, or by us): their last frame was never written. The
+        at-most-once ones are counted in a warning: they have no tracker to fail."""
+        report_dropped_presettled(dropped, self._describe(), what)
+
     async def _send_detach(
         self, error: Error | None, deadline: float | None = None, *, closed: bool = True
     ) -> EngineLink | None:
@@ -353,6 +359,19 @@ class _Link:
                 and not connection._reconnecting
             ):
                 await connection._wait_state()
+
+
+def hand_dropped(dropped: Sequence[EngineDelivery], what: str) -> None:
+    """Hand the deliveries an ending of ``what`` (a sender, a session, the connection) cut short, as its event names
+    them (:attr:`LinkDetached.dropped <amqp_async.protocol.events.LinkDetached.dropped>`), to their links'
+    :meth:`_Link._on_dropped`, before the event fails what waits on them."""
+    by_link: dict[EngineLink, list[EngineDelivery]] = {}
+    for delivery in dropped:
+        by_link.setdefault(delivery.link, []).append(delivery)
+    for link, deliveries in by_link.items():
+        owner = link.user_data
+        if isinstance(owner, _Link):
+            owner._on_dropped(deliveries, what)
 
 
 def _attach_refusal(error: LocalProtocolError) -> LinkError:
@@ -422,6 +441,9 @@ class Sender(_Link, Generic[_R]):
         self._options = options
         self.target: str | None = options.address
         self._pending: set[Tracker[_R]] = set()
+        # Deliveries with a tracker that an ending cut short after their first frame went out (_on_dropped): never
+        # sent whole, they fail as never sent (_fail_unwritten), not in doubt. Emptied as they fail.
+        self._cut_short: set[EngineDelivery] = set()
         self._tracing: MessageTracing | None = self.connection._tracing
         self._turns: deque[anyio.Event] = deque()  # the sends waiting for credit, first come first
 
@@ -465,6 +487,7 @@ class Sender(_Link, Generic[_R]):
         await self._wait_attached()
 
     def _restore(self, engine_session: EngineSession) -> None:
+        self._cut_short = set()  # (of the link the transport took: failed with it)
         self._engine_link = engine_session.attach_sender(self.name, **self._attach_arguments())
         self._engine_link.user_data = self
 
@@ -514,16 +537,25 @@ class Sender(_Link, Generic[_R]):
     def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
         """Fail the trackers of messages none of whose frames was written (they waited whole for the peer's session
         window, §2.5.6) with :func:`~._unwritten.not_sent_error`: never sent, so safe to send again, where
-        ``DeliveryInDoubt`` (kept for those partly or wholly written) left the application guessing. Called when
-        the engine drops them (our detach, end or close; the peer's) or loses them (the transport went)."""
+        ``DeliveryInDoubt`` (kept for those written whole) left the application guessing; and so those whose last
+        frame the ending dropped (``_cut_short``: never sent whole, see :func:`~._unwritten.fail_unwritten`).
+        Called when the engine drops them (our detach, end or close; the peer's) or loses them (the transport
+        went)."""
+        cut_short = self._cut_short
+        self._cut_short = set()
         if self._pending:
-            fail_unwritten(self._pending, cause, what)
+            fail_unwritten(self._pending, cause, what, cut_short)
 
     def _ending(self, cause: AMQPError, what: str) -> None:
-        super()._ending(cause, what)
         link: SenderLink | None = getattr(self, "_engine_link", None)  # None: never attached
         if link is not None:
-            report_dropped_presettled(link, self._describe(), what)  # they have no tracker to fail
+            self._on_dropped(link.session.incomplete_deliveries(link), what)  # what our ending is about to drop
+        super()._ending(cause, what)
+
+    def _on_dropped(self, dropped: Sequence[EngineDelivery], what: str) -> None:
+        super()._on_dropped(dropped, what)
+        # the partly written ones with a tracker: those never written fail by Delivery.written alone
+        self._cut_short.update(delivery for delivery in dropped if delivery.written and not delivery.settled)
 
     _waiting = 0
 
@@ -729,13 +761,14 @@ class Sender(_Link, Generic[_R]):
             TypeError: ``message`` is neither a Message nor bytes (the error names what it is).
             TransactionError: ``transaction`` is not active (committed, rolled back, or its connection ended).
             MessageRejected, MessageReleased, MessageModified: the receiver did not accept it.
-            DeliveryInDoubt: the connection or link ended before the outcome was known, after some or all of the
-                message was written: it may have arrived or not.
+            DeliveryInDoubt: the connection or link ended before the outcome was known, after all of the message
+                was written: it may have arrived or not.
             ClosedByApplication, ConnectionLost, ConnectionClosed, SessionError, LinkDetached: the sender, its
                 session or its connection ended (closed by the application, lost, or closed, ended or detached by
-                the peer) before any byte of the message was written (it waited for the peer's session window,
-                §2.5.6): it was never sent, and may be sent again. The condition is the one that ended it; the
-                description says "never sent".
+                the peer) before any byte of the message was written, or before its last frame was (it waited for
+                the peer's session window, §2.5.6; a receiver drops a message it did not get whole, §2.6.14): it
+                was never sent, and may be sent again. The condition is the one that ended it; the description says
+                "never sent" ("never sent whole").
             LinkError, ConnectionError: the link or connection failed.
         """
         tracker = self._transfer_now(message) if transaction is None else None

@@ -156,6 +156,7 @@ class Session(LinkOpener):
             return
         if isinstance(event, ev.SessionEnded):
             self._ended = True
+            _links.hand_dropped(event.dropped, "session")  # (before the links fail what they held)
             # The peer's end with an error, or ours because the peer broke the protocol on this session (§2.5.5,
             # e.g. amqp:session:handle-in-use): the error names the condition. Not an end we asked for.
             if event.error is not None and (event.remote or not self._closing):

@@ -1,18 +1,23 @@
-"""Messages never put on the wire: the trackers of deliveries none of whose frames was written, and the definite
-error such a message fails with when its link, session or connection ends (not ``DeliveryInDoubt``).
+"""Messages never put on the wire: the trackers of deliveries none of whose frames was written, or not the last
+one, and the definite error such a message fails with when its link, session or connection ends (not
+``DeliveryInDoubt``).
 
 A transfer past the peer's incoming window (§2.5.6) waits in the engine's queue; an ending drops it: our close that
 timed out, a lost transport, or the peer's detach, end or close (the engine drops the queue as it reads the frame,
-before the event reaches us). Nothing of it reached the peer, so the application may send it again safely: it
-learns that from an error that says so (the condition of what ended it), where ``DeliveryInDoubt`` left it
-guessing. The engine marks each delivery as its first frame goes out (:attr:`Delivery.written
-<amqp_async.protocol.delivery.Delivery.written>`): exact, for streamed deliveries too.
+before the event reaches us: the event names what it dropped, :attr:`LinkDetached.dropped
+<amqp_async.protocol.events.LinkDetached.dropped>`). Nothing of it reached the peer, so the application may send it
+again safely: it learns that from an error that says so (the condition of what ended it), where ``DeliveryInDoubt``
+left it guessing. The engine marks each delivery as its first frame goes out (:attr:`Delivery.written
+<amqp_async.protocol.delivery.Delivery.written>`): exact, for streamed deliveries too. A message of several frames
+cut short after its first ones went out never reached the peer whole: it fails the same way (see
+:func:`fail_unwritten`). At-most-once messages have no tracker: their loss is logged
+(:func:`report_dropped_presettled`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -26,7 +31,7 @@ from ..errors import (
 )
 
 if TYPE_CHECKING:
-    from ..protocol.link import SenderLink
+    from ..protocol.delivery import Delivery as EngineDelivery
     from ._tracker import Tracker
 
 __all__ = ["fail_unwritten", "not_sent_error", "report_dropped_presettled"]
@@ -34,49 +39,69 @@ __all__ = ["fail_unwritten", "not_sent_error", "report_dropped_presettled"]
 log = logging.getLogger("amqp_async.connection")
 
 
-def fail_unwritten(pending: Iterable[Tracker[Any]], cause: AMQPError, what: str) -> None:
-    """Fail the trackers among ``pending`` whose delivery had no frame written (:func:`not_sent_error`, with
-    ``cause`` and ``what`` ended: the sender, session or connection, in words); those partly or wholly written are
-    left to be put in doubt."""
+def fail_unwritten(
+    pending: Iterable[Tracker[Any]], cause: AMQPError, what: str, cut_short: Collection[EngineDelivery] = ()
+) -> None:
+    """Fail the trackers among ``pending`` whose delivery had no frame written, or is among ``cut_short`` (the
+    ending dropped its last frame: :meth:`Session.incomplete_deliveries
+    <amqp_async.protocol.session.Session.incomplete_deliveries>`), with :func:`not_sent_error` (``cause``; ``what``
+    ended: the sender, session or connection, in words); those wholly written are left to be put in doubt.
+
+    A delivery is whole only with its last transfer frame: "additional data MAY be transferred in additional
+    transfer frames by setting the more flag on all but the last transfer frame" (AMQP 1.0 §2.6.14). Once its link
+    is detached no frame of it can follow (§2.6.4), and this client never resumes a delivery on a new link (§2.6.13:
+    our attaches carry no unsettled map), so the receiver never gets the rest: it cannot deliver a message it did
+    not get whole, and drops what came of it, as it must for an aborted one ("the receiver MUST discard the message
+    data that was transferred prior to the abort", §2.6.14; §2.7.5 ``more``, ``aborted``). So a message cut short
+    was never delivered, and may be sent again safely, as one never begun: not in doubt."""
     for tracker in list(pending):  # (each finished one leaves its sender's set)
         delivery = tracker.delivery
-        if delivery is not None and not delivery.written and not tracker.done:
+        if delivery is None or tracker.done:
+            continue
+        if not delivery.written:
             tracker._finish(None, not_sent_error(cause, what))
+        elif delivery in cut_short:
+            tracker._finish(None, not_sent_error(cause, what, partly=True))
 
 
-def report_dropped_presettled(link: SenderLink, described: str, what: str) -> int:
-    """Log a warning when at-most-once messages of ``link`` (``described``: the sender in words) still wait for the
-    peer's session window as our ending of ``what`` (its sender, session or connection) is about to drop them:
-    sent settled, they have no tracker to fail, and were dropped without a word (a ``send()`` still waiting for one
-    to be written raises as well, ``Sender._wait_written``). Return how many."""
-    session = link.session
-    if not session.has_backlog:
-        return 0
-    dropped = {
-        delivery
-        for delivery in session.backlogged_deliveries
+def report_dropped_presettled(dropped: Iterable[EngineDelivery], described: str, what: str) -> int:
+    """Log a warning when at-most-once messages are among ``dropped``, the deliveries of one sender (``described``:
+    the sender in words) that the ending of ``what`` (its sender, session or connection: ours, the peer's, or the
+    transport's loss) cut short while they waited for the peer's session window: sent settled, they have no tracker
+    to fail, and were dropped without a word (a ``send()`` still waiting for one to be written raises as well,
+    ``Sender._wait_written``). Return how many."""
+    count = sum(
+        1
+        for delivery in dropped
         # settled by us on sending (pre-settled): not settled early by the peer, not aborted
-        if delivery.link is link and delivery.settled and not delivery.remote_settled and not delivery.aborted
-    }
-    if dropped:
+        if delivery.settled and not delivery.remote_settled and not delivery.aborted
+    )
+    if count:
         log.warning(
             "%d at-most-once message(s) of the %s were dropped before they were sent whole: the %s ended while "
             "they waited for the peer's session window (§2.5.6)",
-            len(dropped),
+            count,
             described,
             what,
         )
-    return len(dropped)
+    return count
 
 
-def not_sent_error(cause: AMQPError, what: str) -> AMQPError:
+def not_sent_error(cause: AMQPError, what: str, *, partly: bool = False) -> AMQPError:
     """The error of a message none of whose bytes was written when ``cause`` ended ``what`` (its sender, session or
-    connection, in words): the same kind of error and condition as ``cause``, its description saying the message
-    was never sent, and ``cause`` chained."""
-    description = (
-        f"the message was never sent: the {what} ended before any of it was written (it waited for the peer's "
-        f"session window), so it may be sent again: {cause.description or cause.condition}"
-    )
+    connection, in words), or (``partly``) not its last frame: the same kind of error and condition as ``cause``,
+    its description saying the message was never sent, and ``cause`` chained."""
+    if partly:
+        description = (
+            f"the message was never sent whole: the {what} ended before its last frame was written (it waited for "
+            "the peer's session window); the receiver drops a message it did not get whole, so it may be sent "
+            f"again: {cause.description or cause.condition}"
+        )
+    else:
+        description = (
+            f"the message was never sent: the {what} ended before any of it was written (it waited for the peer's "
+            f"session window), so it may be sent again: {cause.description or cause.condition}"
+        )
     error: AMQPError
     if isinstance(cause, ConnectionError):
         kind = ConnectionClosed if isinstance(cause, ConnectionClosed) else ConnectionLost

@@ -49,6 +49,7 @@ from ..codec.framing import (
 from ..codec.performatives import Attach, Begin, Close, Detach, Disposition, End, Error, Flow, Open, Transfer
 from ..errors import DecodeError, EncodeError
 from ..types import symbol
+from .delivery import Delivery
 from .disposition_frames import parse_disposition
 from .endpoint import ACTIVE, CLOSED, UNINIT, Endpoint
 from .errors import ConnectionClosedError, LocalProtocolError, RemoteProtocolError
@@ -441,6 +442,11 @@ class Connection(Endpoint):
         self.local_state = CLOSED
         self.local_error = error
         self._write_frame(0, Close(error=error))
+
+    def _incomplete_deliveries(self) -> tuple[Delivery, ...]:
+        """The outgoing deliveries of every session whose last frame is not written yet (what an ending of the
+        connection cuts short: :meth:`Session.incomplete_deliveries`)."""
+        return tuple(delivery for session in self.sessions for delivery in session.incomplete_deliveries())
 
     def _close_endpoints(self) -> None:
         """§2.4.3: closing the connection ends its sessions and links; nothing more may be written for them."""
@@ -937,13 +943,15 @@ class Connection(Endpoint):
         self.remote_state = CLOSED
         self.remote_error = frame.error
         peer_initiated = self.local_state is not CLOSED
+        dropped: tuple[Delivery, ...] = ()
         if peer_initiated and self.answer_close:
+            dropped = self._incomplete_deliveries()  # what the answer drops, for the event to name
             self.close()  # §2.4.3: answer the close
             self.engine_ended = True
         self._phase = _DONE
         # ``remote`` says who started the close: the peer, or we (and this is its answer).
         error = frame.error if peer_initiated else self.local_error
-        self._emit(ConnectionClosed(error=error, remote=peer_initiated))
+        self._emit(ConnectionClosed(error=error, remote=peer_initiated, dropped=dropped))
 
     def _on_begin(self, channel: int, frame: Begin) -> None:
         if channel > self.channel_max:
@@ -1021,10 +1029,11 @@ class Connection(Endpoint):
         if session.local_state is UNINIT:
             session.begin()
         err = error(exc.condition, exc.description)
+        dropped = session.incomplete_deliveries()  # what the end drops, for the event to name
         session.end(err)
         session.engine_ended = True
         session.end_reported = True
-        self._emit(SessionEnded(session=session, error=err, remote=False))
+        self._emit(SessionEnded(session=session, error=err, remote=False, dropped=dropped))
 
     def _link_error(self, link: Link, exc: RemoteProtocolError) -> None:
         """§2.8.17 link errors: detach the link, closed, with the condition (a :class:`LinkDetached`,
@@ -1041,10 +1050,11 @@ class Connection(Endpoint):
             self._session_error(session, RemoteProtocolError(exc.description, condition=exc.condition, scope="session"))
             return
         err = error(exc.condition, exc.description)
+        dropped = session.incomplete_deliveries(link)  # what the detach drops, for the event to name
         link.detach(closed=True, error=err)
         link.engine_ended = True
         link.detach_reported = True
-        self._emit(LinkDetached(link=link, error=err, closed=True, remote=False))
+        self._emit(LinkDetached(link=link, error=err, closed=True, remote=False, dropped=dropped))
 
     def _on_transport_end(self) -> None:
         self._phase = _DONE
@@ -1055,6 +1065,9 @@ class Connection(Endpoint):
                     error=error(conditions.CONNECTION_FORCED, "the transport ended before the peer closed"),
                     remote=True,
                     transport_ended=True,
+                    # Nothing more can be written: what still waits for a session window is lost with the transport
+                    # (after our close, nothing: the close dropped it, and the layer above learned it then).
+                    dropped=self._incomplete_deliveries() if self.local_state is ACTIVE else (),
                 )
             )
 
@@ -1064,7 +1077,9 @@ class Connection(Endpoint):
         """Close the connection because of the peer (or of a timeout: ``idle_expired`` for the peer's silence past
         our idle timeout): our close carries the condition."""
         err = error(condition, description)
+        dropped: tuple[Delivery, ...] = ()
         if self._phase in (_AMQP,) and self.local_state is not CLOSED:
+            dropped = self._incomplete_deliveries()  # what the close drops, for the event to name
             if self.local_state is UNINIT:
                 self._write_open()
             self._close_endpoints()
@@ -1073,7 +1088,9 @@ class Connection(Endpoint):
             self._write_frame(0, Close(error=err))
         self.engine_ended = True
         self._phase = _DONE
-        self._emit(ConnectionClosed(error=err, remote=False, sasl_code=sasl_code, idle_expired=idle_expired))
+        self._emit(
+            ConnectionClosed(error=err, remote=False, sasl_code=sasl_code, idle_expired=idle_expired, dropped=dropped)
+        )
 
 
 def _transfer_failed(session: Session, fields: Any, exc: RemoteProtocolError) -> None:

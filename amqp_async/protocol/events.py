@@ -72,6 +72,8 @@ class ConnectionClosed(Event):
         idle_expired: this engine closed the connection because the peer sent nothing for our whole idle timeout
             (§2.4.5; ``error`` is ``amqp:resource-limit-exceeded``): the peer is gone as surely as when the
             transport ends, though no close came from it.
+        dropped: the outgoing deliveries this end cut short (see :attr:`LinkDetached.dropped`), of every session:
+            the close (or the transport's end) left frames of them unwritten for good.
     """
 
     error: Error | None = None
@@ -80,6 +82,7 @@ class ConnectionClosed(Event):
     transport_ended: bool = False
     protocol_header: bytes | None = None
     idle_expired: bool = False
+    dropped: tuple[Delivery, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,11 +100,14 @@ class SessionEnded(Event):
     """The session ended (§2.5.1): the peer's end arrived, or the engine ended it for a session error.
 
     ``remote`` is True when the peer started the end; ``error`` is the error of whichever side started it.
+    ``dropped``: the outgoing deliveries of the session's links this end cut short (see
+    :attr:`LinkDetached.dropped`).
     """
 
     session: Session
     error: Error | None = None
     remote: bool = True
+    dropped: tuple[Delivery, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,12 +125,22 @@ class LinkDetached(Event):
     """The link was detached (§2.6.4): the peer's detach arrived, or the engine detached it for a link error.
 
     ``remote`` is True when the peer started the detach; ``error`` is the error of whichever side started it.
+
+    ``dropped`` holds the outgoing deliveries this detach cut short: the engine's answer to the peer's detach (or
+    its own, for a link error) dropped frames of them still waiting for the peer's session window (§2.5.6), or
+    ended them while the layer above was still streaming them, so their last frame was never written (none of
+    their frames, when :attr:`Delivery.written <amqp_async.protocol.delivery.Delivery.written>` is False): none
+    reached the peer whole. At-most-once ones have no outcome to fail, and this is the only word of their loss. Empty
+    when our own :meth:`Link.detach <amqp_async.protocol.link.Link.detach>` came first: the command dropped them
+    (:meth:`Session.incomplete_deliveries <amqp_async.protocol.session.Session.incomplete_deliveries>` names them
+    just before).
     """
 
     link: Link
     error: Error | None = None
     closed: bool = True
     remote: bool = True
+    dropped: tuple[Delivery, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -219,6 +219,20 @@ class Session(Endpoint):
         """True while transfer frames wait for the peer's incoming window (cheaper than :attr:`outgoing_backlog`)."""
         return bool(self._outgoing_queue)
 
+    def incomplete_deliveries(self, link: Link | None = None) -> tuple[Delivery, ...]:
+        """The outgoing deliveries (of ``link``, or of every link) whose last transfer frame is not written yet, in
+        the order they were sent: frames of them wait for the peer's incoming window (§2.5.6), or more parts are to
+        come (:meth:`SenderLink.send_more`). What an ending would cut short now: a detach, end or close drops them
+        (the events name those the peer's ending dropped: :attr:`LinkDetached.dropped
+        <amqp_async.protocol.events.LinkDetached.dropped>`). Not for the hot path: a scan of the queue."""
+        queue = self._outgoing_queue
+        streaming = self._streaming
+        if not queue and not streaming:
+            return ()
+        found = dict.fromkeys(item[1] for item in queue if link is None or item[0] is link)
+        found.update(dict.fromkeys(delivery for delivery in streaming if link is None or delivery.link is link))
+        return tuple(found)
+
     def unwritten(self, delivery: Delivery) -> bool:
         """True while frames of ``delivery`` wait for the peer's incoming window, or more of it is to come
         (:meth:`SenderLink.send_more`)."""
@@ -435,14 +449,16 @@ class Session(Endpoint):
                 # the link went, so the deliveries stay tracked until they settle or the session ends.
                 self._drop_queued_transfers(link)
 
-    def _drop_queued_transfers(self, link: Link) -> None:
+    def _drop_queued_transfers(self, link: Link) -> tuple[Delivery, ...]:
         """Forget the transfer frames of ``link`` still waiting for the peer's incoming window (and its deliveries
-        still being streamed)."""
+        still being streamed); return the deliveries cut short (:meth:`incomplete_deliveries`)."""
+        dropped = self.incomplete_deliveries(link)
         if self._outgoing_queue:
             self._outgoing_queue = deque(item for item in self._outgoing_queue if item[0] is not link)
             self._flows_after = {key: held for key, held in self._flows_after.items() if held[0] is not link}
         if self._streaming:
             self._streaming = {delivery: None for delivery in self._streaming if delivery.link is not link}
+        return dropped
 
     def _drop_unsettled(self, link: Link) -> None:
         """Forget the unsettled deliveries of a link that is gone, so the maps stay bounded."""
@@ -748,18 +764,23 @@ class Session(Endpoint):
         self.remote_state = CLOSED
         self.remote_error = end.error
         peer_initiated = self.local_state is not CLOSED
+        answers = (self.local_state is ACTIVE and self.connection.answer_close) or (
+            self.local_state is UNINIT and self.connection.answer_detach
+        )
         if not self.end_reported:
             self.end_reported = True
             self.connection._emit(
                 SessionEnded(
-                    session=self, error=end.error if peer_initiated else self.local_error, remote=peer_initiated
+                    session=self,
+                    error=end.error if peer_initiated else self.local_error,
+                    remote=peer_initiated,
+                    # what our answer below drops (§2.5.6): the layer above has no other way to learn it
+                    dropped=self.incomplete_deliveries() if answers else (),
                 )
             )
         for link in list(self._links_by_name.values()):
             link.remote_state = CLOSED
-        if (self.local_state is ACTIVE and self.connection.answer_close) or (
-            self.local_state is UNINIT and self.connection.answer_detach
-        ):
+        if answers:
             # §2.5.1: answer the end; a session not answered yet is begun and ended (the layer above, when it
             # answers detaches and closes itself, answers this too: proton's model)
             self.end()
@@ -837,6 +858,11 @@ class Session(Endpoint):
         if isinstance(link, ReceiverLink) and link._current is not None:
             link._drop_current()  # an incomplete delivery dies with the link
         peer_initiated = link.local_state is not CLOSED
+        dropped: tuple[Delivery, ...] = ()
+        if isinstance(link, SenderLink) and link.local_state is ACTIVE and self.connection.answer_detach:
+            # Our answer below drops them (§2.6.4: no frame of the link after its detach): dropped now, for the
+            # event to name them (the layer above has no other way to learn it).
+            dropped = self._drop_queued_transfers(link)
         if not link.detach_reported:
             link.detach_reported = True
             self.connection._emit(
@@ -845,6 +871,7 @@ class Session(Endpoint):
                     error=detach.error if peer_initiated else link.local_error,
                     closed=bool(detach.closed),
                     remote=peer_initiated,
+                    dropped=dropped,
                 )
             )
         if link.local_state is ACTIVE:
