@@ -14,7 +14,8 @@ trailing ``.``), else ``message-N`` (its number in the run): nothing is ever wri
 existing file (or symbolic link, even a dangling one) is never overwritten: ``-1``, ``-2``... is added before the
 extension. A body that is no stream of bytes (an amqp-value map, amqp-sequence
 sections) is written as JSON. A message that fails midway leaves no file: one its sender aborted is skipped (it is
-settled, §2.6.14) and the run goes on; on any other failure (its link lost) it is released and the run ends.
+settled, §2.6.14) and the run goes on; on any other failure (its link lost, a full disk) it is released and the run
+ends. A directory that cannot be made or written to is refused before any message is taken (exit code 2).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import re
 import stat
 import sys
+import tempfile
 import unicodedata
 from pathlib import Path
 from typing import IO, Any
@@ -36,7 +38,7 @@ from ..errors import DeliveryAborted
 from ..message import Message, MessageBodyError
 from ._bodies import MessageTemplate
 from ._browse import check_browsing
-from ._exit import CommandFailed, ExitCode
+from ._exit import CommandFailed, ExitCode, exit_code_for
 from ._run import blocking_read
 from ._transfer_progress import TransferProgress
 from ._values import message_to_json, to_json
@@ -91,9 +93,21 @@ async def send_files(
             sender = await connection.open_stream_sender(address, delivery=_mode(delivery))
             with TransferProgress("sent", total, len(paths), quiet=quiet) as progress:
                 for path in paths:
-                    await _send_one(sender, path, template, progress)
+                    try:
+                        await _send_one(sender, path, template, progress)
+                    except CommandFailed:
+                        raise
+                    except Exception as error:
+                        raise _not_sent(error, path, progress.files) from error
             if not quiet:
                 click.echo(progress.summary(), err=True)
+
+
+def _not_sent(error: Exception, path: str, sent: int) -> CommandFailed:
+    """``error`` (its exit code, its condition first) naming the file it stopped and the files sent before it: of
+    ``--file a --file b``, which one the peer's ``message of N bytes exceeds ...`` was about went unsaid."""
+    before = f"; the {sent:,} file{'' if sent == 1 else 's'} before it went" if sent else ""
+    return CommandFailed(exit_code_for(error), f"{error or type(error).__name__} (--file {path}{before})")
 
 
 async def _send_one(sender: Any, path: str, template: MessageTemplate, progress: TransferProgress) -> None:
@@ -216,7 +230,7 @@ async def receive_files(
 
     Credit is granted by hand, ``credit`` messages at most and never past ``count`` in all (as ``receive`` does):
     the receiver's own top-up let the message after the last one come, given back (or, at-most-once, lost)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    _check_writable(directory)
     out = sys.stdout
     async with connect(url, **options) as connection:
         receiver = await connection.open_stream_receiver(address, **link_options, credit=0)
@@ -259,32 +273,75 @@ async def receive_files(
             click.echo(progress.summary(), err=True)
 
 
+def _check_writable(directory: Path) -> None:
+    """Make ``directory`` (with its parents) and check that a file can be created in it, before any message is
+    taken: a directory that cannot hold the files is a usage error (exit code 2) naming ``--output-dir``, where
+    the OSError of the first message's file ended the run with exit code 1, the option unnamed."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory, prefix=".amqp-async-", suffix=".probe"):
+            pass
+    except OSError as exc:
+        raise CommandFailed(ExitCode.USAGE, f"--output-dir {directory}: {exc.strerror or exc}") from None
+
+
 async def _write(delivery: StreamDelivery, path: Path, progress: TransferProgress) -> None:
     """Write the body to ``path`` as it arrives (via ``path.part``); on failure nothing is left and the message is
-    released."""
+    released. A file that cannot be created or written (a full disk) ends the run with exit code 1, the file
+    named."""
     partial = path.with_name(path.name + ".part")
     try:
-        with partial.open("xb") as file:
+        file = partial.open("xb")
+    except OSError as exc:  # nothing of ours to remove: a .part there (made meanwhile) is another's
+        await _release(delivery)
+        raise _file_failure("cannot create", partial, exc) from None
+    try:
+        with file:
             try:
                 async for chunk in delivery.body_chunks():
-                    file.write(chunk)
+                    _write_chunk(file, partial, chunk)
                     progress.advance(len(chunk))
             except MessageBodyError:
                 # A body that is no stream of bytes (an amqp-value map, amqp-sequence sections) is read whole and
                 # written as JSON, rather than refused again at every run.
                 body = json.dumps(to_json((await delivery.read_message()).body), ensure_ascii=False).encode()
-                file.write(body)
+                _write_chunk(file, partial, body)
                 progress.advance(len(body))
-        os.replace(partial, path)
+            try:
+                file.flush()  # here, not in the close: a full disk's error is named as a write's
+            except OSError as exc:
+                raise _file_failure("cannot write", partial, exc) from None
+        try:
+            os.replace(partial, path)
+        except OSError as exc:
+            raise _file_failure("cannot rename", partial, exc) from None
     except BaseException:
         partial.unlink(missing_ok=True)
-        if not delivery.settled:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                try:
-                    await delivery.release()
-                except Exception:  # the link is gone: the peer delivers it again anyway
-                    pass
+        await _release(delivery)
         raise
+
+
+def _write_chunk(file: IO[bytes], partial: Path, chunk: bytes) -> None:
+    try:
+        file.write(chunk)
+    except OSError as exc:  # a full disk, an I/O error: named, where a bare errno ended the run
+        raise _file_failure("cannot write", partial, exc) from None
+
+
+def _file_failure(what: str, partial: Path, error: OSError) -> CommandFailed:
+    return CommandFailed(
+        ExitCode.FAILURE, f"--output-dir: {what} {partial}: {error.strerror or error}; the message was released"
+    )
+
+
+async def _release(delivery: StreamDelivery) -> None:
+    """Give the message back to the peer (§3.4.4 released: to be delivered again), unless it is settled."""
+    if not delivery.settled:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            try:
+                await delivery.release()
+            except Exception:  # the link is gone: the peer delivers it again anyway
+                pass
 
 
 async def _settle(delivery: StreamDelivery, settle: str) -> None:

@@ -54,6 +54,7 @@ class StreamDelivery(_Settlement):
         "_iterating",
         "_iterator_made",
         "_reader",
+        "_whole_size",
     )
 
     receiver: StreamReceiver
@@ -63,6 +64,9 @@ class StreamDelivery(_Settlement):
         self._delivery = delivery
         self._outcome = _UNSETTLED
         self._reader = SectionReader()
+        # A message that came in one frame: its size, kept, as reading its body empties the engine's payload
+        # (received_size said 0 once it was read)
+        self._whole_size = 0 if isinstance(delivery, StreamingDelivery) else len(delivery.payload)
         # body pieces read and not handed out (a view: the rest of a piece that read() handed out a part of)
         self._chunks: deque[bytes | memoryview] = deque()
         self._head: Message | None = None
@@ -91,7 +95,7 @@ class StreamDelivery(_Settlement):
     def received_size(self) -> int:
         """The bytes of the message (encoded, all sections) received so far."""
         delivery = self._delivery
-        return delivery.received if isinstance(delivery, StreamingDelivery) else len(delivery.payload)
+        return delivery.received if isinstance(delivery, StreamingDelivery) else self._whole_size
 
     @property
     def footer(self) -> dict[AMQPValue, AMQPValue] | None:

@@ -60,6 +60,9 @@ _OUTPUT_LIMIT = 1 << 20
 _MAX_UNIT = 256 << 10
 
 _EMPTY_DATA = b"\x00\x53\x75\xa0\x00"
+#: The most bytes one data section holds: its binary's size is a uint (vbin32, §1.6.19). A body of known size
+#: larger than that goes in as few sections as fit it (a 5 GiB file: two); raising OverflowError, it was refused.
+_MAX_SECTION = 0xFFFF_FFFF
 
 
 def _data_section_head(size: int) -> bytes:
@@ -67,6 +70,13 @@ def _data_section_head(size: int) -> bytes:
     if size <= 0xFF:
         return b"\x00\x53\x75\xa0" + bytes((size,))
     return b"\x00\x53\x75\xb0" + size.to_bytes(4, "big")
+
+
+def _section_sizes(body_size: int) -> list[int]:
+    """The sizes of the data sections a body of ``body_size`` bytes known beforehand goes in: one, unless it is
+    larger than a section holds (:data:`_MAX_SECTION`); an empty body has one empty section."""
+    full, rest = divmod(body_size, _MAX_SECTION)
+    return [_MAX_SECTION] * full + ([rest] if rest or not full else [])
 
 
 def _split(message: Message | None) -> tuple[bytes, bytes]:
@@ -213,9 +223,10 @@ class StreamSender(_Link, Generic[_R]):
             message: the message's sections other than its body (header, annotations, properties, application
                 properties, footer); its body must be None. None: a message of body only.
             body_size: the body's size in bytes, when it is known beforehand: the body then goes in one data
-                section (whose size comes first), and the writes must add up to it; None: one data section per
-                write (§3.2.6). Receivers that keep only one data section of a message (python-qpid-proton's and
-                proton C's ``pn_message``) need the first.
+                section (whose size comes first; above 4 GiB less a byte, the most a binary holds (§1.6.19), in as
+                few as hold it), and the writes must add up to it; None: one data section per write (§3.2.6).
+                Receivers that keep only one data section of a message (python-qpid-proton's and proton C's
+                ``pn_message``) need the first.
             transaction: send it within this transaction (§4.4.1).
 
         Raises:
@@ -313,19 +324,21 @@ class MessageStream(Generic[_R]):
         transaction: Transaction | None,
         body_size: int | None = None,
     ) -> None:
+        # First: __del__ reads them, also when a check below raised
+        self._state = _NEW
+        self._holding = False  # this stream has the sender's turn
         if body_size is not None and body_size < 0:
             raise ValueError(f"body_size must be at least 0, got {body_size!r}")
         self._sender = sender
         self._head, self._footer = _split(message)
-        self._declared = body_size  # the one data section's size, when the body's size was given
+        self._declared = body_size  # the body's size, when given: one data section (or a few, when above 4 GiB)
+        self._section_left = 0  # with a declared size: the bytes of the current data section still to write
         self._transaction = transaction
-        self._state = _NEW
         self._parts: list[bytes | memoryview] = []
         self._size = 0  # bytes in _parts
         self._sections = 0
         self._link: SenderLink | None = None
         self._delivery: EngineDelivery | None = None
-        self._holding = False  # this stream has the sender's turn
         self.tracker: Tracker[_R] | None = None
         self.body_size = 0
         self.outcome: _R | None = None
@@ -369,8 +382,8 @@ class MessageStream(Generic[_R]):
         self._state = _OPEN
         if self._head:
             self._append(self._head)
-        if self._declared is not None:
-            self._append(_data_section_head(self._declared))  # one data section: its size first (§3.2.6)
+        if self._declared == 0:
+            self._append(_data_section_head(0))  # an empty body: one empty data section (§3.2)
             self._sections = 1
         return self
 
@@ -382,7 +395,8 @@ class MessageStream(Generic[_R]):
         limit = attach.max_message_size if attach is not None else None
         if declared is None or not limit:
             return
-        size = len(self._head or b"") + len(_data_section_head(declared)) + declared
+        heads = sum(len(_data_section_head(size)) for size in _section_sizes(declared))
+        size = len(self._head or b"") + heads + declared
         if size > limit:
             raise MessageTooLarge(
                 f"message of {size} bytes exceeds the peer's max-message-size {limit}: nothing of it was sent"
@@ -435,7 +449,9 @@ class MessageStream(Generic[_R]):
         if declared is None:
             self._append(_data_section_head(size))
             self._sections += 1
-        self._append(chunk)
+            self._append(chunk)
+        else:
+            self._append_declared(chunk)
         self.body_size += size
         try:
             await self._flush(final=False)
@@ -498,6 +514,22 @@ class MessageStream(Generic[_R]):
     def _append(self, part: bytes | memoryview) -> None:
         self._parts.append(part)
         self._size += len(part)
+
+    def _append_declared(self, chunk: bytes | memoryview) -> None:
+        """Add ``chunk`` to the body of declared size: to the current data section, each section's size first
+        (§3.2.6), the next one begun where one is full (a body larger than :data:`_MAX_SECTION`)."""
+        declared = self._declared
+        assert declared is not None
+        offset = 0
+        while offset < len(chunk):
+            if not self._section_left:
+                self._section_left = min(_MAX_SECTION, declared - self.body_size - offset)
+                self._append(_data_section_head(self._section_left))
+                self._sections += 1
+            taken = min(self._section_left, len(chunk) - offset)
+            self._append(chunk if taken == len(chunk) else memoryview(chunk)[offset : offset + taken])
+            self._section_left -= taken
+            offset += taken
 
     def _take(self, size: int) -> Gathered:
         """The first ``size`` pending bytes, as views of the parts (no copy)."""
