@@ -2,7 +2,8 @@
 
 The public surface: :func:`connect` and the awaitable API (:class:`Connection`, :class:`Session`,
 :class:`Sender`, :class:`Receiver`, :class:`Delivery`, :class:`Tracker`, :class:`Transaction`), :class:`Message`,
-the outcomes (:class:`Accepted`, :class:`Rejected`, :class:`Released`, :class:`Modified`), :class:`AMQPError` and
+the outcomes (:class:`Accepted`, :class:`Rejected`, :class:`Released`, :class:`Modified`) and the state of a
+delivery settled within a transaction (:class:`TransactionalState`, a ``delivery.state``), :class:`AMQPError` and
 its subclasses, the types of the typed API (:data:`AMQPValue`, :data:`Outcome`, :data:`DeliveryMode`...), the AMQP
 types in :mod:`amqp_async.types`, the codec in :mod:`amqp_async.codec`, and the Sans-IO engine in
 :mod:`amqp_async.protocol`.
@@ -40,6 +41,7 @@ from .client import (
     selector,
 )
 from .codec.delivery_states import Accepted, Modified, Rejected, Released
+from .codec.transactions import TransactionalState
 from .codec.values import AMQPValue
 from .errors import (
     AMQPError,
@@ -143,6 +145,7 @@ __all__ = [
     "TransactionInDoubt",
     "TransactionRolledBack",
     "TransactionState",
+    "TransactionalState",
     "codec",
     "connect",
     "selector",

@@ -15,9 +15,12 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import EncodeError
+
+if TYPE_CHECKING:
+    from .codec.values import AMQPValue
 
 __all__ = [
     "UNDESCRIBED",
@@ -42,6 +45,10 @@ __all__ = [
 ]
 
 
+#: A ranged int's own class: ``ulong(7)`` is a ``ulong`` for type checkers, as it is at run time.
+_RangedIntT = TypeVar("_RangedIntT", bound="_RangedInt")
+
+
 def _out_of_range(type_name: str, value: object, low: int, high: int) -> EncodeError:
     return EncodeError(f"{type_name} must be in [{low}, {high}], got {value!r}")
 
@@ -63,7 +70,7 @@ class _RangedInt(int):
     _unsigned = False  # proton's unsigned types refuse a negative value with an AssertionError
     __slots__ = ()
 
-    def __new__(cls, value: Any = 0) -> Any:
+    def __new__(cls: type[_RangedIntT], value: Any = 0) -> _RangedIntT:
         number = int.__new__(cls, value)
         if not cls._low <= number <= cls._high:
             if number < 0 and cls._unsigned:
@@ -229,6 +236,12 @@ class Described:
 
     __slots__ = ("descriptor", "value")
 
+    # Read as what the codec decodes (a received body's described value holds AMQP values, to be narrowed), where
+    # Any let every use of them pass unchecked; written with anything, as a message's body is (the encoder refuses
+    # what AMQP cannot carry).
+    descriptor: AMQPValue
+    value: AMQPValue
+
     def __init__(self, descriptor: Any, value: Any) -> None:
         self.descriptor = descriptor
         self.value = value
@@ -307,6 +320,11 @@ class Array:
 
     __slots__ = ("descriptor", "elements", "type")
 
+    # Read as AMQP values, as Described's (see there).
+    descriptor: AMQPValue | _Undescribed
+    elements: tuple[AMQPValue, ...]
+    type: TypeCode
+
     def __init__(self, descriptor: Any, type: int, *elements: Any) -> None:  # noqa: A002 - proton's name
         self.descriptor = descriptor
         try:
@@ -315,7 +333,7 @@ class Array:
             raise EncodeError(f"unknown array element type {type!r}") from None
         self.elements = elements
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[AMQPValue]:
         return iter(self.elements)
 
     def __len__(self) -> int:

@@ -182,7 +182,14 @@ def _settle_modes(
             )
         # A sender's result type follows its delivery guarantee (send() gives the outcome, or None unconfirmed):
         # the settle mode may refine it, not contradict it.
-        if sender and (snd_settle_mode == SND_SETTLED) != (delivery == "at-most-once"):
+        if sender and delivery == "at-most-once" and snd_settle_mode != SND_SETTLED:
+            # Its own advice: telling one who passed delivery='at-most-once' to pass it (as below) would help none.
+            raise ValueError(
+                "delivery='at-most-once' sends every message settled (snd_settle_mode=1): leave snd_settle_mode out, "
+                "or choose a confirmed delivery ('at-least-once', 'exactly-once') for settle mode 0 or 2 "
+                f"(got delivery={delivery!r}, snd_settle_mode={snd_settle_mode})"
+            )
+        if sender and snd_settle_mode == SND_SETTLED and delivery != "at-most-once":
             raise ValueError(
                 "snd_settle_mode=1 (settled) is what delivery='at-most-once' means, and only that: "
                 f"pass delivery='at-most-once' instead (got delivery={delivery!r}, snd_settle_mode={snd_settle_mode})"

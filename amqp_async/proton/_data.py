@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from ..codec import encode_into
 from ..errors import DecodeError, EncodeError
@@ -482,27 +482,27 @@ class Data:
 
     def get_ubyte(self) -> ubyte:
         """The current ubyte, 0 if the node is not one."""
-        return cast(ubyte, ubyte(self._get(TypeCode.UBYTE, 0)))
+        return ubyte(self._get(TypeCode.UBYTE, 0))
 
     def get_byte(self) -> byte:
         """The current byte, 0 if the node is not one."""
-        return cast(byte, byte(self._get(TypeCode.BYTE, 0)))
+        return byte(self._get(TypeCode.BYTE, 0))
 
     def get_ushort(self) -> ushort:
         """The current ushort, 0 if the node is not one."""
-        return cast(ushort, ushort(self._get(TypeCode.USHORT, 0)))
+        return ushort(self._get(TypeCode.USHORT, 0))
 
     def get_short(self) -> short:
         """The current short, 0 if the node is not one."""
-        return cast(short, short(self._get(TypeCode.SHORT, 0)))
+        return short(self._get(TypeCode.SHORT, 0))
 
     def get_uint(self) -> uint:
         """The current uint, 0 if the node is not one."""
-        return cast(uint, uint(self._get(TypeCode.UINT, 0)))
+        return uint(self._get(TypeCode.UINT, 0))
 
     def get_int(self) -> int32:
         """The current int, 0 if the node is not one."""
-        return cast(int32, int32(self._get(TypeCode.INT, 0)))
+        return int32(self._get(TypeCode.INT, 0))
 
     def get_char(self) -> char:
         """The current char, ``char("\\x00")`` if the node is not one."""
@@ -510,7 +510,7 @@ class Data:
 
     def get_ulong(self) -> ulong:
         """The current ulong, 0 if the node is not one."""
-        return cast(ulong, ulong(self._get(TypeCode.ULONG, 0)))
+        return ulong(self._get(TypeCode.ULONG, 0))
 
     def get_long(self) -> int:
         """The current long, 0 if the node is not one."""
@@ -518,7 +518,7 @@ class Data:
 
     def get_timestamp(self) -> timestamp:
         """The current timestamp (milliseconds), 0 if the node is not one."""
-        return cast(timestamp, timestamp(self._get(TypeCode.TIMESTAMP, 0)))
+        return timestamp(self._get(TypeCode.TIMESTAMP, 0))
 
     def get_float(self) -> float32:
         """The current float, 0.0 if the node is not one."""
@@ -530,11 +530,11 @@ class Data:
 
     def get_decimal32(self) -> decimal32:
         """The current decimal32 (its 32-bit encoding), 0 if the node is not one."""
-        return cast(decimal32, decimal32(self._get(TypeCode.DECIMAL32, 0)))
+        return decimal32(self._get(TypeCode.DECIMAL32, 0))
 
     def get_decimal64(self) -> decimal64:
         """The current decimal64 (its 64-bit encoding), 0 if the node is not one."""
-        return cast(decimal64, decimal64(self._get(TypeCode.DECIMAL64, 0)))
+        return decimal64(self._get(TypeCode.DECIMAL64, 0))
 
     def get_decimal128(self) -> decimal128:
         """The current decimal128 (its 16 bytes), 16 zero bytes if the node is not one."""

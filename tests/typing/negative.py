@@ -43,3 +43,11 @@ async def mistakes(conn: Connection, sender: Sender, receiver: Receiver, deliver
     Message().recv(receiver)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # receive_many takes its timeout by keyword.
     await receiver.receive_many(10, 1.0)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    # A received body's values are AMQPValues to narrow (Described.value was Any: an AttributeError at run time).
+    body = delivery.message.body
+    if isinstance(body, amqp_async.types.Described):
+        body.value.upper()  # type: ignore[union-attr]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportOptionalMemberAccess]
+    amqp_async.types.ulong(7).upper()  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    # A settle mode that contradicts the delivery asked for (a ValueError at run time too).
+    await conn.open_sender("q", delivery="at-most-once", snd_settle_mode=2)  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    await conn.open_sender("q", snd_settle_mode=1)  # type: ignore[call-overload]  # pyright: ignore[reportArgumentType]
