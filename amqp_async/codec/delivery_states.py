@@ -7,10 +7,13 @@ terminal outcomes. They travel in the ``state`` field of transfer and dispositio
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .composite import Composite, F
 from .performatives import Error
+
+if TYPE_CHECKING:
+    from .values import AMQPValue
 
 __all__ = [
     "OUTCOMES",
@@ -48,7 +51,7 @@ class Modified(Composite, code=0x27, name="amqp:modified:list"):
 
     delivery_failed: bool | None = F("boolean")
     undeliverable_here: bool | None = F("boolean")
-    message_annotations: dict[Any, Any] | None = F("fields")
+    message_annotations: dict[str, AMQPValue] | None = F("fields")
 
 
 #: The symbolic descriptors of the standard outcomes (for a source's ``outcomes`` field, §3.5.3).

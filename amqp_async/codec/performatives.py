@@ -7,10 +7,13 @@ described list with its descriptor. Field names are the spec's, in snake_case; f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..types import symbol
 from .composite import Composite, F
+
+if TYPE_CHECKING:
+    from .values import AMQPValue
 
 __all__ = [
     "PERFORMATIVES",
@@ -65,7 +68,7 @@ class Error(Composite, code=0x1D, name="amqp:error:list"):
 
     condition: symbol = F("symbol", mandatory=True)
     description: str | None = F("string")
-    info: dict[Any, Any] | None = F("fields")
+    info: dict[str, AMQPValue] | None = F("fields")
 
 
 class Open(Composite, code=0x10, name="amqp:open:list"):

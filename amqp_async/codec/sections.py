@@ -10,13 +10,16 @@ sections restrict a map, binary, list or any value; each is a small wrapper clas
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import DecodeError, EncodeError
 from ..types import symbol
 from ._decoder import register_described
 from ._encoder import TYPE_ENCODERS, encode_value, register_encoder
 from .composite import Composite, F, encode_annotations
+
+if TYPE_CHECKING:
+    from .values import AMQPValue
 
 __all__ = [
     "SECTIONS",
@@ -181,18 +184,21 @@ class Data(ValueSection, code=0x75, name="amqp:data:binary", content="binary"):
     """§3.2.6 data: opaque binary application data."""
 
     __slots__ = ()
+    value: bytes
 
 
 class AmqpSequence(ValueSection, code=0x76, name="amqp:amqp-sequence:list", content="list"):
     """§3.2.7 amqp-sequence: a list of AMQP values as application data."""
 
     __slots__ = ()
+    value: list[AMQPValue]
 
 
 class AmqpValue(ValueSection, code=0x77, name="amqp:amqp-value:*", content="*"):
     """§3.2.8 amqp-value: a single AMQP value as application data."""
 
     __slots__ = ()
+    value: AMQPValue
 
 
 class Footer(ValueSection, code=0x78, name="amqp:footer:map", content="annotations"):

@@ -9,12 +9,15 @@ transfers and dispositions inside a transaction carry a :class:`TransactionalSta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..types import Described, symbol
 from ._decoder import decode_value
 from ._encoder import encode_value
 from .composite import Composite, F
+
+if TYPE_CHECKING:
+    from .delivery_states import Accepted, Modified, Rejected, Released
 
 __all__ = [
     "DISTRIBUTED_TRANSACTIONS",
@@ -73,7 +76,7 @@ class TransactionalState(Composite, code=0x34, name="amqp:transactional-state:li
     """§4.5.6 transactional-state: a delivery state tying a delivery to a transaction and its provisional outcome."""
 
     txn_id: bytes = F("*", mandatory=True, requires="txn-id")
-    outcome: Any = F("*", requires="outcome")
+    outcome: Accepted | Rejected | Released | Modified | None = F("*", requires="outcome")
 
 
 def valid_txn_id(txn_id: Any) -> bool:

@@ -7,7 +7,19 @@ from __future__ import annotations
 
 from typing_extensions import assert_type
 
-from amqp_async import Accepted, AMQPValue, Connection, Delivery, Message, Outcome, Sender, TransactionalState
+from amqp_async import (
+    Accepted,
+    AMQPValue,
+    Connection,
+    Delivery,
+    Message,
+    Modified,
+    Outcome,
+    Rejected,
+    Sender,
+    TransactionalState,
+)
+from amqp_async.codec.sections import AmqpSequence, Data
 from amqp_async.types import (
     UNDESCRIBED,
     Array,
@@ -75,3 +87,22 @@ async def settle_within(conn: Connection) -> None:
             assert_type(state.txn_id, bytes)
         else:
             assert_type(state, Outcome | None)
+
+
+def outcomes(state: TransactionalState, modified: Modified, rejected: Rejected) -> None:
+    """The fields of outcomes and errors as they come from the peer (dict[Any, Any] and Any before)."""
+    assert_type(state.outcome, Outcome | None)
+    assert_type(modified.message_annotations, dict[str, AMQPValue] | None)
+    if rejected.error is not None:
+        assert_type(rejected.error.info, dict[str, AMQPValue] | None)
+
+
+def sections(delivery: Delivery) -> None:
+    """A body of several data (or amqp-sequence) sections comes as a list of them."""
+    body = delivery.message.body
+    if isinstance(body, list):
+        for section in body:
+            if isinstance(section, Data):
+                assert_type(section.value, bytes)
+            if isinstance(section, AmqpSequence):
+                assert_type(section.value, list[AMQPValue])
