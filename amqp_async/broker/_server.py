@@ -64,8 +64,6 @@ __all__ = [
 log = logging.getLogger("amqp_async.broker")
 
 TOPIC_PREFIX = "topic://"
-#: Seconds a WebSocket client has to send its upgrade request (one that connects and stays silent is dropped).
-WEBSOCKET_HANDSHAKE_TIMEOUT = 30.0
 #: The memory messages may take by default (``max_memory``): a development broker stays bounded, as RabbitMQ does
 #: with its memory watermark; ``max_memory=None`` (``--max-memory 0``) lifts it.
 DEFAULT_MAX_MEMORY = 256 << 20
@@ -185,7 +183,7 @@ class Broker:
             memory limit has no room for (an open transaction counts as a node does), is rejected with
             ``amqp:resource-limit-exceeded`` (§4.3).
         handshake_timeout: seconds a connection has from its accept to the peer's open (protocol header, SASL,
-            open; after a TLS handshake or a WebSocket upgrade, from its end; a TLS handshake has as long) before
+            open; after a TLS handshake or a WebSocket upgrade, from its end; each of those has as long) before
             its socket is closed (default
             :data:`~._connection.DEFAULT_HANDSHAKE_TIMEOUT`; None: no limit).
         idle_timeout: seconds of silence after which an open connection is closed with
@@ -642,12 +640,19 @@ class Broker:
                     await ws_listener.aclose()
 
     async def _handle_websocket(self, stream: anyio.abc.ByteStream) -> None:
-        """A WebSocket client: its upgrade request answered (bounded in time), then an AMQP connection as any."""
+        """A WebSocket client: its upgrade request answered within ``handshake_timeout`` (as a TLS handshake is),
+        then an AMQP connection as any."""
+        # Before, a fixed 30 s whatever handshake_timeout said: under --handshake-timeout 3, a client trickling its
+        # upgrade request (or saying nothing) still held its socket 30 s; None lifts this bound as it does TLS's.
+        limit = math.inf if self.handshake_timeout is None else self.handshake_timeout
         try:
-            with anyio.fail_after(WEBSOCKET_HANDSHAKE_TIMEOUT):
+            with anyio.fail_after(limit):
                 websocket = await server_handshake(stream, self.ws_path)
-        except (OSError, TimeoutError, anyio.BrokenResourceError, ssl.SSLError) as exc:
-            log.info("WebSocket handshake failed: %r", exc)
+        except (OSError, anyio.BrokenResourceError, ssl.SSLError) as exc:
+            if isinstance(exc, TimeoutError):
+                log.info("WebSocket upgrade not received within %g s (handshake timeout): closed", limit)
+            else:
+                log.info("WebSocket handshake failed: %r", exc)
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
             return

@@ -13,6 +13,11 @@ rules, each enforced here and only here:
 * WSB §4: once the AMQP connection is closed, the WebSocket is closed with its own close handshake (status 1000)
   before the TCP connection: :meth:`WebSocketStream.aclose`.
 
+RFC 6455 rules on a peer that breaks the WebSocket framing (a masked frame from a server or an unmasked one from a
+client, §5.1; a bad length, opcode or close status, §5.2; a text message that is not UTF-8, §8.1): the WebSocket
+is *failed* (§7.1.7), its close sent with the status that says why (1002 protocol error, 1007 invalid data), and
+the error says the peer broke the protocol, not that it closed the WebSocket.
+
 wsproto is an optional dependency (``pip install amqp-async[websocket]``): it is imported on first use, and a
 missing wsproto is reported as such (:func:`require_wsproto`).
 """
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 if TYPE_CHECKING:
     from wsproto import WSConnection
@@ -48,12 +54,18 @@ _READ_SIZE = 1 << 16
 #: The most bytes of HTTP a handshake may take (a peer that sends an endless header is cut off).
 _MAX_HANDSHAKE = 1 << 16
 
+#: Events parsed between two yields to the event loop (:meth:`WebSocketStream._take_events`).
+_EVENTS_BETWEEN_CHECKPOINTS = 64
+
 #: WebSocket close codes (RFC 6455 §7.4.1).
 _NORMAL_CLOSURE = 1000
 _UNSUPPORTED_DATA = 1003
 #: RFC 6455 §7.4.1: the close status (and the "none given" of §7.1.5) that say nothing went wrong; any other is the
 #: peer's reason for ending the connection, and the error says it.
 _UNEVENTFUL_CLOSES = (_NORMAL_CLOSURE, 1001, 1005)
+#: wsproto's states once the peer's close frame came in: a close event in another state is one wsproto made up for a
+#: frame it could not parse (the peer broke the protocol, RFC 6455 §7.1.7), not a close the peer sent.
+_CLOSE_RECEIVED = ("REMOTE_CLOSING", "CLOSED")
 
 
 class WebSocketError(OSError):
@@ -78,9 +90,9 @@ class WebSocketStream(anyio.abc.ByteStream):
     """A byte stream over one open WebSocket: what is sent goes out as one binary message, what is received is the
     concatenated payload of the peer's binary messages (WSB §2.4).
 
-    Pings are answered, and a close from the peer is answered and reported as the end of the stream. Writes to the
-    transport (our messages, and the pongs and close answers the reading side makes) are serialised by a lock, so
-    a reader and a writer task may use the stream at once, as the driver does.
+    Pings are answered (the latest of those read together), and a close from the peer is answered and reported as
+    the end of the stream. Writes to the transport (our messages, and the pongs and close answers the reading side
+    makes) are serialised by a lock, so a reader and a writer task may use the stream at once, as the driver does.
 
     Args:
         transport: the TCP or TLS stream the WebSocket runs on, its handshake done.
@@ -97,6 +109,9 @@ class WebSocketStream(anyio.abc.ByteStream):
         self._peer_closed = False
         #: the peer's WebSocket close, as wsproto parsed it (None: it sent none).
         self._peer_close: Any = None
+        #: why we failed the WebSocket (RFC 6455 §7.1.7: the peer broke the framing, or sent text); reads and writes
+        #: past it raise it again.
+        self._failure: WebSocketError | None = None
         self._closed = False
         self._lock = anyio.Lock(fast_acquire=True)
 
@@ -125,7 +140,10 @@ class WebSocketStream(anyio.abc.ByteStream):
         return chunk
 
     def _end(self) -> Exception:
-        """What a read past the end raises: the end of the stream, or the error the peer's close status gives."""
+        """What a read past the end raises: the end of the stream, the error the peer's close status gives, or the
+        one we failed the WebSocket with."""
+        if self._failure is not None:
+            return self._failure
         close = self._peer_close
         if close is None or close.code in _UNEVENTFUL_CLOSES:
             return anyio.EndOfStream()
@@ -153,26 +171,53 @@ class WebSocketStream(anyio.abc.ByteStream):
         """
         events = self._events
         ws = self._ws
+        ping = None
         try:
-            for event in ws.events():
+            for count, event in enumerate(ws.events(), 1):
+                if count % _EVENTS_BETWEEN_CHECKPOINTS == 0:
+                    # A read of tiny frames (pings: 2 bytes each) is tens of thousands of events, and pings no
+                    # longer cost a write (which yielded) each: parsed all at once, a ping flood held the event loop,
+                    # a broker's other clients waiting 0.3 s at a time.
+                    await anyio.lowlevel.checkpoint()
                 if isinstance(event, events.BytesMessage):
                     if event.data:
                         self._chunks.append(event.data)
                 elif isinstance(event, events.Ping):
-                    await self._write(ws.send(event.response()))
+                    # RFC 6455 §5.5.3: an endpoint MAY answer only the most recent of the pings it has not answered
+                    # yet. One pong per read, not per ping: a flood of pings answered one write each held the AMQP
+                    # bytes behind them for as long as the writes took (25 s for 0.9 MB of pings; 2 s now).
+                    ping = event
                 elif isinstance(event, events.CloseConnection):
+                    ping = None  # RFC 6455 §5.5.2: a ping is answered "unless it already received a Close frame"
                     self._peer_closed = True
+                    if ws.state.name not in _CLOSE_RECEIVED:
+                        await self._fail(
+                            event.code, event.reason, f"the peer broke the WebSocket protocol: {event.reason}"
+                        )
                     self._peer_close = event
                     if ws.state.name == "REMOTE_CLOSING":
                         await self._write(ws.send(event.response()))
                 elif isinstance(event, events.TextMessage):
                     # WSB §2.4: AMQP travels in binary messages only.
-                    await self._close_with(_UNSUPPORTED_DATA, "AMQP takes binary messages only")
-                    raise WebSocketError("the peer sent a WebSocket text message: AMQP takes binary messages only")
+                    reason = "AMQP takes binary messages only"
+                    await self._fail(_UNSUPPORTED_DATA, reason, f"the peer sent a WebSocket text message: {reason}")
+            if ping is not None:
+                await self._write(ws.send(ping.response()))
         except require_wsproto().utilities.LocalProtocolError as exc:
             raise WebSocketError(f"WebSocket protocol error: {exc}") from exc
         except require_wsproto().utilities.RemoteProtocolError as exc:
             raise WebSocketError(f"the peer broke the WebSocket protocol: {exc}") from exc
+
+    async def _fail(self, code: int, reason: str, message: str) -> None:
+        """RFC 6455 §7.1.7, *Fail the WebSocket Connection*: the peer broke the framing (wsproto reports it as a
+        close it made up, ``code`` 1002 or 1007, ``reason`` what was wrong) or the binding (a text message, 1003).
+        Our close says so with that status (§7.4.1; not the 1000 of :meth:`aclose`, which would tell the peer all
+        went well); the error (``message``) says what the peer did rather than that it closed the WebSocket, and
+        is raised again by every later read and write (wsproto would refuse to frame a message after our close)."""
+        self._peer_closed = True
+        self._failure = WebSocketError(f"{message} (closed with status {code})")
+        await self._close_with(code, reason)
+        raise self._failure
 
     async def _write(self, data: bytes) -> None:
         async with self._lock:
@@ -225,6 +270,15 @@ async def _receive_handshake_bytes(transport: anyio.abc.ByteStream, received: in
         raise WebSocketError("the connection ended during the WebSocket handshake") from None
 
 
+def _redirect_note(headers: list[tuple[bytes, bytes]]) -> str:
+    """Where a refusal sends the client (RFC 9110 §10.2.2, ``Location``), for the error: redirects are not followed
+    (the URL to use is the user's to give, with its credentials), so the message says where it points."""
+    for name, value in headers:
+        if name.lower() == b"location":
+            return f" (redirected to {value.decode('latin-1')!r}, not followed)"
+    return ""
+
+
 async def client_handshake(
     transport: anyio.abc.ByteStream, host: str, resource: str, headers: list[tuple[str, str]] | None = None
 ) -> WebSocketStream:
@@ -265,6 +319,7 @@ async def client_handshake(
                 if isinstance(event, events.RejectConnection):
                     raise WebSocketError(
                         f"the WebSocket server at {host}{resource} refused the upgrade: HTTP {event.status_code}"
+                        f"{_redirect_note(event.headers)}"
                     )
         except (wsproto.utilities.LocalProtocolError, wsproto.utilities.RemoteProtocolError) as exc:
             raise WebSocketError(f"WebSocket handshake with {host}{resource} failed: {exc}") from exc
