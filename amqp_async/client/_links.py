@@ -14,7 +14,6 @@ from ..codec.performatives import SENDER, Error
 from ..errors import (
     AMQPError,
     ClosedByApplication,
-    ConnectionError,
     LinkDetached,
     LinkError,
     LinkTimeout,
@@ -31,7 +30,7 @@ from ._config import timeout_option
 from ._delivery import Delivery
 from ._link_options import OnError, ReceiverOptions, SenderOptions, selector
 from ._tracker import Tracker, _TracedTracker, session_ended_cause, session_ended_reason
-from ._unwritten import fail_unwritten, not_sent_error, report_dropped_presettled
+from ._unwritten import ending_named, fail_unwritten, not_sent_error, report_dropped_presettled
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -754,8 +753,9 @@ class Sender(_Link, Generic[_R]):
 
         Returns:
             The outcome (``Accepted()``); on an at-most-once sender (``Sender[None]``), None once the transfer is
-            written (to the socket: one waiting for the peer's session window, §2.5.6, waits with it; if the
-            sender, its session or connection ends first, the error below that says it was never sent).
+            written whole, its last frame too (to the socket: one waiting for the peer's session window, §2.5.6,
+            waits with it; if the sender, its session or connection ends first, the error below that says it was
+            never sent, or never sent whole).
 
         Raises:
             TypeError: ``message`` is neither a Message nor bytes (the error names what it is).
@@ -776,22 +776,25 @@ class Sender(_Link, Generic[_R]):
             tracker = await self._transfer(message, transaction)
         connection = self.connection
         connection._write_eagerly()  # the caller waits on this transfer: it need not wait for the writer's turn
-        if tracker._sender is None:  # settled on sending (at-most-once): done once it is written
+        if tracker._sender is None:  # settled on sending (at-most-once): done once it is written whole
             delivery = tracker.delivery
-            if delivery is not None and not delivery.written:
+            if delivery is not None and not delivery.written_whole:  # (one frame, window open: written already)
                 await self._wait_written(delivery)
             await connection._wait_flushed()
             return None  # type: ignore[return-value]  # _R is None on an at-most-once sender
         return await tracker
 
     async def _wait_written(self, delivery: EngineDelivery) -> None:
-        """An at-most-once message waiting for the peer's session window (§2.5.6): wait until its transfer goes out
-        (send() returns once it is written: it returned while the message still waited, and a close then dropped
-        it), or raise what dropped it, saying it was never sent (:func:`~._unwritten.not_sent_error`). Cancelled,
-        the message stays queued: it goes out as the window opens."""
+        """An at-most-once message waiting for the peer's session window (§2.5.6): wait until its last transfer
+        frame goes out (send() returned once the first was written, and an ending then dropped the rest: only a
+        warning said so), or raise what dropped it, saying it was never sent, or never sent whole
+        (:func:`~._unwritten.not_sent_error`): a message of several frames is whole only with its last (§2.6.14).
+        Woken by each change of state (the peer's flow opens the window), it reads one flag the engine sets
+        (:attr:`Delivery.written_whole <amqp_async.protocol.delivery.Delivery.written_whole>`), never scans the
+        session's queue. Cancelled, the message stays queued: it goes out as the window opens."""
         connection = self.connection
         link = delivery.link
-        while not delivery.written:
+        while not delivery.written_whole:
             if (
                 link is not self._engine_link
                 or link.local_state is not ACTIVE
@@ -799,24 +802,18 @@ class Sender(_Link, Generic[_R]):
                 or connection.is_closed
                 or connection._reconnecting
             ):
-                raise self._dropped_error()
+                raise self._dropped_error(partly=delivery.written)
             await connection._wait_state()
 
-    def _dropped_error(self) -> AMQPError:
-        """The error of an at-most-once message its link's, session's or connection's ending dropped unwritten."""
+    def _dropped_error(self, *, partly: bool = False) -> AMQPError:
+        """The error of an at-most-once message its link's, session's or connection's ending dropped unwritten (or,
+        ``partly``, after its first frames)."""
         try:
             self._check()
             cause = self.connection._loss or self._detach_cause()
         except AMQPError as exc:
             cause = exc
-        what = (
-            "connection"
-            if isinstance(cause, ConnectionError)
-            else "session"
-            if isinstance(cause, SessionError)
-            else "sender"
-        )
-        return not_sent_error(cause, what)
+        return not_sent_error(cause, ending_named(cause), partly=partly)
 
     async def send_many(self, messages: Iterable[Sendable], *, transaction: Transaction | None = None) -> list[_R]:
         """Send messages pipelined (each transferred as soon as there is credit, without waiting for the outcome
@@ -879,9 +876,9 @@ class Sender(_Link, Generic[_R]):
                 if isinstance(tracker, AMQPError) or tracker._sender is not None:
                     continue
                 delivery = tracker.delivery
-                if delivery is not None and not delivery.written:
+                if delivery is not None and not delivery.written_whole:
                     try:
-                        await self._wait_written(delivery)  # (as send(): written, or dropped and never sent)
+                        await self._wait_written(delivery)  # (as send(): written whole, or dropped and never sent)
                     except AMQPError as exc:
                         results[index] = exc
                         failed = True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+import weakref
 from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic
@@ -32,7 +33,7 @@ from ._arguments import check_thread, check_transaction, get_ident, refusal
 from ._body_source import DEFAULT_CHUNK_SIZE, BodySource, body_chunks, known_size
 from ._links import _attach_refusal, _Link
 from ._tracker import Tracker, session_ended_cause, session_ended_reason
-from ._unwritten import fail_unwritten
+from ._unwritten import ending_named, stream_cut_error, stream_ended_error
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar
@@ -129,6 +130,10 @@ class StreamSender(_Link, Generic[_R]):
         self.target: str | None = options.address
         self.buffer_size = buffer_size
         self._pending: set[Tracker[_R]] = set()  # trackers of messages sent whose outcome is to come
+        # At-most-once streams begun and not yet written whole: no tracker to fail, so an ending tells them itself
+        # (MessageStream._ended), and their write or complete() raises it. Weak: a stream left open and forgotten
+        # is still collected, and aborted then (MessageStream.__del__).
+        self._settled_streams: weakref.WeakSet[MessageStream[_R]] = weakref.WeakSet()
         # One message at a time on the link: a semaphore, not a lock, as a stream may be completed by another task
         # than the one that opened it.
         self._turn = anyio.Semaphore(1)
@@ -200,10 +205,26 @@ class StreamSender(_Link, Generic[_R]):
         self._doubt_pending(session_ended_reason(cause), cause)
 
     def _fail_unwritten(self, cause: AMQPError, what: str) -> None:
-        """As :meth:`Sender._fail_unwritten`: a message none of whose frames was written (its delivery waited for
-        the peer's session window behind another, §2.5.6) fails as never sent, not in doubt."""
-        if self._pending:
-            fail_unwritten(self._pending, cause, what)
+        """``cause`` ends ``what`` (the sender, its session or connection: our close, the peer's detach, end or
+        close, the transport's loss): the streamed messages not written whole fail with a definite error
+        (:func:`~._unwritten.stream_ended_error`), not in doubt: one none of whose frames was written (it waited
+        for the peer's session window behind another, §2.5.6) as never sent; one cut mid-body (some frames
+        written, not its last: still being written, or its last frames waiting for the window) with
+        :class:`~amqp_async.DeliveryAborted`, the ending its ``__cause__``. Called before the ending drops them
+        (ours: :meth:`_ending`) or once it did (the peer's, the transport's): either way, what is not written
+        whole now never will be."""
+        for tracker in list(self._pending):  # (each finished one leaves the set)
+            delivery = tracker.delivery
+            if delivery is not None and not tracker.done:
+                error = stream_ended_error(delivery, cause, what)
+                if error is not None:
+                    tracker._finish(None, error)
+        if self._settled_streams:
+            streams = list(self._settled_streams)
+            self._settled_streams.clear()
+            for stream in streams:
+                stream._end(cause, what)
+            self.connection._notify()  # a complete() waiting for the last frame: wake it to raise
 
     def _doubt_pending(self, reason: str, cause: BaseException | None = None) -> None:
         pending = self._pending
@@ -264,8 +285,10 @@ class StreamSender(_Link, Generic[_R]):
             TypeError, ValueError: ``body`` is not a body source, ``message`` has a body.
             MessageRejected, MessageReleased, MessageModified: the receiver did not accept it (an outcome given
                 before the end stops the stream, and is raised as well).
-            DeliveryAborted: the connection was lost before the message was sent whole (it was not delivered); with
-                ``reconnect=False``, the connection's :class:`~amqp_async.ConnectionLost` instead.
+            DeliveryAborted: the message was cut mid-body: the sender, its session or its connection ended (closed
+                by the application, detached, ended or closed by the peer, the connection lost, with or without
+                reconnect) after its first frames were written and before its last; it was never delivered whole
+                (its receiver drops it, §2.6.14), and may be sent again. What ended it is its ``__cause__``.
             DeliveryInDoubt: the connection or link ended after it was sent whole, before its outcome.
             LinkDetached, SessionError, ConnectionClosed, ConnectionLost, ClosedByApplication: the link, session or
                 connection ended before any frame of the message was written (it waited for the peer's session
@@ -340,6 +363,7 @@ class MessageStream(Generic[_R]):
         self._link: SenderLink | None = None
         self._delivery: EngineDelivery | None = None
         self.tracker: Tracker[_R] | None = None
+        self._ended: AMQPError | None = None  # (at most once) what an ending left it with: StreamSender._fail_unwritten
         self.body_size = 0
         self.outcome: _R | None = None
 
@@ -463,7 +487,8 @@ class MessageStream(Generic[_R]):
         """Send the rest of the message (its footer last) and wait for its outcome.
 
         Returns:
-            The outcome (``Accepted()``), or None on an at-most-once sender (once the last frame is written).
+            The outcome (``Accepted()``), or None on an at-most-once sender (once the last frame is written: not
+            while it waits for the peer's session window, §2.5.6).
 
         Raises:
             RuntimeError: the stream is not open.
@@ -492,7 +517,8 @@ class MessageStream(Generic[_R]):
         self._release()
         tracker = self.tracker
         assert tracker is not None
-        if tracker._sender is None:  # sent settled (at-most-once): done once written
+        if tracker._sender is None:  # sent settled (at-most-once): done once written whole
+            await self._wait_written_whole()
             await self._sender.connection._wait_flushed()
             return None  # type: ignore[return-value]  # _R is None on an at-most-once sender
         self.outcome = await tracker
@@ -609,6 +635,7 @@ class MessageStream(Generic[_R]):
         if delivery.settled:
             tracker = Tracker(None, delivery)
             tracker._finish(None, None)
+            sender._settled_streams.add(self)  # (until written whole: an ending fails it, _end)
         else:
             # A Tracker reads ``_pending`` and ``connection`` of its sender: a StreamSender has both.
             tracker = Tracker(sender, delivery)  # type: ignore[arg-type]
@@ -639,19 +666,57 @@ class MessageStream(Generic[_R]):
             return
 
     def _check_alive(self) -> None:
-        """Raise what stops the message: the link or connection ended, the connection was replaced, the peer
-        settled it early with an outcome other than accepted."""
+        """Raise what stops the message: the peer settled it early with an outcome other than accepted; the link,
+        session or connection ended (the transport lost or replaced), which fails a message begun and not written
+        whole with :func:`~._unwritten.stream_ended_error` (mid-body: :class:`DeliveryAborted`, the ending as its
+        cause), one not begun with the ending's error."""
+        tracker = self.tracker
+        error = self._ended
+        if error is None and tracker is not None and tracker.done:
+            error = tracker._error  # rejected before the end (MessageRejected), or failed by the ending
+        if error is not None:
+            raise error.with_traceback(None)
         sender = self._sender
         connection = sender.connection
-        if self._delivery is not None and (self._link is not sender._engine_link or connection._reconnecting):
-            raise DeliveryAborted(
-                f"the connection to {connection.address} was lost before the message was sent whole: it was not "
-                "delivered (its receiver discards an incomplete message); send it again"
-            ) from connection._loss
-        sender._check()
-        tracker = self.tracker
-        if tracker is not None and tracker.done and tracker._error is not None:
-            raise tracker._error.with_traceback(None)  # e.g. rejected before the end (MessageRejected)
+        delivery = self._delivery
+        if delivery is None:
+            sender._check()
+            return
+        if self._link is not sender._engine_link or connection._reconnecting:
+            # The transport went (its loss failed it already, as it failed the tracker: _on_transport_lost)
+            loss = connection._loss
+            ended = stream_ended_error(delivery, loss, "connection") if loss is not None else None
+            raise ended or stream_cut_error(loss, "connection")
+        try:
+            sender._check()
+        except AMQPError as cause:
+            ended = stream_ended_error(delivery, cause, ending_named(cause))
+            if ended is None:  # written whole: what ended the link, as before
+                raise
+            raise ended from cause  # (its __cause__ already)
+
+    def _end(self, cause: AMQPError, what: str) -> None:
+        """(At most once) ``cause`` ended ``what`` before the message was written whole: its writer raises the
+        error (:func:`~._unwritten.stream_ended_error`) at its next write, or its complete() waiting for the last
+        frame does."""
+        delivery = self._delivery
+        if delivery is not None and self._ended is None and not delivery.aborted:
+            self._ended = stream_ended_error(delivery, cause, what)
+
+    async def _wait_written_whole(self) -> None:
+        """(At most once) wait until the last frame is written: complete() returns then, not while the last frames
+        wait for the peer's session window (§2.5.6), which an ending would drop without a word; raise what ended
+        the message first (:meth:`_check_alive`). Woken by each change of state; reads one flag the engine sets
+        (:attr:`Delivery.written_whole <amqp_async.protocol.delivery.Delivery.written_whole>`)."""
+        delivery = self._delivery
+        assert delivery is not None
+        connection = self._sender.connection
+        try:
+            while not delivery.written_whole:
+                self._check_alive()
+                await connection._wait_state()
+        finally:
+            self._sender._settled_streams.discard(self)
 
     def _abandon(self) -> None:
         """The message cannot be completed: abort its delivery if a part went out, and free the link."""
@@ -669,6 +734,7 @@ class MessageStream(Generic[_R]):
             if tracker is not None and not tracker.done:
                 sender._pending.discard(tracker)
                 tracker._finish(None, DeliveryAborted("the message was aborted before its end"))
+        sender._settled_streams.discard(self)
         self._release()
 
     def _release(self) -> None:

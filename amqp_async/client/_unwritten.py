@@ -10,8 +10,10 @@ again safely: it learns that from an error that says so (the condition of what e
 left it guessing. The engine marks each delivery as its first frame goes out (:attr:`Delivery.written
 <amqp_async.protocol.delivery.Delivery.written>`): exact, for streamed deliveries too. A message of several frames
 cut short after its first ones went out never reached the peer whole: it fails the same way (see
-:func:`fail_unwritten`). At-most-once messages have no tracker: their loss is logged
-(:func:`report_dropped_presettled`).
+:func:`fail_unwritten`), a streamed one with ``DeliveryAborted`` (:func:`stream_cut_error` says why). At-most-once
+messages have no tracker: their loss is logged (:func:`report_dropped_presettled`), and a ``send()`` or a stream's
+``complete()`` waits for their last frame (:attr:`Delivery.written_whole
+<amqp_async.protocol.delivery.Delivery.written_whole>`), raising the same errors when an ending comes first.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..errors import (
     ConnectionClosed,
     ConnectionError,
     ConnectionLost,
+    DeliveryAborted,
     LinkDetached,
     SessionError,
 )
@@ -34,7 +37,14 @@ if TYPE_CHECKING:
     from ..protocol.delivery import Delivery as EngineDelivery
     from ._tracker import Tracker
 
-__all__ = ["fail_unwritten", "not_sent_error", "report_dropped_presettled"]
+__all__ = [
+    "ending_named",
+    "fail_unwritten",
+    "not_sent_error",
+    "report_dropped_presettled",
+    "stream_cut_error",
+    "stream_ended_error",
+]
 
 log = logging.getLogger("amqp_async.connection")
 
@@ -120,5 +130,50 @@ def not_sent_error(cause: AMQPError, what: str, *, partly: bool = False) -> AMQP
         error = SessionError(description, condition=cause.condition, info=cause.info)
     else:  # the link's error (the peer's condition), or a detach without one
         error = LinkDetached(description, condition=cause.condition, info=cause.info)
+    error.__cause__ = cause
+    return error
+
+
+def ending_named(cause: AMQPError) -> str:
+    """What ``cause`` ended, in words: the connection, the session or the sender."""
+    if isinstance(cause, ConnectionError):
+        return "connection"
+    return "session" if isinstance(cause, SessionError) else "sender"
+
+
+def stream_ended_error(delivery: EngineDelivery, cause: AMQPError, what: str) -> AMQPError | None:
+    """The error of a streamed message (its ``delivery`` begun) when ``cause`` ended ``what`` (its sender, session
+    or connection): never sent (:func:`not_sent_error`) when no frame of it was written; cut short
+    (:func:`stream_cut_error`) when its last frame was not; None when it was written whole (its outcome is then in
+    doubt)."""
+    if not delivery.written:
+        return not_sent_error(cause, what)
+    if not delivery.written_whole:
+        return stream_cut_error(cause, what)
+    return None
+
+
+def stream_cut_error(cause: AMQPError | None, what: str) -> DeliveryAborted:
+    """The error of a streamed message cut mid-body: ``cause`` (None: the transport's loss, unnamed) ended ``what``
+    (its sender, session or connection: ours, the peer's, or the transport's loss) after its first frames were
+    written, before its last. It was never delivered: "additional data MAY be transferred in additional transfer
+    frames by setting the more flag on all but the last transfer frame" (AMQP 1.0 §2.6.14), no frame of the link
+    follows its end (§2.6.4), and the receiver drops a message it did not get whole, as an aborted one ("the
+    receiver MUST discard the message data that was transferred prior to the abort", §2.6.14).
+
+    Why :class:`DeliveryAborted` (``amqp-async:delivery-aborted``) and not, as for a :class:`Sender`'s message cut
+    short, the error of what ended it (:func:`not_sent_error`): a stream's writer sends its body in parts, and one
+    error kind tells it, whatever ended the message (its close, the peer's detach, end or close, the transport's
+    loss with or without reconnect), that the body it was writing did not get through whole and may be sent again;
+    it is the error its receiver sees for the same message (the body iterator's), and the one the stream sender has
+    always raised at a connection lost mid-body. What ended it stays in ``__cause__`` (its kind and condition) and
+    in the description. A streamed message none of whose frames was written was not cut: it was never sent
+    (:func:`not_sent_error`, as a :class:`Sender`'s); one written whole is in doubt."""
+    reason = f": {cause.description or cause.condition}" if cause is not None else ""
+    error = DeliveryAborted(
+        f"the streamed message was never delivered whole: the {what} ended after its first frames were written, "
+        f"before its last{reason}; the receiver discards a message it did not get whole (§2.6.14), so it may be "
+        "sent again"
+    )
     error.__cause__ = cause
     return error

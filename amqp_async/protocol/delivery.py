@@ -30,6 +30,10 @@ class Delivery:
             may have reached the peer); False while all of it waits for the peer's incoming window (§2.5.6). A
             delivery still unwritten when its link, session or connection ends never left this end: its message
             was not sent, and may be sent again. Always False for an incoming delivery.
+        written_whole: for an outgoing delivery, True once its last transfer frame (``more`` false, §2.6.14; an
+            aborted one too) went into the connection's output: all of it may have reached the peer. A delivery
+            ``written`` but not ``written_whole`` when its link, session or connection ends was cut short: its
+            receiver never gets it whole, and drops what came of it. Always False for an incoming delivery.
     """
 
     __slots__ = (
@@ -46,6 +50,7 @@ class Delivery:
         "transfer_state",
         "user_data",
         "written",
+        "written_whole",
     )
 
     def __init__(
@@ -63,6 +68,7 @@ class Delivery:
         self.aborted = False
         self.transfer_state = b""
         self.written = False
+        self.written_whole = False
         #: free for the layer above (the driver keeps its tracker here).
         self.user_data: Any = None
 

@@ -549,7 +549,10 @@ class Session(Endpoint):
         connection.frames_sent += 1
         self.next_outgoing_id = (self.next_outgoing_id + 1) & MASK
         self.remote_incoming_window -= 1
-        delivery.written = True  # (the one mark of the hot path: what ends a link can tell what never left)
+        # The marks of the hot path: what ends a link can tell what never left, and what left only in part. The
+        # frames of a delivery go out in order, so its last frame (more false) is the last written.
+        delivery.written = True
+        delivery.written_whole = not more
 
     def _frame_room(self, link: SenderLink, delivery: Delivery, more: bool) -> int:
         """The payload one transfer frame of ``delivery`` holds at the peer's max-frame-size (§2.7.1)."""
