@@ -463,9 +463,11 @@ class DeliveryAborted(DeliveryError):
     receiver discards what came of it (§2.6.14).
 
     A receiver reading a message streamed gets it from the body's iterator when the sender aborted the delivery. A
-    sender gets it when its message could not be sent whole: the connection was lost mid-body (``__cause__`` is
-    the loss); it may be sent again. (A body source that raises, or a cancellation, aborts the delivery too, and
-    that exception is what the sender sees.)
+    stream sender gets it when its message was cut mid-body, after its first frames were written and before its
+    last: by its own close or its session's or connection's, by the peer's detach, end or close, or by the
+    connection's loss (with or without reconnect); ``__cause__`` is what ended it, and it may be sent again. (A
+    body source that raises, or a cancellation, aborts the delivery too, and that exception is what the sender
+    sees.)
     """
 
     default_condition = DELIVERY_ABORTED
@@ -476,10 +478,11 @@ class DeliveryInDoubt(DeliveryError):
     known: it may or may not have arrived. Its condition and ``__cause__`` are the connection's, the session's or the
     link's error (the default condition when none was given).
 
-    The caller decides whether to send it again (at-least-once) or not. A message of which nothing was written (it
-    waited whole for the peer's session window when the end came) is not in doubt: it fails with the error of
-    what ended it (:class:`ClosedByApplication`, :class:`ConnectionLost`, :class:`ConnectionClosed`,
-    :class:`LinkDetached`), its description saying it was never sent, and may be sent again safely.
+    The caller decides whether to send it again (at-least-once) or not. A message not written whole (nothing of it,
+    or not its last frame: it waited for the peer's session window when the end came) is not in doubt: it fails
+    with the error of what ended it (:class:`ClosedByApplication`, :class:`ConnectionLost`,
+    :class:`ConnectionClosed`, :class:`SessionError`, :class:`LinkDetached`), its description saying it was never
+    sent (whole), and may be sent again safely; a streamed one cut mid-body with :class:`DeliveryAborted`.
     """
 
     default_condition = "amqp:connection:forced"

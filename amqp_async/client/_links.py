@@ -440,9 +440,6 @@ class Sender(_Link, Generic[_R]):
         self._options = options
         self.target: str | None = options.address
         self._pending: set[Tracker[_R]] = set()
-        # Deliveries with a tracker that an ending cut short after their first frame went out (_on_dropped): never
-        # sent whole, they fail as never sent (_fail_unwritten), not in doubt. Emptied as they fail.
-        self._cut_short: set[EngineDelivery] = set()
         self._tracing: MessageTracing | None = self.connection._tracing
         self._turns: deque[anyio.Event] = deque()  # the sends waiting for credit, first come first
 
@@ -486,7 +483,6 @@ class Sender(_Link, Generic[_R]):
         await self._wait_attached()
 
     def _restore(self, engine_session: EngineSession) -> None:
-        self._cut_short = set()  # (of the link the transport took: failed with it)
         self._engine_link = engine_session.attach_sender(self.name, **self._attach_arguments())
         self._engine_link.user_data = self
 
@@ -537,24 +533,16 @@ class Sender(_Link, Generic[_R]):
         """Fail the trackers of messages none of whose frames was written (they waited whole for the peer's session
         window, §2.5.6) with :func:`~._unwritten.not_sent_error`: never sent, so safe to send again, where
         ``DeliveryInDoubt`` (kept for those written whole) left the application guessing; and so those whose last
-        frame the ending dropped (``_cut_short``: never sent whole, see :func:`~._unwritten.fail_unwritten`).
-        Called when the engine drops them (our detach, end or close; the peer's) or loses them (the transport
-        went)."""
-        cut_short = self._cut_short
-        self._cut_short = set()
+        frame the ending dropped (never sent whole, see :func:`~._unwritten.fail_unwritten`). Called when the
+        engine drops them (our detach, end or close; the peer's) or loses them (the transport went)."""
         if self._pending:
-            fail_unwritten(self._pending, cause, what, cut_short)
+            fail_unwritten(self._pending, cause, what)
 
     def _ending(self, cause: AMQPError, what: str) -> None:
         link: SenderLink | None = getattr(self, "_engine_link", None)  # None: never attached
         if link is not None:
             self._on_dropped(link.session.incomplete_deliveries(link), what)  # what our ending is about to drop
         super()._ending(cause, what)
-
-    def _on_dropped(self, dropped: Sequence[EngineDelivery], what: str) -> None:
-        super()._on_dropped(dropped, what)
-        # the partly written ones with a tracker: those never written fail by Delivery.written alone
-        self._cut_short.update(delivery for delivery in dropped if delivery.written and not delivery.settled)
 
     _waiting = 0
 

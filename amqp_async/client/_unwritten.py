@@ -19,7 +19,7 @@ messages have no tracker: their loss is logged (:func:`report_dropped_presettled
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -49,13 +49,11 @@ __all__ = [
 log = logging.getLogger("amqp_async.connection")
 
 
-def fail_unwritten(
-    pending: Iterable[Tracker[Any]], cause: AMQPError, what: str, cut_short: Collection[EngineDelivery] = ()
-) -> None:
-    """Fail the trackers among ``pending`` whose delivery had no frame written, or is among ``cut_short`` (the
-    ending dropped its last frame: :meth:`Session.incomplete_deliveries
-    <amqp_async.protocol.session.Session.incomplete_deliveries>`), with :func:`not_sent_error` (``cause``; ``what``
-    ended: the sender, session or connection, in words); those wholly written are left to be put in doubt.
+def fail_unwritten(pending: Iterable[Tracker[Any]], cause: AMQPError, what: str) -> None:
+    """Fail the trackers among ``pending`` whose delivery had no frame written, or not its last (the ending dropped
+    the rest: :attr:`Delivery.written_whole <amqp_async.protocol.delivery.Delivery.written_whole>`), with
+    :func:`not_sent_error` (``cause``; ``what`` ended: the sender, session or connection, in words); those written
+    whole are left to be put in doubt. Called once an ending has made writing the rest impossible.
 
     A delivery is whole only with its last transfer frame: "additional data MAY be transferred in additional
     transfer frames by setting the more flag on all but the last transfer frame" (AMQP 1.0 §2.6.14). Once its link
@@ -70,7 +68,7 @@ def fail_unwritten(
             continue
         if not delivery.written:
             tracker._finish(None, not_sent_error(cause, what))
-        elif delivery in cut_short:
+        elif not delivery.written_whole:
             tracker._finish(None, not_sent_error(cause, what, partly=True))
 
 
