@@ -14,7 +14,6 @@ three frames each (64 KiB in proton's 32 KiB frames), the first is written whole
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import anyio
@@ -25,13 +24,11 @@ from amqp_async import ClosedByApplication, ConnectionClosed, LinkError, Message
 from amqp_async.errors import CLOSED_BY_APPLICATION
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
-from proton import Condition
 from proton_peer import proton_server
-from shut_window_peer import ShutWindowPeer, shorten_close_bounds
+from shut_window_peer import ENDING_CONDITION, EndsOnCue, ShutWindowPeer, shorten_close_bounds
 
 pytestmark = pytest.mark.anyio
 
-CONDITION = "amqp:resource-limit-exceeded"
 TIMEOUT = 60.0
 #: three frames each in proton's 32 KiB frames
 THREE_FRAMES = b"x" * 65536
@@ -47,33 +44,7 @@ def _short_close_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     shorten_close_bounds(monkeypatch)
 
 
-class _EndsOnCue(ShutWindowPeer):
-    """The shut-window peer; once ``cue`` is set it ends what ``ending`` names (``peer-detach``, ``peer-end``,
-    ``peer-close``) with ``amqp:resource-limit-exceeded``."""
-
-    def __init__(self, ending: str) -> None:
-        super().__init__()
-        self.ending = ending
-        self.cue = threading.Event()
-        self._link: Any = None
-
-    def on_link_remote_open(self, event: Any) -> None:
-        super().on_link_remote_open(event)
-        if self._link is None and self.ending.startswith("peer-"):
-            self._link = event.link
-            event.container.schedule(0.02, self)
-
-    def on_timer_task(self, event: Any) -> None:
-        if not self.cue.is_set():
-            event.container.schedule(0.02, self)
-            return
-        link = self._link
-        endpoint = {"peer-detach": link, "peer-end": link.session, "peer-close": link.connection}[self.ending]
-        endpoint.condition = Condition(CONDITION, "the peer gives up")
-        endpoint.close()
-
-
-async def _end(ending: str, handler: _EndsOnCue, conn: Any, sender: Any) -> None:
+async def _end(ending: str, handler: EndsOnCue, conn: Any, sender: Any) -> None:
     if ending == "close-sender":
         await sender.close()  # the window stays shut for the close's bound (2 s): then the detach drops the rest
     elif ending == "close-connection":
@@ -93,15 +64,15 @@ def _never_sent_whole(error: BaseException | None, kind: type[BaseException], co
     [
         ("close-sender", ClosedByApplication, CLOSED_BY_APPLICATION),
         ("close-connection", ClosedByApplication, CLOSED_BY_APPLICATION),
-        ("peer-detach", LinkError, CONDITION),
-        ("peer-end", SessionError, CONDITION),
-        ("peer-close", ConnectionClosed, CONDITION),
+        ("peer-detach", LinkError, ENDING_CONDITION),
+        ("peer-end", SessionError, ENDING_CONDITION),
+        ("peer-close", ConnectionClosed, ENDING_CONDITION),
     ],
 )
 async def test_an_at_most_once_send_returns_once_its_last_frame_is_written(
     ending: str, kind: type[BaseException], condition: str
 ) -> None:
-    handler = _EndsOnCue(ending)
+    handler = EndsOnCue(ending)
     outcome: list[BaseException | None] = []
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
@@ -132,7 +103,7 @@ async def test_an_at_most_once_send_returns_once_its_last_frame_is_written(
 
 async def test_an_at_most_once_send_many_waits_for_the_last_frames_too() -> None:
     caught: list[BaseException] = []
-    handler = _EndsOnCue("peer-detach")
+    handler = EndsOnCue("peer-detach")
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             sender = await conn.open_sender("stalled", delivery="at-most-once")
@@ -154,7 +125,7 @@ async def test_an_at_most_once_send_many_waits_for_the_last_frames_too() -> None
     [error] = caught  # before: send_many returned [None, None]
     assert isinstance(error, SendManyError), repr(error)
     assert error.results[0] is None
-    _never_sent_whole(error.results[1], LinkError, CONDITION)
+    _never_sent_whole(error.results[1], LinkError, ENDING_CONDITION)
 
 
 async def test_a_multi_frame_at_most_once_send_with_the_window_open_returns_at_once() -> None:

@@ -17,10 +17,7 @@ deliveries it got whole: never the one cut.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -39,13 +36,11 @@ from amqp_async import (
 )
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
-from proton import Condition
 from proton_peer import proton_server
-from shut_window_peer import ShutWindowPeer, shorten_close_bounds
+from shut_window_peer import EndsOnCue, ShutWindowPeer, cuttable_relay, shorten_close_bounds
 
 pytestmark = pytest.mark.anyio
 
-CONDITION = "amqp:resource-limit-exceeded"
 TIMEOUT = 60.0
 #: seven frames of proton's 32 KiB: four fill the peer's window, the rest wait in the engine
 BODY = b"a" * 200_000
@@ -72,70 +67,7 @@ def _short_close_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     shorten_close_bounds(monkeypatch)
 
 
-class _RecordsWhole(ShutWindowPeer):
-    """The shut-window peer, recording the tags of the deliveries it got whole; once ``cue`` is set it ends what
-    ``ending`` names (``peer-detach``, ``peer-end``, ``peer-close``) with ``amqp:resource-limit-exceeded``."""
-
-    def __init__(self, ending: str) -> None:
-        super().__init__(answer_detach=not ending.startswith("transport-lost"))
-        self.ending = ending
-        self.cue = threading.Event()
-        self.whole: set[Any] = set()
-        self._link: Any = None
-
-    def on_delivery(self, event: Any) -> None:
-        if not event.delivery.partial:
-            self.whole.add(event.delivery.tag)
-
-    def on_link_remote_open(self, event: Any) -> None:
-        super().on_link_remote_open(event)
-        if self._link is None and self.ending.startswith("peer-"):
-            self._link = event.link
-            event.container.schedule(0.02, self)
-
-    def on_timer_task(self, event: Any) -> None:
-        if not self.cue.is_set():
-            event.container.schedule(0.02, self)
-            return
-        link = self._link
-        endpoint = {"peer-detach": link, "peer-end": link.session, "peer-close": link.connection}[self.ending]
-        endpoint.condition = Condition(CONDITION, "the peer gives up")
-        endpoint.close()
-
-
-@contextlib.asynccontextmanager
-async def _cuttable_relay(port: int) -> AsyncIterator[tuple[str, anyio.Event]]:
-    """A TCP relay to ``port`` on 127.0.0.1; setting the event it yields cuts the first connection it relays (a
-    reconnect gets through)."""
-    cut = anyio.Event()
-    relayed = 0
-
-    async def relay(client: anyio.abc.SocketStream) -> None:
-        nonlocal relayed
-        relayed += 1
-        first = relayed == 1
-        async with client, await anyio.connect_tcp("127.0.0.1", port) as upstream:
-
-            async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    async for data in source:
-                        await sink.send(data)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(pipe, client, upstream)
-                group.start_soon(pipe, upstream, client)
-                if first:
-                    await cut.wait()
-                    group.cancel_scope.cancel()
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, relay)
-        yield f"amqp://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}", cut
-        group.cancel_scope.cancel()
-
-
-async def _end(ending: str, handler: _RecordsWhole, conn: Any, sender: Any, cut: anyio.Event) -> None:
+async def _end(ending: str, handler: EndsOnCue, conn: Any, sender: Any, cut: anyio.Event) -> None:
     """End what ``ending`` names, while the stream's last frames wait for the peer's window."""
     if ending == "close-sender":
         await sender.close()  # the window stays shut for the close's bound (2 s): then the detach drops them
@@ -164,10 +96,10 @@ def _reconnect(ending: str) -> Any:
 async def test_a_confirmed_stream_whose_last_frames_wait_is_aborted_by_any_ending(
     ending: str, cause: type[BaseException]
 ) -> None:
-    handler = _RecordsWhole(ending)
+    handler = EndsOnCue(ending, answer_detach=not ending.startswith("transport-lost"))
     raised: BaseException | None = None
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
-        relay = _cuttable_relay(int(url.rsplit(":", 1)[1]))
+        relay = cuttable_relay(url, reconnects_pass=True)
         async with relay as (relayed, cut), amqp_async.connect(relayed, reconnect=_reconnect(ending)) as conn:
             sender = await conn.open_stream_sender("stalled", buffer_size=1 << 20)
             session = sender._engine_link.session
@@ -192,9 +124,9 @@ async def test_a_confirmed_stream_whose_last_frames_wait_is_aborted_by_any_endin
 async def test_an_at_most_once_stream_cut_between_two_writes_raises_at_the_next(
     ending: str, cause: type[BaseException]
 ) -> None:
-    handler = _RecordsWhole(ending)
+    handler = EndsOnCue(ending, answer_detach=not ending.startswith("transport-lost"))
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
-        relay = _cuttable_relay(int(url.rsplit(":", 1)[1]))
+        relay = cuttable_relay(url, reconnects_pass=True)
         async with relay as (relayed, cut), amqp_async.connect(relayed, reconnect=_reconnect(ending)) as conn:
             sender = await conn.open_stream_sender("stalled", buffer_size=1 << 20, delivery="at-most-once")
             stream = await sender.open_stream()
@@ -216,7 +148,7 @@ async def test_an_at_most_once_stream_completes_once_its_last_frame_is_written(
 ) -> None:
     """complete() returned once the last frame was handed to the engine, while it waited for the peer's window, and
     the ending then dropped it with a warning only: now it waits for the last frame, and raises when it is cut."""
-    handler = _RecordsWhole(ending)
+    handler = EndsOnCue(ending, answer_detach=not ending.startswith("transport-lost"))
     raised: BaseException | None = None
     returned = False
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):

@@ -17,11 +17,6 @@ the third not at all. The peer records the deliveries it got whole: never the se
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import AsyncIterator
-from typing import Any
-
 import anyio
 import anyio.abc
 import pytest
@@ -39,13 +34,11 @@ from amqp_async import (
 from amqp_async.errors import CLOSED_BY_APPLICATION
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
-from proton import Condition
 from proton_peer import proton_server
-from shut_window_peer import ShutWindowPeer, results_of, shorten_close_bounds
+from shut_window_peer import ENDING_CONDITION, EndsOnCue, cuttable_relay, results_of, shorten_close_bounds
 
 pytestmark = pytest.mark.anyio
 
-CONDITION = "amqp:resource-limit-exceeded"
 TIMEOUT = 60.0
 #: three frames each in proton's 32 KiB frames
 THREE_FRAMES = b"x" * 65536
@@ -61,82 +54,24 @@ def _short_close_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     shorten_close_bounds(monkeypatch)
 
 
-class _RecordsWhole(ShutWindowPeer):
-    """The shut-window peer, recording the tags of the deliveries it got whole (it reads none: its window stays
-    shut); once ``cue`` is set it ends what ``ending`` names with ``amqp:resource-limit-exceeded``: the link
-    (``peer-detach``), its session (``peer-end``) or the connection (``peer-close``); else nothing."""
-
-    def __init__(self, ending: str) -> None:
-        super().__init__(answer_detach=ending != "transport-lost")
-        self.ending = ending
-        self.cue = threading.Event()
-        self.whole: set[Any] = set()  # (proton's tags: str)
-        self._link: Any = None
-
-    def on_delivery(self, event: Any) -> None:
-        if not event.delivery.partial:
-            self.whole.add(event.delivery.tag)
-
-    def on_link_remote_open(self, event: Any) -> None:
-        super().on_link_remote_open(event)
-        self._link = event.link
-        if self.ending.startswith("peer-"):
-            event.container.schedule(0.02, self)
-
-    def on_timer_task(self, event: Any) -> None:
-        if not self.cue.is_set():
-            event.container.schedule(0.02, self)
-            return
-        link = self._link
-        endpoint = {"peer-detach": link, "peer-end": link.session, "peer-close": link.connection}[self.ending]
-        endpoint.condition = Condition(CONDITION, "the peer gives up")
-        endpoint.close()
-
-
-@contextlib.asynccontextmanager
-async def _cuttable_relay(port: int) -> AsyncIterator[tuple[str, anyio.Event]]:
-    """A TCP relay to ``port`` on 127.0.0.1; setting the event it yields cuts the connection it relays."""
-    cut = anyio.Event()
-
-    async def relay(client: anyio.abc.SocketStream) -> None:
-        async with client, await anyio.connect_tcp("127.0.0.1", port) as upstream:
-
-            async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    async for data in source:
-                        await sink.send(data)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(pipe, client, upstream)
-                group.start_soon(pipe, upstream, client)
-                await cut.wait()
-                group.cancel_scope.cancel()
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, relay)
-        yield f"amqp://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}", cut
-        group.cancel_scope.cancel()
-
-
 @pytest.mark.parametrize(
     ("ending", "kind", "condition"),
     [
         ("close-sender", ClosedByApplication, CLOSED_BY_APPLICATION),
         ("close-session", ClosedByApplication, CLOSED_BY_APPLICATION),
         ("close-connection", ClosedByApplication, CLOSED_BY_APPLICATION),
-        ("peer-detach", LinkDetached, CONDITION),
-        ("peer-end", SessionError, CONDITION),
-        ("peer-close", ConnectionClosed, CONDITION),
+        ("peer-detach", LinkDetached, ENDING_CONDITION),
+        ("peer-end", SessionError, ENDING_CONDITION),
+        ("peer-close", ConnectionClosed, ENDING_CONDITION),
         ("transport-lost", ConnectionLost, "amqp-async:io"),
     ],
 )
 async def test_a_message_cut_short_after_its_first_frame_fails_as_never_sent_whole(
     ending: str, kind: type[BaseException], condition: str
 ) -> None:
-    handler = _RecordsWhole(ending)
+    handler = EndsOnCue(ending, answer_detach=ending != "transport-lost")
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
-        relay = _cuttable_relay(int(url.rsplit(":", 1)[1]))
+        relay = cuttable_relay(url)
         async with relay as (relayed, cut), amqp_async.connect(relayed, reconnect=False) as conn:
             session = await conn.open_session()
             sender = await session.open_sender("stalled")

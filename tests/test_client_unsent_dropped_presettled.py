@@ -16,10 +16,7 @@ on its own too, against our engine as the peer, in memory.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -33,13 +30,11 @@ from amqp_async.codec.performatives import Error
 from amqp_async.protocol import events as ev
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
-from proton import Condition
 from proton_peer import proton_server
-from shut_window_peer import ONE_FRAME, WINDOW_FRAMES, ShutWindowPeer
+from shut_window_peer import ENDING_CONDITION, ONE_FRAME, WINDOW_FRAMES, EndsOnCue, cuttable_relay
 
 pytestmark = pytest.mark.anyio
 
-CONDITION = "amqp:resource-limit-exceeded"
 TIMEOUT = 60.0
 #: at-most-once messages submitted: the first WINDOW_FRAMES are written, the others wait (one more: a send())
 SUBMITTED = 12
@@ -48,61 +43,6 @@ SUBMITTED = 12
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-class _EndsOnCue(ShutWindowPeer):
-    """Opens what the client opens, gives credit, reads no transfer (its window of four frames stays shut once
-    full), and once ``cue`` is set ends what ``ending`` names, with ``amqp:resource-limit-exceeded``: the link
-    (detach), its session (end) or the connection (close); for ``cut`` it ends nothing (the relay is cut)."""
-
-    def __init__(self, ending: str) -> None:
-        super().__init__(answer_detach=ending != "cut")
-        self.ending = ending
-        self.cue = threading.Event()
-        self._link: Any = None
-
-    def on_link_remote_open(self, event: Any) -> None:
-        super().on_link_remote_open(event)
-        if self._link is None:  # (the first connection's: a reconnect attaches again)
-            self._link = event.link
-            event.container.schedule(0.02, self)
-
-    def on_timer_task(self, event: Any) -> None:
-        if not self.cue.is_set() or self.ending == "cut":
-            if self.ending != "cut":
-                event.container.schedule(0.02, self)
-            return
-        link = self._link
-        endpoint = {"detach": link, "end": link.session, "close": link.connection}[self.ending]
-        endpoint.condition = Condition(CONDITION, "the peer gives up")
-        endpoint.close()
-
-
-@contextlib.asynccontextmanager
-async def _cuttable_relay(port: int) -> AsyncIterator[tuple[str, anyio.Event]]:
-    """A TCP relay to ``port`` on 127.0.0.1; setting the event it yields cuts every connection relayed so far."""
-    cut = anyio.Event()
-
-    async def relay(client: anyio.abc.SocketStream) -> None:
-        async with client, await anyio.connect_tcp("127.0.0.1", port) as upstream:
-
-            async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    async for data in source:
-                        await sink.send(data)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(pipe, client, upstream)
-                group.start_soon(pipe, upstream, client)
-                if not cut.is_set():
-                    await cut.wait()
-                    group.cancel_scope.cancel()
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, relay)
-        yield f"amqp://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}", cut
-        group.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(
@@ -120,10 +60,10 @@ async def test_at_most_once_messages_dropped_by_the_peer_or_the_network_are_coun
     ending: str, reconnect: bool, what: str, kind: type[BaseException], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="amqp_async.connection")
-    handler = _EndsOnCue(ending)
+    handler = EndsOnCue(ending, answer_detach=ending != "cut")
     outcome: list[BaseException | None] = []
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
-        relay = _cuttable_relay(int(url.rsplit(":", 1)[1]))
+        relay = cuttable_relay(url, reconnects_pass=True)
         async with relay as (relayed, cut), amqp_async.connect(relayed, reconnect=reconnect) as conn:
             sender = await conn.open_sender("stalled", delivery="at-most-once")
             session = sender._engine_link.session
@@ -151,7 +91,7 @@ async def test_at_most_once_messages_dropped_by_the_peer_or_the_network_are_coun
     assert isinstance(error, kind), repr(error)  # the send() raised, not hung
     assert "never sent" in str(error)
     if ending != "cut":
-        assert error.condition == CONDITION  # type: ignore[attr-defined]
+        assert error.condition == ENDING_CONDITION  # type: ignore[attr-defined]
     dropped = [record for record in caplog.records if "at-most-once" in record.getMessage()]
     [warning] = dropped  # before: none (the messages went without a word)
     assert warning.levelno == logging.WARNING
@@ -185,7 +125,7 @@ def _stalled_pair() -> tuple[EnginePeer, EnginePeer, Any, list[Any]]:
 @pytest.mark.parametrize("ending", ["detach", "end", "close", "transport"])
 def test_the_engine_names_what_the_peers_ending_dropped(ending: str) -> None:
     client, server, link, deliveries = _stalled_pair()
-    peer_error = Error(condition=CONDITION, description="the peer gives up")
+    peer_error = Error(condition=ENDING_CONDITION, description="the peer gives up")
     if ending == "detach":
         [server_link] = server.connection.sessions[0].links
         server_link.detach(error=peer_error)

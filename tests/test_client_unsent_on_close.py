@@ -12,9 +12,6 @@ The peer is python-qpid-proton with a session window of four frames that reads n
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-
 import anyio
 import anyio.abc
 import pytest
@@ -25,7 +22,7 @@ from amqp_async.errors import CLOSED_BY_APPLICATION
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
 from proton_peer import proton_server
-from shut_window_peer import ONE_FRAME, WINDOW_FRAMES, ShutWindowPeer, results_of, shorten_close_bounds
+from shut_window_peer import ONE_FRAME, WINDOW_FRAMES, ShutWindowPeer, cuttable_relay, results_of, shorten_close_bounds
 
 pytestmark = pytest.mark.anyio
 
@@ -112,36 +109,10 @@ async def test_send_many_names_the_messages_never_sent() -> None:
         _assert_never_sent(unwritten, ClosedByApplication, CLOSED_BY_APPLICATION)
 
 
-@contextlib.asynccontextmanager
-async def _cuttable_relay(port: int) -> AsyncIterator[tuple[str, anyio.Event]]:
-    """A TCP relay to ``127.0.0.1:port``, yielding its URL and an event that cuts every connection it relays."""
-    cut = anyio.Event()
-
-    async def relay(client: anyio.abc.SocketStream) -> None:
-        async with client, await anyio.connect_tcp("127.0.0.1", port) as upstream:
-
-            async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
-                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    async for data in source:
-                        await sink.send(data)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(pipe, client, upstream)
-                group.start_soon(pipe, upstream, client)
-                await cut.wait()
-                group.cancel_scope.cancel()
-
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    async with listener, anyio.create_task_group() as group:
-        group.start_soon(listener.serve, relay)
-        yield f"amqp://127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}", cut
-        group.cancel_scope.cancel()
-
-
 @pytest.mark.parametrize("reconnect", [False, True], ids=["no-reconnect", "reconnect"])
 async def test_a_lost_transport_fails_the_messages_never_written_as_not_sent(reconnect: bool) -> None:
     with proton_server(ShutWindowPeer(answer_detach=False)) as url, anyio.fail_after(TIMEOUT):
-        relay = _cuttable_relay(int(url.rsplit(":", 1)[1]))
+        relay = cuttable_relay(url)
         async with relay as (relayed, cut), amqp_async.connect(relayed, reconnect=reconnect) as conn:
             sender = await conn.open_sender("stalled")
             trackers = [await sender.submit(Message(body=ONE_FRAME)) for _ in range(12)]

@@ -14,9 +14,6 @@ asks once every message is handed over.
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import anyio
 import pytest
 
@@ -24,13 +21,11 @@ import amqp_async
 from amqp_async import ConnectionClosed, DeliveryAborted, DeliveryInDoubt, LinkDetached, Message, SessionError
 
 pytest.importorskip("proton", reason="python-qpid-proton is a test dependency (the independent peer)")
-from proton import Condition
 from proton_peer import proton_server
-from shut_window_peer import ONE_FRAME, WINDOW_FRAMES, ShutWindowPeer, results_of
+from shut_window_peer import ENDING_CONDITION, ONE_FRAME, WINDOW_FRAMES, EndsOnCue, results_of
 
 pytestmark = pytest.mark.anyio
 
-CONDITION = "amqp:resource-limit-exceeded"
 TIMEOUT = 60.0
 
 
@@ -39,47 +34,19 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-class _EndsOnCue(ShutWindowPeer):
-    """A proton handler that opens what the client opens, gives credit, reads no transfer (its session window of
-    four frames stays shut once full), and once ``cue`` is set ends what ``ending`` names: the link (detach),
-    its session (end) or the connection (close), with ``amqp:resource-limit-exceeded`` (the detach also without
-    an error: ``detach-plain``)."""
-
-    def __init__(self, ending: str) -> None:
-        super().__init__()
-        self.ending = ending
-        self.cue = threading.Event()
-        self._link: Any = None
-
-    def on_link_remote_open(self, event: Any) -> None:
-        super().on_link_remote_open(event)
-        self._link = event.link
-        event.container.schedule(0.02, self)
-
-    def on_timer_task(self, event: Any) -> None:
-        if not self.cue.is_set():
-            event.container.schedule(0.02, self)
-            return
-        link = self._link
-        endpoint = {"detach": link, "detach-plain": link, "end": link.session, "close": link.connection}[self.ending]
-        if self.ending != "detach-plain":
-            endpoint.condition = Condition(CONDITION, "the peer gives up")
-        endpoint.close()
-
-
 @pytest.mark.parametrize(
     ("ending", "kind", "condition"),
     [
-        ("detach", LinkDetached, CONDITION),
+        ("detach", LinkDetached, ENDING_CONDITION),
         ("detach-plain", LinkDetached, "amqp:link:detach-forced"),
-        ("end", SessionError, CONDITION),
-        ("close", ConnectionClosed, CONDITION),
+        ("end", SessionError, ENDING_CONDITION),
+        ("close", ConnectionClosed, ENDING_CONDITION),
     ],
 )
 async def test_messages_waiting_for_the_window_fail_as_never_sent_when_the_peer_ends(
     ending: str, kind: type[BaseException], condition: str
 ) -> None:
-    handler = _EndsOnCue(ending)
+    handler = EndsOnCue(ending)
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
             sender = await conn.open_sender("stalled")
@@ -103,7 +70,7 @@ async def test_a_streamed_message_queued_behind_another_fails_as_never_sent(
     """A stream sender's message whose frames all wait behind a message cut off by the window: never sent (the
     written part of the queue's head is no longer guessed from byte counts, which took any streamed head for partly
     written and its followers along with it). The one cut off fails as cut mid-body: ``DeliveryAborted``."""
-    handler = _EndsOnCue(ending)
+    handler = EndsOnCue(ending)
     results: dict[str, BaseException | None] = {}
     with proton_server(handler) as url, anyio.fail_after(TIMEOUT):
         async with amqp_async.connect(url, reconnect=False) as conn:
@@ -130,7 +97,7 @@ async def test_a_streamed_message_queued_behind_another_fails_as_never_sent(
     # (tests/test_client_cut_short_streams.py, for every ending)
     cut_off = results["cut off"]
     assert isinstance(cut_off, DeliveryAborted), repr(cut_off)
-    assert "never delivered whole" in str(cut_off) and cut_off.__cause__.condition == CONDITION  # type: ignore[union-attr]
+    assert "never delivered whole" in str(cut_off) and cut_off.__cause__.condition == ENDING_CONDITION  # type: ignore[union-attr]
     behind = results["behind"]
     assert isinstance(behind, kind) and not isinstance(behind, DeliveryInDoubt), repr(behind)  # before: in doubt
-    assert behind.condition == CONDITION and "never sent" in str(behind)  # type: ignore[attr-defined]
+    assert behind.condition == ENDING_CONDITION and "never sent" in str(behind)  # type: ignore[attr-defined]
