@@ -187,3 +187,107 @@ async def test_a_broker_killed_right_after_pre_settled_deliveries_never_delivers
     finally:
         for broker in brokers:
             broker.stop()
+
+
+@pytest.mark.anyio
+async def test_a_clean_stop_before_the_commit_keeps_the_messages_whose_pre_settled_transfers_waited_for_it(
+    tmp_path: Path, held_commits: threading.Event
+) -> None:
+    """The broker stops while the commit the transfers wait for is queued behind one under way: that commit is
+    written by the store's last flush, its callbacks dropped. Before, it removed the five messages, which no transfer
+    had carried: a clean stop lost them. Now they go back to their queue and stay stored."""
+    data_dir = tmp_path / "data"
+    held_commits.set()
+    async with serving(data_dir=data_dir) as broker:
+        with anyio.fail_after(TIMEOUT):
+            await fill(broker.url, "amo", 5)
+            held_commits.clear()
+            store = broker.storage
+            assert store is not None
+            conn = await amqp_async.connect(broker.url, reconnect=False)
+            sender = await conn.open_sender("other", delivery="at-most-once")
+            await sender.send(Message(body="in flight", durable=True))
+            while store._in_flight is None:  # its commit is under way (held): the next one waits behind it
+                await anyio.sleep(0.01)
+            receiver = await conn.open_receiver("amo", delivery="at-most-once", credit=10)
+            await wait_dealt(broker, "amo")
+        # the stop is asked for at once as the block ends: the commit under way completes after it
+        threading.Timer(QUIET, held_commits.set).start()
+    received = []
+    while (delivery := receiver.receive_nowait()) is not None:
+        received.append(delivery.message.body)
+    await conn.close()  # its broker is gone: closed here, nothing said
+    assert received == []
+    assert stored_rows(data_dir) == 6  # before: 1 (the five removed)
+    async with serving(data_dir=data_dir) as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as again:
+                taken = await again.open_receiver("amo", delivery="at-most-once", credit=10)
+                assert [(await taken.receive()).message.body for _ in range(5)] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.anyio
+async def test_messages_whose_pre_settled_transfers_wait_for_the_commit_count_in_the_memory_limit(
+    tmp_path: Path, held_commits: threading.Event
+) -> None:
+    """A slow disk, a pre-settled consumer with a large credit: the messages dealt to it wait for the commit. Before,
+    they were uncounted as they were dealt: a producer went on sending (4.4 MB waited under a 1 MiB limit after five
+    seconds, ``flow.held_bytes`` 0). Now they count until written, and the producer waits for credit."""
+    limit, size = 1 << 20, 1000
+    submitted = []
+    async with serving(data_dir=tmp_path / "data", max_memory=limit) as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with (
+                amqp_async.connect(broker.url, reconnect=False) as consuming,
+                amqp_async.connect(broker.url, reconnect=False) as producing,
+            ):
+                receiver = await consuming.open_receiver("amo", delivery="at-most-once", credit=100_000)
+                sender = await producing.open_sender("amo")
+
+                async def produce() -> None:
+                    while True:
+                        submitted.append(await sender.submit(Message(body=b"x" * size, durable=True)))
+
+                try:
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(produce)
+                        # until the producer waits for credit (or, before, went past twice the limit)
+                        sent = -1
+                        while sent != len(submitted) and len(submitted) * size <= 2 * limit:
+                            sent = len(submitted)
+                            await anyio.sleep(QUIET)
+                        assert len(submitted) * size <= limit
+                        assert broker.flow.held_bytes <= limit
+                        group.cancel_scope.cancel()
+                finally:
+                    held_commits.set()
+                for _ in submitted:
+                    await receiver.receive()
+                while broker.flow.held_bytes:  # every one written: none counted any more
+                    await anyio.sleep(0.01)
+
+
+@pytest.mark.anyio
+async def test_a_message_that_expires_while_its_pre_settled_transfer_waits_for_the_commit_is_not_delivered(
+    tmp_path: Path, held_commits: threading.Event
+) -> None:
+    """§3.2.1: a message that lives past its expiry is discarded or dead-lettered. Before, one whose ttl ran out while
+    its transfer waited for a slow commit was written all the same, with a ttl of 1 ms."""
+    held_commits.set()
+    async with serving(data_dir=tmp_path / "data", dead_letter_queue="dlq") as broker:
+        with anyio.fail_after(TIMEOUT):
+            async with amqp_async.connect(broker.url, reconnect=False) as conn:
+                sender = await conn.open_sender("amo")
+                await sender.send(Message(body="short-lived", durable=True, ttl=QUIET / 2))
+                await sender.send(Message(body="kept", durable=True))
+                held_commits.clear()
+                receiver = await conn.open_receiver("amo", delivery="at-most-once", credit=10)
+                try:
+                    await wait_dealt(broker, "amo")
+                    await anyio.sleep(QUIET)  # its ttl runs out while the commit is held
+                finally:
+                    held_commits.set()
+                assert (await receiver.receive()).message.body == "kept"
+                dead = await conn.open_receiver("dlq", credit=1)
+                assert (await dead.receive()).message.body == "short-lived"
+                assert receiver.receive_nowait() is None

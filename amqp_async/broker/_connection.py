@@ -525,10 +525,12 @@ class ServerConnection:
             if (
                 link.drain
                 and link.local_state is ACTIVE
+                and link.streaming is None
                 and not (isinstance(outbound, Outbound) and outbound.awaiting_commit)
             ):
                 # §2.6.7: what could be sent was sent; give back the rest (pre-settled transfers waiting for the
-                # store's commit are sent first: _consumers._send_committed answers the drain then)
+                # store's commit, or a large message streaming, go first: _consumers.deal_then_answer_drain answers
+                # the drain once they are written)
                 link.drained()
         self.kick()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
@@ -23,7 +24,16 @@ from ..codec.terminus import COPY, NEVER, UNSETTLED_STATE, Source
 from ..protocol.endpoint import ACTIVE
 from ..types import Described, symbol
 from ._flow import NoRoomForNode
-from ._nodes import Consumer, ConsumerFailed, Entry, FailedAttempt, Queue, Topic
+from ._nodes import (
+    WAITS_FOR_COMMIT,
+    Consumer,
+    ConsumerFailed,
+    Entry,
+    FailedAttempt,
+    Queue,
+    Topic,
+    expired_description,
+)
 from ._outbound import stream_body
 from .selector import SelectorError, compile_selector
 
@@ -36,6 +46,7 @@ __all__ = [
     "TERMINAL",
     "Outbound",
     "attach_outbound",
+    "deal_then_answer_drain",
     "not_an_address",
     "settle_by_default",
     "unsubscribe",
@@ -101,10 +112,13 @@ def _consumer_credit(connection: ServerConnection, link: protocol.SenderLink) ->
         return 0
     outbound = link.user_data
     if isinstance(outbound, Outbound) and outbound.awaiting_commit:
-        # dealt already, their transfers waiting for the store's commit; a large one goes alone (it streams)
+        # dealt already, their transfers waiting for the store's commit; a large one goes alone (it streams). They
+        # count against the session's window as well as the link's credit: a client with a window of 2 and a credit
+        # of 1,000 had all 1,000 messages of its queue (10 MB) dealt, then waiting in the session once written,
+        # uncounted, for as long as it kept its window shut (the transfers sent at once stop at the window).
         if outbound.awaiting_commit[-1][1].body is not None:
             return 0
-        return max(credit - len(outbound.awaiting_commit), 0)
+        return max(min(credit, link.session.remote_incoming_window) - len(outbound.awaiting_commit), 0)
     return credit
 
 
@@ -145,7 +159,7 @@ def _send_large(
         return None
     delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled, more=True)
     assert connection._group is not None
-    done = functools.partial(outbound.queue.credited, outbound.consumer)  # its link may take the next message
+    done = functools.partial(deal_then_answer_drain, connection, outbound)  # its link may take the next message
     connection._group.start_soon(stream_body, connection, link, delivery, file, body.body_size, done)
     return delivery
 
@@ -159,24 +173,39 @@ def _send_after_commit(connection: ServerConnection, outbound: Outbound, store: 
     written together when it is done (:func:`_send_committed`), so a consumer still gets them in batches of the
     store's group commit. Once one waits, those dealt after it (stored or not) wait behind it: the link's order is
     kept. A large message (streamed from its file) waits alone: :class:`~._nodes.ConsumerFailed` keeps it in its
-    queue until those before it are written.
+    queue until those before it are written. Once the broker is stopping (its store's last commit under way), none
+    is dealt: no commit will call back.
     """
     waiting = outbound.awaiting_commit
-    if entry.body is not None and waiting:
+    if store.closing or (entry.body is not None and waiting):
         raise ConsumerFailed  # not dealt now: dealt again once those waiting are written
     batch = store.batch
     if batch is not outbound.commit_batch:
         outbound.commit_batch = batch
         outbound.commit_number += 1
-        store.after_commit(functools.partial(_send_committed, connection, outbound, outbound.commit_number))
+        store.after_commit(
+            functools.partial(_send_committed, connection, outbound, outbound.commit_number),
+            dropped=functools.partial(_return_waiting, outbound),
+        )
     waiting.append((outbound.commit_number, entry))
+
+
+def _return_waiting(outbound: Outbound) -> None:
+    """The broker stops before the commit the pre-settled transfers of ``outbound`` wait for calls back: their
+    messages go back to their queue, stored again by the store's last commit (dropped, the commit removed them and
+    no transfer ever carried them: a clean stop lost them)."""
+    entries = [entry for _, entry in outbound.awaiting_commit]
+    outbound.awaiting_commit.clear()
+    outbound.commit_batch = None
+    if entries:
+        outbound.queue.restore(entries)
 
 
 def _send_committed(connection: ServerConnection, outbound: Outbound, number: int) -> None:
     """The store committed the removals of commit ``number``: write the pre-settled transfers that waited for it.
     Those the link can no longer take (it detached, its connection ended, its credit was lowered meanwhile, §2.6.7)
-    go back to their queue, counted and stored again (:meth:`._nodes.Queue.restore`): not written, they were never
-    delivered."""
+    go back to their queue, stored again (:meth:`._nodes.Queue.restore`): not written, they were never delivered.
+    Each is counted in the memory limit until written (:meth:`._nodes.Queue.written`)."""
     waiting = outbound.awaiting_commit
     count = 0
     while count < len(waiting) and waiting[count][0] <= number:
@@ -193,16 +222,24 @@ def _send_committed(connection: ServerConnection, outbound: Outbound, number: in
         and not connection._ending  # released: what it would take now is for the queue's other consumers
     )
     sent = 0
+    queue = outbound.queue
+    now = time.time()
     try:
         while sent < len(ready) and usable and link.link_credit > 0 and link.streaming is None:
             entry = ready[sent]
+            if entry.expired(now):
+                # §3.2.1: "Messages that live longer than their expiration time will be discarded (or dead
+                # lettered)": its ttl ran out while the commit was under way (a slow disk); written anyway, it came
+                # with a ttl of 1 ms, half a second after its expiry.
+                sent += 1
+                queue.give_up(entry, "expired", expired_description(entry))
+                continue
             if entry.body is None:
                 link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=True)
             else:
                 _send_large(connection, link, entry, True, outbound)  # None: its file cannot be read (logged)
             sent += 1
-        if link.drain and usable and not waiting:
-            link.drained()  # the drain answered once what was dealt before it is written (see _on_flow)
+            queue.written(entry)
     except Exception as exc:
         connection.fail(exc)
     if sent < len(ready):
@@ -211,7 +248,30 @@ def _send_committed(connection: ServerConnection, outbound: Outbound, number: in
     if connection.engine.output_buffered > OUTPUT_LIMIT:
         connection._pause_output()
     if usable:
-        outbound.queue.credited(outbound.consumer)  # a large message held back may go now
+        deal_then_answer_drain(connection, outbound)  # a large message held back may go now
+
+
+def deal_then_answer_drain(connection: ServerConnection, outbound: Outbound) -> None:
+    """The link of ``outbound`` may take more (pre-settled transfers that waited for a commit were written, a large
+    message's stream ended): its queue deals to it again; then a drain it asked for is answered, once nothing dealt
+    to it is waiting (for a commit, or for the end of a stream).
+
+    §2.6.7: "If the sender's drain flag is set and there are no available messages, the sender MUST advance the
+    delivery-count until link-credit is zero": the messages available are sent first. Answered as the transfers
+    waiting for a commit were written, a drain of 10 credits with s0, a large L1, s2 and s3 queued got s0 alone
+    (L1 waited behind s0, its stream alone on the link), and the nine credits back while three messages waited;
+    answered as a large message's stream began, it got s0 and L1 (an at-least-once link too)."""
+    outbound.queue.credited(outbound.consumer)
+    link = outbound.link
+    if (
+        link.drain
+        and link.user_data is outbound
+        and link.local_state is ACTIVE
+        and link.streaming is None
+        and not outbound.awaiting_commit
+    ):
+        link.drained()
+        connection.kick()
 
 
 #: The source capabilities of a shared subscription (the AMQP JMS mapping's, as Qpid JMS and ActiveMQ Artemis name
@@ -393,7 +453,7 @@ def attach_outbound(connection: ServerConnection, link: protocol.SenderLink) -> 
             raise ConsumerFailed  # not sent: the message keeps its place for a receiver that takes it
         if store is not None and (entry.stored or outbound.awaiting_commit):
             _send_after_commit(connection, outbound, store, entry)
-            return None
+            return WAITS_FOR_COMMIT
         try:
             if entry.body is None:
                 delivery = link.send(entry.outgoing() if entry.ttl_at else entry.payload, settled=settled)

@@ -254,6 +254,7 @@ class _Batch:
         "callbacks",
         "committed",
         "deletes",
+        "dropped",
         "dropped_queues",
         "fresh",
         "queues",
@@ -277,6 +278,8 @@ class _Batch:
         self.fresh: set[int] = set()
         self.deletes: list[int] = []
         self.callbacks: list[Callable[[], None]] = []
+        #: what runs instead of callbacks that never will (the broker stopped first: :meth:`Store.flush`).
+        self.dropped: list[Callable[[], None]] = []
         self.committed = False
 
     def __bool__(self) -> bool:
@@ -353,6 +356,8 @@ class Store:
         self._thread = threading.get_ident()
         self._released_elsewhere: deque[str] = deque()
         self.commits = 0  # batches written (the number of SQLite transactions)
+        #: the broker is stopping (:meth:`flush`): no :meth:`after_commit` callback will run any more.
+        self.closing = False
 
     # --- loading -----------------------------------------------------------------------------------------
 
@@ -567,9 +572,14 @@ class Store:
         everything asked under it is committed."""
         return self._batch
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once everything asked of the store so far is committed."""
-        self._batch.callbacks.append(callback)
+    def after_commit(self, callback: Callable[[], None], *, dropped: Callable[[], None] | None = None) -> None:
+        """Call ``callback`` once everything asked of the store so far is committed; or, when the broker stops
+        first (its callbacks dropped), ``dropped`` instead, before the store's last commit (what it asks of the
+        store is written by that commit)."""
+        batch = self._batch
+        batch.callbacks.append(callback)
+        if dropped is not None:
+            batch.dropped.append(dropped)
         self._wake_writer()
 
     # --- writing -----------------------------------------------------------------------------------------
@@ -644,7 +654,9 @@ class Store:
         self.commits += 1
 
     def flush(self) -> None:
-        """Write the pending operations now, on this thread (at a clean stop; their callbacks are dropped)."""
+        """Write the pending operations now, on this thread (at a clean stop; their callbacks are dropped, what
+        :meth:`after_commit` named to run instead runs first, and its operations are written too)."""
+        self.closing = True
         in_flight = self._in_flight
         self._in_flight = None
         if in_flight is not None:
@@ -652,6 +664,11 @@ class Store:
                 self._write(in_flight)  # before what came after it, which may remove what it inserts
             self._remove_files(in_flight)
         self._take_released_elsewhere()
+        for dropped in [*(in_flight.dropped if in_flight is not None else ()), *self._batch.dropped]:
+            try:
+                dropped()  # a pre-settled transfer never written: its message stored again (this batch)
+            except Exception:  # as for a callback: the rest of the store's last commit still goes
+                log.exception("at a clean stop")
         batch = self._batch
         self._batch = _Batch()
         if batch.rows:
