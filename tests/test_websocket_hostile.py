@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import re
 import struct
@@ -244,12 +245,14 @@ async def round_trip(broker: Broker, address: str) -> None:
         await delivery.accept()
 
 
-async def test_the_broker_fails_a_websocket_with_an_unmasked_frame_with_1002() -> None:
+async def test_the_broker_fails_a_websocket_with_an_unmasked_frame_with_1002(caplog: pytest.LogCaptureFixture) -> None:
     """RFC 6455 §5.1: "The server MUST close the connection upon receiving a frame that is not masked", failing it
-    (§7.1.7) with 1002; it answered 1000, normal closure. Another client is served meanwhile and after."""
+    (§7.1.7) with 1002; it answered 1000, normal closure. Another client is served meanwhile and after. The
+    broker's log says why the connection ended (it said only that the transport ended before the peer closed)."""
     import wsproto
     from wsproto.events import AcceptConnection, Request
 
+    caplog.set_level(logging.INFO, logger="amqp_async.broker")
     with anyio.fail_after(TIMEOUT):
         async with Broker(port=0, ws_port=0) as broker:
             async with await anyio.connect_tcp("127.0.0.1", broker.ws_port or 0) as stream:
@@ -261,6 +264,8 @@ async def test_the_broker_fails_a_websocket_with_an_unmasked_frame_with_1002() -
                 await stream.send(ws_frame(_BINARY, b"AMQP\x00\x01\x00\x00", masked=False))
                 assert await peer_close_code(stream, ws) == _PROTOCOL_ERROR
             await round_trip(broker, "after")
+    closed = [record.getMessage() for record in caplog.records if " closed" in record.getMessage()]
+    assert any("the peer broke the WebSocket protocol" in line for line in closed), closed
 
 
 async def test_the_broker_bounds_a_trickled_upgrade_by_its_handshake_timeout() -> None:

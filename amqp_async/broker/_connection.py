@@ -385,7 +385,13 @@ class ServerConnection:
             self._on_open(event)
         elif isinstance(event, ev.ConnectionClosed):
             if not self._handshake_expired:  # (that says why already: the transport's end would be a second line)
-                log.info("connection %s closed%s", self.peer, f": {event.error}" if event.error else "")
+                reason = f": {event.error}" if event.error else ""
+                why = self._driver.transport_error if event.transport_ended else None
+                if why:
+                    # what ended the stream, as the driver read it (a WebSocket the peer broke, a reset): the
+                    # engine's own words are only "the transport ended before the peer closed"
+                    reason += f" ({why})"
+                log.info("connection %s closed%s", self.peer, reason)
             self._on_closed(event)
 
     def _on_open(self, event: ev.ConnectionOpened) -> None:
