@@ -38,8 +38,9 @@ PARTS = frozenset(ALLOWED)
 
 #: Imports under ``if TYPE_CHECKING:`` a part may make beyond ALLOWED: names for annotations only, never imported
 #: at run time (no cycle at import). ``errors`` names the codec's outcome classes, so that a refused message's
-#: ``outcome`` is typed (``MessageRejected.outcome: Rejected | None``) for the user's type checker.
-TYPE_ONLY: dict[str, frozenset[str]] = {"errors": frozenset({"codec"})}
+#: ``outcome`` is typed (``MessageRejected.outcome: Rejected | None``) for the user's type checker; ``types`` names
+#: the codec's ``AMQPValue``, so that a received ``Described`` value or ``Array`` element reads as one, not ``Any``.
+TYPE_ONLY: dict[str, frozenset[str]] = {"errors": frozenset({"codec"}), "types": frozenset({"codec"})}
 
 
 def part_of(path: Path, package_dir: Path = PACKAGE) -> str:
