@@ -436,17 +436,51 @@ def _users(arguments: argparse.Namespace) -> dict[str, str]:
 def _tls_context(arguments: argparse.Namespace) -> ssl.SSLContext | None:
     if not arguments.tls_cert:
         return None
-    for option, path in (("--tls-cert", arguments.tls_cert), ("--tls-key", arguments.tls_key)):
-        if path is not None:
-            _read(path, option)  # a missing or unreadable file, named as such (ssl's error does not name it)
+    # A missing or unreadable file, named as such (ssl's error does not name it).
+    cert_text = _read_pem(arguments.tls_cert, "--tls-cert")
+    key_text = None if arguments.tls_key is None else _read_pem(arguments.tls_key, "--tls-key")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    key = f" with --tls-key {arguments.tls_key}" if arguments.tls_key else ""
+    what = f"--tls-cert {arguments.tls_cert}{key}"
+    problem = _pem_problem(arguments.tls_cert, cert_text, arguments.tls_key, key_text)
+    if problem is not None:  # ssl would say only "[SSL] PEM lib (_ssl.c:3905)", or blame the key
+        raise StartupError(f"cannot load {what}: {problem}")
     try:
         load_cert_chain(context, arguments.tls_cert, arguments.tls_key)
     except ssl.SSLError as exc:
-        key = f" with --tls-key {arguments.tls_key}" if arguments.tls_key else ""
-        what = f"--tls-cert {arguments.tls_cert}{key}"
-        raise StartupError(f"cannot load {what}: {getattr(exc, 'reason', None) or exc}") from exc
+        reason = getattr(exc, "reason", None) or str(exc)
+        if reason == "KEY_VALUES_MISMATCH":  # OpenSSL's name for it
+            reason = "the private key does not match the certificate (the key of another certificate?)"
+        raise StartupError(f"cannot load {what}: {reason}") from exc
     return context
+
+
+#: What a PEM certificate and a PEM private key (PKCS#8 ``PRIVATE KEY``, or ``RSA``/``EC PRIVATE KEY``) start with.
+_PEM_CERTIFICATE = "-----BEGIN CERTIFICATE-----"
+_PEM_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z ]+ )?PRIVATE KEY-----")
+
+
+def _read_pem(path: str, option: str) -> str:
+    """A TLS file's text; any bytes read (a DER file is then found to hold no PEM, not undecodable)."""
+    try:
+        return Path(path).read_bytes().decode("latin-1")
+    except OSError as exc:
+        raise StartupError(f"cannot read {option} {path}: {_reason(exc)}") from exc
+
+
+def _pem_problem(cert: str, cert_text: str, key: str | None, key_text: str | None) -> str | None:
+    """What the PEM files lack, in words (None: they look right and ssl decides).
+
+    ``ssl.SSLContext.load_cert_chain`` reports a file holding no certificate or no key as "PEM lib": the user
+    learns neither which file nor what is wrong (a DER file, a key given as the certificate, a truncated copy).
+    """
+    if _PEM_CERTIFICATE not in cert_text:
+        return f"{cert} holds no PEM certificate ({_PEM_CERTIFICATE} ...): give the certificate chain in PEM"
+    if key is None or key_text is None:
+        return None  # the key is in the certificate's file, or load_cert_chain says it is missing
+    if _PEM_PRIVATE_KEY.search(key_text) is None:
+        return f"{key} holds no PEM private key (-----BEGIN PRIVATE KEY----- ...): give the key of the certificate"
+    return None
 
 
 def process_memory() -> int:

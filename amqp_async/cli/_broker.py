@@ -7,6 +7,8 @@ command's own name. The group's ``--debug`` (``amqp-async --debug broker``) is t
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 __all__ = ["broker"]
@@ -27,4 +29,21 @@ def broker(context: click.Context, arguments: tuple[str, ...]) -> None:
     argv = list(arguments)
     if context.find_root().params.get("debug") and "--debug" not in argv and "--quiet" not in argv:
         argv.append("--debug")
+    _leave_logging_to_the_broker()
     main(argv, prog=PROG)
+
+
+def _leave_logging_to_the_broker() -> None:
+    """Undo the logging the group set up for the client commands, so that the broker sets up its own.
+
+    The group logs warnings only (a client command reports its failure in one line) and hushes the connection's
+    warnings; ``logging.basicConfig`` does nothing once the root logger has a handler, so the broker's own level
+    (connections and links opened and closed, the signal that stops it; ``--quiet``, ``--debug``) was ignored:
+    ``amqp-async broker`` logged no connection, as if none came. Only the plain stream handler ``basicConfig``
+    made is removed (a test's capturing handlers are subclasses, and stay).
+    """
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    logging.getLogger("amqp_async.connection").setLevel(logging.NOTSET)
