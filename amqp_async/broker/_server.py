@@ -279,6 +279,18 @@ class Broker:
             raise ValueError(f"large_message_size must be at least 1 byte, not {large_message_size!r}")
         if max_transactions is not None and max_transactions < 1:
             raise ValueError(f"max_transactions must be at least 1 (None: no limit), not {max_transactions!r}")
+        # As the command line refuses them: a depth of 0 had every send wait for ever with nothing logged, and 0
+        # connections refused every client.
+        for name, limit in (("max_queue_depth", max_queue_depth), ("max_connections", max_connections)):
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+                raise ValueError(f"{name} must be a whole number of at least 1 (None: no limit), not {limit!r}")
+        if transaction_timeout is not None and not 0 < transaction_timeout < math.inf:
+            raise ValueError(
+                f"transaction_timeout must be above 0 seconds (None: no limit), not {transaction_timeout!r}"
+            )
+        for name, number in (("port", port), ("ws_port", ws_port)):
+            if number is not None and not 0 <= number <= 65535:
+                raise ValueError(f"{name} must be from 0 (a free port) to 65535, not {number!r}")
         if handshake_timeout is not None and not 0 < handshake_timeout < math.inf:
             raise ValueError(f"handshake_timeout must be above 0 seconds (None: no limit), not {handshake_timeout!r}")
         if idle_timeout is not None and not 2 * LEAST_IDLE_TIMEOUT <= idle_timeout < math.inf:
