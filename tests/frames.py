@@ -8,7 +8,9 @@ engine wrote into protocol headers and decoded frames, to check what it said (e.
 
 from __future__ import annotations
 
+import socket
 import struct
+import time
 from typing import Any, NamedTuple
 
 from amqp_async.codec._decoder import decode_value
@@ -32,6 +34,7 @@ __all__ = [
     "frames_only",
     "parse_stream",
     "raw_frame",
+    "read_until_closed",
     "uint",
     "with_byte",
     "with_doff",
@@ -179,3 +182,21 @@ def end_errors(data: bytes) -> list[Error | None]:
 def detach_errors(data: bytes) -> list[Error | None]:
     """The errors of the detach frames in ``data``."""
     return [item.body.error for item in frames_only(data) if isinstance(item.body, Detach)]
+
+
+def read_until_closed(peer: socket.socket, wait: float) -> bytes:
+    """What comes on the raw socket ``peer`` until the other end closes the connection (or ``wait`` seconds pass)."""
+    peer.settimeout(0.2)
+    deadline = time.monotonic() + wait
+    received = b""
+    while time.monotonic() < deadline:
+        try:
+            chunk = peer.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return received

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import pytest
+from frames import read_until_closed
 from scenario_subprocess import run_scenario, scenario_main
 
 SUBPROCESS_TIMEOUT = 60.0
@@ -144,24 +145,6 @@ def header_mismatch(name: str, options: dict[str, Any]) -> Any:
     return record
 
 
-def _read_until_closed(peer: socket.socket, wait: float) -> bytes:
-    """What comes on ``peer`` until the other end closes the connection (or ``wait`` seconds pass)."""
-    peer.settimeout(0.2)
-    deadline = time.monotonic() + wait
-    received = b""
-    while time.monotonic() < deadline:
-        try:
-            chunk = peer.recv(4096)
-        except TimeoutError:
-            continue
-        except OSError:
-            break
-        if not chunk:
-            break
-        received += chunk
-    return received
-
-
 def _written(data: bytes, role: str) -> list[Any]:
     """The headers and performatives in ``data``: a close with its error, a client's open without its fields (its
     container-id is made up per run), a server's in full."""
@@ -230,7 +213,7 @@ def header_refused_frames(name: str, options: dict[str, Any]) -> Any:
         else:
             received = b""
         peer.sendall(answer)
-        received += _read_until_closed(peer, 10.0)
+        received += read_until_closed(peer, 10.0)
     thread.join(SUBPROCESS_TIMEOUT)
     return {"frames": _written(received, role), "bytes": received.hex() if role == "server" else None}
 

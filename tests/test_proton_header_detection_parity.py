@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 import pytest
+from frames import read_until_closed
 from scenario_subprocess import run_scenario, scenario_main
 
 SUBPROCESS_TIMEOUT = 60.0
@@ -88,24 +89,6 @@ def test_engine_api_first_bytes_are_quoted_as_protons(role: str, sasl: bool, inp
 
 
 # --- a container's connection, against a raw socket peer ---------------------------------------------------------
-
-
-def _read_until_closed(peer: socket.socket) -> bytes:
-    """What comes on ``peer`` until the other end closes (or ``PEER_WAIT`` seconds pass)."""
-    peer.settimeout(0.2)
-    deadline = time.monotonic() + PEER_WAIT
-    received = b""
-    while time.monotonic() < deadline:
-        try:
-            chunk = peer.recv(65536)
-        except TimeoutError:
-            continue
-        except OSError:
-            break
-        if not chunk:
-            break
-        received += chunk
-    return received
 
 
 def _connect(port: int) -> socket.socket:
@@ -170,7 +153,7 @@ def first_bytes_then_end(name: str, options: dict[str, Any]) -> Any:
                 received += chunk
         peer.sendall(data)
         peer.shutdown(socket.SHUT_WR)
-        received += _read_until_closed(peer)  # (read all: an unread byte would make our close a reset)
+        received += read_until_closed(peer, PEER_WAIT)  # (read all: an unread byte would make our close a reset)
     thread.join(SUBPROCESS_TIMEOUT)
     assert not thread.is_alive(), "the container did not stop"
     if role == "server":
